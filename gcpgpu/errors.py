@@ -1,0 +1,86 @@
+"""The tool's exception types, and the one-line rendering of Google's API errors.
+
+Exit statuses: 2 for a usage problem (bad input, fixed by changing the command line),
+1 for a cloud failure (the request was sound, Google said no), 130 for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import IO, Any
+
+import click
+
+# Checked by name so that nothing of Google's is imported just to classify an error.
+_GOOGLE_ERROR_MODULES = ("google.api_core.exceptions", "google.auth.exceptions")
+
+
+class UsageProblem(click.UsageError):
+    """Bad input: a flag, a spec or a name the tool can refuse before calling any API (exit 2)."""
+
+    exit_code = 2
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        # One line: the message already says what would be right, so click's usage banner
+        # (kept for its own parsing errors) would only push it down the screen.
+        click.echo(f"Error: {self.format_message()}", file=file, err=True)
+
+
+class CloudError(click.ClickException):
+    """A failure reported by Google Cloud, or an outcome the cloud left us in (exit 1)."""
+
+    exit_code = 1
+
+
+class Interrupted(click.ClickException):
+    """The user pressed Ctrl-C (exit 130, as shells report SIGINT)."""
+
+    exit_code = 130
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo("Interrupted.", file=file, err=True)
+
+
+def is_google_error(exc: BaseException) -> bool:
+    """True when exc is one of google.api_core's (or google.auth's) exception classes."""
+    return any(cls.__module__ in _GOOGLE_ERROR_MODULES for cls in type(exc).__mro__)
+
+
+def _text(err: Any, name: str) -> str | None:
+    # `errors` holds dicts (REST bodies), proto-plus messages (Compute operation errors) or
+    # grpc.Call objects whose `code`/`details` are methods: keep only real strings.
+    value = err.get(name) if isinstance(err, Mapping) else getattr(err, name, None)
+    return value if isinstance(value, str) and value else None
+
+
+def describe_google_error(exc: BaseException) -> str:
+    """One line for a Google API error: '409 alreadyExists: The resource ... already exists'."""
+    try:
+        errors = list(getattr(exc, "errors", None) or ())
+    except Exception:  # a malformed payload must not hide the error itself
+        errors = []
+    first = errors[0] if errors else None
+
+    reason = None
+    try:
+        reason = getattr(exc, "reason", None)  # from an ErrorInfo detail, REST or gRPC
+    except Exception:
+        reason = None
+    if not isinstance(reason, str) or not reason:
+        # REST bodies put the reason in errors[].reason; Compute operations in errors[].code.
+        reason = first is not None and (_text(first, "reason") or _text(first, "code")) or None
+
+    # Prefer the API's own message: the exception's message is prefixed with method and URL.
+    message = first is not None and _text(first, "message") or None
+    code = getattr(exc, "code", None)
+    if message is None:
+        message = getattr(exc, "message", None) if code is not None else None
+        if not isinstance(message, str) or not message:
+            message = str(exc) or type(exc).__name__
+
+    head = " ".join(str(part) for part in (code if isinstance(code, int) else None, reason) if part)
+    line = f"{head}: {message}" if head else message
+    return " ".join(line.split())  # one line, whatever newlines the server sent
