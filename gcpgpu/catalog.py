@@ -1,0 +1,170 @@
+"""The GPU machine catalog: typed, read-only views over gcpgpu/data/machines.yaml.
+
+The YAML is the single source of truth (the emulator serves the same file); this module only
+parses it, applies per-machine overrides over the family's values, and looks names up.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass
+from importlib.resources import files
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from gcpgpu.errors import UsageProblem
+
+# The C loader parses the catalog several times faster; fall back where libyaml is absent.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_GPU_KEYS = {
+    "model", "memory_gib", "vertex_accelerator", "quota_metric", "spot_quota_metric",
+    "peak_bf16_tflops", "price_per_hour", "spot_price_per_hour",
+}  # fmt: skip
+_FAMILY_KEYS = {
+    "gpu_nics", "gpudirect", "nic_type", "gpu_nic_mtu", "gvnic_networks", "gvnic_mtu",
+    "compact_max_vms", "compact_max_vms_verified", "max_net_gbps",
+}  # fmt: skip
+# A machine type may override any family key (a3-highgpu-1g..4g have no GPU NICs).
+_MACHINE_KEYS = {"family", "gpu", "gpu_count", "vcpus", "memory_mb", "verified", "vertex"} | _FAMILY_KEYS
+
+
+@dataclass(frozen=True)
+class GpuType:
+    """One GPU model, named by its Compute Engine accelerator type (e.g. nvidia-h100-80gb)."""
+
+    name: str
+    model: str
+    memory_gib: int
+    vertex_accelerator: str | None
+    quota_metric: str
+    spot_quota_metric: str
+    peak_bf16_tflops: float | None
+    price_per_hour: float | None
+    spot_price_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class MachineType:
+    """One GPU machine type with its GPUs, network and prices per node."""
+
+    name: str
+    family: str
+    gpu: GpuType
+    gpu_count: int
+    vcpus: int
+    memory_mb: int
+    gpu_nics: int  # NICs dedicated to GPU traffic, beyond the host NIC
+    gpudirect: str  # none | tcpx | tcpxo | rdma
+    nic_type: str  # GVNIC | MRDMA
+    gpu_nic_mtu: int | None
+    gvnic_networks: int  # extra gVNIC VPCs (A3 Ultra, A4)
+    gvnic_mtu: int | None
+    compact_max_vms: int
+    compact_max_vms_verified: bool
+    max_net_gbps: int
+    vertex_accelerator: str | None  # Vertex AI AcceleratorType enum name; None where Vertex lacks it
+    price_per_hour: float | None  # USD per node, on-demand; None where the catalog has no price
+    spot_price_per_hour: float | None
+    verified: bool  # vcpus/memory confirmed against a real API
+
+    @property
+    def accelerator_type(self) -> str:
+        """The Compute Engine accelerator type of its GPUs (e.g. nvidia-h100-80gb)."""
+        return self.gpu.name
+
+    @property
+    def gpu_memory_gib(self) -> int:
+        """GPU memory per node, all GPUs together."""
+        return self.gpu.memory_gib * self.gpu_count
+
+
+@functools.cache
+def _raw() -> dict[str, Any]:
+    # importlib.resources, not a path next to __file__, so an installed wheel (or zip) works too.
+    text = (files("gcpgpu") / "data" / "machines.yaml").read_text(encoding="utf-8")
+    return yaml.load(text, Loader=_Loader)
+
+
+def _check_keys(kind: str, name: str, entry: dict[str, Any], allowed: set[str]) -> None:
+    # A misspelt key would silently fall back to the family value: refuse it instead.
+    unknown = set(entry) - allowed
+    if unknown:
+        raise ValueError(f"machines.yaml: {kind} {name!r} has unknown keys {sorted(unknown)}")
+
+
+def _price(per_gpu: float | None, count: int) -> float | None:
+    return None if per_gpu is None else round(per_gpu * count, 4)
+
+
+@functools.cache
+def gpu_types() -> MappingProxyType[str, GpuType]:
+    """Every GPU in the catalog, by Compute accelerator type name."""
+    gpus = {}
+    for name, entry in _raw()["gpus"].items():
+        _check_keys("gpu", name, entry, _GPU_KEYS)
+        gpus[name] = GpuType(name=name, **{key: entry.get(key) for key in _GPU_KEYS})
+    return MappingProxyType(gpus)
+
+
+@functools.cache
+def machine_types() -> MappingProxyType[str, MachineType]:
+    """Every GPU machine type in the catalog, by name, in the data file's order."""
+    raw = _raw()
+    families = raw["families"]
+    for name, entry in families.items():
+        _check_keys("family", name, entry, _FAMILY_KEYS)
+    machines = {}
+    for name, entry in raw["machine_types"].items():
+        _check_keys("machine type", name, entry, _MACHINE_KEYS)
+        merged = {**families[entry["family"]], **entry}
+        gpu = gpu_types()[entry["gpu"]]
+        count = int(entry["gpu_count"])
+        gpu_nics = int(merged["gpu_nics"])
+        machines[name] = MachineType(
+            name=name,
+            family=entry["family"],
+            gpu=gpu,
+            gpu_count=count,
+            vcpus=int(entry["vcpus"]),
+            memory_mb=int(entry["memory_mb"]),
+            gpu_nics=gpu_nics,
+            gpudirect=merged["gpudirect"],
+            nic_type=merged["nic_type"],
+            # The family's GPU-NIC MTU means nothing on a type without GPU NICs (a3-highgpu-1g).
+            gpu_nic_mtu=merged.get("gpu_nic_mtu") if gpu_nics else None,
+            gvnic_networks=int(merged.get("gvnic_networks", 0)),
+            gvnic_mtu=merged.get("gvnic_mtu"),
+            compact_max_vms=int(merged["compact_max_vms"]),
+            compact_max_vms_verified=bool(merged.get("compact_max_vms_verified", False)),
+            max_net_gbps=int(merged["max_net_gbps"]),
+            # `vertex: false` marks machine types Vertex AI does not offer (a3-edgegpu-8g).
+            vertex_accelerator=gpu.vertex_accelerator if merged.get("vertex", True) else None,
+            price_per_hour=_price(gpu.price_per_hour, count),
+            spot_price_per_hour=_price(gpu.spot_price_per_hour, count),
+            verified=bool(entry.get("verified", False)),
+        )
+    return MappingProxyType(machines)
+
+
+def prices_as_of() -> str:
+    """The date the catalog's prices were quoted (e.g. '2025-01'); prices change."""
+    return str(_raw()["prices"]["as_of"])
+
+
+def get_machine_type(name: str, *, option: str = "--machine-type") -> MachineType:
+    """The machine type called name; a UsageProblem naming `option` and close names if unknown.
+
+    `option` is how the user gave the name: a flag, an argument, or a spec file's field.
+    """
+    # Accept what the API hands back (zones/z/machineTypes/a3-highgpu-8g) and stray capitals.
+    key = name.strip().rsplit("/", 1)[-1].lower()
+    known = machine_types()
+    if key in known:
+        return known[key]
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise UsageProblem(f"{option} {name!r} is not a known GPU machine type{hint} (see 'gcpgpu catalog')")
