@@ -1,0 +1,208 @@
+"""The `gcpgpu` command: global options, lazily loaded subcommands, and error handling.
+
+Subcommands live one module each and are listed in COMMANDS as "module:attribute". Nothing
+in COMMANDS is imported until that command runs: `gcpgpu --help` reads each command's
+one-line summary from its module's source instead, because importing the modules would
+drag in Google's client libraries (seconds) for a help screen.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import logging
+import sys
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+
+import click
+
+from gcpgpu import __version__
+from gcpgpu.errors import CloudError, Interrupted, describe_google_error, is_google_error
+from gcpgpu.settings import FORMATS, Settings
+
+# name -> "module:attribute" of a click command. A registered module that does not exist
+# yet is left out of listings and help, so the registry can run ahead of the code.
+COMMANDS: dict[str, str] = {
+    "catalog": "gcpgpu.cli.catalog:catalog",
+    "emulator": "gcpgpu.cli.emulator:emulator",
+}
+
+
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a missing parent package
+        return False
+
+
+def _stub_from_source(name: str, target: str) -> click.Command:
+    """A help-only stand-in for a lazy command, built from its module's source without importing it.
+
+    It carries the help, short_help, hidden and deprecated that the decorator or docstring
+    give, so click shortens the summary exactly as it would for the real command.
+    """
+    module, _, attr = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec else None
+        tree = (
+            ast.parse(Path(origin).read_text(encoding="utf-8")) if origin and origin.endswith(".py") else None
+        )
+    except (ImportError, OSError, SyntaxError, ValueError):
+        tree = None
+    for node in tree.body if tree else ():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            keywords = {
+                kw.arg: kw.value.value
+                for decorator in node.decorator_list
+                if isinstance(decorator, ast.Call)
+                for kw in decorator.keywords
+                if kw.arg in ("help", "short_help", "hidden", "deprecated")
+                and isinstance(kw.value, ast.Constant)
+            }
+            keywords.setdefault("help", ast.get_docstring(node))
+            return click.Command(name, **keywords)
+    return click.Command(name)
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when invoked (or asked for by name)."""
+
+    def __init__(
+        self, *args: object, lazy_commands: Mapping[str, str] | None = None, **kwargs: object
+    ) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.lazy_commands: Mapping[str, str] = lazy_commands if lazy_commands is not None else {}
+
+    def _available(self) -> list[str]:
+        return [name for name, target in self.lazy_commands.items() if _module_exists(target.split(":")[0])]
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self._available()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in self.lazy_commands:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attr = self.lazy_commands[cmd_name].partition(":")
+        if not _module_exists(module_name):
+            return None  # registered ahead of its module: "No such command", not a traceback
+        command = getattr(importlib.import_module(module_name), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{module_name}:{attr} is not a click command")
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Click's own version imports every command for its summary; lazy ones get a stub instead.
+        commands = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name) or _stub_from_source(name, self.lazy_commands[name])
+            if not command.hidden:
+                commands.append((name, command))
+        if commands:
+            limit = formatter.width - 6 - max(len(name) for name, _ in commands)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in commands])
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+        except Exception as exc:
+            if not is_google_error(exc):
+                raise  # our own bug: the traceback is the useful report
+            if ctx.find_root().params.get("verbose"):  # a nested LazyGroup sees the root's flag
+                traceback.print_exception(exc, file=sys.stderr)
+            raise CloudError(describe_google_error(exc)) from exc
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="""\b
+Examples:
+  gcpgpu catalog                                  GPU machine types, GPUs, NICs and prices
+  gcpgpu --format json catalog show a3-highgpu-8g one machine type, for scripts
+  gcpgpu --emulator 127.0.0.1:8085 ...            any command, against a local emulator
+
+Run 'gcpgpu COMMAND --help' for a command's own options.""",
+)
+@click.option(
+    "--project",
+    metavar="PROJECT",
+    help="Google Cloud project ID. Default: $GOOGLE_CLOUD_PROJECT, $CLOUDSDK_CORE_PROJECT, "
+    "then the active gcloud configuration's core/project.",
+)
+@click.option(
+    "--region",
+    metavar="REGION",
+    help="Region, e.g. us-central1. Default: $CLOUDSDK_COMPUTE_REGION, gcloud's compute/region, "
+    "then the region of the zone.",
+)
+@click.option(
+    "--zone",
+    metavar="ZONE",
+    help="Zone, e.g. us-central1-a. Default: $CLOUDSDK_COMPUTE_ZONE, then gcloud's compute/zone.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="How results print: a table for people, json or yaml for programs.",
+)
+@click.option(
+    "--emulator",
+    metavar="HOST:PORT",
+    envvar="GCPGPU_EMULATOR",
+    show_envvar=True,
+    help="Send every Google API call to a gcpgpu emulator at HOST:PORT instead of Google Cloud.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log what is done, and show tracebacks of cloud errors.")
+@click.version_option(__version__, "--version", prog_name="gcpgpu", message="%(prog)s %(version)s")
+@click.pass_context
+def main(
+    ctx: click.Context,
+    project: str | None,
+    region: str | None,
+    zone: str | None,
+    output_format: str,
+    emulator: str | None,
+    verbose: bool,
+) -> None:
+    """Create GPU clusters, run training jobs and watch their metrics on Google Cloud.
+
+    \b
+    Project, region and zone are looked up only by the commands that need
+    them, each in this order:
+      1. the flag (--project, --region, --zone);
+      2. the environment: GOOGLE_CLOUD_PROJECT, then CLOUDSDK_CORE_PROJECT;
+         CLOUDSDK_COMPUTE_REGION; CLOUDSDK_COMPUTE_ZONE;
+      3. the active gcloud configuration ($CLOUDSDK_CONFIG or ~/.config/gcloud,
+         chosen by $CLOUDSDK_ACTIVE_CONFIG_NAME or gcloud's active_config).
+    A region not set anywhere is taken from the zone.
+
+    \b
+    Results go to stdout and progress to stderr. Exit status: 0 success,
+    1 a cloud failure, 2 a usage error, 130 interrupted.
+    """
+    if verbose:
+        logger = logging.getLogger("gcpgpu")
+        if not logger.handlers:  # main() may run many times in one process (tests)
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    ctx.obj = Settings(
+        project_flag=project,
+        region_flag=region,
+        zone_flag=zone,
+        format=output_format,
+        emulator=emulator,
+        verbose=verbose,
+    )
