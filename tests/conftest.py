@@ -1,0 +1,25 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+# Settings the developer's shell may carry that would change what a test resolves.
+_LEAKY_ENV = (
+    "GOOGLE_CLOUD_PROJECT",
+    "CLOUDSDK_CORE_PROJECT",
+    "CLOUDSDK_COMPUTE_REGION",
+    "CLOUDSDK_COMPUTE_ZONE",
+    "CLOUDSDK_ACTIVE_CONFIG_NAME",
+    "GCPGPU_EMULATOR",
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_gcloud(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Point gcloud's config at an empty folder so the developer's real configuration never leaks in."""
+    config_dir = tmp_path_factory.mktemp("gcloud-config")
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(config_dir))
+    for name in _LEAKY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    return config_dir

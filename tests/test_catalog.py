@@ -1,0 +1,200 @@
+"""The machine catalog: every machine type resolves, with the facts of gcp-facts.md section 1."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gcpgpu import catalog
+from gcpgpu.catalog import get_machine_type, gpu_types, machine_types
+from gcpgpu.cli import main
+from gcpgpu.errors import UsageProblem
+
+# shared/reference/gcp-facts.md section 1: machine type -> Vertex AcceleratorType (None: not on Vertex).
+VERTEX = {
+    **{f"a2-highgpu-{n}g": "NVIDIA_TESLA_A100" for n in (1, 2, 4, 8)},
+    "a2-megagpu-16g": "NVIDIA_TESLA_A100",
+    **{f"a2-ultragpu-{n}g": "NVIDIA_A100_80GB" for n in (1, 2, 4, 8)},
+    **{f"a3-highgpu-{n}g": "NVIDIA_H100_80GB" for n in (1, 2, 4, 8)},
+    "a3-edgegpu-8g": None,
+    "a3-megagpu-8g": "NVIDIA_H100_MEGA_80GB",
+    "a3-ultragpu-8g": "NVIDIA_H200_141GB",
+    "a4-highgpu-8g": "NVIDIA_B200",
+    **{f"g2-standard-{n}": "NVIDIA_L4" for n in (12, 24, 48, 96)},
+}
+
+# Same table: machine type -> (Compute accelerator type, GPUs, GB per GPU, GPU NICs, GPUDirect).
+HARDWARE = {
+    "a2-highgpu-1g": ("nvidia-tesla-a100", 1, 40, 0, "none"),
+    "a2-megagpu-16g": ("nvidia-tesla-a100", 16, 40, 0, "none"),
+    "a2-ultragpu-8g": ("nvidia-a100-80gb", 8, 80, 0, "none"),
+    "a3-highgpu-1g": ("nvidia-h100-80gb", 1, 80, 0, "none"),
+    "a3-highgpu-2g": ("nvidia-h100-80gb", 2, 80, 0, "none"),
+    "a3-highgpu-4g": ("nvidia-h100-80gb", 4, 80, 0, "none"),
+    "a3-highgpu-8g": ("nvidia-h100-80gb", 8, 80, 4, "tcpx"),
+    "a3-edgegpu-8g": ("nvidia-h100-80gb", 8, 80, 4, "tcpx"),
+    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8, 80, 8, "tcpxo"),
+    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8, 141, 8, "rdma"),
+    "a4-highgpu-8g": ("nvidia-b200", 8, 180, 8, "rdma"),
+    "g2-standard-96": ("nvidia-l4", 8, 24, 0, "none"),
+}
+
+
+def test_catalog_covers_the_reference_table():
+    assert set(machine_types()) == set(VERTEX)
+
+
+@pytest.mark.parametrize("name", sorted(VERTEX))
+def test_every_machine_type_resolves(name):
+    machine = get_machine_type(name)
+    assert machine.name == name
+    assert machine.gpu is gpu_types()[machine.accelerator_type]
+    assert machine.gpu_count >= 1 and machine.vcpus >= 1 and machine.memory_mb >= 1024
+    assert machine.vertex_accelerator == VERTEX[name]
+    assert machine.gpudirect in {"none", "tcpx", "tcpxo", "rdma"}
+    assert machine.compact_max_vms >= 1
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(HARDWARE.items()))
+def test_hardware_matches_the_reference(name, expected):
+    machine = get_machine_type(name)
+    accelerator, count, gb_per_gpu, nics, gpudirect = expected
+    got = (
+        machine.accelerator_type,
+        machine.gpu_count,
+        machine.gpu.memory_gib,
+        machine.gpu_nics,
+        machine.gpudirect,
+    )
+    assert got == (accelerator, count, gb_per_gpu, nics, gpudirect)
+
+
+def test_small_a3_overrides_its_family():
+    # The a3-high family has 4 GPU NICs with TCPX; only the 8-GPU shape gets them.
+    assert get_machine_type("a3-highgpu-4g").gpu_nic_mtu is None
+    assert get_machine_type("a3-highgpu-8g").gpu_nic_mtu == 8244
+
+
+def test_rdma_families_need_two_gvnic_networks():
+    for name in ("a3-ultragpu-8g", "a4-highgpu-8g"):
+        machine = get_machine_type(name)
+        assert (machine.nic_type, machine.gvnic_networks, machine.gvnic_mtu) == ("MRDMA", 2, 8896)
+
+
+def test_prices_are_per_node():
+    a3 = get_machine_type("a3-highgpu-8g")
+    assert (a3.price_per_hour, a3.spot_price_per_hour) == (55.84, 16.72)
+    assert get_machine_type("a2-highgpu-1g").price_per_hour == 3.52
+    assert get_machine_type("a3-megagpu-8g").price_per_hour is None  # unknown, not zero
+    assert catalog.prices_as_of() == "2025-01"
+
+
+def test_verified_figures_from_a_real_api():
+    a2 = get_machine_type("a2-highgpu-1g")
+    assert (a2.vcpus, a2.memory_mb, a2.verified) == (12, 87040, True)
+    assert get_machine_type("a3-highgpu-8g").vcpus == 208
+
+
+def test_unknown_machine_type_suggests_a_close_one():
+    with pytest.raises(UsageProblem) as caught:
+        get_machine_type("a3-highgpu-9g")
+    assert caught.value.format_message() == (
+        "--machine-type 'a3-highgpu-9g' is not a known GPU machine type; did you mean a3-highgpu-8g? "
+        "(see 'gcpgpu catalog')"
+    )
+    assert caught.value.exit_code == 2
+
+
+def test_unknown_machine_type_without_a_close_one():
+    with pytest.raises(UsageProblem) as caught:
+        get_machine_type("e2-micro")
+    assert "did you mean" not in caught.value.format_message()
+    assert "(see 'gcpgpu catalog')" in caught.value.format_message()
+
+
+def test_api_urls_and_capitals_resolve():
+    url = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/machineTypes/a3-highgpu-8g"
+    assert get_machine_type(url).name == "a3-highgpu-8g"
+    assert get_machine_type(" A2-HighGPU-1G ").name == "a2-highgpu-1g"
+
+
+def test_catalog_is_read_only_and_cached():
+    machine = get_machine_type("g2-standard-12")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        machine.gpu_count = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        machine_types()["x"] = machine  # type: ignore[index]
+    assert machine_types() is machine_types()
+
+
+def test_uses_the_c_loader_when_available():
+    if getattr(yaml, "CSafeLoader", None) is not None:
+        assert catalog._Loader is yaml.CSafeLoader
+
+
+def test_misspelt_key_in_the_data_is_refused(monkeypatch):
+    raw = yaml.safe_load((catalog.files("gcpgpu") / "data" / "machines.yaml").read_text(encoding="utf-8"))
+    raw["machine_types"]["a3-highgpu-1g"]["gpu_nic"] = 0  # meant gpu_nics
+    monkeypatch.setattr(catalog, "_raw", lambda: raw)
+    catalog.machine_types.cache_clear()
+    catalog.gpu_types.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"a3-highgpu-1g.*gpu_nic"):
+            machine_types()
+    finally:
+        monkeypatch.undo()
+        catalog.machine_types.cache_clear()
+        catalog.gpu_types.cache_clear()
+
+
+# --- gcpgpu catalog ----------------------------------------------------------------------------
+
+
+def test_catalog_command_lists_every_machine_type():
+    result = CliRunner().invoke(main, ["catalog"])
+    assert result.exit_code == 0, result.output
+    for name in VERTEX:
+        assert name in result.stdout
+    assert "NVIDIA_H100_MEGA_80GB" in result.stdout
+    assert "2025-01" in result.stderr  # the price date is a note, not a row
+
+
+def test_catalog_json_is_complete():
+    result = CliRunner().invoke(main, ["--format", "json", "catalog"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [row["name"] for row in rows] == list(machine_types())
+    by_name = {row["name"]: row for row in rows}
+    assert by_name["a3-edgegpu-8g"]["vertex_accelerator"] is None
+    assert by_name["a3-highgpu-8g"]["gpu"]["memory_gib"] == 80
+
+
+def test_catalog_show_yaml():
+    result = CliRunner().invoke(main, ["--format", "yaml", "catalog", "show", "a4-highgpu-8g"])
+    assert result.exit_code == 0, result.output
+    record = yaml.safe_load(result.stdout)
+    assert (record["name"], record["gpu_nics"], record["vertex_accelerator"]) == (
+        "a4-highgpu-8g",
+        8,
+        "NVIDIA_B200",
+    )
+
+
+def test_catalog_show_table():
+    result = CliRunner().invoke(main, ["catalog", "show", "a3-megagpu-8g"])
+    assert result.exit_code == 0, result.output
+    assert "tcpxo" in result.stdout and "NVIDIA_H100_MEGA_GPUS" in result.stdout
+
+
+def test_catalog_show_unknown_exits_2_in_one_line():
+    result = CliRunner().invoke(main, ["catalog", "show", "a3-highgpu-9g"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "Error: MACHINE_TYPE 'a3-highgpu-9g' is not a known GPU machine type; did you mean a3-highgpu-8g? "
+        "(see 'gcpgpu catalog')"
+    ]
