@@ -1,0 +1,323 @@
+"""Compute Engine v1 over REST/JSON: the paths, query parameters and list shapes of the real API.
+
+Only wire format lives here; every decision is the backend's.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request
+
+from ..core import ApiError, invalid
+from .backend import GLOBAL, MAX_PAGE, REGIONAL, ZONAL, ComputeBackend
+
+PREFIX = "/compute/v1/projects/<project>"
+
+# Resource kind in the URL -> the `kind` of its list responses.
+LIST_KINDS = {
+    "instances": "compute#instanceList",
+    "reservations": "compute#reservationList",
+    "disks": "compute#diskList",
+    "subnetworks": "compute#subnetworkList",
+    "resourcePolicies": "compute#resourcePolicyList",
+    "networks": "compute#networkList",
+    "firewalls": "compute#firewallList",
+    "operations": "compute#operationList",
+    "zones": "compute#zoneList",
+    "regions": "compute#regionList",
+    "machineTypes": "compute#machineTypeList",
+    "acceleratorTypes": "compute#acceleratorTypeList",
+    "images": "compute#imageList",
+}
+
+_KIND = "<any(instances,reservations,disks):kind>"
+_RKIND = "<any(subnetworks,resourcePolicies):kind>"
+_GKIND = "<any(networks,firewalls):kind>"
+_AKIND = "<any(instances,reservations,disks,subnetworks,resourcePolicies,networks,firewalls,machineTypes,acceleratorTypes,operations):kind>"
+_ACTION = "<any(setLabels,setMetadata,stop,start):action>"
+
+URLS = Map(
+    [
+        Rule(f"{PREFIX}", endpoint="project", methods=["GET"]),
+        Rule(f"{PREFIX}/zones", endpoint="zones", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>", endpoint="zone", methods=["GET"]),
+        Rule(f"{PREFIX}/regions", endpoint="regions", methods=["GET"]),
+        Rule(f"{PREFIX}/regions/<region>", endpoint="region", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/machineTypes", endpoint="machine_types", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/machineTypes/<name>", endpoint="machine_type", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/acceleratorTypes", endpoint="accelerator_types", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/acceleratorTypes/<name>", endpoint="accelerator_type", methods=["GET"]),
+        Rule(f"{PREFIX}/global/images", endpoint="images", methods=["GET"]),
+        Rule(f"{PREFIX}/global/images/<name>", endpoint="image", methods=["GET"]),
+        Rule(f"{PREFIX}/global/images/family/<family>", endpoint="image_family", methods=["GET"]),
+        Rule(f"{PREFIX}/aggregated/{_AKIND}", endpoint="aggregated", methods=["GET"]),
+        # operations, per scope
+        Rule(f"{PREFIX}/zones/<zone>/operations", endpoint="ops_list", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/operations/<op>", endpoint="op_get", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/operations/<op>", endpoint="op_delete", methods=["DELETE"]),
+        Rule(f"{PREFIX}/zones/<zone>/operations/<op>/wait", endpoint="op_wait", methods=["POST"]),
+        Rule(f"{PREFIX}/regions/<region>/operations", endpoint="ops_list", methods=["GET"]),
+        Rule(f"{PREFIX}/regions/<region>/operations/<op>", endpoint="op_get", methods=["GET"]),
+        Rule(f"{PREFIX}/regions/<region>/operations/<op>", endpoint="op_delete", methods=["DELETE"]),
+        Rule(f"{PREFIX}/regions/<region>/operations/<op>/wait", endpoint="op_wait", methods=["POST"]),
+        Rule(f"{PREFIX}/global/operations", endpoint="ops_list", methods=["GET"]),
+        Rule(f"{PREFIX}/global/operations/<op>", endpoint="op_get", methods=["GET"]),
+        Rule(f"{PREFIX}/global/operations/<op>", endpoint="op_delete", methods=["DELETE"]),
+        Rule(f"{PREFIX}/global/operations/<op>/wait", endpoint="op_wait", methods=["POST"]),
+        # instances' own verbs
+        Rule(f"{PREFIX}/zones/<zone>/instances/bulkInsert", endpoint="bulk_insert", methods=["POST"]),
+        Rule(f"{PREFIX}/zones/<zone>/instances/<name>/{_ACTION}", endpoint="instance_action", methods=["POST"]),
+        # generic collections
+        Rule(f"{PREFIX}/zones/<zone>/{_KIND}", endpoint="list", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/{_KIND}", endpoint="insert", methods=["POST"]),
+        Rule(f"{PREFIX}/zones/<zone>/{_KIND}/<name>", endpoint="get", methods=["GET"]),
+        Rule(f"{PREFIX}/zones/<zone>/{_KIND}/<name>", endpoint="delete", methods=["DELETE"]),
+        Rule(f"{PREFIX}/regions/<region>/{_RKIND}", endpoint="list", methods=["GET"]),
+        Rule(f"{PREFIX}/regions/<region>/{_RKIND}", endpoint="insert", methods=["POST"]),
+        Rule(f"{PREFIX}/regions/<region>/{_RKIND}/<name>", endpoint="get", methods=["GET"]),
+        Rule(f"{PREFIX}/regions/<region>/{_RKIND}/<name>", endpoint="delete", methods=["DELETE"]),
+        Rule(f"{PREFIX}/global/{_GKIND}", endpoint="list", methods=["GET"]),
+        Rule(f"{PREFIX}/global/{_GKIND}", endpoint="insert", methods=["POST"]),
+        Rule(f"{PREFIX}/global/{_GKIND}/<name>", endpoint="get", methods=["GET"]),
+        Rule(f"{PREFIX}/global/{_GKIND}/<name>", endpoint="delete", methods=["DELETE"]),
+    ],
+    strict_slashes=False,
+    merge_slashes=False,
+)
+
+
+def _scope(args: dict) -> str:
+    if "zone" in args:
+        return f"zones/{args['zone']}"
+    if "region" in args:
+        return f"regions/{args['region']}"
+    return "global"
+
+
+def _page(items: list, request: Request) -> tuple[list, str | None]:
+    """Slice a list the way maxResults/pageToken do; the token is an opaque offset."""
+    try:
+        size = int(request.args.get("maxResults", MAX_PAGE))
+    except ValueError as e:
+        raise invalid("maxResults", request.args.get("maxResults"), "Must be an integer.") from e
+    size = max(0, min(size, MAX_PAGE)) or MAX_PAGE
+    token = request.args.get("pageToken")
+    start = 0
+    if token:
+        try:
+            start = int(json.loads(base64.urlsafe_b64decode(token.encode()))["o"])
+        except Exception as e:
+            raise invalid("pageToken", token, "The page token is invalid.") from e
+    end = start + size
+    nxt = base64.urlsafe_b64encode(json.dumps({"o": end}).encode()).decode() if end < len(items) else None
+    return items[start:end], nxt
+
+
+def _list_response(kind: str, project: str, scope: str, items: list, request: Request) -> dict:
+    page, nxt = _page(items, request)
+    out: dict[str, Any] = {
+        "kind": LIST_KINDS.get(kind, "compute#list"),
+        "id": f"projects/{project}/{scope}/{kind}",
+        "selfLink": request.base_url,
+    }
+    if page:
+        out["items"] = page
+    if nxt:
+        out["nextPageToken"] = nxt
+    return out
+
+
+def _aggregated_response(kind: str, project: str, grouped: dict[str, list], request: Request) -> dict:
+    flat = [(scope, item) for scope, items in grouped.items() for item in items]
+    page, nxt = _page(flat, request)
+    out_items: dict[str, dict] = {}
+    for scope in grouped:
+        mine = [item for s, item in page if s == scope]
+        if mine:
+            out_items[scope] = {kind: mine}
+        else:
+            out_items[scope] = {"warning": {
+                "code": "NO_RESULTS_ON_PAGE",
+                "message": f"There are no results for scope '{scope}' on this page.",
+                "data": [{"key": "scope", "value": scope}],
+            }}
+    out: dict[str, Any] = {
+        "kind": LIST_KINDS.get(kind, "compute#list").replace("List", "AggregatedList"),
+        "id": f"projects/{project}/aggregated/{kind}",
+        "items": out_items,
+        "selfLink": request.base_url,
+    }
+    if nxt:
+        out["nextPageToken"] = nxt
+    return out
+
+
+class ComputeRest:
+    """Dispatches Compute v1 REST requests to a ComputeBackend."""
+
+    def __init__(self, backend: ComputeBackend) -> None:
+        self.b = backend
+        self._handlers: dict[str, Callable[..., dict | None]] = {
+            name[3:]: getattr(self, name) for name in dir(self) if name.startswith("on_")
+        }
+
+    def handle(self, request: Request) -> tuple[int, dict | None]:
+        """Returns (HTTP status, JSON body); raises ApiError for API errors."""
+        adapter = URLS.bind_to_environ(request.environ)
+        try:
+            endpoint, args = adapter.match()
+        except Exception as e:  # NotFound / MethodNotAllowed from werkzeug
+            code = getattr(e, "code", 404)
+            raise ApiError(code if code in (404, 405) else 404, "notFound",
+                           f"The requested URL {request.path} was not found on this server.") from e
+        body: dict = {}
+        if request.method in ("POST", "PUT", "PATCH") and request.get_data():
+            try:
+                body = json.loads(request.get_data())
+            except ValueError as e:
+                raise ApiError(400, "parseError", "Invalid JSON payload received.") from e
+        result = self._handlers[endpoint](request, body, **args)
+        return 200, result
+
+    # -- read-only ---------------------------------------------------------------------
+    def on_project(self, req: Request, body: dict, project: str) -> dict:
+        return self.b.project_resource(project)
+
+    def on_zones(self, req: Request, body: dict, project: str) -> dict:
+        from .filters import parse
+
+        pred = parse(req.args.get("filter"))
+        return _list_response("zones", project, "", [z for z in self.b.zones(project) if pred(z)], req)
+
+    def on_zone(self, req: Request, body: dict, project: str, zone: str) -> dict:
+        return self.b.zone(project, zone)
+
+    def on_regions(self, req: Request, body: dict, project: str) -> dict:
+        from .filters import parse
+
+        pred = parse(req.args.get("filter"))
+        return _list_response("regions", project, "", [r for r in self.b.regions(project) if pred(r)], req)
+
+    def on_region(self, req: Request, body: dict, project: str, region: str) -> dict:
+        return self.b.region(project, region)
+
+    def on_machine_types(self, req: Request, body: dict, project: str, zone: str) -> dict:
+        from .filters import parse
+
+        pred = parse(req.args.get("filter"))
+        items = [m for m in self.b.machine_types(project, zone) if pred(m)]
+        return _list_response("machineTypes", project, f"zones/{zone}", items, req)
+
+    def on_machine_type(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
+        return self.b.machine_type(project, zone, name)
+
+    def on_accelerator_types(self, req: Request, body: dict, project: str, zone: str) -> dict:
+        from .filters import parse
+
+        pred = parse(req.args.get("filter"))
+        items = [a for a in self.b.accelerator_types(project, zone) if pred(a)]
+        return _list_response("acceleratorTypes", project, f"zones/{zone}", items, req)
+
+    def on_accelerator_type(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
+        return self.b.accelerator_type(project, zone, name)
+
+    def on_images(self, req: Request, body: dict, project: str) -> dict:
+        return _list_response("images", project, "global", self.b.images(project), req)
+
+    def on_image(self, req: Request, body: dict, project: str, name: str) -> dict:
+        return self.b.image(project, name=name)
+
+    def on_image_family(self, req: Request, body: dict, project: str, family: str) -> dict:
+        return self.b.image(project, family=family)
+
+    def on_aggregated(self, req: Request, body: dict, project: str, kind: str) -> dict:
+        from .filters import parse
+
+        flt = req.args.get("filter")
+        if kind == "operations":
+            pred = parse(flt)
+            grouped = {s: [o for o in ops if pred(o)] for s, ops in self.b.aggregated_operations(project).items()}
+        elif kind in ("machineTypes", "acceleratorTypes"):
+            pred = parse(flt)
+            fetch = self.b.machine_types if kind == "machineTypes" else self.b.accelerator_types
+            grouped = {f"zones/{z}": [m for m in fetch(project, z) if pred(m)]
+                       for zones in self.b.world.regions.values() for z in zones}
+        else:
+            grouped = self.b.aggregated(project, kind, flt)
+        return _aggregated_response(kind, project, grouped, req)
+
+    # -- generic collections -----------------------------------------------------------
+    def on_list(self, req: Request, body: dict, project: str, kind: str, **scope: str) -> dict:
+        path = f"{_scope(scope)}/{kind}"
+        self._check_scope(scope)
+        return _list_response(kind, project, _scope(scope), self.b.list(project, path, req.args.get("filter")), req)
+
+    def on_get(self, req: Request, body: dict, project: str, kind: str, name: str, **scope: str) -> dict:
+        self._check_scope(scope)
+        return self.b.get(project, f"{_scope(scope)}/{kind}", name)
+
+    def on_delete(self, req: Request, body: dict, project: str, kind: str, name: str, **scope: str) -> dict:
+        self._check_scope(scope)
+        return self.b.delete(project, f"{_scope(scope)}/{kind}", name, req.args.get("requestId"))
+
+    def on_insert(self, req: Request, body: dict, project: str, kind: str, **scope: str) -> dict:
+        rid = req.args.get("requestId")
+        if kind == "instances":
+            return self.b.insert_instance(project, scope["zone"], body, rid)
+        if kind == "reservations":
+            return self.b.insert_reservation(project, scope["zone"], body, rid)
+        if kind == "subnetworks":
+            return self.b.insert_subnetwork(project, scope["region"], body, rid)
+        if kind == "resourcePolicies":
+            return self.b.insert_resource_policy(project, scope["region"], body, rid)
+        if kind == "networks":
+            return self.b.insert_network(project, body, rid)
+        if kind == "firewalls":
+            return self.b.insert_firewall(project, body, rid)
+        raise ApiError(400, "invalid", f"Creating {kind} is not supported by the emulator.")
+
+    def _check_scope(self, scope: dict) -> None:
+        if "zone" in scope:
+            self.b._check_zone(scope["zone"])
+        elif "region" in scope:
+            self.b._check_region(scope["region"])
+
+    # -- instance verbs ----------------------------------------------------------------
+    def on_bulk_insert(self, req: Request, body: dict, project: str, zone: str) -> dict:
+        return self.b.bulk_insert(project, zone, body, req.args.get("requestId"))
+
+    def on_instance_action(self, req: Request, body: dict, project: str, zone: str, name: str, action: str) -> dict:
+        rid = req.args.get("requestId")
+        if action == "setLabels":
+            return self.b.set_labels(project, zone, name, body, rid)
+        if action == "setMetadata":
+            return self.b.set_metadata(project, zone, name, body, rid)
+        if action == "stop":
+            return self.b.stop(project, zone, name, rid)
+        return self.b.start(project, zone, name, rid)
+
+    # -- operations --------------------------------------------------------------------
+    def on_ops_list(self, req: Request, body: dict, project: str, **scope: str) -> dict:
+        self._check_scope(scope)
+        items = self.b.list_operations(project, _scope(scope), req.args.get("filter"))
+        return _list_response("operations", project, _scope(scope), items, req)
+
+    def on_op_get(self, req: Request, body: dict, project: str, op: str, **scope: str) -> dict:
+        return self.b.get_operation(project, _scope(scope), op)
+
+    def on_op_wait(self, req: Request, body: dict, project: str, op: str, **scope: str) -> dict:
+        return self.b.wait_operation(project, _scope(scope), op, timeout=self.wait_timeout)
+
+    def on_op_delete(self, req: Request, body: dict, project: str, op: str, **scope: str) -> None:
+        self.b.delete_operation(project, _scope(scope), op)
+        return None
+
+    wait_timeout = 120.0  # the real operations.wait returns after at most about 2 minutes
+
+
+__all__ = ["ComputeRest", "ZONAL", "REGIONAL", "GLOBAL"]

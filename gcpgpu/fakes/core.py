@@ -1,0 +1,265 @@
+"""Shared machinery of the emulator: errors in Google's wire shape, a clock, faults, a request log.
+
+Backends hold state and raise ApiError; front ends (REST, gRPC) turn state and errors into wire
+formats. Nothing here knows about a particular API.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# HTTP status -> the canonical status name Google puts next to the code.
+HTTP_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+RFC1035 = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+RFC1035_PATTERN = "(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)"
+
+
+class ApiError(Exception):
+    """An error as the real API returns it: HTTP code, reason, message, optional details."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        domain: str = "global",
+        details: list[dict] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.domain = domain
+        self.details = details or []
+
+    def to_json(self) -> dict:
+        """Google's error body: {"error": {"code", "message", "errors": [...], "status", "details"}}."""
+        body: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "errors": [{"message": self.message, "domain": self.domain, "reason": self.reason}],
+        }
+        if self.code in HTTP_STATUS_NAMES:
+            body["status"] = HTTP_STATUS_NAMES[self.code]
+        if self.details:
+            body["details"] = self.details
+        return {"error": body}
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, "notFound", f"The resource '{what}' was not found")
+
+
+def already_exists(what: str) -> ApiError:
+    return ApiError(409, "alreadyExists", f"The resource '{what}' already exists")
+
+
+def invalid(field_name: str, value: Any, why: str) -> ApiError:
+    return ApiError(400, "invalid", f"Invalid value for field '{field_name}': '{value}'. {why}")
+
+
+def required(field_name: str) -> ApiError:
+    return ApiError(400, "required", f"Required field '{field_name}' not specified")
+
+
+def check_name(field_name: str, name: Any) -> None:
+    """Names of Compute resources follow RFC 1035, as the real API enforces."""
+    if not isinstance(name, str) or not name:
+        raise required(field_name)
+    if not RFC1035.match(name):
+        raise invalid(field_name, name, f"Must be a match of regex '{RFC1035_PATTERN}'")
+
+
+class Clock:
+    """Wall-clock seconds; tests may advance a frozen clock by hand instead of sleeping."""
+
+    def __init__(self) -> None:
+        self._offset = 0.0
+        self._frozen: float | None = None
+
+    def now(self) -> float:
+        return (self._frozen if self._frozen is not None else time.time()) + self._offset
+
+    def advance(self, seconds: float) -> None:
+        self._offset += seconds
+
+    def freeze(self) -> None:
+        self._frozen = time.time()
+
+    def unfreeze(self) -> None:
+        self._frozen = None
+
+
+def rfc3339(ts: float) -> str:
+    """Compute's timestamps: RFC 3339 with milliseconds and a -07:00 style offset (we use UTC)."""
+    t = time.gmtime(ts)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int((ts % 1) * 1000):03d}-00:00"
+
+
+def fingerprint(value: Any) -> str:
+    """A content fingerprint like Compute's (base64 of a hash), used for optimistic locking."""
+    raw = json.dumps(value, sort_keys=True).encode()
+    return base64.b64encode(hashlib.sha256(raw).digest()[:8]).decode()
+
+
+class IdSource:
+    """Numeric resource ids (uint64 as decimal strings on the wire), unique per emulator."""
+
+    def __init__(self, start: int = 1000000000000000000) -> None:
+        self._counter = itertools.count(start)
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            return str(next(self._counter))
+
+
+@dataclass
+class Faults:
+    """What can go wrong on purpose; deterministic under `seed`.
+
+    capacity:       {zone: {machine_type: VMs still obtainable}}; 0 means stocked out.
+    quotas:         {region: {metric: limit}}, overriding the world's defaults.
+    error_rate:     share of matching requests answered with one of `error_codes` before reaching
+                    the backend (as a flaky front end would).
+    error_methods:  HTTP methods the error rate applies to (mutations by default).
+    latency_ms:     added to every API request.
+    operation_seconds: how long an operation takes from PENDING to DONE (None: the world's default).
+    """
+
+    capacity: dict[str, dict[str, int]] = field(default_factory=dict)
+    quotas: dict[str, dict[str, float]] = field(default_factory=dict)
+    error_rate: float = 0.0
+    error_codes: list[int] = field(default_factory=lambda: [503])
+    error_methods: list[str] = field(default_factory=lambda: ["POST", "DELETE", "PATCH", "PUT"])
+    latency_ms: float = 0.0
+    operation_seconds: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._lock = threading.Lock()
+
+    # -- knobs used from tests ------------------------------------------------------------
+    def stockout(self, zone: str, machine_type: str) -> None:
+        self.capacity.setdefault(zone, {})[machine_type] = 0
+
+    def set_capacity(self, zone: str, machine_type: str, count: int) -> None:
+        self.capacity.setdefault(zone, {})[machine_type] = count
+
+    def set_quota(self, region: str, metric: str, limit: float) -> None:
+        self.quotas.setdefault(region, {})[metric] = limit
+
+    def reseed(self, seed: int) -> None:
+        self.seed = seed
+        self._rng = random.Random(seed)
+
+    def roll_error(self, method: str) -> int | None:
+        """The HTTP code to fail this request with, or None; draws from the seeded stream."""
+        if self.error_rate <= 0 or method.upper() not in self.error_methods:
+            return None
+        with self._lock:
+            hit = self._rng.random() < self.error_rate
+            return self._rng.choice(self.error_codes) if hit else None
+
+    def take_capacity(self, zone: str, machine_type: str, count: int) -> int:
+        """How many of `count` VMs the zone can give now; consumes what it gives."""
+        with self._lock:
+            left = self.capacity.get(zone, {}).get(machine_type)
+            if left is None:
+                return count
+            given = min(left, count)
+            self.capacity[zone][machine_type] = left - given
+            return given
+
+    def give_back(self, zone: str, machine_type: str, count: int) -> None:
+        """Return capacity taken for a request that did not go ahead."""
+        with self._lock:
+            if machine_type in self.capacity.get(zone, {}):
+                self.capacity[zone][machine_type] += count
+
+    def to_dict(self) -> dict:
+        return {
+            "capacity": self.capacity,
+            "quotas": self.quotas,
+            "error_rate": self.error_rate,
+            "error_codes": self.error_codes,
+            "error_methods": self.error_methods,
+            "latency_ms": self.latency_ms,
+            "operation_seconds": self.operation_seconds,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Faults:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown fault setting(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def update(self, data: dict) -> None:
+        fresh = Faults.from_dict({**self.to_dict(), **data})
+        self.__dict__.update(fresh.__dict__)
+
+
+@dataclass
+class LoggedRequest:
+    api: str
+    method: str
+    path: str
+    query: str
+    status: int
+    seconds: float
+
+
+class RequestLog:
+    """Every API request the emulator answered, so tests can count calls (or prove there were none)."""
+
+    def __init__(self) -> None:
+        self._items: list[LoggedRequest] = []
+        self._lock = threading.Lock()
+
+    def add(self, item: LoggedRequest) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def all(self, api: str | None = None, method: str | None = None, contains: str | None = None) -> list[LoggedRequest]:
+        with self._lock:
+            items = list(self._items)
+        return [
+            r
+            for r in items
+            if (api is None or r.api == api)
+            and (method is None or r.method == method)
+            and (contains is None or contains in r.path)
+        ]

@@ -1,0 +1,296 @@
+"""The emulator as a process: one WSGI app (REST APIs + control endpoints), an optional gRPC server,
+a state file, and the same backends behind `mock_gcp()` (in-process) and `gcpgpu emulator start`.
+
+Everything binds 127.0.0.1: the emulator has no authentication and must never face a network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+from .compute.backend import ComputeBackend
+from .compute.rest import ComputeRest
+from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
+from .world import default_world
+
+HOST = "127.0.0.1"
+STATE_VERSION = 1
+
+# Later APIs plug in here: REST front ends by path prefix, gRPC services by factory.
+# A gRPC factory takes the Emulator and returns a grpc.GenericRpcHandler.
+GRPC_SERVICE_FACTORIES: list[Callable[[Emulator], Any]] = []
+
+_TRANSIENT = {
+    429: ("rateLimitExceeded", "Rate Limit Exceeded"),
+    500: ("backendError", "Internal error. Please try again."),
+    502: ("backendError", "Bad gateway."),
+    503: ("backendError", "The service is currently unavailable."),
+    504: ("backendError", "Deadline exceeded."),
+    408: ("requestTimeout", "Request timeout."),
+}
+
+
+def _json(status: int, body: Any) -> Response:
+    if body is None:
+        return Response(b"", status=status if status != 200 else 204)
+    return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Werkzeug logs every request to stderr; the emulator keeps its own request log instead."""
+
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class Emulator:
+    """State (backends, faults, clock, request log) plus the servers that expose it."""
+
+    def __init__(self, faults: Faults | None = None, state_file: str | os.PathLike | None = None) -> None:
+        self.world = default_world()
+        self.faults = faults or Faults()
+        self.clock = Clock()
+        self.ids = IdSource()
+        self.requests = RequestLog()
+        self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
+        self._compute_rest = ComputeRest(self.compute)
+        self.state_file = Path(state_file) if state_file else None
+        self._http = None
+        self._http_thread: threading.Thread | None = None
+        self._grpc = None
+        self.port: int | None = None
+        self.grpc_port: int | None = None
+        if self.state_file and self.state_file.exists():
+            self.load(self.state_file)
+
+    # -- state ---------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every resource, fault and logged request (the world's data stays)."""
+        self.compute.reset()
+        self.faults.update(Faults().to_dict())
+        self.requests.clear()
+        self.clock.unfreeze()
+        self.clock._offset = 0.0
+
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        target = Path(path or self.state_file or ".emulator-state.json")
+        data = {"version": STATE_VERSION, "compute": self.compute.snapshot(), "faults": self.faults.to_dict()}
+        tmp = target.with_suffix(target.suffix + ".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, target)  # atomic: a crash mid-write never leaves half a state file
+        return target
+
+    def load(self, path: str | os.PathLike) -> None:
+        data = json.loads(Path(path).read_text())
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"{path}: state file version {data.get('version')} is not {STATE_VERSION}")
+        self.compute.restore(data.get("compute", {}))
+        self.faults.update(data.get("faults", {}))
+
+    # -- addresses -----------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the emulator is not started")
+        return f"{HOST}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def info(self) -> dict:
+        return {
+            "name": "gcpgpu-emulator",
+            "rest": self.address,
+            "grpc": f"{HOST}:{self.grpc_port}" if self.grpc_port else None,
+            "apis": {"compute": f"{self.url}/compute/v1/"},
+            "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
+        }
+
+    # -- WSGI ----------------------------------------------------------------------------
+    def wsgi(self, environ: dict, start_response: Callable) -> Any:
+        request = Request(environ)
+        if request.path.startswith("/_emulator/"):
+            response = self._control(request)
+        elif request.path.startswith("/batch/") and request.method == "POST":
+            response = self._batch(request)
+        else:
+            response = self._api(request)
+        return response(environ, start_response)
+
+    def _api(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        api = request.path.strip("/").split("/", 1)[0]
+        status = 500
+        try:
+            if self.faults.latency_ms:
+                time.sleep(self.faults.latency_ms / 1000.0)
+            code = self.faults.roll_error(request.method)
+            if code is not None:
+                reason, message = _TRANSIENT.get(code, ("backendError", "Injected failure."))
+                raise ApiError(code, reason, message)
+            if api == "compute":
+                status, body = self._compute_rest.handle(request)
+            else:
+                raise ApiError(404, "notFound", f"The emulator serves no API at {request.path}.")
+            response = _json(status, body)
+        except ApiError as e:
+            status = e.code
+            response = _json(e.code, e.to_json())
+        except Exception as e:  # a bug in the emulator: say so in Google's shape, never hang the client
+            status = 500
+            response = _json(500, ApiError(500, "backendError", f"emulator error: {type(e).__name__}: {e}").to_json())
+        self.requests.add(
+            LoggedRequest(api, request.method, request.path, request.query_string.decode(), status, time.perf_counter() - t0)
+        )
+        return response
+
+    def _batch(self, request: Request) -> Response:
+        """Google's HTTP batch (multipart/mixed of application/http parts), as gcloud sends for many VMs."""
+        from email.parser import BytesParser
+        from email.policy import HTTP
+
+        from werkzeug.test import EnvironBuilder
+
+        header = f"Content-Type: {request.headers.get('Content-Type', '')}\r\n\r\n".encode()
+        message = BytesParser(policy=HTTP).parsebytes(header + request.get_data())
+        boundary = "batch_gcpgpu_emulator"
+        out: list[bytes] = []
+        for part in message.iter_parts():
+            raw = part.get_payload(decode=True) or b""
+            head, _, body = raw.replace(b"\r\n", b"\n").partition(b"\n\n")
+            lines = head.decode().split("\n")
+            method, target = lines[0].split(" ")[:2]
+            headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+            path, _, query = target.partition("?")
+            if "://" in path:
+                path = "/" + path.split("://", 1)[1].split("/", 1)[1]
+            env = EnvironBuilder(path=path, method=method, query_string=query, data=body.strip() or None,
+                                 headers=headers).get_environ()
+            sub = self._api(Request(env))
+            content_id = part.get("Content-ID", "").strip("<>")
+            out.append(
+                f"--{boundary}\r\nContent-Type: application/http\r\nContent-ID: <response-{content_id}>\r\n\r\n"
+                f"HTTP/1.1 {sub.status}\r\nContent-Type: application/json\r\n\r\n".encode()
+                + sub.get_data() + b"\r\n"
+            )
+        out.append(f"--{boundary}--\r\n".encode())
+        return Response(b"".join(out), status=200, content_type=f"multipart/mixed; boundary={boundary}")
+
+    def _control(self, request: Request) -> Response:
+        what = request.path[len("/_emulator/"):].strip("/")
+        if what == "info":
+            return _json(200, self.info())
+        if what == "reset" and request.method == "POST":
+            self.reset()
+            return _json(200, {"reset": True})
+        if what == "faults":
+            if request.method in ("PUT", "POST", "PATCH"):
+                try:
+                    self.faults.update(json.loads(request.get_data() or b"{}"))
+                except (ValueError, TypeError) as e:
+                    return _json(400, ApiError(400, "invalid", str(e)).to_json())
+            return _json(200, self.faults.to_dict())
+        if what == "requests":
+            if request.method == "DELETE":
+                self.requests.clear()
+                return _json(200, {"cleared": True})
+            return _json(200, [r.__dict__ for r in self.requests.all()])
+        if what == "save" and request.method == "POST":
+            return _json(200, {"saved": str(self.save())})
+        return _json(404, ApiError(404, "notFound", f"no emulator control endpoint {request.path}").to_json())
+
+    # -- servers -------------------------------------------------------------------------
+    def start(self, port: int = 0) -> Emulator:
+        """Serve on 127.0.0.1 in background threads; port 0 picks a free one."""
+        self._http = make_server(HOST, port, self.wsgi, threaded=True, request_handler=_QuietHandler)
+        self.port = self._http.server_port
+        self._http_thread = threading.Thread(target=self._http.serve_forever, name="emulator-http", daemon=True)
+        self._http_thread.start()
+        if GRPC_SERVICE_FACTORIES:
+            self._start_grpc()
+        return self
+
+    def _start_grpc(self, port: int = 0) -> None:
+        from concurrent import futures
+
+        import grpc
+
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="emulator-grpc"))
+        self._grpc.add_generic_rpc_handlers([factory(self) for factory in GRPC_SERVICE_FACTORIES])
+        self.grpc_port = self._grpc.add_insecure_port(f"{HOST}:{port}")
+        self._grpc.start()
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        if self._grpc is not None:
+            self._grpc.stop(grace=0.5)
+            self._grpc = None
+        if self.state_file is not None:
+            self.save()
+
+    def __enter__(self) -> Emulator:
+        return self.start() if self.port is None else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+@contextmanager
+def mock_gcp(faults: Faults | None = None) -> Iterator[Emulator]:
+    """An emulator on a free loopback port for the length of a `with` block.
+
+    It sets GCPGPU_EMULATOR, the same variable a user sets by hand, so the code under test builds
+    its clients exactly as it does in production.
+    """
+    emu = Emulator(faults=faults).start()
+    previous = os.environ.get("GCPGPU_EMULATOR")
+    os.environ["GCPGPU_EMULATOR"] = emu.address
+    try:
+        yield emu
+    finally:
+        if previous is None:
+            os.environ.pop("GCPGPU_EMULATOR", None)
+        else:
+            os.environ["GCPGPU_EMULATOR"] = previous
+        emu.stop()
+
+
+def serve_forever(
+    port: int,
+    state_file: str | None = None,
+    faults: Faults | None = None,
+    announce: Callable[[Emulator], None] | None = None,
+) -> None:
+    """Server mode: run until SIGINT/SIGTERM, then save state (if a state file was given) and exit."""
+    emu = Emulator(faults=faults, state_file=state_file)
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        emu.start(port)
+        if announce:
+            announce(emu)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        emu.stop()
+        for s, h in old.items():
+            signal.signal(s, h)

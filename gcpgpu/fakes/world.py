@@ -1,0 +1,82 @@
+"""The emulator's default world, loaded from data: its regions/zones file plus the tool's catalog.
+
+Reads the catalog YAML directly (as data) rather than importing the tool's catalog module, so the
+emulator depends on nothing above it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class MachineTypeInfo:
+    name: str
+    vcpus: int
+    memory_mb: int
+    gpu: str | None
+    gpu_count: int
+
+
+@dataclass(frozen=True)
+class World:
+    regions: dict[str, list[str]]          # region -> zones
+    zone_machine_types: dict[str, list[str]]  # zone -> machine type names offered
+    machine_types: dict[str, MachineTypeInfo]
+    gpus: dict[str, dict]                  # accelerator type -> catalog entry (quota metrics, memory)
+    region_quotas: dict[str, float]
+    global_quotas: dict[str, float]
+    images: dict[str, dict[str, str]]      # image project -> family -> image
+    timings: dict[str, float]
+
+    def region_of(self, zone: str) -> str | None:
+        for region, zones in self.regions.items():
+            if zone in zones:
+                return region
+        return None
+
+    def accelerators_in_zone(self, zone: str) -> list[str]:
+        names = {self.machine_types[m].gpu for m in self.zone_machine_types.get(zone, [])}
+        return sorted(n for n in names if n)
+
+
+def _read(package: str, name: str) -> dict:
+    return yaml.load(resources.files(package).joinpath(name).read_text(), Loader=_Loader)
+
+
+@cache
+def default_world() -> World:
+    """The world every emulator starts from (cached: it is immutable)."""
+    catalog = _read("gcpgpu", "data/machines.yaml")
+    data = _read("gcpgpu.fakes", "data/world.yaml")
+    machine_types = {
+        name: MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), m["gpu"], int(m["gpu_count"]))
+        for name, m in catalog["machine_types"].items()
+    }
+    general = data.get("general_machine_types", {})
+    for name, m in general.items():
+        machine_types[name] = MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), None, 0)
+    regions: dict[str, list[str]] = {}
+    zone_types: dict[str, list[str]] = {}
+    for region, rdata in data["regions"].items():
+        regions[region] = list(rdata["zones"])
+        for zone, patterns in rdata["zones"].items():
+            offered = [m for m in catalog["machine_types"] if any(fnmatch.fnmatch(m, p) for p in patterns)]
+            zone_types[zone] = offered + list(general)
+    return World(
+        regions=regions,
+        zone_machine_types=zone_types,
+        machine_types=machine_types,
+        gpus=catalog["gpus"],
+        region_quotas={k: float(v) for k, v in data["default_region_quotas"].items()},
+        global_quotas={k: float(v) for k, v in data["default_global_quotas"].items()},
+        images=data["images"],
+        timings={k: float(v) for k, v in data["timings"].items()},
+    )

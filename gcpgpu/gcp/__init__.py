@@ -1,0 +1,1 @@
+"""Thin adapters over Google's client libraries (imported lazily: they cost seconds to load)."""

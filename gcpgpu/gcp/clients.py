@@ -1,0 +1,81 @@
+"""The one place that builds Google clients, for the real cloud or for the emulator.
+
+Real mode: Application Default Credentials and Google's default endpoints.
+Emulator mode (`--emulator HOST:PORT` or GCPGPU_EMULATOR): AnonymousCredentials, REST over plain
+http to the emulator, insecure gRPC channels to the port the emulator announces.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from functools import cached_property
+from typing import Any
+
+# The operations clients a compute_v1 client's ExtendedOperation polls through.
+_OPERATION_SERVICES = {
+    "zone_operations": "ZoneOperationsClient",
+    "region_operations": "RegionOperationsClient",
+    "global_operations": "GlobalOperationsClient",
+}
+
+
+class Clients:
+    """Builds (and caches) Google API clients; one instance per command invocation."""
+
+    def __init__(self, emulator: str | None = None, project: str | None = None) -> None:
+        self.emulator = emulator
+        self.project = project
+        self._cache: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def is_emulated(self) -> bool:
+        return self.emulator is not None
+
+    @cached_property
+    def emulator_info(self) -> dict:
+        """What the emulator serves and on which ports (from its info endpoint on the REST port)."""
+        if not self.emulator:
+            raise RuntimeError("not in emulator mode")
+        url = f"http://{self.emulator}/_emulator/info"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - loopback emulator only
+                return json.loads(r.read())
+        except OSError as e:
+            from gcpgpu.errors import CloudError
+
+            raise CloudError(f"cannot reach the emulator at {self.emulator} ({e}); start it with 'gcpgpu emulator start'") from e
+
+    def _credentials(self) -> Any:
+        if self.emulator:
+            from google.auth.credentials import AnonymousCredentials
+
+            return AnonymousCredentials()
+        return None  # the libraries find Application Default Credentials themselves
+
+    def compute(self, name: str) -> Any:
+        """A google.cloud.compute_v1 client by class name, e.g. compute("InstancesClient")."""
+        with self._lock:
+            if name not in self._cache:
+                self._cache[name] = self._build_compute(name)
+            return self._cache[name]
+
+    def _build_compute(self, name: str) -> Any:
+        from google.cloud import compute_v1
+
+        cls = getattr(compute_v1, name)
+        if not self.emulator:
+            return cls()
+        from google.api_core.client_options import ClientOptions
+
+        opts = ClientOptions(api_endpoint=f"http://{self.emulator}")
+        client = cls(credentials=self._credentials(), client_options=opts)
+        # Polling trap: ExtendedOperation.result() polls through operations clients the transport
+        # builds itself, with the default endpoint (https://compute.googleapis.com). Give it ours.
+        services = getattr(client._transport, "_extended_operations_services", None)
+        if services is not None:
+            for key, ops_name in _OPERATION_SERVICES.items():
+                services[key] = getattr(compute_v1, ops_name)(credentials=self._credentials(), client_options=opts)
+        return client
