@@ -1,0 +1,175 @@
+"""`gcpgpu emulator`: run the offline GCP emulator and point tools at it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.output import emit, info
+from gcpgpu.settings import Settings
+
+DEFAULT_PORT = 8085
+
+
+def _gcloud_commands(address: str, config_dir: str) -> list[str]:
+    base = f"http://{address}"
+    return [
+        f"export CLOUDSDK_CONFIG={shlex.quote(config_dir)}",
+        "gcloud config set auth/disable_credentials true",
+        f"gcloud config set api_endpoint_overrides/compute {base}/compute/v1/",
+        "gcloud config set core/project emulator-project",
+    ]
+
+
+def _announce(emu: Any, state_file: str | None) -> None:
+    address = emu.address
+    lines = [
+        f"gcpgpu emulator listening on http://{address} (REST)"
+        + (f" and {emu.info()['grpc']} (gRPC)" if emu.grpc_port else ""),
+        "Everything is simulated in memory: no VM, GPU or network exists." + (
+            f" State is kept in {state_file}." if state_file else ""),
+        "",
+        "Point gcpgpu at it:",
+        f"  export GCPGPU_EMULATOR={address}      # or: gcpgpu --emulator {address} ...",
+        "",
+        "Point Google's Python client libraries at it:",
+        "  from google.auth.credentials import AnonymousCredentials",
+        "  from google.cloud import compute_v1",
+        f"  compute_v1.InstancesClient(credentials=AnonymousCredentials(), client_options={{'api_endpoint': 'http://{address}'}})",
+        "  (or let gcpgpu.gcp.clients.Clients(emulator=...) build them: it also redirects operation polling)",
+        "",
+        "Point gcloud at it (a scratch config, so your real one is untouched):",
+        *[f"  {c}" for c in _gcloud_commands(address, "/tmp/gcpgpu-emulator-gcloud")],
+        "",
+        "Stop with Ctrl-C (or SIGTERM).",
+    ]
+    click.echo("\n".join(lines), err=True)
+
+
+def _address(settings: Settings) -> str:
+    if not settings.emulator:
+        raise UsageProblem("no emulator given: pass --emulator HOST:PORT or set GCPGPU_EMULATOR")
+    return settings.emulator
+
+
+def _control(address: str, what: str, method: str = "GET", body: dict | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://{address}/_emulator/{what}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback emulator
+            return json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        detail = json.loads(e.read() or b"{}").get("error", {}).get("message", str(e))
+        raise CloudError(f"emulator at {address}: {detail}") from e
+    except OSError as e:
+        raise CloudError(f"cannot reach the emulator at {address} ({e}); start it with 'gcpgpu emulator start'") from e
+
+
+def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageProblem(f"--set {pair!r} must look like KEY=VALUE, e.g. --set error_rate=0.3")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _load_faults_file(path: str) -> dict:
+    import yaml
+
+    text = Path(path).read_text()
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise UsageProblem(f"--faults {path}: expected a mapping of fault settings, got {type(data).__name__}")
+    return data
+
+
+@click.group()
+def emulator() -> None:
+    """Run the offline GCP emulator (Compute Engine over REST) and point tools at it."""
+
+
+@emulator.command()
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="REST port on 127.0.0.1 (the one gcloud's api_endpoint_overrides names); 0 picks a free one.")
+@click.option("--state-file", type=click.Path(dir_okay=False), help="Load state from FILE at start, save it there on stop.")
+@click.option("--faults", "faults_file", type=click.Path(exists=True, dir_okay=False),
+              help="YAML/JSON file of fault settings (capacity, quotas, error_rate, latency_ms, operation_seconds, seed).")
+@click.option("--seed", type=int, help="Seed for injected failures (deterministic runs).")
+@click.option("--latency-ms", type=click.FloatRange(0), help="Latency added to every API request.")
+@click.option("--operation-seconds", type=click.FloatRange(0), help="How long each operation takes to finish.")
+@click.option("--error-rate", type=click.FloatRange(0, 1), help="Share of mutating requests answered with 503.")
+def start(port: int, state_file: str | None, faults_file: str | None, seed: int | None, latency_ms: float | None,
+          operation_seconds: float | None, error_rate: float | None) -> None:
+    """Serve the emulator on 127.0.0.1 until Ctrl-C or SIGTERM.
+
+    It binds the loopback address only: it has no authentication and must never face a network.
+    """
+    from gcpgpu.fakes.core import Faults
+    from gcpgpu.fakes.server import serve_forever
+
+    settings: dict[str, Any] = _load_faults_file(faults_file) if faults_file else {}
+    for key, value in (("seed", seed), ("latency_ms", latency_ms), ("operation_seconds", operation_seconds),
+                       ("error_rate", error_rate)):
+        if value is not None:
+            settings[key] = value
+    try:
+        faults = Faults.from_dict(settings)
+    except (TypeError, ValueError) as e:
+        raise UsageProblem(f"--faults: {e}") from e
+    try:
+        serve_forever(port, state_file=state_file, faults=faults, announce=lambda emu: _announce(emu, state_file))
+    except OSError as e:
+        raise CloudError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); choose another --port") from e
+
+
+@emulator.command("info")
+@click.pass_obj
+def info_cmd(settings: Settings) -> None:
+    """Show what a running emulator serves and on which ports."""
+    emit(_control(_address(settings), "info"))
+
+
+@emulator.command()
+@click.option("--set", "pairs", multiple=True, metavar="KEY=VALUE",
+              help="Change one fault setting, e.g. --set error_rate=0.3 or --set 'capacity={\"us-central1-a\": {\"a3-highgpu-8g\": 0}}'.")
+@click.option("--file", "faults_file", type=click.Path(exists=True, dir_okay=False), help="Apply settings from a YAML/JSON file.")
+@click.pass_obj
+def faults(settings: Settings, pairs: tuple[str, ...], faults_file: str | None) -> None:
+    """Show, or change, a running emulator's injected faults."""
+    address = _address(settings)
+    changes = {**(_load_faults_file(faults_file) if faults_file else {}), **_parse_settings(pairs)}
+    result = _control(address, "faults", "PUT", changes) if changes else _control(address, "faults")
+    emit(result)
+
+
+@emulator.command()
+@click.pass_obj
+def reset(settings: Settings) -> None:
+    """Forget every resource, fault and logged request of a running emulator."""
+    _control(_address(settings), "reset", "POST", {})
+    info("emulator reset")
+
+
+@emulator.command("gcloud-env")
+@click.option("--config-dir", default="/tmp/gcpgpu-emulator-gcloud", show_default=True,
+              help="Scratch CLOUDSDK_CONFIG directory, so your real gcloud configuration is untouched.")
+@click.pass_obj
+def gcloud_env(settings: Settings, config_dir: str) -> None:
+    """Print the shell commands that point gcloud at a running emulator (eval them)."""
+    address = _address(settings)
+    _control(address, "info")  # fail early, with one line, if nothing is listening there
+    sys.stdout.write("\n".join(_gcloud_commands(address, config_dir)) + "\n")
