@@ -168,3 +168,34 @@ def get_machine_type(name: str, *, option: str = "--machine-type") -> MachineTyp
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else ""
     raise UsageProblem(f"{option} {name!r} is not a known GPU machine type{hint} (see 'gcpgpu catalog')")
+
+
+@functools.cache
+def availability() -> MappingProxyType[str, MappingProxyType[str, tuple[str, ...]]]:
+    """region -> zone -> GPU machine types offered there (the catalog's `availability` table)."""
+    import fnmatch
+
+    table = {}
+    for region, entry in _raw()["availability"]["regions"].items():
+        table[region] = MappingProxyType({
+            zone: tuple(m for m in machine_types() if any(fnmatch.fnmatchcase(m, p) for p in patterns))
+            for zone, patterns in entry["zones"].items()
+        })
+    return MappingProxyType(table)
+
+
+def availability_as_of() -> str:
+    return str(_raw()["availability"]["as_of"])
+
+
+def region_of(zone: str) -> str | None:
+    """The catalog region a zone belongs to, or None for a zone the catalog does not know."""
+    for region, zones in availability().items():
+        if zone in zones:
+            return region
+    return None
+
+
+def zones_offering(machine_type: str, region: str) -> list[str]:
+    """The zones of `region` where the catalog says `machine_type` is offered, in order."""
+    return [z for z, offered in availability().get(region, {}).items() if machine_type in offered]

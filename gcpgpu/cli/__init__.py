@@ -27,6 +27,7 @@ from gcpgpu.settings import FORMATS, Settings
 # yet is left out of listings and help, so the registry can run ahead of the code.
 COMMANDS: dict[str, str] = {
     "catalog": "gcpgpu.cli.catalog:catalog",
+    "cluster": "gcpgpu.cli.cluster:cluster",
     "emulator": "gcpgpu.cli.emulator:emulator",
 }
 
@@ -112,11 +113,29 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             raise Interrupted() from None
         except Exception as exc:
-            if not is_google_error(exc):
+            if is_google_error(exc):
+                message = describe_google_error(exc)
+            elif _is_connection_error(exc):
+                message = f"cannot reach the API endpoint: {_connection_target(ctx, exc)}"
+            else:
                 raise  # our own bug: the traceback is the useful report
             if ctx.find_root().params.get("verbose"):  # a nested LazyGroup sees the root's flag
                 traceback.print_exception(exc, file=sys.stderr)
-            raise CloudError(describe_google_error(exc)) from exc
+            raise CloudError(message) from exc
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    """requests' (REST) connection failures, checked by name so requests is not imported here."""
+    return any(cls.__module__.startswith("requests") and cls.__name__ == "ConnectionError"
+               for cls in type(exc).__mro__) or isinstance(exc, ConnectionError)
+
+
+def _connection_target(ctx: click.Context, exc: BaseException) -> str:
+    settings = ctx.find_root().obj
+    emulator = getattr(settings, "emulator", None)
+    if emulator:
+        return f"no emulator answers at {emulator} (start one with 'gcpgpu emulator start')"
+    return f"{type(exc).__name__} (check your network connection)"
 
 
 @click.group(

@@ -65,7 +65,7 @@ def default_world() -> World:
         machine_types[name] = MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), None, 0)
     regions: dict[str, list[str]] = {}
     zone_types: dict[str, list[str]] = {}
-    for region, rdata in data["regions"].items():
+    for region, rdata in catalog["availability"]["regions"].items():
         regions[region] = list(rdata["zones"])
         for zone, patterns in rdata["zones"].items():
             offered = [m for m in catalog["machine_types"] if any(fnmatch.fnmatch(m, p) for p in patterns)]

@@ -1,0 +1,242 @@
+"""`gcpgpu cluster`: compact-placed GPU clusters that come up fast, fail over, and leave nothing behind."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gcpgpu.errors import Interrupted, UsageProblem
+from gcpgpu.output import emit, info
+from gcpgpu.settings import Settings
+
+NODE_COLUMNS = [("name", "NAME"), ("zone", "ZONE"), ("internal_ip", "INTERNAL IP"), ("status", "STATUS"),
+                ("gpus", "GPUS"), ("rank", "RANK")]
+
+
+def _spec_options(fn: Callable) -> Callable:
+    """The options `up` and `plan` share (the same spec)."""
+    options = [
+        click.argument("name", required=False),
+        click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False),
+                     help="YAML spec (any option below as a key); flags override it."),
+        click.option("--machine-type", help="GPU machine type, e.g. a3-highgpu-8g (see 'gcpgpu catalog')."),
+        click.option("--nodes", type=int, help="Number of VMs (default 1)."),
+        click.option("--zone", help="Create in this zone only."),
+        click.option("--region", help="Region whose zones to try (all that offer the machine, in order)."),
+        click.option("--zones", help="Comma-separated candidate zones, tried in order on stockouts."),
+        click.option("--spot", is_flag=True, default=None, help="Spot VMs (preemptible, much cheaper)."),
+        click.option("--flex-start", metavar="DURATION",
+                     help="DWS flex-start VMs that run at most DURATION (10m..7d, e.g. 4h)."),
+        click.option("--reservation", help="Consume this existing specific reservation."),
+        click.option("--create-reservation", is_flag=True, default=None,
+                     help="Create a reservation for the nodes (placement policy attached) and consume it."),
+        click.option("--no-placement", is_flag=True, default=None, help="No compact placement policy."),
+        click.option("--gpus", type=int, help="Check: GPUs per node you expect (the machine type fixes it)."),
+        click.option("--image", help="Boot image path (default: a Deep Learning VM image with CUDA)."),
+        click.option("--boot-disk-gb", type=int, help="Boot disk size in GB (default 200)."),
+        click.option("--boot-disk-type", help="Boot disk type (default pd-balanced)."),
+        click.option("--service-account", help="Service account e-mail for the nodes (default: the project's)."),
+        click.option("--scope", "scopes", multiple=True, help="OAuth scope for the nodes (repeatable)."),
+        click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label for the nodes (repeatable)."),
+        click.option("--network", help="Primary VPC network (default: default)."),
+        click.option("--subnetwork", help="Primary subnetwork (default: the network's in the region)."),
+        click.option("--external-ip", "external_ips", is_flag=True, default=None,
+                     help="Give nodes external IPs (default: none; nodes stay internal)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
+    from gcpgpu.cluster.spec import ClusterSpec, parse_duration
+
+    if kw.get("spot") and kw.get("flex_start"):
+        raise UsageProblem("--spot and --flex-start exclude each other: choose one provisioning model")
+    labels = {}
+    for pair in kw.get("labels") or ():
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageProblem(f"--label {pair!r} must look like KEY=VALUE")
+        labels[key] = value
+    zones = [z.strip() for z in kw["zones"].split(",") if z.strip()] if kw.get("zones") else []
+    if kw.get("zone"):
+        if zones:
+            raise UsageProblem("--zone and --zones exclude each other")
+        zones = [kw["zone"]]
+    flags: dict[str, Any] = {
+        "name": kw.get("name"),
+        "machine_type": kw.get("machine_type"),
+        "nodes": kw.get("nodes"),
+        "region": kw.get("region"),
+        "zones": zones,
+        "reservation": kw.get("reservation"),
+        "create_reservation": kw.get("create_reservation"),
+        "placement": "none" if kw.get("no_placement") else None,
+        "gpus": kw.get("gpus"),
+        "image": kw.get("image"),
+        "boot_disk_gb": kw.get("boot_disk_gb"),
+        "boot_disk_type": kw.get("boot_disk_type"),
+        "service_account": kw.get("service_account"),
+        "scopes": list(kw.get("scopes") or ()),
+        "labels": labels or None,
+        "network": kw.get("network"),
+        "subnetwork": kw.get("subnetwork"),
+        "external_ips": kw.get("external_ips"),
+    }
+    if kw.get("spot"):
+        flags["provisioning"] = "spot"
+    if kw.get("flex_start"):
+        flags["provisioning"] = "flex-start"
+        flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
+    spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
+    return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
+
+
+def _show_plan(plan: Any) -> None:
+    from gcpgpu import catalog
+
+    emit(plan.resources(), [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
+         title=f"Plan for cluster {plan.name}")
+    cost = plan.cost_per_hour
+    price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, catalog prices of {catalog.prices_as_of()})"
+             if cost is not None else "hourly cost unknown (no catalog price)")
+    info(f"{plan.spec.nodes} x {plan.machine.name} = {plan.gpus} x {plan.machine.gpu.model}; {price}")
+    for note in plan.notes:
+        info(f"note: {note}")
+
+
+def _confirm(yes: bool, question: str) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageProblem(f"{question.rstrip('?')}: pass --yes to confirm when not running interactively")
+    if not click.confirm(question, default=False, err=True):
+        raise click.Abort()
+
+
+@click.group()
+def cluster() -> None:
+    """Create, inspect and delete compact-placed A2/A3 GPU clusters."""
+
+
+@cluster.command()
+@_spec_options
+@click.pass_obj
+def plan(settings: Settings, **kw: Any) -> None:
+    """Show what `cluster up` would create, and its hourly cost, without touching the cloud."""
+    from gcpgpu.cluster.plan import plan as make_plan
+
+    spec = _build_spec(settings, kw)
+    p = make_plan(spec, settings.project)
+    if settings.format != "table":
+        emit(p.to_dict())
+        return
+    _show_plan(p)
+
+
+@cluster.command()
+@_spec_options
+@click.option("--dry-run", is_flag=True, help="Print the plan and exit (same as 'cluster plan').")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
+    """Create a GPU cluster (or complete one that exists) and wait until every node is RUNNING.
+
+    Creates a compact placement policy, the GPU NIC networks A3 machines need, internal-only
+    firewall rules, an optional reservation, then all nodes in ONE instances.bulkInsert per zone.
+    On a stockout it cleans that zone and tries the next; on a quota error it stops and removes
+    what it created. Re-running it creates only what is missing.
+    """
+    from gcpgpu.cluster.apply import Cluster, ConsoleReporter
+    from gcpgpu.cluster.plan import plan as make_plan
+
+    spec = _build_spec(settings, kw)
+    project = settings.project
+    p = make_plan(spec, project)
+    if dry_run:
+        if settings.format != "table":
+            emit(p.to_dict())
+        else:
+            _show_plan(p)
+        return
+    if settings.format == "table":
+        _show_plan(p)
+    cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
+    _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
+    try:
+        nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p)
+    except KeyboardInterrupt:
+        info(f"Interrupted. Everything created so far is named and labelled for cluster {p.name}: run "
+             f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to remove it.")
+        raise Interrupted() from None
+    emit([n.row() for n in nodes], NODE_COLUMNS, title=f"Cluster {p.name}: {len(nodes)} node(s) RUNNING")
+
+
+@cluster.command()
+@click.argument("name")
+@click.option("--keep-reservation", is_flag=True, help="Keep the reservation the cluster created.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> None:
+    """Delete a cluster: nodes, then reservation, placement policy, firewall rules and networks.
+
+    Finds everything from GCP itself (labels and names), so it works from any machine, after an
+    interrupted `up`, and again after a `down` (nothing left is not an error).
+    """
+    from gcpgpu.cluster.apply import Cluster, ConsoleReporter
+    from gcpgpu.cluster.spec import RFC1035
+
+    if not RFC1035.match(name):
+        raise UsageProblem(f"NAME {name!r} is not a cluster name (lowercase letters, digits and dashes)")
+    project = settings.project
+    _confirm(yes, f"Delete cluster {name} in project {project}?")
+    try:
+        found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation)
+    except KeyboardInterrupt:
+        info(f"Interrupted. Run 'gcpgpu cluster down {name}' again to finish.")
+        raise Interrupted() from None
+    if settings.format != "table":
+        emit({"cluster": name, "deleted": found.count(), "found": found.summary() if not found.empty else "nothing"})
+    elif not found.empty:
+        info(f"Cluster {name} is gone ({found.summary()} deleted).")
+
+
+@cluster.command()
+@click.argument("name")
+@click.pass_obj
+def status(settings: Settings, name: str) -> None:
+    """Show a cluster's nodes, their state and GPUs, placement policy and reservation use."""
+    from gcpgpu.cluster.apply import Cluster
+    from gcpgpu.errors import CloudError
+
+    obs = Cluster(settings.clients, settings.project).status(name)
+    if obs.empty:
+        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+    if settings.format != "table":
+        emit({"cluster": name, "nodes": [n.row() for n in obs.nodes], "placementPolicies": obs.policies,
+              "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
+              "firewalls": obs.firewalls})
+        return
+    emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
+    for p in obs.policies:
+        used = sum(1 for n in obs.nodes)
+        info(f"placement policy {p['name']} ({p['region']}): COLLOCATED, {used}/{p['vm_count']} VMs")
+    for r in obs.reservations:
+        info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
+    if obs.networks:
+        info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
+
+
+@cluster.command("list")
+@click.pass_obj
+def list_cmd(settings: Settings) -> None:
+    """List the project's gcpgpu clusters (one API call)."""
+    from gcpgpu.cluster.observe import list_clusters
+
+    rows = list_clusters(settings.clients, settings.project)
+    emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
+                ("zones", "ZONE"), ("status", "STATUS")], empty="No gcpgpu clusters in this project.")

@@ -1,0 +1,419 @@
+"""Bring a planned cluster up (reconciling with what exists) and tear clusters down.
+
+up:   observe -> create what is missing (policy, networks, subnets, firewalls) -> per candidate zone:
+      reservation (if asked) + ONE instances.bulkInsert -> on a stockout clean that zone and try the
+      next -> rank labels -> wait until every node is RUNNING. A quota error or running out of zones
+      removes what this run created, so a failed `up` leaves nothing behind.
+down: observe -> instances -> reservation -> placement policy -> firewalls -> subnets -> networks,
+      the order GCP requires, tolerating what is already gone; then observe again to prove it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.errors import Failure, classify, is_not_found
+from gcpgpu.gcp.operations import call, parallel, wait, wait_all
+
+from .observe import Node, Observed, list_nodes, observe, observe_nodes
+from .plan import LABEL_CLUSTER, LABEL_RANK, Plan, rank_of
+
+RUNNING_TIMEOUT = 1800.0
+POLL_SECONDS = 1.0
+
+
+class Reporter:
+    """Progress of a long command. `step` marks each phase (tests interrupt there)."""
+
+    def step(self, key: str, text: str) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def waiting(self, text: str) -> Iterator[Any]:
+        yield lambda _t: None
+
+
+class ConsoleReporter(Reporter):
+    """Phases as lines on stderr, waits as a live spinner (rich)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+
+    def step(self, key: str, text: str) -> None:
+        self.console.print(f"[bold cyan]>[/] {text}")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"  {text}")
+
+    @contextlib.contextmanager
+    def waiting(self, text: str) -> Iterator[Any]:
+        with self.console.status(text) as status:
+            yield lambda t: status.update(t)
+
+
+class QuotaExceeded(CloudError):
+    pass
+
+
+class NoCapacity(CloudError):
+    pass
+
+
+@dataclass
+class Created:
+    """What this run created, so a failure can take exactly that back."""
+
+    policy: tuple[str, str] | None = None  # (region, name)
+    networks: list[str] = field(default_factory=list)
+    subnets: list[tuple[str, str]] = field(default_factory=list)
+    firewalls: list[str] = field(default_factory=list)
+    reservations: list[tuple[str, str]] = field(default_factory=list)  # (zone, name)
+    instances: list[tuple[str, str]] = field(default_factory=list)  # (zone, name)
+
+
+def _msg(cls: Any, body: dict) -> Any:
+    return cls.from_json(json.dumps(body))
+
+
+class Cluster:
+    """Operations on one project's clusters through the Compute API."""
+
+    def __init__(self, clients: Clients, project: str, reporter: Reporter | None = None) -> None:
+        self.clients = clients
+        self.project = project
+        self.report = reporter or Reporter()
+
+    def c(self, name: str) -> Any:
+        return self.clients.compute(name)
+
+    def _wait(self, op: Any) -> None:
+        wait(self.clients, self.project, op)
+
+    def _wait_all_or_raise(self, ops: list[Any]) -> None:
+        errors = [e for e in wait_all(self.clients, self.project, ops) if e is not None]
+        if errors:
+            raise errors[0]
+
+    # ------------------------------------------------------------------ up
+    def up(self, plan: Plan) -> list[Node]:
+        from google.cloud import compute_v1
+
+        name = plan.name
+        self.report.step("observe", f"Looking for existing resources of cluster {name}")
+        obs = observe(self.clients, self.project, name)
+        if not obs.empty:
+            self.report.note(f"found {obs.summary()}: creating only what is missing")
+        self._check_compatible(plan, obs)
+        created = Created()
+        try:
+            self._ensure_shared(plan, obs, created, compute_v1)
+            existing = {n.name: n for n in obs.nodes}
+            missing = [n for n in plan.node_names if n not in existing]
+            zones = sorted({n.zone for n in obs.nodes}) or plan.zones
+            if missing:
+                zone = self._place_nodes(plan, obs, missing, zones, created, compute_v1)
+                self._label_ranks(plan, zone, missing)
+            else:
+                self.report.note(f"all {len(plan.node_names)} node(s) already exist")
+            return self._wait_running(plan)
+        except (QuotaExceeded, NoCapacity):
+            self._rollback(created)
+            raise
+        except KeyboardInterrupt:
+            raise
+        except Exception:
+            self._rollback(created)
+            raise
+
+    def _check_compatible(self, plan: Plan, obs: Observed) -> None:
+        zones = sorted({n.zone for n in obs.nodes})
+        if len(zones) > 1:
+            raise CloudError(f"cluster {plan.name} has nodes in several zones ({', '.join(zones)}); "
+                             f"run 'gcpgpu cluster down {plan.name}' and bring it up again")
+        if zones and zones[0] not in plan.zones:
+            raise CloudError(f"cluster {plan.name} already has nodes in {zones[0]}, outside the zones asked for "
+                             f"({', '.join(plan.zones)}); pass --zone {zones[0]} or take it down first")
+        wrong = sorted({n.machine_type for n in obs.nodes} - {plan.machine.name})
+        if wrong:
+            raise CloudError(f"cluster {plan.name} already has {wrong[0]} nodes, not {plan.machine.name}; "
+                             f"take it down first ('gcpgpu cluster down {plan.name}')")
+        extra = [n.name for n in obs.nodes if n.name not in plan.node_names]
+        if extra:
+            self.report.note(f"note: {len(extra)} node(s) beyond --nodes {plan.spec.nodes} exist and are left alone: "
+                             f"{', '.join(extra[:5])}")
+
+    def _ensure_shared(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> None:
+        """Placement policy, networks, subnets and firewalls: regional/global, shared by every zone attempt."""
+        region = plan.region
+        ops = []
+        if plan.policy and plan.policy["name"] not in {p["name"] for p in obs.policies}:
+            self.report.step("policy", f"Creating compact placement policy {plan.policy['name']} "
+                                       f"(vmCount {plan.spec.nodes}) in {region}")
+            ops.append(call(self.c("ResourcePoliciesClient").insert, {
+                "project": self.project, "region": region,
+                "resource_policy_resource": _msg(cv1.ResourcePolicy, plan.policy)}))
+            created.policy = (region, plan.policy["name"])
+        new_nets = [n for n in plan.networks if n["name"] not in obs.networks]
+        if new_nets:
+            self.report.step("networks", f"Creating {len(new_nets)} GPU NIC network(s) (gVNIC, MTU "
+                                         f"{new_nets[0]['mtu']})")
+        results = parallel(lambda n: call(self.c("NetworksClient").insert, {
+            "project": self.project, "network_resource": _msg(cv1.Network, n)}), new_nets)
+        self._raise_first(results)
+        created.networks += [n["name"] for n in new_nets]
+        ops += results
+        with self.report.waiting("waiting for the placement policy and networks"):
+            self._wait_all_or_raise(ops)
+
+        have_subnets = {s["name"] for s in obs.subnets}
+        new_subs = [s for s in plan.subnets if s["name"] not in have_subnets]
+        new_fws = [f for f in plan.firewalls if f["name"] not in obs.firewalls]
+        if new_subs or new_fws:
+            self.report.step("subnets", f"Creating {len(new_subs)} subnetwork(s) and {len(new_fws)} internal-only "
+                                        "firewall rule(s)")
+        sub_ops = parallel(lambda s: call(self.c("SubnetworksClient").insert, {
+            "project": self.project, "region": region, "subnetwork_resource": _msg(cv1.Subnetwork, s)}), new_subs)
+        fw_ops = parallel(lambda f: call(self.c("FirewallsClient").insert, {
+            "project": self.project, "firewall_resource": _msg(cv1.Firewall, f)}), new_fws)
+        self._raise_first(sub_ops + fw_ops)
+        created.subnets += [(region, s["name"]) for s in new_subs]
+        created.firewalls += [f["name"] for f in new_fws]
+        with self.report.waiting("waiting for subnetworks and firewall rules"):
+            self._wait_all_or_raise(sub_ops + fw_ops)
+
+    @staticmethod
+    def _raise_first(results: list[Any]) -> None:
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    def _place_nodes(self, plan: Plan, obs: Observed, missing: list[str], zones: list[str], created: Created,
+                     cv1: Any) -> str:
+        """Try each candidate zone in turn; return the zone that took every missing node."""
+        failures: list[tuple[str, Failure]] = []
+        for zone in zones:
+            failure = self._try_zone(plan, obs, missing, zone, created, cv1)
+            if failure is None:
+                return zone
+            if failure.kind == "quota":
+                raise QuotaExceeded(self._quota_message(plan, failure, len(missing)))
+            if failure.kind != "stockout":
+                raise CloudError(f"creating {len(missing)} x {plan.machine.name} in {zone} failed: "
+                                 f"{failure.code or ''} {'/'.join(failure.reasons)}: {failure.message}".strip())
+            failures.append((zone, failure))
+            self.report.note(f"{zone}: no capacity ({failure.reasons[0] if failure.reasons else failure.code}); "
+                             + ("trying the next zone" if zone != zones[-1] else "no zones left"))
+        tried = ", ".join(z for z, _ in failures)
+        raise NoCapacity(
+            f"no capacity for {len(missing)} x {plan.machine.name} in {tried}: nothing was left behind; try "
+            "--region with other zones, fewer --nodes, --spot, --flex-start DURATION, or a reservation")
+
+    def _try_zone(self, plan: Plan, obs: Observed, missing: list[str], zone: str, created: Created,
+                  cv1: Any) -> Failure | None:
+        """One zone attempt: reservation (if asked) + one bulkInsert. None on success."""
+        made_reservation = None
+        if plan.reservation and not any(r["name"] == plan.reservation["name"] for r in obs.reservations):
+            self.report.step("reservation", f"Creating reservation {plan.reservation['name']} "
+                                            f"({plan.spec.nodes} x {plan.machine.name}) in {zone}")
+            try:
+                self._wait(call(self.c("ReservationsClient").insert, {
+                    "project": self.project, "zone": zone,
+                    "reservation_resource": _msg(cv1.Reservation, plan.reservation)}))
+                made_reservation = (zone, plan.reservation["name"])
+                created.reservations.append(made_reservation)
+            except Exception as e:
+                if not _is_google(e):
+                    raise
+                return classify(e, from_operation=True)
+
+        self.report.step("instances", f"Creating {len(missing)} x {plan.machine.name} in {zone} "
+                                      "(one instances.bulkInsert)")
+        body = _msg(cv1.BulkInsertInstanceResource, plan.bulk_insert_body(missing))
+        try:
+            op = call(self.c("InstancesClient").bulk_insert, {
+                "project": self.project, "zone": zone, "bulk_insert_instance_resource_resource": body})
+            with self.report.waiting(f"waiting for bulkInsert in {zone}"):
+                self._wait(op)
+        except Exception as e:
+            if not _is_google(e):
+                raise
+            failure = classify(e, from_operation=True)
+            if failure.kind == "transient":
+                failure = Failure("stockout", failure.reasons, failure.message, failure.code)  # 503s that never end
+            self._clean_zone(plan, zone, missing, made_reservation, created)
+            return failure
+        created.instances += [(zone, n) for n in missing]
+        return None
+
+    def _clean_zone(self, plan: Plan, zone: str, missing: list[str], reservation: tuple[str, str] | None,
+                    created: Created) -> None:
+        """After a failed attempt, remove whatever it left in the zone (bulkInsert may place some VMs)."""
+        leftovers = [n for n in list_nodes(self.clients, self.project, f"labels.{LABEL_CLUSTER} = {plan.name}")
+                     if n.name in missing and n.zone.endswith(zone)]
+        if leftovers:
+            self.report.note(f"{zone}: removing {len(leftovers)} VM(s) the failed attempt left")
+            self._delete_instances([(zone, n.name) for n in leftovers])
+        if reservation:
+            self._delete_all("ReservationsClient", [reservation], "zone", "reservation")
+            created.reservations.remove(reservation)
+
+    def _label_ranks(self, plan: Plan, zone: str, names: list[str]) -> None:
+        """bulkInsert gives every VM the same labels; each node's rank label is set right after."""
+        from google.cloud import compute_v1
+
+        nodes = {i.name: i for i in list_nodes(self.clients, self.project, f"labels.{LABEL_CLUSTER} = {plan.name}")}
+        todo = [nodes[n] for n in names if n in nodes]
+        self.report.step("labels", f"Labelling {len(todo)} node(s) with their rank")
+
+        def label(inst: Any) -> Any:
+            rank = rank_of(plan.name, inst.name)
+            return call(self.c("InstancesClient").set_labels, {
+                "project": self.project, "zone": zone, "instance": inst.name,
+                "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
+                    labels={**dict(inst.labels), LABEL_RANK: str(rank)}, label_fingerprint=inst.label_fingerprint)})
+
+        ops = parallel(label, todo)
+        self._raise_first(ops)
+        self._wait_all_or_raise(ops)
+
+    def _wait_running(self, plan: Plan) -> list[Node]:
+        """Poll the cluster's nodes with one list call per round until all are RUNNING."""
+        deadline = time.monotonic() + RUNNING_TIMEOUT
+        want = set(plan.node_names)
+        self.report.step("running", f"Waiting for {len(want)} node(s) to be RUNNING")
+        with self.report.waiting("waiting for nodes") as update:
+            while True:
+                nodes = [n for n in observe_nodes(self.clients, self.project, plan.name) if n.name in want]
+                running = sum(n.status == "RUNNING" for n in nodes)
+                update(f"{running}/{len(want)} node(s) RUNNING")
+                bad = [n for n in nodes if n.status in ("TERMINATED", "STOPPING", "SUSPENDED")]
+                if bad:
+                    raise CloudError(f"node {bad[0].name} is {bad[0].status} instead of starting; see "
+                                     f"'gcpgpu cluster status {plan.name}'")
+                if running == len(want):
+                    return nodes
+                if time.monotonic() > deadline:
+                    raise CloudError(f"{running}/{len(want)} nodes RUNNING after {RUNNING_TIMEOUT:.0f} s")
+                time.sleep(POLL_SECONDS)
+
+    def _quota_message(self, plan: Plan, failure: Failure, count: int) -> str:
+        metric, limit, region = failure.quota_metric, failure.quota_limit, failure.quota_region or plan.region
+        usage = None
+        if metric:
+            with contextlib.suppress(Exception):
+                reg = self.c("RegionsClient").get(project=self.project, region=region)
+                for q in reg.quotas:
+                    if q.metric == metric:
+                        usage, limit = q.usage, q.limit
+        need = count * (plan.machine.gpu_count if metric and metric.endswith("GPUS") else plan.machine.vcpus)
+        head = f"quota {metric or 'exceeded'}" + (f" in {region}" if region else "")
+        numbers = []
+        if limit is not None:
+            numbers.append(f"limit {limit:g}")
+        if usage is not None:
+            numbers.append(f"in use {usage:g}")
+        if metric:
+            numbers.append(f"this cluster needs {need:g} more")
+        where = (f"https://console.cloud.google.com/iam-admin/quotas?project={self.project}"
+                 + (f"&metric={metric}" if metric else ""))
+        return f"{head} is too low ({', '.join(numbers)}): nothing was left behind; ask for more at {where}"
+
+    # ------------------------------------------------------------------ down
+    def down(self, name: str, keep_reservation: bool = False) -> Observed:
+        """Delete everything of cluster `name`; returns what was found. Raises if anything survives."""
+        self.report.step("observe", f"Looking for resources of cluster {name}")
+        obs = observe(self.clients, self.project, name)
+        if obs.empty:
+            self.report.note(f"nothing to delete: no resources of cluster {name} in project {self.project}")
+            return obs
+        self.report.note(f"found {obs.summary()}")
+        if obs.nodes:
+            self.report.step("instances", f"Deleting {len(obs.nodes)} node(s)")
+            with self.report.waiting("waiting for nodes to be deleted"):
+                self._delete_instances([(n.zone, n.name) for n in obs.nodes])
+        reservations = [] if keep_reservation else obs.reservations
+        steps = [
+            ("ReservationsClient", "zone", "reservation", [(r["zone"], r["name"]) for r in reservations]),
+            ("ResourcePoliciesClient", "region", "resource_policy", [(p["region"], p["name"]) for p in obs.policies]),
+            ("FirewallsClient", None, "firewall", [(None, f) for f in obs.firewalls]),
+            ("SubnetworksClient", "region", "subnetwork", [(s["region"], s["name"]) for s in obs.subnets]),
+            ("NetworksClient", None, "network", [(None, n) for n in obs.networks]),
+        ]
+        for client, scope, field_name, items in steps:
+            if items:
+                self.report.step(field_name, f"Deleting {len(items)} {field_name.replace('_', ' ')}(s)")
+                self._delete_all(client, items, scope, field_name)
+        left = observe(self.clients, self.project, name)
+        if keep_reservation:
+            left.reservations = []
+        if not left.empty:
+            raise CloudError(f"cluster {name}: {left.summary()} still exist after down; run it again")
+        return obs
+
+    def _delete_instances(self, items: list[tuple[str, str]]) -> None:
+        self._delete_all("InstancesClient", items, "zone", "instance")
+
+    def _delete_all(self, client_name: str, items: list[tuple[str | None, str]], scope: str | None,
+                    field_name: str) -> None:
+        """Delete in parallel and wait; a resource already gone counts as deleted."""
+        client = self.c(client_name)
+
+        def delete(item: tuple[str | None, str]) -> Any:
+            where, name = item
+            req: dict[str, Any] = {"project": self.project, field_name: name}
+            if scope:
+                req[scope] = where
+            try:
+                return call(client.delete, req)
+            except Exception as e:
+                if is_not_found(e):
+                    return None
+                raise
+
+        ops = parallel(delete, items)
+        self._raise_first(ops)
+        errors = [e for e in wait_all(self.clients, self.project, [o for o in ops if o is not None])
+                  if e is not None and not is_not_found(e)]
+        if errors:
+            raise errors[0]
+
+    def _rollback(self, created: Created) -> None:
+        """Take back exactly what this run created, newest first (best effort, reported)."""
+        if not (created.instances or created.reservations or created.policy or created.networks or created.subnets
+                or created.firewalls):
+            return
+        self.report.step("rollback", "Removing what this attempt created")
+        try:
+            # Instances may exist even though their operation failed: find them by label.
+            if created.instances:
+                self._delete_instances(created.instances)
+            self._delete_all("ReservationsClient", list(created.reservations), "zone", "reservation")
+            if created.policy:
+                self._delete_all("ResourcePoliciesClient", [created.policy], "region", "resource_policy")
+            self._delete_all("FirewallsClient", [(None, f) for f in created.firewalls], None, "firewall")
+            self._delete_all("SubnetworksClient", list(created.subnets), "region", "subnetwork")
+            self._delete_all("NetworksClient", [(None, n) for n in created.networks], None, "network")
+        except Exception as e:  # never hide the original error behind a cleanup error
+            self.report.note(f"cleanup incomplete ({e}); 'gcpgpu cluster down' finds the rest by name and label")
+
+    # ------------------------------------------------------------------ status
+    def status(self, name: str) -> Observed:
+        return observe(self.clients, self.project, name)
+
+
+def _is_google(exc: BaseException) -> bool:
+    from gcpgpu.errors import is_google_error
+
+    return is_google_error(exc)

@@ -1,0 +1,223 @@
+"""ClusterSpec: what the user asked for, from flags and/or a YAML file, validated before any API call.
+
+Every refusal is one line that names the field (as the user wrote it: a flag or a spec-file key)
+and says what would be right.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gcpgpu import catalog
+from gcpgpu.errors import UsageProblem
+
+RFC1035 = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+# The longest suffix we add to a cluster's name is "-gpunet-8" / "-internal" (9 chars) or "-NNNN".
+MAX_NAME = 40
+FLEX_START_SECONDS = (600, 604800)  # Cluster Toolkit's bounds for maxRunDuration: 10 min .. 7 days
+PROVISIONING = ("standard", "spot", "flex-start")
+DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11"
+DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# Keys a spec file may hold: the ClusterSpec fields (dashes or underscores both accepted).
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(value: str | int | float, field_name: str) -> int:
+    """'90m', '2h', '1d', '3600s' or plain seconds -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise UsageProblem(f"{field_name} {value!r} is not a duration; write e.g. 90m, 2h, 1d or 3600s")
+    return int(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+
+
+@dataclass
+class ClusterSpec:
+    """A GPU cluster as the user wants it. `validate()` fills the derived fields (region, zones, placement)."""
+
+    name: str
+    machine_type: str
+    nodes: int = 1
+    region: str | None = None
+    zones: list[str] = field(default_factory=list)
+    provisioning: str = "standard"
+    max_run_duration: int | None = None  # seconds, flex-start only
+    reservation: str | None = None
+    create_reservation: bool = False
+    placement: str | None = None  # "compact" | "none"; None = compact when it applies
+    gpus: int | None = None  # optional check: GPUs per node the user expects
+    image: str = DEFAULT_IMAGE
+    boot_disk_gb: int = 200
+    boot_disk_type: str = "pd-balanced"
+    service_account: str | None = None
+    scopes: list[str] = field(default_factory=lambda: list(DEFAULT_SCOPES))
+    labels: dict[str, str] = field(default_factory=dict)
+    network: str = "default"
+    subnetwork: str | None = None
+    external_ips: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # -------------------------------------------------------------------- construction
+    @classmethod
+    def from_sources(cls, file: str | None, flags: dict[str, Any]) -> ClusterSpec:
+        """A spec file's values, overridden by the flags the user actually gave (None = not given)."""
+        values: dict[str, Any] = {}
+        if file:
+            values.update(_load_file(file))
+        values.update({k: v for k, v in flags.items() if v is not None and v != () and v != []})
+        if "name" not in values:
+            raise UsageProblem("NAME is missing: give the cluster a name (argument or 'name:' in the spec file)")
+        if "machine_type" not in values:
+            raise UsageProblem("--machine-type is missing: e.g. --machine-type a3-highgpu-8g (see 'gcpgpu catalog')")
+        return cls(**values)
+
+    # -------------------------------------------------------------------- validation
+    def validate(self, default_region: str | None = None, default_zone: str | None = None) -> ClusterSpec:
+        """Check everything against the catalog and the rules GCP enforces; no API calls."""
+        if not isinstance(self.name, str) or not RFC1035.match(self.name) or len(self.name) > MAX_NAME:
+            raise UsageProblem(
+                f"NAME {self.name!r} must be 1-{MAX_NAME} characters of lowercase letters, digits and dashes, "
+                "starting with a letter and not ending with a dash (RFC 1035)"
+            )
+        mt = catalog.get_machine_type(self.machine_type)
+        self.machine_type = mt.name
+        if not isinstance(self.nodes, int) or self.nodes < 1:
+            raise UsageProblem(f"--nodes {self.nodes!r} must be a whole number of at least 1")
+        if self.gpus is not None and self.gpus != mt.gpu_count:
+            siblings = [m.name for m in catalog.machine_types().values()
+                        if m.gpu.name == mt.gpu.name and m.gpu_count == self.gpus]
+            hint = f"; use {siblings[0]}" if siblings else ""
+            raise UsageProblem(f"--gpus {self.gpus}: {mt.name} always has {mt.gpu_count} {mt.gpu.model} GPUs{hint}")
+
+        self.provisioning = str(self.provisioning).lower().replace("_", "-")
+        if self.provisioning not in PROVISIONING:
+            raise UsageProblem(f"provisioning {self.provisioning!r} must be one of {', '.join(PROVISIONING)}")
+        self._validate_location(mt, default_region, default_zone)
+        self._validate_provisioning(mt)
+        self._validate_misc()
+        return self
+
+    def _validate_location(self, mt: catalog.MachineType, default_region: str | None, default_zone: str | None) -> None:
+        zones = list(self.zones)
+        if not zones and not self.region and default_zone:
+            zones = [default_zone]
+        region = self.region
+        for z in zones:
+            zr = catalog.region_of(z)
+            if zr is None:
+                raise UsageProblem(
+                    f"--zone {z!r} is not a zone the catalog knows (as of {catalog.availability_as_of()}); "
+                    "pick one from 'gcpgpu catalog zones' or add it to gcpgpu/data/machines.yaml"
+                )
+            if region and zr != region:
+                raise UsageProblem(f"--zones {z!r} is in {zr}, not in --region {region}")
+            region = zr
+        region = region or default_region
+        if not region:
+            raise UsageProblem("--region is missing: pass --region R or --zone Z, set CLOUDSDK_COMPUTE_REGION, "
+                               "or run 'gcloud config set compute/region R'")
+        if region not in catalog.availability():
+            raise UsageProblem(f"--region {region!r} is not a region the catalog knows; "
+                               f"known: {', '.join(catalog.availability())}")
+        offering = catalog.zones_offering(mt.name, region)
+        if zones:
+            for z in zones:
+                if z not in offering:
+                    where = ", ".join(offering) or "no zone of this region"
+                    raise UsageProblem(
+                        f"--zone {z}: {mt.name} ({mt.gpu.model}) is not offered there; in {region} it is offered in {where}"
+                    )
+        elif not offering:
+            regions = [r for r in catalog.availability() if catalog.zones_offering(mt.name, r)]
+            raise UsageProblem(f"--region {region}: no zone there offers {mt.name}; try {', '.join(regions) or 'another type'}")
+        self.region = region
+        self.zones = zones or offering
+        if len(set(self.zones)) != len(self.zones):
+            raise UsageProblem("--zones lists a zone twice")
+
+    def _validate_provisioning(self, mt: catalog.MachineType) -> None:
+        if self.reservation and self.create_reservation:
+            raise UsageProblem("--reservation and --create-reservation exclude each other: consume one or create one")
+        if self.reservation is not None and not RFC1035.match(str(self.reservation).rsplit("/", 1)[-1]):
+            raise UsageProblem(f"--reservation {self.reservation!r} is not a reservation name (RFC 1035)")
+        if self.provisioning == "spot" and (self.reservation or self.create_reservation):
+            raise UsageProblem("--spot can't consume a reservation: drop --spot or the reservation")
+        if self.provisioning == "flex-start":
+            if self.reservation or self.create_reservation:
+                raise UsageProblem("--flex-start can't consume a reservation (it provisions with NO_RESERVATION)")
+            if self.max_run_duration is None:
+                raise UsageProblem("--flex-start needs a run duration, e.g. --flex-start 4h (10m to 7d)")
+            lo, hi = FLEX_START_SECONDS
+            if not lo <= int(self.max_run_duration) <= hi:
+                raise UsageProblem(f"--flex-start {self.max_run_duration}s is out of range: "
+                                   "the run duration must be between 10m and 7d")
+            if self.placement == "compact":
+                raise UsageProblem("--flex-start can't be combined with a compact placement policy: use --no-placement")
+        elif self.max_run_duration is not None:
+            raise UsageProblem("a max run duration applies to --flex-start only")
+
+        if self.placement is None:
+            # Compact by default wherever it applies: several nodes, and not flex-start (GCP refuses it).
+            self.placement = "compact" if self.nodes > 1 and self.provisioning != "flex-start" else "none"
+        if self.placement not in ("compact", "none"):
+            raise UsageProblem(f"--placement {self.placement!r} must be compact or none")
+        if self.placement == "compact" and self.nodes > mt.compact_max_vms:
+            note = "" if mt.compact_max_vms_verified else " (catalog figure, unverified)"
+            raise UsageProblem(f"--nodes {self.nodes}: a compact placement policy holds at most {mt.compact_max_vms} "
+                               f"{mt.family} VMs{note}; use fewer nodes or --no-placement")
+
+    def _validate_misc(self) -> None:
+        for key, value in self.labels.items():
+            if not LABEL_KEY.match(str(key)) or key.startswith("gcpgpu-"):
+                raise UsageProblem(f"--label {key!r}: keys are 1-63 of lowercase letters, digits, _ and -, starting with a "
+                                   "letter (and gcpgpu- is reserved)")
+            if not LABEL_VALUE.match(str(value)):
+                raise UsageProblem(f"--label {key}={value!r}: values are up to 63 of lowercase letters, digits, _ and -")
+        if len(self.labels) > 60:
+            raise UsageProblem("--label: at most 60 labels (GCP allows 64 and gcpgpu uses 4)")
+        if not isinstance(self.boot_disk_gb, int) or not 10 <= self.boot_disk_gb <= 65536:
+            raise UsageProblem(f"--boot-disk-gb {self.boot_disk_gb!r} must be between 10 and 65536")
+        for what, value in (("--network", self.network), ("--subnetwork", self.subnetwork)):
+            if value is not None and not RFC1035.match(str(value).rsplit("/", 1)[-1]):
+                raise UsageProblem(f"{what} {value!r} is not a network name (RFC 1035)")
+        if self.service_account is not None and not re.match(r"^[^@\s]+@[^@\s]+\.[a-z]+$", self.service_account):
+            raise UsageProblem(f"--service-account {self.service_account!r} must be an e-mail address "
+                               "like trainer@PROJECT.iam.gserviceaccount.com")
+        if not re.search(r"global/images/", self.image or ""):
+            raise UsageProblem(f"--image {self.image!r} must be an image path like projects/P/global/images/family/F")
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise UsageProblem(f"-f {path}: cannot read it ({e.strerror})") from e
+    except yaml.YAMLError as e:
+        raise UsageProblem(f"-f {path}: not valid YAML ({str(e).splitlines()[0]})") from e
+    if not isinstance(data, dict):
+        raise UsageProblem(f"-f {path}: expected a mapping of cluster fields, e.g. 'machine_type: a3-highgpu-8g'")
+    out = {}
+    known = set(ClusterSpec.__dataclass_fields__)
+    for key, value in data.items():
+        k = str(key).replace("-", "_")
+        if k == "flex_start":
+            out["provisioning"] = "flex-start"
+            out["max_run_duration"] = parse_duration(value, f"{path}: flex_start")
+            continue
+        if k not in known:
+            raise UsageProblem(f"-f {path}: unknown field {key!r}; known fields: {', '.join(sorted(known))}")
+        if k == "max_run_duration" and value is not None:
+            value = parse_duration(value, f"{path}: max_run_duration")
+        out[k] = value
+    return out

@@ -1,0 +1,102 @@
+"""One place that decides what a Google error means for us: stockout, quota, transient or permanent.
+
+Both shapes are handled: synchronous REST errors (api_core exceptions whose `errors` hold dicts
+with `reason`) and failed Compute operations (api_core exceptions whose `errors` hold the
+operation's error protos with `code`). Sources: shared/reference/gcp-facts.md section 4.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Try another zone: the zone is out of what we asked for (SkyPilot's table, plus the _WITH_DETAILS
+# variant SkyPilot once missed).
+ZONE_LEVEL = frozenset({
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "UNSUPPORTED_OPERATION",
+    "insufficientCapacity",
+    "RESOURCE_NOT_READY",
+    "RESOURCE_OPERATION_RATE_EXCEEDED",
+})
+# Stop: another zone in the same region will not help.
+QUOTA = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
+REGION_LEVEL = QUOTA | {"SUBNET_NOT_FOUND_FOR_VPC"}
+TRANSIENT_HTTP = frozenset({408, 429, 500, 502, 503, 504})
+
+_QUOTA_MESSAGE = re.compile(r"Quota '([A-Z0-9_]+)' exceeded\.\s+Limit:\s*([0-9.]+)(?:\s+in region\s+([a-z0-9-]+))?")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What an error means: kind is 'stockout', 'quota', 'region', 'transient' or 'permanent'."""
+
+    kind: str
+    reasons: tuple[str, ...]
+    message: str
+    code: int | None
+    quota_metric: str | None = None
+    quota_limit: float | None = None
+    quota_region: str | None = None
+
+
+def _field(err: Any, name: str) -> Any:
+    return err.get(name) if isinstance(err, Mapping) else getattr(err, name, None)
+
+
+def reasons_of(exc: BaseException) -> list[str]:
+    """Every reason/code string the error carries."""
+    out = []
+    for err in list(getattr(exc, "errors", None) or ()):
+        for key in ("reason", "code"):
+            value = _field(err, key)
+            if isinstance(value, str) and value:
+                out.append(value)
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str) and reason:
+        out.append(reason)
+    return out
+
+
+def message_of(exc: BaseException) -> str:
+    for err in list(getattr(exc, "errors", None) or ()):
+        msg = _field(err, "message")
+        if isinstance(msg, str) and msg:
+            return " ".join(msg.split())
+    return " ".join(str(getattr(exc, "message", None) or exc).split())
+
+
+def classify(exc: BaseException, *, from_operation: bool = False) -> Failure:
+    """Classify a Google API error. A bare 503 from a finished operation counts as no capacity."""
+    reasons = tuple(reasons_of(exc))
+    code = getattr(exc, "code", None)
+    code = code if isinstance(code, int) else None
+    message = message_of(exc)
+    if any(r in QUOTA for r in reasons):
+        m = _QUOTA_MESSAGE.search(message)
+        return Failure("quota", reasons, message, code,
+                       quota_metric=m.group(1) if m else None,
+                       quota_limit=float(m.group(2)) if m else None,
+                       quota_region=m.group(3) if m else None)
+    if any(r in ZONE_LEVEL for r in reasons):
+        return Failure("stockout", reasons, message, code)
+    if any(r in REGION_LEVEL for r in reasons):
+        return Failure("region", reasons, message, code)
+    if code in TRANSIENT_HTTP:
+        # An insert whose operation ended in 503 had no capacity behind it (dstack issue 488); a
+        # request answered 503 before any operation existed is worth retrying.
+        return Failure("stockout" if from_operation and code == 503 else "transient", reasons, message, code)
+    return Failure("permanent", reasons, message, code)
+
+
+def is_transient(exc: BaseException) -> bool:
+    from gcpgpu.errors import is_google_error
+
+    return is_google_error(exc) and classify(exc).kind == "transient"
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return getattr(exc, "code", None) == 404
