@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# The emulator's fixtures (`gcp`: a running emulator, reset per test, GCPGPU_EMULATOR set).
+pytest_plugins = ["gcpgpu.fakes.pytest_plugin"]
+
 # Settings the developer's shell may carry that would change what a test resolves.
 _LEAKY_ENV = (
     "GOOGLE_CLOUD_PROJECT",
