@@ -1,0 +1,43 @@
+"""`python -m gcpgpu.trainer`: train directly, or on Vertex AI start torchrun from CLUSTER_SPEC first."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "CLUSTER_SPEC" in os.environ and "LOCAL_RANK" not in os.environ:
+        return _launch_from_cluster_spec(argv)
+    from gcpgpu.trainer.train import main as train_main
+
+    return train_main(argv)
+
+
+def _launch_from_cluster_spec(argv: list[str]) -> int:
+    """On a Vertex node: one process per GPU via torchrun, rendezvous at the chief from CLUSTER_SPEC."""
+    import torch
+    from torch.distributed.run import main as torchrun
+
+    from gcpgpu.trainer.config import fail
+    from gcpgpu.trainer.dist import torchrun_args_from_cluster_spec
+
+    nproc = int(os.environ.get("GCPGPU_NPROC_PER_NODE", "0")) or torch.cuda.device_count() or 1
+    try:
+        flags = torchrun_args_from_cluster_spec(os.environ["CLUSTER_SPEC"], nproc)
+    except ValueError as e:
+        fail(str(e))
+    print(f"gcpgpu.trainer: CLUSTER_SPEC -> torchrun {' '.join(flags)}", flush=True)
+    try:
+        torchrun([*flags, "-m", "gcpgpu.trainer", *argv])
+    except SystemExit as e:  # torchrun exits non-zero (ChildFailedError) when a worker failed
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    except Exception as e:  # noqa: BLE001 - torchrun raises ChildFailedError after printing its report
+        print(f"gcpgpu.trainer: a worker failed: {type(e).__name__}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""Options of the trainer: command line (argparse, so containers need no click) and an optional YAML/JSON file.
+
+Every bad option is rejected before any process group or model exists, with one line that names the
+option and says what would be right, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from gcpgpu.trainer.sizes import SIZES
+
+PARALLELS = ("none", "ddp", "fsdp")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+# Set by the offline emulator (or a user who means it): GPU-only options run on CPU instead of failing.
+ALLOW_CPU_ENV = "GCPGPU_TRAINER_ALLOW_CPU"
+PROG = "gcpgpu.trainer"
+
+
+class ConfigError(Exception):
+    """A bad option: its message is the single line the user sees."""
+
+
+@dataclass
+class TrainConfig:
+    """All trainer options; field names are the long options with '-' turned into '_'."""
+
+    model: str = "tiny"
+    parallel: str = "none"
+    precision: str = "fp32"
+    data: str = "synthetic"
+    data_dtype: str = "uint16"
+    tokenizer: str = "byte"
+    vocab_size: int | None = None
+    steps: int = 100
+    batch_size: int = 8
+    seq_len: int = 256
+    grad_accum: int = 1
+    lr: float = 6e-4
+    min_lr: float | None = None
+    warmup_steps: int | None = None
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 1337
+    tie_embeddings: bool = True
+    compile: bool = False
+    compile_mode: str = "default"
+    ac: str = "none"
+    optimizer_impl: str = "auto"
+    tf32: bool = True
+    ddp_bucket_mb: int = 25
+    ddp_static_graph: bool = True
+    ddp_comm_hook: str = "none"
+    powersgd_rank: int = 4
+    fsdp_reshard_after_forward: bool = True
+    fsdp_shard_size: int | None = None
+    fp16_init_scale: float = 2.0**16
+    fp8_recipe: str = "tensorwise"
+    device: str = "auto"
+    ckpt_dir: str | None = None
+    ckpt_every: int = 0
+    ckpt_keep: int = 2
+    resume: bool = False
+    profile_steps: str | None = None
+    profile_dir: str = "profile"
+    log_json: str | None = None
+    log_every: int = 1
+    timing_warmup: int | None = None
+    dist_timeout: float = 600.0
+    quiet: bool = False
+    config: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # A YAML file may say `ac: 2` or `model: 124M`; keep the string forms the checks expect.
+        self.model = str(self.model).lower()
+        self.ac = str(self.ac).lower()
+        self.data = str(self.data)
+        if self.profile_steps is not None:
+            self.profile_steps = str(self.profile_steps)
+
+    @property
+    def ac_every(self) -> int:
+        """0: no activation checkpointing; k: every k-th block (1 = every block)."""
+        return {"none": 0, "full": 1}[self.ac] if self.ac in ("none", "full") else int(self.ac)
+
+    @property
+    def profile_window(self) -> tuple[int, int] | None:
+        if not self.profile_steps:
+            return None
+        a, b = self.profile_steps.split(":")
+        return int(a), int(b)
+
+    @property
+    def timing_skip(self) -> int:
+        """Steps left out of the speed figures: compile and allocator warm-up."""
+        if self.timing_warmup is not None:
+            return self.timing_warmup
+        return 10 if self.compile else 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line (no usage block) and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        fail(message)
+
+
+def fail(message: str) -> None:
+    """Print one error line (rank 0 only, so torchrun shows it once) and exit 2."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _bool(p: argparse.ArgumentParser, name: str, help: str) -> None:
+    p.add_argument(f"--{name}", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = TrainConfig()
+    p = _Parser(prog=f"python -m {PROG}", description="Train a GPT on CPU or GPUs (alone or under torchrun).",
+                argument_default=argparse.SUPPRESS)
+    a = p.add_argument
+    a("--config", help="YAML or JSON file of options (keys like batch_size or batch-size); flags override it")
+    g = p.add_argument_group("model and data")
+    g.add_argument("--model", help=f"size: {', '.join(SIZES)} (default {d.model})")
+    g.add_argument("--data", help="'synthetic', a token file (*.bin, nanoGPT layout) or a text file")
+    g.add_argument("--data-dtype", help="element type of a .bin token file: uint16 or uint32 (default uint16)")
+    g.add_argument("--tokenizer", help="for text files: byte (built in) or gpt2 (needs tiktoken)")
+    g.add_argument("--vocab-size", type=int, help="vocabulary size (default: from the tokenizer or data type)")
+    _bool(g, "tie-embeddings", "share the token embedding with the output layer (default on)")
+    g.add_argument("--seq-len", type=int, help=f"tokens per sequence (default {d.seq_len})")
+    g.add_argument("--batch-size", type=int, help=f"GLOBAL batch in sequences per optimizer step (default {d.batch_size})")
+    g.add_argument("--grad-accum", type=int, help="micro-steps per optimizer step (default 1)")
+    g.add_argument("--steps", type=int, help=f"optimizer steps (default {d.steps})")
+    g.add_argument("--seed", type=int, help="seed for weights and data order")
+    g = p.add_argument_group("optimizer")
+    g.add_argument("--lr", type=float, help=f"peak learning rate (default {d.lr})")
+    g.add_argument("--min-lr", type=float, help="final learning rate of the cosine decay (default lr/10)")
+    g.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default min(100, steps/10))")
+    g.add_argument("--weight-decay", type=float)
+    g.add_argument("--beta1", type=float)
+    g.add_argument("--beta2", type=float)
+    g.add_argument("--grad-clip", type=float, help="clip the global gradient norm (0 = off; default 1.0)")
+    g.add_argument("--optimizer-impl", help="AdamW kernel: auto (fused on CUDA), fused, foreach or for")
+    g = p.add_argument_group("parallelism and precision")
+    g.add_argument("--parallel", help="none, ddp or fsdp (FSDP2; HSDP across nodes)")
+    g.add_argument("--precision", help="fp32, bf16, fp16 (with loss scaling) or fp8 (torchao, Hopper+)")
+    g.add_argument("--device", help="auto (CUDA when present), cuda or cpu")
+    _bool(g, "tf32", "let fp32 matmuls use TF32 tensor cores (default on)")
+    g.add_argument("--ddp-bucket-mb", type=int, help="DDP gradient bucket size in MB (default 25)")
+    _bool(g, "ddp-static-graph", "tell DDP the graph is the same every step (default on)")
+    g.add_argument("--ddp-comm-hook", help="none, bf16, fp16 (compressed all-reduce) or powersgd")
+    g.add_argument("--powersgd-rank", type=int, help="matrix approximation rank for powersgd (default 4)")
+    _bool(g, "fsdp-reshard-after-forward", "free gathered weights after forward (ZeRO-3; default on)")
+    g.add_argument("--fsdp-shard-size", type=int,
+                   help="GPUs per shard group; fewer than the world gives HSDP (default: GPUs per node when multi-node)")
+    g.add_argument("--fp16-init-scale", type=float, help="initial loss scale for fp16 (default 65536)")
+    g.add_argument("--fp8-recipe", help="torchao float8 recipe: tensorwise or rowwise")
+    g = p.add_argument_group("speed")
+    _bool(g, "compile", "torch.compile each block (default off)")
+    g.add_argument("--compile-mode", help="default, max-autotune, max-autotune-no-cudagraphs or reduce-overhead (CUDA graphs)")
+    g.add_argument("--ac", help="activation checkpointing: none, full, or K for every K-th block")
+    g = p.add_argument_group("checkpoints")
+    g.add_argument("--ckpt-dir", help="folder for torch.distributed.checkpoint saves (shared by all nodes)")
+    g.add_argument("--ckpt-every", type=int, help="save every N steps (0 = only at the end and on SIGTERM)")
+    g.add_argument("--ckpt-keep", type=int, help="how many recent checkpoints to keep (default 2)")
+    _bool(g, "resume", "continue from the latest checkpoint in --ckpt-dir (fresh start if there is none)")
+    g = p.add_argument_group("measurement and profiling")
+    g.add_argument("--log-json", help="JSON-lines metrics file written by rank 0")
+    g.add_argument("--log-every", type=int, help="log every N steps (each log synchronizes the GPU; default 1)")
+    g.add_argument("--timing-warmup", type=int, help="steps left out of speed figures (default 3, 10 with --compile)")
+    g.add_argument("--profile-steps", help="A:B profile steps A..B (nsys capture range on CUDA, torch.profiler on CPU)")
+    g.add_argument("--profile-dir", help="where torch.profiler traces go (default ./profile)")
+    g.add_argument("--dist-timeout", type=float, help="seconds before a stuck collective fails (default 600)")
+    _bool(g, "quiet", "print only the summary")
+    return p
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config: no such file {path}")
+    text = p.read_text()
+    try:
+        if p.suffix in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError(f"--config: {path} is YAML but PyYAML is not installed; use a .json file") from None
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"--config: cannot parse {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config: {path} must hold a mapping of option: value")
+    names = {f.name for f in fields(TrainConfig)} - {"config"}
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            raise ConfigError(f"--config: unknown option {key!r} in {path}")
+        out[name] = value
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    """Parse flags (and --config) into a TrainConfig and check it; exits 2 with one line on a bad option."""
+    try:
+        ns = vars(build_parser().parse_args(argv))
+        values = _load_file(ns["config"]) if ns.get("config") else {}
+        values.update(ns)
+        cfg = TrainConfig(**values)
+        check(cfg)
+    except ConfigError as e:
+        fail(str(e))
+    return cfg
+
+
+def _choice(option: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{option}: unknown value {value!r}; choose one of {', '.join(choices)}")
+
+
+def check(cfg: TrainConfig) -> None:
+    """Checks that need no torch and no GPU; raises ConfigError naming the option."""
+    _choice("--model", cfg.model, tuple(SIZES))
+    _choice("--parallel", cfg.parallel, PARALLELS)
+    _choice("--precision", cfg.precision, PRECISIONS)
+    _choice("--device", cfg.device, ("auto", "cuda", "cpu"))
+    _choice("--data-dtype", cfg.data_dtype, ("uint16", "uint32"))
+    _choice("--tokenizer", cfg.tokenizer, ("byte", "gpt2"))
+    _choice("--optimizer-impl", cfg.optimizer_impl, ("auto", "fused", "foreach", "for"))
+    _choice("--ddp-comm-hook", cfg.ddp_comm_hook, ("none", "bf16", "fp16", "powersgd"))
+    _choice("--fp8-recipe", cfg.fp8_recipe, ("tensorwise", "rowwise"))
+    _choice("--compile-mode", cfg.compile_mode,
+            ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"))
+    for opt, value in (("--steps", cfg.steps), ("--batch-size", cfg.batch_size), ("--seq-len", cfg.seq_len),
+                       ("--grad-accum", cfg.grad_accum), ("--log-every", cfg.log_every),
+                       ("--ckpt-keep", cfg.ckpt_keep), ("--ddp-bucket-mb", cfg.ddp_bucket_mb),
+                       ("--powersgd-rank", cfg.powersgd_rank)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{opt}: must be a whole number of at least 1, got {value!r}")
+    for opt, value in (("--ckpt-every", cfg.ckpt_every), ("--warmup-steps", cfg.warmup_steps),
+                       ("--timing-warmup", cfg.timing_warmup)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise ConfigError(f"{opt}: must be a whole number of at least 0, got {value!r}")
+    if cfg.lr <= 0 or (cfg.min_lr is not None and not 0 <= cfg.min_lr <= cfg.lr):
+        raise ConfigError(f"--lr/--min-lr: need lr > 0 and 0 <= min-lr <= lr, got {cfg.lr} and {cfg.min_lr}")
+    if cfg.grad_clip < 0 or cfg.weight_decay < 0 or cfg.dist_timeout <= 0:
+        raise ConfigError("--grad-clip, --weight-decay and --dist-timeout must not be negative")
+    if cfg.fp16_init_scale <= 0:
+        raise ConfigError(f"--fp16-init-scale: must be positive, got {cfg.fp16_init_scale}")
+    if cfg.ac not in ("none", "full") and not (cfg.ac.isdigit() and int(cfg.ac) >= 1):
+        raise ConfigError(f"--ac: unknown value {cfg.ac!r}; use none, full, or a block interval K >= 1")
+    if cfg.vocab_size is not None and cfg.vocab_size < 2:
+        raise ConfigError(f"--vocab-size: must be at least 2, got {cfg.vocab_size}")
+    if cfg.profile_steps is not None:
+        parts = cfg.profile_steps.split(":")
+        if len(parts) != 2 or not all(x.isdigit() for x in parts) or int(parts[0]) > int(parts[1]):
+            raise ConfigError(f"--profile-steps: expected A:B with 0 <= A <= B (e.g. 10:15), got {cfg.profile_steps!r}")
+        if int(parts[1]) >= cfg.steps:
+            raise ConfigError(f"--profile-steps: step {parts[1]} is past the last step {cfg.steps - 1}; use B < --steps")
+    if (cfg.resume or cfg.ckpt_every) and not cfg.ckpt_dir:
+        raise ConfigError("--resume/--ckpt-every: need --ckpt-dir to know where checkpoints live")
+    if cfg.ddp_comm_hook != "none" and cfg.parallel != "ddp":
+        raise ConfigError(f"--ddp-comm-hook: only applies to --parallel ddp, not {cfg.parallel}")
+    if cfg.data != "synthetic":
+        path = Path(cfg.data)
+        if not path.is_file():
+            raise ConfigError(f"--data: no such file {cfg.data}; give a .bin token file, a text file or 'synthetic'")
+        if path.suffix == ".bin" and cfg.data_dtype == "uint32" and cfg.vocab_size is None:
+            raise ConfigError("--vocab-size: required with --data-dtype uint32 (the vocabulary is not in the file)")
+
+
+def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, cuda_available: bool,
+                  cuda_capability: tuple[int, int] | None, torchao_available: bool, allow_cpu: bool,
+                  numpy_available: bool = True) -> str:
+    """Checks that depend on the launch and the machine; returns the device type to use ('cuda' or 'cpu').
+
+    GPU-only requests on a machine without a GPU are errors, unless allow_cpu (the emulator's opt-in).
+    """
+    if cfg.device == "cuda" and not cuda_available and not allow_cpu:
+        raise ConfigError(f"--device cuda: this machine has no CUDA GPU; use --device cpu (or set {ALLOW_CPU_ENV}=1)")
+    device = "cuda" if cuda_available and cfg.device != "cpu" else "cpu"
+    if cfg.parallel == "none" and world_size > 1:
+        raise ConfigError(f"--parallel none: runs one process but {world_size} were launched; use ddp or fsdp")
+    if cfg.batch_size % (world_size * cfg.grad_accum):
+        unit = world_size * cfg.grad_accum
+        raise ConfigError(f"--batch-size: {cfg.batch_size} is not divisible by {world_size} ranks x --grad-accum "
+                          f"{cfg.grad_accum}; use a multiple of {unit}")
+    if cfg.precision == "fp8":
+        if device != "cuda":
+            if not allow_cpu:
+                raise ConfigError("--precision fp8: needs a Hopper-or-newer GPU and this run has none; use bf16")
+        elif cuda_capability is not None and cuda_capability < (9, 0):
+            raise ConfigError(f"--precision fp8: needs a Hopper-or-newer GPU (compute capability 9.0+), this one "
+                              f"is {cuda_capability[0]}.{cuda_capability[1]}; use bf16")
+        elif not torchao_available:
+            raise ConfigError("--precision fp8: needs torchao (pip install torchao); it is not installed; use bf16")
+    if cfg.compile_mode != "default" and not cfg.compile:
+        raise ConfigError(f"--compile-mode {cfg.compile_mode}: has no effect without --compile; add --compile")
+    if cfg.compile_mode == "reduce-overhead":
+        if device != "cuda" and not allow_cpu:
+            raise ConfigError("--compile-mode reduce-overhead: CUDA graphs need a GPU; use --compile-mode default")
+        if cfg.parallel != "none":
+            raise ConfigError(f"--compile-mode reduce-overhead: CUDA graphs only with --parallel none, "
+                              f"not {cfg.parallel}")
+    if cfg.fsdp_shard_size is not None:
+        if cfg.parallel != "fsdp":
+            raise ConfigError(f"--fsdp-shard-size: only applies to --parallel fsdp, not {cfg.parallel}")
+        if cfg.fsdp_shard_size < 1 or world_size % cfg.fsdp_shard_size:
+            raise ConfigError(f"--fsdp-shard-size: {cfg.fsdp_shard_size} does not divide the {world_size} ranks; "
+                              f"use a divisor such as {local_world_size}")
+    if device == "cpu" and cfg.ddp_comm_hook in ("bf16", "fp16") and world_size > 1:
+        raise ConfigError(f"--ddp-comm-hook {cfg.ddp_comm_hook}: compressed all-reduce needs NCCL (a GPU); "
+                          "use none or powersgd on CPU")
+    if cfg.ckpt_dir and world_size > 1 and not numpy_available:
+        raise ConfigError("--ckpt-dir: multi-process checkpoints need numpy (torch.distributed.checkpoint "
+                          "exchanges its plans with it); pip install numpy")
+    return device

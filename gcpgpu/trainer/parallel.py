@@ -1,0 +1,125 @@
+"""Turn a plain GPT into the model that trains: fp8 -> activation checkpointing -> compile -> DDP/FSDP2.
+
+The order is torchtitan's: checkpoint wrappers go inside the compiled region (so compile sees the
+recompute), and FSDP2 shards the compiled blocks (so its all-gather hooks stay outside the graphs).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from gcpgpu.trainer.dist import DistEnv
+from gcpgpu.trainer.model import GPT
+
+
+def apply_fp8(model: GPT, recipe: str, fsdp: bool) -> int:
+    """Swap the block linears for torchao Float8Linear; returns how many were converted.
+
+    The output layer stays in bf16 (its softmax is precision-sensitive) and so do linears whose sides
+    are not multiples of 16, which the fp8 matmul cannot take.
+    """
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    config = Float8LinearConfig.from_recipe_name(recipe)
+    if fsdp and recipe == "tensorwise":
+        # Cast weights to fp8 before FSDP's all-gather: half the bytes on the wire.
+        config = _replace(config, enable_fsdp_float8_all_gather=True)
+
+    def eligible(mod: nn.Module, fqn: str) -> bool:
+        return (isinstance(mod, nn.Linear) and fqn.startswith("blocks.")
+                and mod.in_features % 16 == 0 and mod.out_features % 16 == 0)
+
+    convert_to_float8_training(model, config=config, module_filter_fn=eligible)
+    return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+
+
+def _replace(config, **changes):
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+
+
+def apply_ac(model: GPT, every: int) -> None:
+    """Checkpoint every `every`-th block: keep only its input, recompute the rest in backward."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for i, block in enumerate(model.blocks):
+        if i % every == 0:
+            # No dropout in the model, so there is no RNG state to save and replay.
+            model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+
+
+def apply_compile(model: GPT, mode: str) -> None:
+    """torch.compile each block on its own: blocks are identical, so one compile serves them all."""
+    options = {"fullgraph": True}
+    if mode != "default":
+        options["mode"] = mode
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = torch.compile(block, **options)
+
+
+def build_mesh(env: DistEnv, device_type: str, shard_size: int | None) -> DeviceMesh:
+    """1-D mesh (plain FSDP) or 2-D (replicate x shard) for HSDP: shard inside a node, replicate across."""
+    if shard_size is None:
+        shard_size = env.local_world_size if env.nnodes > 1 else env.world_size
+    if shard_size == env.world_size:
+        return init_device_mesh(device_type, (env.world_size,), mesh_dim_names=("shard",))
+    return init_device_mesh(device_type, (env.world_size // shard_size, shard_size),
+                            mesh_dim_names=("replicate", "shard"))
+
+
+def apply_fsdp(model: GPT, mesh: DeviceMesh, param_dtype: torch.dtype | None, reshard_after_forward: bool) -> None:
+    """FSDP2: shard each block, then the root (embeddings, final norm, head)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    # Reduce in fp32 always: summing bf16 gradients over many ranks loses bits we need.
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    last = len(model.blocks) - 1
+    for i, block in enumerate(model.blocks):
+        # The last block's weights are needed again at once by backward: keep them gathered.
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward and i < last)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+
+
+def apply_ddp(model: GPT, device: torch.device, bucket_mb: int, static_graph: bool, comm_hook: str,
+              powersgd_rank: int) -> nn.Module:
+    """Wrap in DDP: gradients go into the buckets directly (no copy), all-reduce overlaps backward."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=bucket_mb,
+              gradient_as_bucket_view=True, static_graph=static_graph)
+    if comm_hook == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)  # half the bytes on the wire
+    elif comm_hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif comm_hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        # Low-rank gradient compression with error feedback; plain all-reduce for the first 1000 steps.
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=powersgd_rank,
+                                            start_powerSGD_iter=1000)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return ddp
+
+
+def parallelize(model: GPT, *, parallel: str, env: DistEnv, device: torch.device, param_dtype: torch.dtype | None,
+                ac_every: int, compile: bool, compile_mode: str, fsdp_reshard_after_forward: bool = True,
+                fsdp_shard_size: int | None = None, ddp_bucket_mb: int = 25, ddp_static_graph: bool = True,
+                ddp_comm_hook: str = "none", powersgd_rank: int = 4) -> nn.Module:
+    """Apply AC, compile, then DDP or FSDP2 (in that order); returns the module to call in the train loop."""
+    if ac_every:
+        apply_ac(model, ac_every)
+    if compile:
+        apply_compile(model, compile_mode)
+    if parallel == "fsdp":
+        apply_fsdp(model, build_mesh(env, device.type, fsdp_shard_size), param_dtype, fsdp_reshard_after_forward)
+        return model
+    if parallel == "ddp":
+        return apply_ddp(model, device, ddp_bucket_mb, ddp_static_graph, ddp_comm_hook, powersgd_rank)
+    return model

@@ -1,0 +1,435 @@
+"""The training loop. Read top to bottom: setup, data, model, optimizer, resume, loop, summary."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from gcpgpu.trainer import checkpoint
+from gcpgpu.trainer.config import (
+    ALLOW_CPU_ENV,
+    PROG,
+    ConfigError,
+    TrainConfig,
+    check_runtime,
+    fail,
+    parse_args,
+)
+from gcpgpu.trainer.data import Batches, TokenSource, open_source
+from gcpgpu.trainer.dist import DistEnv, destroy_process_group, init_process_group, read_env
+from gcpgpu.trainer.memory import plan_memory
+from gcpgpu.trainer.metrics import JsonLog, SpeedWindow, fmt_bytes, fmt_rate, mfu, peak_flops, peak_memory
+from gcpgpu.trainer.model import GPT, GPTConfig
+from gcpgpu.trainer.parallel import apply_fp8, parallelize
+from gcpgpu.trainer.profiling import Ranges, StepProfiler
+from gcpgpu.trainer.sizes import flops_per_token, get_size
+
+# Exit code after a SIGTERM stop (128 + 15, as a shell reports it): the checkpoint is saved, resume to go on.
+EXIT_STOPPED = 143
+EXIT_PEER_FAILED = 1
+# Test hook: "RANK:STEP" makes that rank send itself SIGTERM when STEP starts (a deterministic preemption).
+SIGTERM_AT_ENV = "GCPGPU_TRAINER_TEST_SIGTERM_AT"
+# Test hook: "RANK:STEP" makes that rank die abruptly (os._exit) when STEP starts.
+DIE_AT_ENV = "GCPGPU_TRAINER_TEST_DIE_AT"
+
+
+@dataclass
+class RunResult:
+    """What a run did and measured; train() returns it so tests and the benchmark need no log parsing."""
+
+    steps_done: int = 0
+    stopped: bool = False  # by SIGTERM, after saving a checkpoint
+    losses: dict[int, float] = field(default_factory=dict)  # step index -> loss, for logged steps
+    step_time_s: float | None = None  # median after warm-up
+    tokens_per_s_per_gpu: float | None = None
+    mfu: float | None = None
+    data_wait_frac: float | None = None
+    peak_mem_bytes: int | None = None
+    peak_mem_kind: str = ""
+    planned_mem_bytes: int | None = None
+    step_times: list[float] = field(default_factory=list)
+
+
+class StopFlag:
+    """Set by SIGTERM (spot VM preemption, torchrun shutting down); all ranks agree before acting on it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def install(self) -> None:
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True  # only a flag: the step in flight finishes, then every rank saves together
+
+    def agreed(self) -> bool:
+        """True on every rank if any rank was signalled (a CPU all-reduce: gloo, no GPU sync)."""
+        if not dist.is_initialized():
+            return self.requested
+        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to min_lr at the last step (nanoGPT's schedule)."""
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(100, cfg.steps // 10)
+    min_lr = cfg.min_lr if cfg.min_lr is not None else cfg.lr / 10
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, cfg.steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
+
+
+def grad_sync(model: torch.nn.Module, parallel: str, sync: bool):
+    """Skip the gradient all-reduce / reduce-scatter on all but the last micro-step of an accumulation."""
+    if parallel == "fsdp":
+        model.set_requires_gradient_sync(sync)
+    elif parallel == "ddp" and not sync:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Clip by the global norm; under FSDP2 the norm of the local shards is reduced to the full norm first."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
+    return norm
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on norms); fused kernel on CUDA: one launch per step."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    impl = cfg.optimizer_impl
+    if impl == "auto":
+        impl = "fused" if device_type == "cuda" else "foreach"
+    kwargs = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for": {"foreach": False}}[impl]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, **kwargs)
+
+
+def _say(env: DistEnv, cfg: TrainConfig, msg: str, always: bool = False) -> None:
+    if env.is_main and (always or not cfg.quiet):
+        print(msg, flush=True)
+
+
+def _test_hooks(env: DistEnv, step: int) -> None:
+    for name in (SIGTERM_AT_ENV, DIE_AT_ENV):
+        spec = os.environ.get(name)
+        if spec and spec == f"{env.rank}:{step}":
+            if name == DIE_AT_ENV:
+                os._exit(3)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None = None,
+          source: TokenSource | None = None) -> RunResult:
+    """Run one training job in this process (one rank); the other ranks run the same call."""
+    env = env or read_env()
+    device_type = device_type or ("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
+    result = RunResult()
+
+    # ---- setup: device, process group, seeds ----
+    if device_type == "cuda":
+        device = torch.device("cuda", env.local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        if env.local_world_size > 1 and "OMP_NUM_THREADS" not in os.environ:
+            # Ranks sharing a CPU would oversubscribe its cores: split them instead.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+    if cfg.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls on tensor cores (10-bit mantissa inputs)
+        torch.backends.cudnn.allow_tf32 = True
+    use_pg = env.distributed or cfg.parallel != "none"
+    if use_pg and not dist.is_initialized():
+        init_process_group(env, device_type, cfg.dist_timeout)
+    torch.manual_seed(cfg.seed)  # the same weights on every rank
+
+    # ---- data ----
+    source = source or open_source(cfg.data, seq_len=cfg.seq_len, data_dtype=cfg.data_dtype,
+                                   tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, seed=cfg.seed)
+    batches = Batches(source, seq_len=cfg.seq_len, global_batch=cfg.batch_size, rank=env.rank,
+                      world_size=env.world_size, seed=cfg.seed, device=device)
+    micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
+
+    # ---- model ----
+    gcfg = GPTConfig.from_size(cfg.model, source.vocab_size, cfg.seq_len, cfg.tie_embeddings)
+    with device:
+        model = GPT(gcfg)  # built straight on the device: no host copy of a large model
+    n_params = model.num_params()
+    fpt = flops_per_token(get_size(cfg.model), gcfg.vocab_size, cfg.seq_len, cfg.tie_embeddings)
+    compute_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}[cfg.precision]
+    fp8 = cfg.precision == "fp8" and device_type == "cuda"
+    if cfg.precision == "fp8" and not fp8:
+        _say(env, cfg, f"{PROG}: fp8 needs a Hopper GPU; running bf16 on CPU because {ALLOW_CPU_ENV} is set")
+    if fp8:
+        converted = apply_fp8(model, cfg.fp8_recipe, fsdp=cfg.parallel == "fsdp")
+        _say(env, cfg, f"fp8 ({cfg.fp8_recipe}): {converted} linear layers converted")
+    # FSDP2 casts parameters itself (param_dtype); plain and DDP runs use autocast over fp32 weights.
+    use_autocast = compute_dtype is not None and cfg.parallel != "fsdp"
+    model = parallelize(
+        model, parallel=cfg.parallel, env=env, device=device,
+        param_dtype=compute_dtype if cfg.parallel == "fsdp" else None, ac_every=cfg.ac_every,
+        compile=cfg.compile, compile_mode=cfg.compile_mode, fsdp_reshard_after_forward=cfg.fsdp_reshard_after_forward,
+        fsdp_shard_size=cfg.fsdp_shard_size, ddp_bucket_mb=cfg.ddp_bucket_mb,
+        # DDP's static graph cannot skip syncs (no_sync) during accumulation: use it only without accumulation.
+        ddp_static_graph=cfg.ddp_static_graph and cfg.grad_accum == 1,
+        ddp_comm_hook=cfg.ddp_comm_hook, powersgd_rank=cfg.powersgd_rank)
+    autocast = torch.autocast(device_type, dtype=compute_dtype) if use_autocast else contextlib.nullcontext()
+    fp8_fsdp_scales = fp8 and cfg.parallel == "fsdp" and cfg.fp8_recipe == "tensorwise"
+
+    # ---- optimizer, loss scaler ----
+    optimizer = build_optimizer(model, cfg, device_type)
+    params = [p for p in model.parameters() if p.requires_grad]
+    # fp16 overflows where bf16 does not: scale the loss up, skip steps whose gradients hit inf/nan.
+    scaler = torch.amp.GradScaler(device_type, init_scale=cfg.fp16_init_scale, enabled=cfg.precision == "fp16")
+
+    # ---- resume ----
+    start_step = 0
+    if cfg.resume:
+        path = checkpoint.latest(cfg.ckpt_dir)
+        if path is None:
+            _say(env, cfg, f"no checkpoint in {cfg.ckpt_dir}: starting from step 0")
+        else:
+            state = checkpoint.load(path, model=model, optimizer=optimizer, scaler=scaler,
+                                    data_state=batches.state_dict(), rank=env.rank, device_type=device_type)
+            batches.load_state_dict(state["data"])
+            start_step = int(state["step"])
+            _say(env, cfg, f"resumed from {path} at step {start_step}")
+
+    # ---- measurement ----
+    device_name = torch.cuda.get_device_name(device) if device_type == "cuda" else None
+    peak = peak_flops(device_name)
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    planned = None
+    if device_type == "cuda":
+        planned = plan_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.precision, cfg.parallel, env.world_size,
+                              None, grad_accum=cfg.grad_accum, vocab_size=gcfg.vocab_size,
+                              tied=cfg.tie_embeddings).total_for(cfg.ac_every)
+        torch.cuda.reset_peak_memory_stats(device)
+    result.planned_mem_bytes = planned
+    _say(env, cfg, (
+        f"{PROG}: model {cfg.model} ({n_params / 1e6:.1f}M params, {fpt / 1e9:.2f} GFLOP/token) | "
+        f"{cfg.parallel} x {env.world_size} on {device_name or 'cpu'} | {cfg.precision} | "
+        f"batch {cfg.batch_size} = {env.world_size} ranks x {micro_batch} x {cfg.grad_accum} accum, seq {cfg.seq_len} | "
+        f"data {source.description} | peak {'%.0f TFLOP/s' % (peak / 1e12) if peak else 'unknown: no MFU'}"))
+    jlog = JsonLog(cfg.log_json, env.is_main)
+    window = SpeedWindow()
+    ranges = Ranges(nvtx=device_type == "cuda")
+    profiler = StepProfiler(cfg.profile_window, device_type, cfg.profile_dir, env.rank, ranges)
+    stop = StopFlag()
+    stop.install()
+
+    # ---- the loop ----
+    step = start_step
+    t_last = time.perf_counter()
+    data_time = 0.0
+    last_logged = start_step
+    try:
+        while step < cfg.steps:
+            _test_hooks(env, step)
+            profiler.step_begin(step)
+            lr = lr_at(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            t0 = time.perf_counter()
+            with ranges("data"):
+                x, y = batches.next()
+            data_time += time.perf_counter() - t0
+            loss_sum = torch.zeros((), device=device)
+            will_log = (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps
+            # Reading the scale syncs the GPU: only on steps that are logged anyway.
+            scale_before = scaler.get_scale() if scaler.is_enabled() and will_log else None
+            for k in range(cfg.grad_accum):
+                xs, ys = x[k * micro_batch:(k + 1) * micro_batch], y[k * micro_batch:(k + 1) * micro_batch]
+                with grad_sync(model, cfg.parallel, sync=k == cfg.grad_accum - 1):
+                    with ranges("forward"), autocast:
+                        # Divide by the micro-step count: the gradients add up to the mean over the batch.
+                        loss = model(xs, ys) / cfg.grad_accum
+                    with ranges("backward"):
+                        scaler.scale(loss).backward()
+                loss_sum += loss.detach()
+            with ranges("optimizer"):
+                grad_norm = None
+                if cfg.grad_clip > 0:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                    grad_norm = clip_grad_norm(params, cfg.grad_clip)
+                scaler.step(optimizer)  # skipped by the scaler if fp16 gradients overflowed
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                if fp8_fsdp_scales:
+                    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+                    # One all-reduce for all fp8 weight scales instead of one per weight.
+                    precompute_float8_dynamic_scale_for_fsdp(model)
+            profiler.step_end(step)
+            step += 1
+            stopping = stop.agreed()
+
+            if step % cfg.log_every == 0 or step == cfg.steps or stopping:
+                if device_type == "cuda":
+                    torch.cuda.synchronize()  # time what the GPU did, not what the host queued
+                now = time.perf_counter()
+                n = step - last_logged
+                step_time = (now - t_last) / n
+                data_frac = data_time / (now - t_last)
+                tok_s = tokens_per_step / step_time / env.world_size
+                warm = last_logged - start_step < cfg.timing_skip  # interval includes warm-up/compile steps
+                win = cfg.profile_window
+                profiled = win is not None and last_logged <= win[1] and step - 1 >= win[0]
+                if not (warm or profiled):  # profiler overhead is not the trainer's speed either
+                    window.add(step_time, data_frac, n)
+                if dist.is_initialized():
+                    dist.all_reduce(loss_sum)  # SUM: gloo has no AVG
+                    loss_sum /= env.world_size
+                loss_val = loss_sum.item()
+                result.losses[step - 1] = loss_val
+                mem, mem_kind = peak_memory(device_type)
+                record = {
+                    "step": step - 1, "loss": loss_val, "lr": lr, "tokens_per_s": tok_s,
+                    "mfu": mfu(tok_s, fpt, peak), "step_time_s": step_time, "data_wait_frac": data_frac,
+                    "peak_mem_bytes": mem, "peak_mem_kind": mem_kind, "warmup": warm,
+                    "grad_norm": None if grad_norm is None else grad_norm.item(),
+                    "tokens": step * tokens_per_step, "world_size": env.world_size,
+                }
+                if scaler.is_enabled():
+                    record["loss_scale"] = scaler.get_scale()
+                    # The scaler halves its scale on overflow: that is how a skipped step shows.
+                    record["skipped"] = None if scale_before is None else record["loss_scale"] < scale_before
+                jlog.write(record)
+                m = record["mfu"]
+                _say(env, cfg, (
+                    f"step {step - 1:>6} | loss {loss_val:.4f} | lr {lr:.2e} | {fmt_rate(tok_s)} tok/s/gpu | "
+                    f"mfu {'n/a' if m is None else f'{m * 100:.1f}%'} | {step_time * 1e3:.1f} ms | "
+                    f"data {data_frac * 100:.1f}% | mem {fmt_bytes(mem)}"
+                    + (" | overflow: step skipped" if record.get("skipped") else "")))
+                last_logged = step
+
+            if cfg.ckpt_dir and ((cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps or stopping):
+                path = checkpoint.save(cfg.ckpt_dir, step, model=model, optimizer=optimizer, scaler=scaler,
+                                       data_state=batches.state_dict(), rank=env.rank, device_type=device_type,
+                                       keep=cfg.ckpt_keep)
+                _say(env, cfg, f"saved checkpoint {path}")
+            if last_logged == step:
+                t_last, data_time = time.perf_counter(), 0.0  # logging and saving stay out of step times
+            if stopping:
+                result.stopped = True
+                _say(env, cfg, f"{PROG}: SIGTERM: stopped after step {step - 1}"
+                      + (", checkpoint saved; rerun with --resume to continue" if cfg.ckpt_dir else ""), always=True)
+                break
+    finally:
+        stop.uninstall()
+        jlog.close()
+
+    # ---- summary ----
+    result.steps_done = step
+    result.step_times = window.step_times
+    result.step_time_s = window.median_step_time()
+    result.data_wait_frac = window.median_data_frac()
+    result.peak_mem_bytes, result.peak_mem_kind = peak_memory(device_type)
+    if result.step_time_s:
+        result.tokens_per_s_per_gpu = tokens_per_step / result.step_time_s / env.world_size
+        result.mfu = mfu(result.tokens_per_s_per_gpu, fpt, peak)
+    _summary(env, cfg, result, jlog_path=cfg.log_json)
+    return result
+
+
+def _summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str | None) -> None:
+    if not env.is_main:
+        return
+    if r.step_time_s is None:
+        line = f"{PROG}: {r.steps_done} steps; too few after the {cfg.timing_skip} warm-up steps to report speed"
+    else:
+        mfu_s = "n/a (cpu)" if r.peak_mem_kind == "cpu_rss" else "n/a (unknown GPU)" if r.mfu is None else f"{r.mfu * 100:.1f}%"
+        mem_s = fmt_bytes(r.peak_mem_bytes) + (" RSS" if r.peak_mem_kind == "cpu_rss" else "")
+        if r.planned_mem_bytes:
+            mem_s += f" (planner: {fmt_bytes(r.planned_mem_bytes)}, measured/planned {r.peak_mem_bytes / r.planned_mem_bytes:.2f})"
+        line = (f"{PROG}: median over {len(r.step_times)} steps: {r.step_time_s * 1e3:.1f} ms/step, "
+                f"{fmt_rate(r.tokens_per_s_per_gpu)} tok/s/gpu, MFU {mfu_s}, data wait {r.data_wait_frac * 100:.1f}%, "
+                f"peak memory {mem_s}")
+    print(line, flush=True)
+    if jlog_path:
+        JsonLog(jlog_path, True).write({
+            "kind": "summary", "step": r.steps_done - 1, "steps_timed": len(r.step_times),
+            "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s_per_gpu, "mfu": r.mfu,
+            "data_wait_frac": r.data_wait_frac, "peak_mem_bytes": r.peak_mem_bytes, "peak_mem_kind": r.peak_mem_kind,
+            "planned_mem_bytes": r.planned_mem_bytes, "stopped": r.stopped})
+
+
+def _machine_facts() -> dict:
+    cuda = torch.cuda.is_available()
+    try:
+        import torchao  # noqa: F401
+
+        has_ao = True
+    except ImportError:
+        has_ao = False
+    try:
+        import numpy  # noqa: F401
+
+        has_np = True
+    except ImportError:
+        has_np = False
+    return {"cuda_available": cuda, "cuda_capability": torch.cuda.get_device_capability() if cuda else None,
+            "torchao_available": has_ao, "numpy_available": has_np}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: check options, train, and turn a lost peer into one clear message instead of a hang."""
+    cfg = parse_args(argv)
+    env = read_env()
+    allow_cpu = os.environ.get(ALLOW_CPU_ENV, "") not in ("", "0")
+    try:
+        device_type = check_runtime(cfg, world_size=env.world_size, local_world_size=env.local_world_size,
+                                    allow_cpu=allow_cpu, **_machine_facts())
+        if device_type == "cuda" and env.local_rank >= torch.cuda.device_count():
+            raise ConfigError(f"--nproc-per-node: local rank {env.local_rank} but this machine has "
+                              f"{torch.cuda.device_count()} GPUs; launch one process per GPU")
+        # Open the data before any process group: a bad file is a startup error, not a hang.
+        source = open_source(cfg.data, seq_len=cfg.seq_len, data_dtype=cfg.data_dtype, tokenizer=cfg.tokenizer,
+                             vocab_size=cfg.vocab_size, seed=cfg.seed)
+    except ConfigError as e:
+        fail(str(e))
+    try:
+        result = train(cfg, env, device_type, source)
+    except Exception as e:  # noqa: BLE001 - classified below, re-raised when it is not a peer failure
+        if not (env.distributed and _is_peer_failure(e)):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"{PROG}: rank {env.rank}: a collective failed: another rank has probably died or hung "
+              f"(see its log); exiting. [{type(e).__name__}: {first[:300]}]", file=sys.stderr, flush=True)
+        # Skip interpreter teardown: destroying a group whose peer is gone can block.
+        os._exit(EXIT_PEER_FAILED)
+    # Free the model's reference cycles (FSDP state) while the interpreter is whole, then the groups:
+    # left to interpreter teardown, gloo's threads can abort the process after a successful run.
+    gc.collect()
+    destroy_process_group()
+    return EXIT_STOPPED if result.stopped else 0
+
+
+def _is_peer_failure(e: BaseException) -> bool:
+    if isinstance(e, dist.DistError):
+        return True
+    text = str(e).lower()
+    return isinstance(e, RuntimeError) and any(s in text for s in (
+        "connection closed", "connection reset", "broken pipe", "timed out", "timeout", "nccl", "gloo",
+        "socket", "peer"))
