@@ -344,9 +344,15 @@ class Cluster:
             with self.report.waiting("waiting for nodes to be deleted"):
                 self._delete_instances([(n.zone, n.name) for n in obs.nodes])
         reservations = [] if keep_reservation else obs.reservations
+        policies = obs.policies
+        if keep_reservation and obs.reservations and obs.policies:
+            # A kept reservation holds its placement policy: GCP refuses to delete a policy in use.
+            self.report.note(f"keeping reservation(s) {', '.join(r['name'] for r in obs.reservations)} and the "
+                             f"placement policy they use ({', '.join(p['name'] for p in obs.policies)})")
+            policies = []
         steps = [
             ("ReservationsClient", "zone", "reservation", [(r["zone"], r["name"]) for r in reservations]),
-            ("ResourcePoliciesClient", "region", "resource_policy", [(p["region"], p["name"]) for p in obs.policies]),
+            ("ResourcePoliciesClient", "region", "resource_policy", [(p["region"], p["name"]) for p in policies]),
             ("FirewallsClient", None, "firewall", [(None, f) for f in obs.firewalls]),
             ("SubnetworksClient", "region", "subnetwork", [(s["region"], s["name"]) for s in obs.subnets]),
             ("NetworksClient", None, "network", [(None, n) for n in obs.networks]),
@@ -358,6 +364,8 @@ class Cluster:
         left = observe(self.clients, self.project, name)
         if keep_reservation:
             left.reservations = []
+            if obs.reservations:
+                left.policies = []
         if not left.empty:
             raise CloudError(f"cluster {name}: {left.summary()} still exist after down; run it again")
         return obs

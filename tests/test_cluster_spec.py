@@ -1,0 +1,155 @@
+"""Cluster specs: every bad input is one line naming the field, exit 2, and zero API calls."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from gcpgpu.cli import main
+from gcpgpu.cluster.plan import plan
+from gcpgpu.cluster.spec import ClusterSpec, parse_duration
+from gcpgpu.errors import UsageProblem
+
+PROJECT = "test-proj"
+
+BAD_INPUTS = [
+    # (arguments after `cluster up`, text the one-line error must contain)
+    (["demo", "--machine-type", "a3-highgpu-9g", "--nodes", "2", "--region", "us-central1"], "--machine-type"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--gpus", "4", "--region", "us-central1"], "--gpus 4"),
+    (["demo", "--machine-type", "a3-megagpu-8g", "--zone", "us-central1-c"], "--zone us-central1-c"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--zone", "mars-north1-a"], "--zone 'mars-north1-a'"),
+    (["demo", "--machine-type", "a2-highgpu-8g", "--nodes", "1501", "--region", "us-central1"], "--nodes 1501"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--flex-start", "5m", "--region", "us-central1"], "--flex-start"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--flex-start", "9d", "--region", "us-central1"], "--flex-start"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--flex-start", "2h", "--create-reservation",
+      "--region", "us-central1"], "--flex-start"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--spot", "--reservation", "res1", "--region", "us-central1"], "--spot"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--spot", "--flex-start", "2h", "--region", "us-central1"], "--spot"),
+    (["Demo_1", "--machine-type", "a3-highgpu-8g", "--region", "us-central1"], "NAME 'Demo_1'"),
+    (["a" * 41, "--machine-type", "a3-highgpu-8g", "--region", "us-central1"], "NAME"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--label", "Team=x", "--region", "us-central1"], "--label"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--label", "team=X Y", "--region", "us-central1"], "--label"),
+    (["demo", "--machine-type", "a3-highgpu-8g"], "--region is missing"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--region", "us-central1", "--zones", "us-east4-a"], "--zones"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--reservation", "r", "--create-reservation",
+      "--region", "us-central1"], "--reservation"),
+    (["demo", "--machine-type", "a3-ultragpu-8g", "--region", "us-west1"], "--region us-west1"),
+    (["demo", "--nodes", "2", "--region", "us-central1"], "--machine-type is missing"),
+    (["demo", "--machine-type", "a3-highgpu-8g", "--nodes", "0", "--region", "us-central1"], "--nodes 0"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD_INPUTS, ids=[" ".join(a[1:4]) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_makes_no_api_call(gcp, monkeypatch, args, needle):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    result = CliRunner().invoke(main, ["cluster", "up", *args, "--yes"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert needle in lines[0]
+    assert len(gcp.requests) == 0, [r.path for r in gcp.requests.all()]
+
+
+def test_flag_overrides_spec_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("name: big\nmachine-type: a2-highgpu-8g\nnodes: 8\nregion: us-central1\nlabels: {team: ml}\n")
+    spec = ClusterSpec.from_sources(str(f), {"nodes": 2}).validate()
+    assert (spec.name, spec.machine_type, spec.nodes, spec.labels) == ("big", "a2-highgpu-8g", 2, {"team": "ml"})
+
+
+def test_unknown_spec_file_field_names_the_field(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("name: big\nmachine_typ: a2-highgpu-8g\n")
+    with pytest.raises(UsageProblem, match="unknown field 'machine_typ'"):
+        ClusterSpec.from_sources(str(f), {})
+
+
+def test_defaults_fill_region_zones_and_placement():
+    spec = ClusterSpec(name="c", machine_type="a3-megagpu-8g", nodes=4).validate(default_region="us-central1")
+    assert spec.zones == ["us-central1-a", "us-central1-b"]  # the catalog's zones offering it, in order
+    assert spec.placement == "compact"
+    one = ClusterSpec(name="c", machine_type="a3-megagpu-8g", nodes=1).validate(default_zone="us-east4-b")
+    assert (one.region, one.zones, one.placement) == ("us-east4", ["us-east4-b"], "none")
+    flex = ClusterSpec(name="c", machine_type="a3-highgpu-8g", nodes=4, provisioning="flex-start",
+                       max_run_duration=7200).validate(default_region="us-central1")
+    assert flex.placement == "none"  # GCP refuses placement policies with flex-start
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("2h", 7200), ("1d", 86400), ("600", 600), ("30s", 30)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text, "--flex-start") == seconds
+
+
+def _plan(**kw):
+    kw.setdefault("name", "c")
+    kw.setdefault("nodes", 2)
+    return plan(ClusterSpec(**kw).validate(default_region="us-central1"), PROJECT)
+
+
+def test_a2_plan_has_no_gpu_networks():
+    p = _plan(machine_type="a2-highgpu-8g")
+    assert p.networks == [] and p.subnets == []
+    assert [f["name"] for f in p.firewalls] == ["c-internal"]
+    assert len(p.instance_properties["networkInterfaces"]) == 1
+    assert p.policy["groupPlacementPolicy"] == {"collocation": "COLLOCATED", "vmCount": 2}
+
+
+@pytest.mark.parametrize(("machine_type", "nics"), [("a3-highgpu-8g", 4), ("a3-edgegpu-8g", 4), ("a3-megagpu-8g", 8)])
+def test_a3_plan_wires_every_gpu_nic(machine_type, nics):
+    zone = {"a3-edgegpu-8g": "us-central1-c"}.get(machine_type)
+    spec = ClusterSpec(name="c", machine_type=machine_type, nodes=2, zones=[zone] if zone else [])
+    p = plan(spec.validate(default_region="us-central1"), PROJECT)
+    assert len(p.networks) == nics and all(n["mtu"] == 8244 for n in p.networks)
+    assert len(p.subnets) == nics
+    ifaces = p.instance_properties["networkInterfaces"]
+    assert len(ifaces) == nics + 1 and all(i["nicType"] == "GVNIC" for i in ifaces)
+    cidrs = {s["ipCidrRange"] for s in p.subnets}
+    for fw in p.firewalls:
+        # Internal only: the cluster's own subnets or its own network tag, never the world.
+        assert "0.0.0.0/0" not in fw.get("sourceRanges", [])
+        assert set(fw.get("sourceRanges", [])) <= cidrs
+    assert "accessConfigs" not in ifaces[0]  # no external IP unless asked
+
+
+def test_scheduling_per_provisioning_model():
+    std = _plan(machine_type="a3-highgpu-8g").instance_properties
+    assert std["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD",
+                                 "automaticRestart": False}
+    spot = _plan(machine_type="a3-highgpu-8g", provisioning="spot").instance_properties
+    assert spot["scheduling"]["provisioningModel"] == "SPOT"
+    assert spot["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    flex = _plan(machine_type="a3-highgpu-8g", provisioning="flex-start", max_run_duration=3600).instance_properties
+    assert flex["scheduling"]["maxRunDuration"] == {"seconds": "3600"}
+    assert flex["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert "resourcePolicies" not in flex
+
+
+def test_created_reservation_carries_the_placement_policy_and_is_consumed():
+    p = _plan(machine_type="a3-highgpu-8g", create_reservation=True)
+    assert p.reservation["specificReservation"]["count"] == "2"
+    assert p.reservation["resourcePolicies"]["policy"].endswith("/resourcePolicies/c-placement")
+    assert p.instance_properties["reservationAffinity"]["values"] == ["c-res"]
+
+
+def test_cost_comes_from_dated_catalog_prices():
+    assert _plan(machine_type="a3-highgpu-8g").cost_per_hour == round(2 * 8 * 6.98, 2)
+    assert _plan(machine_type="a3-highgpu-8g", provisioning="spot").cost_per_hour == round(2 * 8 * 2.09, 2)
+    assert _plan(machine_type="a3-megagpu-8g").cost_per_hour is None  # no price in the catalog: unknown, not 0
+
+
+def test_startup_script_quotes_the_cluster_name():
+    p = _plan(machine_type="a2-highgpu-1g")
+    script = next(i["value"] for i in p.instance_properties["metadata"]["items"] if i["key"] == "startup-script")
+    assert "CLUSTER=c\n" in script and "NNODES=2" in script
+
+
+def test_plan_command_prints_resources_and_cost_without_api_calls(gcp, monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    result = CliRunner().invoke(main, ["cluster", "plan", "demo", "--machine-type", "a3-highgpu-8g", "--nodes", "2",
+                                       "--region", "us-central1"])
+    assert result.exit_code == 0, result.output
+    assert "demo-gpunet-4" in result.output and "$111.68/hour" in result.output
+    assert len(gcp.requests) == 0
+    as_json = CliRunner().invoke(main, ["--format", "json", "cluster", "up", "demo", "--machine-type", "a2-highgpu-1g",
+                                        "--region", "us-central1", "--dry-run"])
+    assert '"bulkInsert"' in as_json.output and len(gcp.requests) == 0
