@@ -28,7 +28,9 @@ from gcpgpu.settings import FORMATS, Settings
 COMMANDS: dict[str, str] = {
     "catalog": "gcpgpu.cli.catalog:catalog",
     "cluster": "gcpgpu.cli.cluster:cluster",
+    "container": "gcpgpu.cli.container:container",
     "emulator": "gcpgpu.cli.emulator:emulator",
+    "nccl": "gcpgpu.cli.nccl:nccl",
 }
 
 
