@@ -1,0 +1,345 @@
+"""What the training container works out before torchrun starts: machine, NCCL profile, rendezvous.
+
+containers/entrypoint.sh runs `python -m gcpgpu.launch` and evals what it prints: `export` lines
+for the NCCL profile of this machine and the torchrun rendezvous (GCPGPU_NNODES, GCPGPU_NODE_RANK,
+GCPGPU_MASTER_ADDR, GCPGPU_MASTER_PORT, GCPGPU_NPROC_PER_NODE). When the machine needs a plugin,
+device or NIC that is not there, it prints one line saying what and exits 3 instead, so the job
+stops at once rather than training at a tenth of the speed or hanging in NCCL's setup.
+
+Inputs, strongest first (every one an environment variable, so a job spec can set it):
+  machine type   GCPGPU_MACHINE_TYPE, then the metadata server's instance/machine-type
+  platform       GCPGPU_PLATFORM (vm | container | vertex), then vertex when CLUSTER_SPEC or
+                 CLOUD_ML_JOB_ID is set, container under Kubernetes, else vm
+  NCCL flavour   GCPGPU_NCCL_FLAVOR (e.g. none to run over sockets), then the machine's own
+  rendezvous     NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE (torchrun's names);
+                 then Vertex AI's CLUSTER_SPEC; then the VM's metadata attributes gcpgpu-nnodes,
+                 gcpgpu-node-rank, gcpgpu-master-addr, gcpgpu-master-port; then one node
+  NCCL_* already set in the environment win over the profile.
+Test seams: GCPGPU_METADATA_URL (the metadata server's base URL), GCPGPU_SYSROOT (a folder
+standing in for / when looking for plugins, devices and NICs). GCPGPU_SKIP_NCCL_CHECK=1 turns
+refusals into warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
+DEFAULT_MASTER_PORT = 29500
+# Vertex AI's worker pools: 0 the primary replica, 1 the other workers, 2 parameter or reduction
+# servers, 3 evaluators. Only the first two run the trainer.
+TRAINING_POOLS = ("workerpool0", "workerpool1")
+_HOST = re.compile(r"^[A-Za-z0-9_.:\-\[\]]+$")
+
+EXIT_BAD_INPUT = 2
+EXIT_REFUSED = 3
+
+
+class LaunchError(Exception):
+    """Why the container will not start the trainer; one line. exit_code: 2 bad input, 3 missing host support."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Metadata:
+    """The GCE metadata server, asked at most once per path, and given up on after one failure."""
+
+    def __init__(self, base: str = METADATA_URL, timeout: float = 2.0) -> None:
+        self.base = base.rstrip("/")
+        self.timeout = timeout
+        self._unreachable = False
+        self._cache: dict[str, str | None] = {}
+
+    def get(self, path: str) -> str | None:
+        """The value at `path` (e.g. instance/machine-type), or None when absent or unreachable."""
+        if self._unreachable:
+            return None
+        if path not in self._cache:
+            request = urllib.request.Request(f"{self.base}/{path}", headers={"Metadata-Flavor": "Google"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                    self._cache[path] = response.read().decode().strip()
+            except urllib.error.HTTPError:
+                self._cache[path] = None  # the server answered: this key just isn't set
+            except (OSError, ValueError):
+                self._unreachable = True  # off GCP (or no route): don't wait again for every key
+                return None
+        return self._cache[path]
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """torchrun's multi-node settings, and where each came from."""
+
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def _int(value: str, name: str, low: int, high: int | None = None) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or number < low or (high is not None and number > high):
+        span = f"{low}..{high}" if high is not None else f"{low} or more"
+        raise LaunchError(f"{name}={value!r} is not a whole number {span}", EXIT_BAD_INPUT)
+    return number
+
+
+def parse_cluster_spec(text: str) -> dict[str, str]:
+    """Vertex AI's CLUSTER_SPEC -> {nnodes, node_rank, master_addr, master_port} as strings.
+
+    CLUSTER_SPEC is {"cluster": {"workerpool0": ["host:port"], "workerpool1": [...]},
+    "task": {"type": "workerpool1", "index": 0}}. Nodes are numbered workerpool0 first, then
+    workerpool1 in order; the master is workerpool0's first host.
+    """
+    try:
+        spec = json.loads(text)
+        cluster = spec["cluster"]
+        task_type = spec["task"]["type"]
+        index = int(spec["task"].get("index", 0))
+        primary = cluster["workerpool0"][0]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise LaunchError(f"CLUSTER_SPEC is not Vertex AI's cluster spec JSON ({type(e).__name__}: {e})",
+                          EXIT_BAD_INPUT) from None
+    if task_type not in TRAINING_POOLS:
+        raise LaunchError(
+            f"CLUSTER_SPEC task type {task_type} is not a training pool ({', '.join(TRAINING_POOLS)}); "
+            "run another image in worker pools 2 and 3",
+            EXIT_BAD_INPUT,
+        )
+    sizes = [len(cluster.get(pool) or []) for pool in TRAINING_POOLS]
+    rank = sum(sizes[: TRAINING_POOLS.index(task_type)]) + index
+    host, _, port = str(primary).rpartition(":") if ":" in str(primary) else (str(primary), "", "")
+    return {
+        "nnodes": str(sum(sizes)),
+        "node_rank": str(rank),
+        "master_addr": host,
+        "master_port": port or str(DEFAULT_MASTER_PORT),
+    }
+
+
+_FIELDS = {
+    # field: (env var, metadata attribute)
+    "nnodes": ("NNODES", "gcpgpu-nnodes"),
+    "node_rank": ("NODE_RANK", "gcpgpu-node-rank"),
+    "master_addr": ("MASTER_ADDR", "gcpgpu-master-addr"),
+    "master_port": ("MASTER_PORT", "gcpgpu-master-port"),
+}
+
+
+def rendezvous(environ: Mapping[str, str], metadata: Metadata | None, platform: str) -> Rendezvous:
+    """torchrun's rendezvous for this node: per field, the environment, CLUSTER_SPEC, metadata, one node."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, (var, _) in _FIELDS.items():
+        if environ.get(var, "").strip():
+            found[name] = (environ[var].strip(), f"env {var}")
+    if len(found) < len(_FIELDS) and environ.get("CLUSTER_SPEC", "").strip():
+        for name, value in parse_cluster_spec(environ["CLUSTER_SPEC"]).items():
+            found.setdefault(name, (value, "CLUSTER_SPEC"))
+    if len(found) < len(_FIELDS) and metadata is not None and platform != "vertex":
+        for name, (_, attribute) in _FIELDS.items():
+            if name not in found:
+                value = metadata.get(f"instance/attributes/{attribute}")
+                if value:
+                    found[name] = (value, f"metadata {attribute}")
+    nnodes = _int(found.get("nnodes", ("1", ""))[0], _FIELDS["nnodes"][0], 1)
+    rank = _int(found.get("node_rank", ("0", ""))[0], _FIELDS["node_rank"][0], 0)
+    if rank >= nnodes:
+        raise LaunchError(f"NODE_RANK={rank} is not below NNODES={nnodes}", EXIT_BAD_INPUT)
+    if "master_addr" in found:
+        master = found["master_addr"][0]
+        if not _HOST.match(master):
+            raise LaunchError(f"MASTER_ADDR={master!r} is not a host name or IP address", EXIT_BAD_INPUT)
+    elif nnodes > 1:
+        raise LaunchError(
+            f"{nnodes} nodes but no master address: set MASTER_ADDR (or CLUSTER_SPEC, or the VM metadata "
+            "attribute gcpgpu-master-addr)",
+            EXIT_BAD_INPUT,
+        )
+    else:
+        master = "127.0.0.1"
+    port = _int(found.get("master_port", (str(DEFAULT_MASTER_PORT), ""))[0], "MASTER_PORT", 1, 65535)
+    return Rendezvous(nnodes, rank, master, port, {name: src for name, (_, src) in found.items()})
+
+
+def detect_platform(environ: Mapping[str, str]) -> tuple[str, str]:
+    """(platform, why): where the container runs, which decides how its NICs are named."""
+    from gcpgpu.nccl import PLATFORMS
+
+    forced = environ.get("GCPGPU_PLATFORM", "").strip()
+    if forced:
+        if forced not in PLATFORMS:
+            raise LaunchError(f"GCPGPU_PLATFORM={forced!r} is not one of {', '.join(PLATFORMS)}", EXIT_BAD_INPUT)
+        return forced, "GCPGPU_PLATFORM"
+    if environ.get("CLUSTER_SPEC") or environ.get("CLOUD_ML_JOB_ID"):
+        return "vertex", "Vertex AI environment"
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return "container", "Kubernetes environment"
+    return "vm", "default"
+
+
+def detect_machine_type(environ: Mapping[str, str], metadata: Metadata | None) -> tuple[str | None, str]:
+    """(machine type or None, where it came from)."""
+    forced = environ.get("GCPGPU_MACHINE_TYPE", "").strip()
+    if forced:
+        return forced.rsplit("/", 1)[-1], "GCPGPU_MACHINE_TYPE"
+    value = metadata.get("instance/machine-type") if metadata is not None else None
+    if value:
+        # projects/123456789/machineTypes/a3-highgpu-8g
+        return value.rsplit("/", 1)[-1], "metadata server"
+    return None, "nowhere"
+
+
+@dataclass
+class Plan:
+    exports: dict[str, str]
+    prepend: frozenset[str]
+    notes: list[str]
+    warnings: list[str]
+
+    def shell(self) -> str:
+        lines = []
+        for name, value in self.exports.items():
+            if name in self.prepend:
+                lines.append(f'export {name}={shlex.quote(value)}"${{{name}:+:${{{name}}}}}"')
+            else:
+                lines.append(f"export {name}={shlex.quote(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str | Path = "/") -> Plan:
+    """Everything the entrypoint exports, or a LaunchError saying why the trainer must not start."""
+    from gcpgpu import catalog, nccl
+    from gcpgpu.errors import UsageProblem
+
+    notes: list[str] = []
+    warnings: list[str] = []
+    platform, platform_why = detect_platform(environ)
+    name, name_source = detect_machine_type(environ, metadata)
+    machine = None
+    if name is None:
+        warnings.append("machine type unknown (no GCPGPU_MACHINE_TYPE, no metadata server): no NCCL profile applied")
+    else:
+        machine = catalog.machine_types().get(name.lower())
+        if machine is None:
+            warnings.append(f"{name} is not a GPU machine type gcpgpu knows: no NCCL profile applied")
+
+    # Input mistakes first (exit 2), before what the host lacks (exit 3).
+    rdzv = rendezvous(environ, metadata, platform)
+    nproc = environ.get("NPROC_PER_NODE", "").strip() or str(machine.gpu_count if machine else 1)
+    _int(nproc, "NPROC_PER_NODE", 1)
+
+    exports: dict[str, str] = {"GCPGPU_PLATFORM": platform}
+    prepend: frozenset[str] = frozenset()
+    if name:
+        exports["GCPGPU_MACHINE_TYPE"] = name
+    if machine is not None:
+        flavor = environ.get("GCPGPU_NCCL_FLAVOR", "").strip() or machine.gpudirect
+        if flavor not in nccl.FLAVORS:
+            raise LaunchError(f"GCPGPU_NCCL_FLAVOR={flavor!r} is not one of {', '.join(nccl.FLAVORS)}", EXIT_BAD_INPUT)
+        image_flavor = environ.get("GCPGPU_IMAGE_FLAVOR", "").strip()
+        problems: list[str] = []
+        if image_flavor and flavor != "none" and image_flavor != flavor:
+            problems.append(
+                f"this image was built with FLAVOR={image_flavor} but {machine.name} needs {flavor}: rebuild "
+                f"with 'gcpgpu container build --flavor {flavor}'"
+            )
+        user_nccl = {k: v for k, v in environ.items() if k.startswith("NCCL_")}
+        try:
+            result = nccl.render_env(machine, platform, user_nccl, flavor=flavor, source="environment variable")
+        except UsageProblem as e:
+            raise LaunchError(e.format_message(), EXIT_BAD_INPUT) from None
+        check = nccl.check_host(result, root)
+        problems += list(check.problems)
+        warnings += list(check.warnings)
+        if problems:
+            what = "; ".join(problems)
+            if environ.get("GCPGPU_SKIP_NCCL_CHECK", "") in ("1", "true", "yes"):
+                warnings.append(f"starting anyway (GCPGPU_SKIP_NCCL_CHECK): {what}")
+            else:
+                needs = nccl.PROFILES[flavor].host_needs
+                raise LaunchError(
+                    f"{machine.name} needs {nccl.flavor_title(flavor)} but {what}"
+                    + (f" (it needs {needs})" if needs else "")
+                    + f". Use an image built with --flavor {flavor}, set GCPGPU_NCCL_FLAVOR=none for plain "
+                    "sockets (slow), or GCPGPU_SKIP_NCCL_CHECK=1 to start anyway"
+                )
+        exports["GCPGPU_NCCL_FLAVOR"] = flavor
+        exports.update(result.env)
+        prepend = result.prepend
+        kept = f", yours kept: {', '.join(result.overridden)}" if result.overridden else ""
+        notes.append(f"{machine.name} ({name_source}): NCCL profile {flavor} on {platform} ({platform_why}){kept}")
+    elif name:
+        notes.append(f"{name} ({name_source}) on {platform}")
+
+    exports.update(
+        GCPGPU_NNODES=str(rdzv.nnodes),
+        GCPGPU_NODE_RANK=str(rdzv.node_rank),
+        GCPGPU_MASTER_ADDR=rdzv.master_addr,
+        GCPGPU_MASTER_PORT=str(rdzv.master_port),
+        GCPGPU_NPROC_PER_NODE=nproc,
+    )
+    how = ", ".join(sorted(set(rdzv.sources.values()))) or "single node"
+    notes.append(
+        f"node {rdzv.node_rank} of {rdzv.nnodes}, master {rdzv.master_addr}:{rdzv.master_port} ({how}), "
+        f"{nproc} processes"
+    )
+    return Plan(exports, prepend, notes, warnings)
+
+
+def upload(destination: str, files: list[str]) -> None:
+    """Copy files to a gs:// folder with google-cloud-storage (the image has it; gcloud it may not)."""
+    from google.cloud import storage  # imported here: only profiling runs upload
+
+    bucket_name, _, prefix = destination[len("gs://"):].partition("/")
+    bucket = storage.Client().bucket(bucket_name)
+    for path in files:
+        blob = bucket.blob(f"{prefix.rstrip('/')}/{Path(path).name}".lstrip("/"))
+        blob.upload_from_filename(path)
+        print(f"gs://{bucket_name}/{blob.name}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = "gcpgpu-entrypoint"
+    if argv[:1] == ["upload"]:
+        if len(argv) < 3 or not argv[1].startswith("gs://"):
+            print(f"{prog}: usage: python -m gcpgpu.launch upload gs://BUCKET/PATH FILE...", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        upload(argv[1], argv[2:])
+        return 0
+    if argv not in ([], ["env"]):
+        print(f"{prog}: usage: python -m gcpgpu.launch [env | upload gs://DEST FILE...]", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    environ = os.environ
+    metadata = Metadata(environ.get("GCPGPU_METADATA_URL", "").strip() or METADATA_URL)
+    try:
+        result = plan(environ, metadata, environ.get("GCPGPU_SYSROOT", "").strip() or "/")
+    except LaunchError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return e.exit_code
+    for line in result.notes:
+        print(f"{prog}: {line}", file=sys.stderr)
+    for line in result.warnings:
+        print(f"{prog}: warning: {line}", file=sys.stderr)
+    sys.stdout.write(result.shell())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
