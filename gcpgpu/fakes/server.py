@@ -216,7 +216,9 @@ class Emulator:
         """Serve on 127.0.0.1 in background threads; port 0 picks a free one."""
         self._http = make_server(HOST, port, self.wsgi, threaded=True, request_handler=_QuietHandler)
         self.port = self._http.server_port
-        self._http_thread = threading.Thread(target=self._http.serve_forever, name="emulator-http", daemon=True)
+        # A short poll interval makes stop() return in about 50 ms instead of werkzeug's 0.5 s.
+        self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
+                                             name="emulator-http", daemon=True)
         self._http_thread.start()
         if GRPC_SERVICE_FACTORIES:
             self._start_grpc()

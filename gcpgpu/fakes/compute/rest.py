@@ -14,7 +14,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request
 
 from ..core import ApiError, invalid
-from .backend import GLOBAL, MAX_PAGE, REGIONAL, ZONAL, ComputeBackend
+from .backend import GLOBAL, MAX_PAGE, REGIONAL, ZONAL, ComputeBackend, check_project
 
 PREFIX = "/compute/v1/projects/<project>"
 
@@ -175,6 +175,9 @@ class ComputeRest:
             code = getattr(e, "code", 404)
             raise ApiError(code if code in (404, 405) else 404, "notFound",
                            f"The requested URL {request.path} was not found on this server.") from e
+        # Every path names a project; the real API refuses a malformed id before anything else,
+        # read-only catalog calls (zones, machine types) included.
+        check_project(args["project"])
         body: dict = {}
         if request.method in ("POST", "PUT", "PATCH") and request.get_data():
             try:
@@ -313,9 +316,11 @@ class ComputeRest:
     def on_op_wait(self, req: Request, body: dict, project: str, op: str, **scope: str) -> dict:
         return self.b.wait_operation(project, _scope(scope), op, timeout=self.wait_timeout)
 
-    def on_op_delete(self, req: Request, body: dict, project: str, op: str, **scope: str) -> None:
+    def on_op_delete(self, req: Request, body: dict, project: str, op: str, **scope: str) -> dict:
         self.b.delete_operation(project, _scope(scope), op)
-        return None
+        # Google's JSON APIs answer an empty message as `{}` with 200; compute_v1 parses the body
+        # as JSON and fails on an empty 204.
+        return {}
 
     wait_timeout = 120.0  # the real operations.wait returns after at most about 2 minutes
 
