@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import itertools
 import json
 import random
 import re
@@ -111,6 +110,10 @@ class Clock:
     def unfreeze(self) -> None:
         self._frozen = None
 
+    @property
+    def frozen(self) -> bool:
+        return self._frozen is not None
+
 
 def rfc3339(ts: float) -> str:
     """Compute's timestamps: RFC 3339 with milliseconds and a -07:00 style offset (we use UTC)."""
@@ -124,16 +127,28 @@ def fingerprint(value: Any) -> str:
     return base64.b64encode(hashlib.sha256(raw).digest()[:8]).decode()
 
 
+def stable_number(text: str, modulo: int) -> int:
+    """A number derived from `text` that is the same in every process (unlike hash(), which is salted)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % modulo
+
+
 class IdSource:
     """Numeric resource ids (uint64 as decimal strings on the wire), unique per emulator."""
 
     def __init__(self, start: int = 1000000000000000000) -> None:
-        self._counter = itertools.count(start)
+        self._next = start
         self._lock = threading.Lock()
 
     def next(self) -> str:
         with self._lock:
-            return str(next(self._counter))
+            value = self._next
+            self._next += 1
+            return str(value)
+
+    def skip_past(self, used: int) -> None:
+        """Never hand out `used` or anything below it again (after loading saved resources)."""
+        with self._lock:
+            self._next = max(self._next, used + 1)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from ..core import (
     not_found,
     required,
     rfc3339,
+    stable_number,
 )
 from ..world import World
 from . import filters
@@ -101,7 +102,9 @@ class ComputeBackend:
     def snapshot(self) -> dict:
         """All state as plain JSON (for the server's --state-file)."""
         with self._lock:
-            return {
+            # A deep copy taken under the lock: the caller serializes it while other requests
+            # go on mutating the live dicts.
+            return copy.deepcopy({
                 name: {
                     "number": p.number,
                     "collections": p.collections,
@@ -110,7 +113,7 @@ class ComputeBackend:
                     "next_ip": p.next_ip,
                 }
                 for name, p in self.projects.items()
-            }
+            })
 
     def restore(self, data: dict) -> None:
         with self._lock:
@@ -122,17 +125,25 @@ class ComputeBackend:
                 p.request_ids = d.get("request_ids", {})
                 p.next_ip = d.get("next_ip", {})
                 self.projects[name] = p
+            # Ids are unique per emulator: new resources must not reuse the loaded ones' ids.
+            used = [int(r["id"]) for p in self.projects.values()
+                    for coll in [*p.collections.values(), *p.operations.values()] for r in coll.values()
+                    if str(r.get("id", "")).isdigit()]
+            if used:
+                self.ids.skip_past(max(used))
 
     def project(self, name: str) -> Project:
         """A project exists as soon as it is named, with a default network as real projects have."""
         check_project(name)
-        p = self.projects.get(name)
-        if p is None:
-            number = str(100000000000 + (abs(hash(name)) % 899999999999))
-            p = Project(name, number)
-            self.projects[name] = p
-            self._seed_default_network(p)
-        return p
+        # Under the lock: read-only calls (zones.list) reach here outside it, and two threads
+        # creating the same project would each seed one and the loser's resources would vanish.
+        with self._lock:
+            p = self.projects.get(name)
+            if p is None:
+                p = Project(name, str(100000000000 + stable_number(name, 899999999999)))
+                self.projects[name] = p
+                self._seed_default_network(p)
+            return p
 
     # ------------------------------------------------------------------ helpers
     def now(self) -> float:
@@ -258,7 +269,9 @@ class ComputeBackend:
         deadline = time.monotonic() + timeout
         while True:
             op = self.get_operation(project, scope, name)
-            if op["status"] == "DONE" or time.monotonic() >= deadline:
+            # A frozen clock only moves when a test advances it: answer at once, as the real wait
+            # does when its deadline passes, instead of holding the client for two minutes.
+            if op["status"] == "DONE" or time.monotonic() >= deadline or self.clock.frozen:
                 return op
             with self._lock:
                 remaining = self.project(project).operations[scope][name]["_done_at"] - self.now()
@@ -360,7 +373,7 @@ class ComputeBackend:
         info = self.world.machine_types[name]
         out = {
             "kind": "compute#machineType",
-            "id": str(abs(hash(name)) % 10**12),
+            "id": str(stable_number(name, 10**12)),
             "name": name,
             "description": f"{info.vcpus} vCPUs, {info.memory_mb // 1024} GB RAM"
             + (f", {info.gpu_count} {info.gpu}" if info.gpu else ""),
@@ -394,7 +407,7 @@ class ComputeBackend:
         )
         return {
             "kind": "compute#acceleratorType",
-            "id": str(abs(hash(name)) % 10**9),
+            "id": str(stable_number(name, 10**9)),
             "name": name,
             "description": self.world.gpus[name]["model"],
             "zone": self.link(project, f"zones/{zone}"),
@@ -414,7 +427,7 @@ class ComputeBackend:
                 raise not_found(f"projects/{image_project}/global/images/{name}")
         return {
             "kind": "compute#image",
-            "id": str(abs(hash(name)) % 10**15),
+            "id": str(stable_number(name, 10**15)),
             "name": name,
             "family": family,
             "status": "READY",
@@ -599,6 +612,10 @@ class ComputeBackend:
                 del p.coll(path)[name]
                 if kind == "networks":
                     self._delete_auto_subnets(p, res)
+                elif kind == "subnetworks":
+                    net = p.coll("global/networks").get(last(res["network"]))
+                    if net is not None and res["selfLink"] in net.get("subnetworks", []):
+                        net["subnetworks"].remove(res["selfLink"])  # the network lists only live subnets
             return self.render_op(op)
 
     def _used_by(self, p: Project, res: dict) -> str | None:
