@@ -29,10 +29,11 @@ def say(text: str) -> None:
     print(f"\n{BOLD}== {text}{RESET}", flush=True)
 
 
-def run(argv: list[str], env: dict[str, str], check: bool = True) -> int:
+def run(argv: list[str], env: dict[str, str], check: bool = True, quiet: bool = False) -> int:
+    """Show a command, run it, show its output (only its errors when quiet)."""
     shown = " ".join(a if a and " " not in a else repr(a) for a in argv)
     print(f"{DIM}${RESET} {shown}", flush=True)
-    proc = subprocess.run(argv, env=env)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL if quiet else None)
     if check and proc.returncode != 0:
         raise SystemExit(f"demo step failed (exit {proc.returncode}): {shown}")
     return proc.returncode
@@ -69,8 +70,24 @@ def main() -> None:
         say("The GPU machine catalog the tool validates against (and the emulator serves)")
         run([gcpgpu, "catalog"], env)
 
+        say("Bad input stops before any API call, with one line saying what would be right")
+        run([gcpgpu, "cluster", "up", "demo", "--machine-type", "a3-highgpu-9g", "--nodes", "4"], env, check=False)
+
+        say("What a 4-node A3 High cluster needs: placement policy, 4 GPU NIC networks, internal-only firewalls")
+        run([gcpgpu, "cluster", "plan", "demo", "--machine-type", "a3-highgpu-8g", "--nodes", "4"], env)
+
+        say("Make us-central1-a run out of a3-highgpu-8g, as real zones do, then bring the cluster up")
+        run([gcpgpu, "emulator", "faults", "--set", 'capacity={"us-central1-a": {"a3-highgpu-8g": 0}}'], env,
+            quiet=True)
+        run([gcpgpu, "cluster", "up", "demo", "--machine-type", "a3-highgpu-8g", "--nodes", "4", "--yes"], env)
+
+        say("Running it again reconciles: nothing is created twice")
+        run([gcpgpu, "cluster", "up", "demo", "--machine-type", "a3-highgpu-8g", "--nodes", "4", "--yes"], env,
+            quiet=True)
+        run([gcpgpu, "cluster", "list"], env)
+
         if shutil.which("gcloud"):
-            say("gcloud works against the emulator too: point it there with a scratch configuration")
+            say("gcloud, pointed at the same emulator, sees the same VMs")
             for cmd in (
                 ["gcloud", "config", "set", "auth/disable_credentials", "true"],
                 ["gcloud", "config", "set", "api_endpoint_overrides/compute", f"http://{address}/compute/v1/"],
@@ -78,32 +95,11 @@ def main() -> None:
                 ["gcloud", "config", "set", "component_manager/disable_update_check", "true"],
             ):
                 subprocess.run([*cmd, "--quiet"], env=env, capture_output=True, check=True)
-            run(["gcloud", "compute", "zones", "list", "--filter=region:us-central1"], env)
+            run(["gcloud", "compute", "instances", "list", "--filter=labels.gcpgpu-cluster=demo"], env)
 
-            say("A compact placement policy and two A100 VMs, the seed guide's way (gcloud, one call each)")
-            run(["gcloud", "compute", "resource-policies", "create", "group-placement", "demo-compact",
-                 "--collocation=COLLOCATED", "--vm-count=2", "--region=us-central1"], env)
-            run(["gcloud", "compute", "instances", "create", "demo-0", "demo-1", "--zone=us-central1-a",
-                 "--machine-type=a2-highgpu-1g", "--maintenance-policy=TERMINATE", "--image-family=debian-12",
-                 "--image-project=debian-cloud", "--no-address", "--resource-policies=demo-compact",
-                 "--labels=cluster=demo"], env)
-            run(["gcloud", "compute", "instances", "list", "--filter=labels.cluster=demo"], env)
-
-            say("A stockout, as real users meet it: no a2-highgpu-1g left in us-central1-b")
-            run([gcpgpu, "emulator", "faults", "--set", 'capacity={"us-central1-b": {"a2-highgpu-1g": 0}}'], env)
-            run(["gcloud", "compute", "instances", "create", "demo-2", "--zone=us-central1-b",
-                 "--machine-type=a2-highgpu-1g", "--maintenance-policy=TERMINATE", "--image-family=debian-12",
-                 "--image-project=debian-cloud", "--no-address"], env, check=False)
-
-            say("The placement policy can't go while VMs use it; delete the VMs first, then the policy")
-            run(["gcloud", "compute", "resource-policies", "delete", "demo-compact", "--region=us-central1",
-                 "--quiet"], env, check=False)
-            run(["gcloud", "compute", "instances", "delete", "demo-0", "demo-1", "--zone=us-central1-a", "--quiet"], env)
-            run(["gcloud", "compute", "resource-policies", "delete", "demo-compact", "--region=us-central1",
-                 "--quiet"], env)
-            run(["gcloud", "compute", "instances", "list"], env)
-        else:
-            say("gcloud is not installed here; skipping the gcloud part of the walk-through")
+        say("Tear it all down: nodes, then placement policy, firewall rules, subnetworks, networks")
+        run([gcpgpu, "cluster", "down", "demo", "--yes"], env)
+        run([gcpgpu, "cluster", "list"], env)
 
         say("Done: the emulator is stopped and nothing is left behind")
     finally:

@@ -96,11 +96,12 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
 
 
-def _show_plan(plan: Any) -> None:
+def _show_plan(plan: Any, table: bool = True) -> None:
     from gcpgpu import catalog
 
-    emit(plan.resources(), [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
-         title=f"Plan for cluster {plan.name}")
+    if table:
+        emit(plan.resources(), [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
+             title=f"Plan for cluster {plan.name}")
     cost = plan.cost_per_hour
     price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, catalog prices of {catalog.prices_as_of()})"
              if cost is not None else "hourly cost unknown (no catalog price)")
@@ -164,7 +165,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
             _show_plan(p)
         return
     if settings.format == "table":
-        _show_plan(p)
+        _show_plan(p, table=not yes)  # asked to confirm: show everything; --yes: the summary line
     cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
     _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
     try:

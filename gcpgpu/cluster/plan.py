@@ -114,9 +114,8 @@ class Plan:
             rows.append({"kind": "reservation (use)", "name": self.spec.reservation, "where": "existing",
                          "details": "SPECIFIC_RESERVATION"})
         nics = self.instance_properties["networkInterfaces"]
-        nic_text = f"{len(nics)} NIC(s): " + ", ".join(
-            f"{n.get('subnetwork', n.get('network', '')).rsplit('/', 1)[-1]}{'/' + n['nicType'] if n.get('nicType') else ''}"
-            for n in nics)
+        gpu_nics = len(nics) - 1
+        nic_text = f"{len(nics)} NIC" + (f"s (1 host + {gpu_nics} GPU, gVNIC)" if gpu_nics else "")
         sched = self.instance_properties["scheduling"]
         for n in self.node_names:
             rows.append({"kind": "instance", "name": n, "where": " > ".join(self.zones),
@@ -262,8 +261,6 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     }
     if policy:
         props["resourcePolicies"] = [policy["name"]]
-    if mt.price_per_hour is None and spec.provisioning != "flex-start":
-        notes.append(f"no price for {mt.gpu.model} in the catalog: the hourly cost is unknown")
     return Plan(spec=spec, machine=mt, policy=policy, networks=networks, subnets=subnets, firewalls=firewalls,
                 reservation=reservation, instance_properties=props,
                 node_names=[node_name(name, r) for r in range(spec.nodes)], notes=notes)
