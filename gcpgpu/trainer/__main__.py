@@ -10,6 +10,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "CLUSTER_SPEC" in os.environ and "LOCAL_RANK" not in os.environ:
         return _launch_from_cluster_spec(argv)
+    from gcpgpu.trainer.config import parse_args
+
+    parse_args(argv)  # bad options fail here, in a fraction of a second, before torch is imported
+    import warnings
+
+    # torch warns at import when numpy is missing; the trainer needs numpy only for multi-rank
+    # checkpoints, and says so itself when they are asked for.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     from gcpgpu.trainer.train import main as train_main
 
     return train_main(argv)
@@ -17,17 +25,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _launch_from_cluster_spec(argv: list[str]) -> int:
     """On a Vertex node: one process per GPU via torchrun, rendezvous at the chief from CLUSTER_SPEC."""
-    import torch
-    from torch.distributed.run import main as torchrun
-
-    from gcpgpu.trainer.config import fail
+    from gcpgpu.trainer.config import fail, parse_args
     from gcpgpu.trainer.dist import torchrun_args_from_cluster_spec
 
-    nproc = int(os.environ.get("GCPGPU_NPROC_PER_NODE", "0")) or torch.cuda.device_count() or 1
+    parse_args(argv)  # reject bad options once, here, rather than in every worker
     try:
-        flags = torchrun_args_from_cluster_spec(os.environ["CLUSTER_SPEC"], nproc)
+        flags = torchrun_args_from_cluster_spec(os.environ["CLUSTER_SPEC"], _nproc_per_node())
     except ValueError as e:
         fail(str(e))
+    from torch.distributed.run import main as torchrun
+
     print(f"gcpgpu.trainer: CLUSTER_SPEC -> torchrun {' '.join(flags)}", flush=True)
     try:
         torchrun([*flags, "-m", "gcpgpu.trainer", *argv])
@@ -37,6 +44,15 @@ def _launch_from_cluster_spec(argv: list[str]) -> int:
         print(f"gcpgpu.trainer: a worker failed: {type(e).__name__}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _nproc_per_node() -> int:
+    """GCPGPU_NPROC_PER_NODE if set, else one process per visible GPU, else one."""
+    if os.environ.get("GCPGPU_NPROC_PER_NODE"):
+        return int(os.environ["GCPGPU_NPROC_PER_NODE"])
+    import torch
+
+    return torch.cuda.device_count() or 1
 
 
 if __name__ == "__main__":

@@ -105,16 +105,23 @@ def init_process_group(env: DistEnv, device_type: str, timeout_s: float) -> None
     import torch.distributed as dist
 
     timeout = timedelta(seconds=timeout_s)
+    if env.world_size == 1:
+        # One process (e.g. --parallel fsdp on one GPU): an in-memory store, no port to find.
+        kwargs = {"store": dist.HashStore(), "rank": 0, "world_size": 1}
+    else:
+        # env:// rendezvous (torchrun sets these; a hand launch may leave them to the defaults).
+        os.environ.setdefault("MASTER_ADDR", env.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(env.master_port))
+        kwargs = {"rank": env.rank, "world_size": env.world_size}
     if device_type == "cuda":
         # Fail a stuck collective with an error rather than hang forever (the default since 2.2, made explicit).
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
         device = torch.device("cuda", env.local_rank)
         torch.cuda.set_device(device)
         # cpu:gloo lets small host-side agreements (the SIGTERM flag) avoid a GPU sync.
-        dist.init_process_group("cuda:nccl,cpu:gloo", rank=env.rank, world_size=env.world_size,
-                                timeout=timeout, device_id=device)
+        dist.init_process_group("cuda:nccl,cpu:gloo", timeout=timeout, device_id=device, **kwargs)
     else:
-        dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size, timeout=timeout)
+        dist.init_process_group("gloo", timeout=timeout, **kwargs)
 
 
 def destroy_process_group() -> None:

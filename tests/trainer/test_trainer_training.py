@@ -1,0 +1,201 @@
+"""Training on CPU: parallel modes agree with one process, loss falls, fp16 recovers from overflow,
+kill-and-resume continues the same loss curve, a dead rank ends the job, the measurement is honest."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _trainer_helpers import TINY, free_port, losses, read_log, run, start, wait  # noqa: E402
+
+from gcpgpu.trainer.config import TrainConfig, check  # noqa: E402
+from gcpgpu.trainer.data import Batches, open_source  # noqa: E402
+from gcpgpu.trainer.model import GPT, GPTConfig  # noqa: E402
+from gcpgpu.trainer.sizes import get_size, param_count  # noqa: E402
+from gcpgpu.trainer.train import EXIT_STOPPED, train  # noqa: E402
+
+REQUIRED_LOG_KEYS = {"step", "loss", "lr", "tokens_per_s", "mfu", "step_time_s", "data_wait_frac", "peak_mem_bytes"}
+
+
+def tiny_cfg(data, **kw) -> TrainConfig:
+    cfg = TrainConfig(model="tiny", batch_size=8, seq_len=64, lr=1e-3, warmup_steps=2, data=str(data), quiet=True,
+                      timing_warmup=2, **kw)
+    check(cfg)
+    return cfg
+
+
+def test_model_shapes_and_tied_embedding():
+    cfg = GPTConfig.from_size("tiny", vocab_size=256, seq_len=64)
+    model = GPT(cfg)
+    assert model.lm_head.weight is model.wte.weight
+    assert model.num_params() == param_count(get_size("tiny"), 256, 64, tied=True)
+    idx = torch.randint(256, (2, 64))
+    assert model(idx).shape == (2, 64, 256)
+    assert model(idx, idx).ndim == 0
+    assert GPTConfig.from_size("124m", 50257, 1024).vocab_size == 50304  # padded for tensor cores
+
+
+def test_data_is_deterministic_and_sharded_by_rank(small_text):
+    src = open_source(str(small_text), seq_len=64)
+    whole = Batches(src, seq_len=64, global_batch=8, rank=0, world_size=1, seed=1, device=torch.device("cpu"))
+    halves = [Batches(src, seq_len=64, global_batch=8, rank=r, world_size=2, seed=1, device=torch.device("cpu"))
+              for r in (0, 1)]
+    for _ in range(3):
+        x, y = whole.next()
+        parts = [h.next() for h in halves]
+        assert torch.equal(x, torch.cat([p[0] for p in parts])) and torch.equal(y, torch.cat([p[1] for p in parts]))
+        assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+    # The position is the step: a restored loader continues with the same batches.
+    resumed = Batches(src, seq_len=64, global_batch=8, rank=0, world_size=1, seed=1, device=torch.device("cpu"))
+    resumed.load_state_dict(whole.state_dict())
+    assert torch.equal(resumed.next()[0], whole.next()[0])
+
+
+def test_token_file_memmap(tmp_path):
+    tokens = torch.arange(1000, dtype=torch.int64).to(torch.uint16)
+    path = tmp_path / "train.bin"
+    path.write_bytes(bytes(tokens.view(torch.uint8).tolist()))  # little-endian uint16, as nanoGPT writes
+    src = open_source(str(path), seq_len=16, data_dtype="uint16")
+    assert len(src.tokens) == 1000 and src.tokens.dtype == torch.uint16
+    x, y = Batches(src, seq_len=16, global_batch=4, rank=0, world_size=1, seed=0, device=torch.device("cpu")).next()
+    assert x.dtype == torch.int64 and torch.equal(y - x, torch.ones_like(x))  # consecutive ids
+
+
+def test_loss_falls_on_small_text(small_text, tmp_path):
+    log = tmp_path / "log.jsonl"
+    result = train(tiny_cfg(small_text, steps=40, log_json=str(log)))
+    curve = losses(log)
+    assert curve[0] > 5.0  # about ln(256): knows nothing
+    assert curve[39] < 2.6, curve  # repetitive words: learns a lot in 40 steps
+    assert result.steps_done == 40 and not result.stopped
+
+
+def test_log_records_and_honest_cpu_measurement(small_text, tmp_path):
+    log = tmp_path / "log.jsonl"
+    result = train(tiny_cfg(small_text, steps=6, log_json=str(log)))
+    records = read_log(log)
+    assert [r["step"] for r in records] == list(range(6))
+    for r in records:
+        assert REQUIRED_LOG_KEYS <= r.keys()
+        assert r["mfu"] is None  # no peak for a CPU: no MFU rather than a guess
+        assert r["tokens_per_s"] > 0 and 0 <= r["data_wait_frac"] < 1 and r["peak_mem_bytes"] > 0
+    assert [r["warmup"] for r in records] == [True, True, False, False, False, False]
+    assert len(result.step_times) == 4 and result.mfu is None
+    summary = json.loads(log.read_text().splitlines()[-1])
+    assert summary["kind"] == "summary" and summary["mfu"] is None and summary["steps_timed"] == 4
+
+
+def test_fp16_loss_scaler_skips_overflowing_steps_and_recovers(small_text, tmp_path):
+    # A 2^24 loss scale overflows fp16 gradients: the scaler must skip those steps and halve the scale
+    # until they fit, then train normally.
+    log = tmp_path / "log.jsonl"
+    train(tiny_cfg(small_text, steps=12, precision="fp16", fp16_init_scale=2.0**24, log_json=str(log)))
+    records = read_log(log)
+    skipped = [r["skipped"] for r in records]
+    assert skipped[0] is True and skipped.count(False) >= 4, skipped
+    first_ok = skipped.index(False)
+    assert all(skipped[:first_ok])
+    scales = [r["loss_scale"] for r in records]
+    assert scales[0] == 2.0**23 and scales[first_ok] < 2.0**24 / 2**first_ok * 2
+    assert all(math.isfinite(r["loss"]) for r in records)
+    assert records[-1]["loss"] < records[first_ok]["loss"] - 0.3  # it learns once steps go through
+
+
+def test_profile_window_writes_a_trace_with_the_ranges(small_text, tmp_path):
+    train(tiny_cfg(small_text, steps=4, profile_steps="1:2", profile_dir=str(tmp_path / "prof")))
+    traces = list((tmp_path / "prof").glob("*.pt.trace.json"))
+    assert len(traces) == 1
+    names = {e.get("name") for e in json.loads(traces[0].read_text())["traceEvents"]}
+    assert {"data", "forward", "backward", "optimizer"} <= names
+
+
+@pytest.mark.multiprocess
+def test_ddp_and_fsdp_match_one_process(small_text, tmp_path):
+    """Same global batch, same losses: 1 process vs 2 ranks of DDP (with accumulation) and FSDP2 (with AC)."""
+    common = [*TINY, "--data", str(small_text), "--steps", "5", "--quiet"]
+    run(1, [*common, "--log-json", str(tmp_path / "one.jsonl")])
+    run(2, [*common, "--parallel", "ddp", "--grad-accum", "2", "--log-json", str(tmp_path / "ddp.jsonl")])
+    run(2, [*common, "--parallel", "fsdp", "--ac", "full", "--log-json", str(tmp_path / "fsdp.jsonl")])
+    ref = losses(tmp_path / "one.jsonl")
+    assert len(ref) == 5 and ref[4] < ref[0]
+    for name in ("ddp", "fsdp"):
+        got = losses(tmp_path / f"{name}.jsonl")
+        assert got.keys() == ref.keys()
+        for step in ref:
+            assert got[step] == pytest.approx(ref[step], rel=1e-5, abs=1e-6), (name, step, got, ref)
+
+
+@pytest.mark.multiprocess
+def test_sigterm_on_one_rank_stops_all_and_resume_is_bitwise_identical(small_text, tmp_path):
+    """FSDP2 on 2 ranks: rank 0 alone gets SIGTERM at step 3; both save and stop; resume continues."""
+    common = [*TINY, "--data", str(small_text), "--steps", "7", "--quiet", "--parallel", "fsdp"]
+    run(2, [*common, "--log-json", str(tmp_path / "straight.jsonl")])
+    ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--log-json", str(tmp_path / "resumed.jsonl")]
+    first = run(2, [*common, *ckpt], env={"GCPGPU_TRAINER_TEST_SIGTERM_AT": "0:3"}, check=False)
+    assert [p.returncode for p in first] == [EXIT_STOPPED, EXIT_STOPPED], first[0].stderr + first[1].stderr
+    assert "checkpoint saved" in first[0].stdout
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_00000004"]
+    run(2, [*common, *ckpt, "--resume"])
+    straight, resumed = losses(tmp_path / "straight.jsonl"), losses(tmp_path / "resumed.jsonl")
+    assert resumed == straight  # every step, bit for bit (CPU, fp32)
+
+
+@pytest.mark.multiprocess
+def test_external_sigterm_mid_run_then_resume_matches(small_text, tmp_path):
+    """A real SIGTERM at an arbitrary moment (a spot preemption) on a single process, then --resume."""
+    common = [*TINY, "--data", str(small_text), "--steps", "60", "--quiet", "--optimizer-impl", "foreach"]
+    ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10", "--log-json", str(tmp_path / "resumed.jsonl")]
+    procs = start(1, [*common, *ckpt])
+    deadline = time.time() + 60
+    while time.time() < deadline:  # let it get a few steps in
+        log = tmp_path / "resumed.jsonl"
+        if log.exists() and len(log.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    procs[0].send_signal(signal.SIGTERM)
+    (first,) = wait(procs)
+    assert first.returncode == EXIT_STOPPED, first.stderr
+    stopped_after = max(losses(tmp_path / "resumed.jsonl"))
+    assert stopped_after < 59
+    run(1, [*common, *ckpt, "--resume"])
+    run(1, [*common, "--log-json", str(tmp_path / "straight.jsonl")])
+    assert losses(tmp_path / "resumed.jsonl") == losses(tmp_path / "straight.jsonl")
+
+
+@pytest.mark.multiprocess
+def test_dead_rank_brings_the_others_down_with_a_clear_message(small_text):
+    t0 = time.time()
+    procs = run(2, [*TINY, "--data", str(small_text), "--steps", "20", "--parallel", "ddp", "--quiet",
+                    "--dist-timeout", "30"], env={"GCPGPU_TRAINER_TEST_DIE_AT": "1:2"}, check=False, timeout=90)
+    assert procs[1].returncode == 3  # the injected death
+    assert procs[0].returncode == 1
+    assert "another rank has probably died" in procs[0].stderr
+    assert "Traceback" not in procs[0].stderr
+    assert time.time() - t0 < 60
+
+
+@pytest.mark.multiprocess
+def test_cluster_spec_launches_torchrun(small_text, tmp_path):
+    """On Vertex the trainer starts torchrun itself from CLUSTER_SPEC (here one node, two CPU processes)."""
+    spec = {"cluster": {"workerpool0": [f"127.0.0.1:{free_port()}"]}, "task": {"type": "workerpool0", "index": 0}}
+    (proc,) = run(1, [*TINY, "--data", str(small_text), "--steps", "3", "--parallel", "fsdp", "--quiet",
+                      "--log-json", str(tmp_path / "log.jsonl")],
+                  env={"CLUSTER_SPEC": json.dumps(spec), "GCPGPU_NPROC_PER_NODE": "2"})
+    assert "--nnodes=1 --node-rank=0 --nproc-per-node=2" in proc.stdout
+    records = read_log(tmp_path / "log.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2] and records[0]["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_compile_matches_eager(small_text, tmp_path):
+    """torch.compile per block (about 20 s on CPU) gives the same losses as eager."""
+    eager = train(tiny_cfg(small_text, steps=3))
+    compiled = train(tiny_cfg(small_text, steps=3, compile=True))
+    for step, loss in eager.losses.items():
+        assert compiled.losses[step] == pytest.approx(loss, rel=1e-4)
