@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -20,16 +21,32 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from .compute.backend import ComputeBackend
-from .compute.rest import ComputeRest
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
 from .world import default_world
 
 HOST = "127.0.0.1"
 STATE_VERSION = 1
 
-# Later APIs plug in here: REST front ends by path prefix, gRPC services by factory.
-# A gRPC factory takes the Emulator and returns a grpc.GenericRpcHandler.
+# APIs plug in here, one line each, imported only when the emulator starts.
+# REST: (path regex, "module:factory"); factory(emulator) -> object with handle(request) -> (status, body),
+#   raising core.ApiError for API errors. The first matching pattern wins.
+REST_APIS: list[tuple[str, str]] = [
+    (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
+]
+# gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
+GRPC_SERVICES: list[str] = []
+# Factories added at run time (tests); same contract as GRPC_SERVICES' factories.
 GRPC_SERVICE_FACTORIES: list[Callable[[Emulator], Any]] = []
+
+
+def _load(target: str) -> Any:
+    import importlib
+
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 _TRANSIENT = {
     429: ("rateLimitExceeded", "Rate Limit Exceeded"),
@@ -64,7 +81,7 @@ class Emulator:
         self.ids = IdSource()
         self.requests = RequestLog()
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
-        self._compute_rest = ComputeRest(self.compute)
+        self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
         self._http = None
         self._http_thread: threading.Thread | None = None
@@ -140,10 +157,10 @@ class Emulator:
             if code is not None:
                 reason, message = _TRANSIENT.get(code, ("backendError", "Injected failure."))
                 raise ApiError(code, reason, message)
-            if api == "compute":
-                status, body = self._compute_rest.handle(request)
-            else:
+            handler = next((h for pattern, h in self._rest if pattern.match(request.path)), None)
+            if handler is None:
                 raise ApiError(404, "notFound", f"The emulator serves no API at {request.path}.")
+            status, body = handler.handle(request)
             response = _json(status, body)
         except ApiError as e:
             status = e.code
@@ -220,7 +237,7 @@ class Emulator:
         self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
                                              name="emulator-http", daemon=True)
         self._http_thread.start()
-        if GRPC_SERVICE_FACTORIES:
+        if GRPC_SERVICES or GRPC_SERVICE_FACTORIES:
             self._start_grpc()
         return self
 
@@ -230,7 +247,8 @@ class Emulator:
         import grpc
 
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="emulator-grpc"))
-        self._grpc.add_generic_rpc_handlers([factory(self) for factory in GRPC_SERVICE_FACTORIES])
+        factories = [_load(t) for t in GRPC_SERVICES] + list(GRPC_SERVICE_FACTORIES)
+        self._grpc.add_generic_rpc_handlers([factory(self) for factory in factories])
         self.grpc_port = self._grpc.add_insecure_port(f"{HOST}:{port}")
         self._grpc.start()
 

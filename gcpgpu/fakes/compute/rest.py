@@ -160,6 +160,10 @@ def _aggregated_response(kind: str, project: str, grouped: dict[str, list], requ
 class ComputeRest:
     """Dispatches Compute v1 REST requests to a ComputeBackend."""
 
+    @classmethod
+    def for_emulator(cls, emulator: Any) -> ComputeRest:
+        return cls(emulator.compute)
+
     def __init__(self, backend: ComputeBackend) -> None:
         self.b = backend
         self._handlers: dict[str, Callable[..., dict | None]] = {
