@@ -156,21 +156,18 @@ class ComputeBackend:
     def link(self, project: str, path: str) -> str:
         return f"{BASE}/projects/{project}/{path}"
 
-    def _region_of(self, zone: str) -> str:
-        region = self.world.region_of(zone)
-        if region is None:
-            raise ApiError(400, "invalid", f"Invalid value for field 'zone': '{zone}'. Unknown zone.")
-        return region
-
+    # The real API refuses an unknown zone or region in a collection's path as a bad argument
+    # ("Invalid value for field 'zone': 'x'. Unknown zone.", 400); only zones.get and regions.get
+    # on it answer 404 notFound.
     def _check_zone(self, zone: str) -> str:
         region = self.world.region_of(zone)
         if region is None:
-            raise not_found(f"projects/-/zones/{zone}")
+            raise invalid("zone", zone, "Unknown zone.")
         return region
 
     def _check_region(self, region: str) -> None:
         if region not in self.world.regions:
-            raise not_found(f"projects/-/regions/{region}")
+            raise invalid("region", region, "Unknown region.")
 
     def _get(self, project: str, path: str, name: str) -> dict:
         p = self.project(project)
@@ -322,7 +319,9 @@ class ComputeBackend:
         return [self.zone(project, z) for zones in self.world.regions.values() for z in zones]
 
     def zone(self, project: str, zone: str) -> dict:
-        region = self._check_zone(zone)
+        region = self.world.region_of(zone)
+        if region is None:
+            raise not_found(f"projects/{project}/zones/{zone}")
         return {
             "kind": "compute#zone",
             "id": str(2000 + sorted(self.world.zone_machine_types).index(zone)),
@@ -339,7 +338,8 @@ class ComputeBackend:
         return [self.region(project, r) for r in self.world.regions]
 
     def region(self, project: str, region: str) -> dict:
-        self._check_region(region)
+        if region not in self.world.regions:
+            raise not_found(f"projects/{project}/regions/{region}")
         with self._lock:
             p = self.project(project)
             self._sweep(p)
@@ -1241,11 +1241,29 @@ class ComputeBackend:
         return self._mutate_instance(project, zone, name, "stop", request_id, change)
 
     def start(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
-        def change(inst: dict) -> None:
+        """instances.start: a stopped VM takes its quota and zone capacity again, and can fail to
+        come back (inside the operation) when either has run out, as stopped GPU VMs often do."""
+        region = self._check_zone(zone)
+        with self._lock:
+            replay = self._replay(project, request_id)
+            if replay:
+                return self.render_op(replay)
+            p = self.project(project)
+            self._sweep(p)
+            inst = self._get(project, f"zones/{zone}/instances", name)
+            err = None
             if self.instance_status(inst) == "TERMINATED":
-                self._append_phase(inst, "STAGING", "RUNNING")
-
-        return self._mutate_instance(project, zone, name, "start", request_id, change)
+                # Reservation-backed VMs come back on their reservation's capacity, unchecked here.
+                need = self._instance_usage({**inst, "_phases": [[0, "PROVISIONING"]]})
+                err = self._check_quota(p, region, need)
+                if err is None and not inst.get("_reservation") \
+                        and self.faults.take_capacity(zone, inst["_machine_type"], 1) < 1:
+                    err = _stockout_error(zone, inst["_machine_type"])
+                if err is None:
+                    self._append_phase(inst, "STAGING", "RUNNING")
+            op = self._new_op(project, f"zones/{zone}", "start", inst["selfLink"], inst["id"], error=err,
+                              request_id=request_id)
+            return self.render_op(op)
 
 
 # ---------------------------------------------------------------------- module helpers
