@@ -78,8 +78,12 @@ def test_list_pages_and_filters(instances) -> None:
 
 def test_list_in_an_empty_zone_and_unknown_zone(instances) -> None:
     assert list(instances.list(project=PROJECT, zone=OTHER_ZONE)) == []
-    with pytest.raises(exceptions.NotFound):
+    # An unknown zone in a collection's path is a bad argument to the real API, not a 404.
+    with pytest.raises(exceptions.BadRequest) as e:
         list(instances.list(project=PROJECT, zone="us-central1-z"))
+    assert "Unknown zone" in e.value.message
+    with pytest.raises(exceptions.BadRequest):
+        insert(instances, vm("nowhere", zone="us-central1-z"), zone="us-central1-z")
 
 
 def test_aggregated_list_across_zones_with_paging(gcp: Emulator, instances) -> None:
@@ -208,6 +212,24 @@ def test_stop_and_start_release_and_take_quota(compute, instances) -> None:
     assert quota(regions.get(project=PROJECT, region=REGION), "NVIDIA_A100_GPUS")[0] == 1
     with pytest.raises(exceptions.NotFound):
         instances.stop(project=PROJECT, zone=ZONE, instance="ghost")
+
+
+def test_a_stopped_gpu_vm_can_fail_to_start(gcp: Emulator, instances) -> None:
+    insert(instances, gpu_vm("sleeper"))
+    instances.stop(project=PROJECT, zone=ZONE, instance="sleeper").result()
+    gcp.faults.stockout(ZONE, GPU_TYPE)  # someone else took the zone's last A100s meanwhile
+    with pytest.raises(exceptions.ServiceUnavailable) as e:
+        instances.start(project=PROJECT, zone=ZONE, instance="sleeper").result(polling=FAST_POLL)
+    assert e.value.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
+    assert instances.get(project=PROJECT, zone=ZONE, instance="sleeper").status == "TERMINATED"
+    gcp.faults.set_capacity(ZONE, GPU_TYPE, 1)
+    gcp.faults.set_quota(REGION, "NVIDIA_A100_GPUS", 0)
+    with pytest.raises(exceptions.Forbidden) as e:
+        instances.start(project=PROJECT, zone=ZONE, instance="sleeper").result(polling=FAST_POLL)
+    assert e.value.errors[0].code == "QUOTA_EXCEEDED"
+    gcp.faults.set_quota(REGION, "NVIDIA_A100_GPUS", 1)
+    instances.start(project=PROJECT, zone=ZONE, instance="sleeper").result(polling=FAST_POLL)
+    assert instances.get(project=PROJECT, zone=ZONE, instance="sleeper").status == "RUNNING"
 
 
 def _bulk(count: int, *, name_pattern: str = "", per_instance: list[str] | None = None, min_count: int | None = None,
