@@ -20,6 +20,7 @@ from typing import Any
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
 from .world import default_world
@@ -34,7 +35,9 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
-GRPC_SERVICES: list[str] = []
+GRPC_SERVICES: list[str] = [
+    "gcpgpu.fakes.cloudbuild:grpc_service",
+]
 # Factories added at run time (tests); same contract as GRPC_SERVICES' factories.
 GRPC_SERVICE_FACTORIES: list[Callable[[Emulator], Any]] = []
 
@@ -81,6 +84,7 @@ class Emulator:
         self.ids = IdSource()
         self.requests = RequestLog()
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
+        self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
         self._http = None
@@ -95,6 +99,7 @@ class Emulator:
     def reset(self) -> None:
         """Forget every resource, fault and logged request (the world's data stays)."""
         self.compute.reset()
+        self.cloudbuild.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
         self.clock.unfreeze()

@@ -79,3 +79,24 @@ class Clients:
             for key, ops_name in _OPERATION_SERVICES.items():
                 services[key] = getattr(compute_v1, ops_name)(credentials=self._credentials(), client_options=opts)
         return client
+
+    def cloudbuild(self) -> Any:
+        """A google.cloud.devtools.cloudbuild_v1 CloudBuildClient (gRPC, the library's default transport)."""
+        with self._lock:
+            if "cloudbuild" not in self._cache:
+                self._cache["cloudbuild"] = self._build_cloudbuild()
+            return self._cache["cloudbuild"]
+
+    def _build_cloudbuild(self) -> Any:
+        from google.cloud.devtools import cloudbuild_v1
+
+        if not self.emulator:
+            return cloudbuild_v1.CloudBuildClient()
+        import grpc
+        from google.cloud.devtools.cloudbuild_v1.services.cloud_build.transports import (
+            CloudBuildGrpcTransport,
+        )
+
+        # The emulator serves gRPC in the clear on loopback; a given channel carries no credentials.
+        channel = grpc.insecure_channel(self.emulator_info["grpc"])
+        return cloudbuild_v1.CloudBuildClient(transport=CloudBuildGrpcTransport(channel=channel))
