@@ -42,7 +42,11 @@ def _tokens(text: str) -> list[tuple[str, str]]:
         kind = m.lastgroup
         value = m.group(kind)
         if kind == "str":
-            value = bytes(value[1:-1], "utf-8").decode("unicode_escape")
+            # Only the quote itself is escaped. Every other backslash belongs to the RE2 pattern
+            # (gcloud sends `network eq ".*\bdefault\b.*"`); decoding escapes turned \b into a
+            # backspace and such filters matched nothing.
+            quote = value[0]
+            value = value[1:-1].replace("\\" + quote, quote)
         elif kind == "word" and value.upper() in ("AND", "OR", "NOT"):
             kind = value.upper()
         out.append((kind, value))
