@@ -151,6 +151,14 @@ def test_gpu_vm_needs_on_host_maintenance_terminate(instances) -> None:
     assert got.guest_accelerators[0].accelerator_count == 1
 
 
+def test_spot_gpu_vm_defaults_to_terminate(instances) -> None:
+    insert(instances, vm("spot", GPU_TYPE, provisioning_model="SPOT"))  # as gcloud sends --provisioning-model=SPOT
+    got = instances.get(project=PROJECT, zone=ZONE, instance="spot")
+    assert (got.scheduling.on_host_maintenance, got.scheduling.automatic_restart) == ("TERMINATE", False)
+    with pytest.raises(exceptions.BadRequest):
+        insert(instances, vm("spot-migrating", GPU_TYPE, provisioning_model="SPOT", on_host_maintenance="MIGRATE"))
+
+
 def test_accelerator_not_offered_in_the_zone(gcp: Emulator, instances) -> None:
     zone = next(z for z in gcp.world.zone_machine_types if "nvidia-b200" not in gcp.world.accelerators_in_zone(z))
     with pytest.raises(exceptions.BadRequest) as e:

@@ -920,11 +920,20 @@ class ComputeBackend:
             accs = [{"acceleratorType": self.link(project, f"zones/{zone}/acceleratorTypes/{info.gpu}"),
                      "acceleratorCount": info.gpu_count}]
 
-        sched = {"onHostMaintenance": "MIGRATE", "automaticRestart": True, "preemptible": False,
-                 "provisioningModel": "STANDARD", **(body.get("scheduling") or {})}
+        given = body.get("scheduling") or {}
+        # The API's own words: "For standard instances, the default behavior is MIGRATE. For
+        # preemptible instances, the default and only possible behavior is TERMINATE." Spot (and
+        # flex-start) VMs are preemptible in that sense, so gcloud's --provisioning-model=SPOT
+        # without --maintenance-policy works on a GPU VM.
+        preemptible = bool(given.get("preemptible")) or given.get("provisioningModel") in ("SPOT", "FLEX_START")
+        sched = {"onHostMaintenance": "TERMINATE" if preemptible else "MIGRATE", "automaticRestart": not preemptible,
+                 "preemptible": False, "provisioningModel": "STANDARD", **given}
         model = sched["provisioningModel"]
         if model not in ("STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND"):
             raise invalid(f"{field}.scheduling.provisioningModel", model, "Must be STANDARD, SPOT, FLEX_START or RESERVATION_BOUND.")
+        if preemptible and sched["onHostMaintenance"] != "TERMINATE":
+            raise invalid(f"{field}.scheduling.onHostMaintenance", sched["onHostMaintenance"],
+                          "Preemptible and Spot instances can only use TERMINATE.")
         if accs and sched["onHostMaintenance"] != "TERMINATE":
             raise ApiError(400, "invalid", GPU_FREE_MIGRATION_ERROR)
         if model in ("SPOT", "FLEX_START") and sched.get("automaticRestart"):
