@@ -298,3 +298,48 @@ def test_uploads_can_be_sent_in_pieces(client):
     with pytest.raises(grpc.RpcError) as err:
         call(json.dumps({"bucket": "b-src", "name": "o", "offset": 9}).encode() + b"\n" + b"x")
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "resumed at 9" in err.value.details()
+
+
+def test_operations_of_other_emulated_apis_are_handed_on(monkeypatch):
+    from google.longrunning import operations_pb2
+
+    from gcpgpu.fakes import server
+    from gcpgpu.fakes.cloudbuild.service import GET_OPERATION
+
+    class OtherApi(grpc.GenericRpcHandler):
+        """Another emulated API with long-running operations, registered after Cloud Build."""
+
+        def service(self, details):
+            if details.method != GET_OPERATION:
+                return None
+
+            def get_operation(request, context):
+                if not request.name.startswith("projects/"):
+                    context.abort(grpc.StatusCode.NOT_FOUND, f"no operation {request.name}")
+                return operations_pb2.Operation(name=request.name, done=True)
+
+            return grpc.unary_unary_rpc_method_handler(
+                get_operation,
+                request_deserializer=operations_pb2.GetOperationRequest.FromString,
+                response_serializer=operations_pb2.Operation.SerializeToString,
+            )
+
+    monkeypatch.setattr(server, "GRPC_SERVICE_FACTORIES", [lambda emulator: OtherApi()])
+    emu = Emulator().start()
+    try:
+        channel = grpc.insecure_channel(emu.info()["grpc"])
+        get = channel.unary_unary(
+            GET_OPERATION,
+            request_serializer=operations_pb2.GetOperationRequest.SerializeToString,
+            response_deserializer=operations_pb2.Operation.FromString,
+        )
+        theirs = get(operations_pb2.GetOperationRequest(name="projects/p/locations/l/operations/7"))
+        assert theirs.done and theirs.name.endswith("/operations/7")
+        client = Clients(emulator=emu.address, project=PROJECT).cloudbuild()
+        emu.faults.operation_seconds = 0.1
+        assert create(client, docker_build()).result(timeout=10).status == S.SUCCESS  # ours still ours
+        with pytest.raises(grpc.RpcError) as err:
+            get(operations_pb2.GetOperationRequest(name="operations/build/nobody/xyz"))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        emu.stop()

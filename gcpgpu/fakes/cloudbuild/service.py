@@ -13,6 +13,7 @@ Two emulator-only methods take JSON bytes, for what real Cloud Build does throug
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 
 SERVICE = "google.devtools.cloudbuild.v1.CloudBuild"
 OPERATIONS = "google.longrunning.Operations"
+GET_OPERATION = f"/{OPERATIONS}/GetOperation"
+MINE = "gcpgpu.fakes.cloudbuild:grpc_service"
+# Set while this thread hands a GetOperation on, so two services that hand on never loop.
+_HANDING_ON = threading.local()
 PUT_OBJECT = "/gcpgpu.emulator.v1.Storage/PutObject"
 READ_LOG = "/gcpgpu.emulator.v1.CloudBuildLogs/Read"
 
@@ -73,6 +78,12 @@ def _object_request(raw: bytes) -> tuple[dict, bytes]:
     return json.loads(head), data
 
 
+class _Details(grpc.HandlerCallDetails):
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata = ()
+
+
 class CloudBuildService(grpc.GenericRpcHandler):
     """Routes the Cloud Build methods (and the emulator's two helpers) to emulator.cloudbuild."""
 
@@ -88,9 +99,7 @@ class CloudBuildService(grpc.GenericRpcHandler):
                 self._list, cb.ListBuildsRequest.deserialize, cb.ListBuildsResponse.serialize, "GET"
             ),
             f"/{SERVICE}/CancelBuild": (self._cancel, cb.CancelBuildRequest.deserialize, cb.Build.serialize, "POST"),
-            f"/{OPERATIONS}/GetOperation": (
-                self._get_operation, operations_pb2.GetOperationRequest.FromString, op, "GET"
-            ),
+            GET_OPERATION: (self._get_operation, operations_pb2.GetOperationRequest.FromString, op, "GET"),
             PUT_OBJECT: (self._put_object, _object_request, _json_response, "POST"),
             READ_LOG: (self._read_log, _json_request, _json_response, "GET"),
         }
@@ -100,6 +109,15 @@ class CloudBuildService(grpc.GenericRpcHandler):
             )
             for path, (handler, deserialize, serialize, http) in table.items()
         }
+        # One gRPC server takes the first handler that claims a method, and other emulated APIs
+        # (Vertex AI) have operations too: an operation name that is not a build's is handed on.
+        own_get_operation = self._methods[GET_OPERATION].unary_unary
+        self._methods[GET_OPERATION] = grpc.unary_unary_rpc_method_handler(
+            lambda request, context: self._route_operation(own_get_operation, request, context),
+            request_deserializer=operations_pb2.GetOperationRequest.FromString,
+            response_serializer=op,
+        )
+        self._others: list[Any] | None = None
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self._methods.get(handler_call_details.method)
@@ -152,6 +170,26 @@ class CloudBuildService(grpc.GenericRpcHandler):
         return to_build(self.backend.cancel(request.project_id, request.id, request.name))
 
     # ------------------------------------------------------------------ operations
+    def _route_operation(self, own: Callable[[Any, Any], Any], request: Any, context: grpc.ServicerContext) -> Any:
+        if request.name not in self.backend.operations and not getattr(_HANDING_ON, "active", False):
+            _HANDING_ON.active = True
+            try:
+                for other in self._other_handlers():
+                    handler = other.service(_Details(GET_OPERATION))
+                    if handler is not None:
+                        return handler.unary_unary(request, context)
+            finally:
+                _HANDING_ON.active = False
+        return own(request, context)
+
+    def _other_handlers(self) -> list[Any]:
+        if self._others is None:
+            from .. import server
+
+            factories = [server._load(t) for t in server.GRPC_SERVICES if t != MINE]
+            self._others = [factory(self.emulator) for factory in factories + list(server.GRPC_SERVICE_FACTORIES)]
+        return self._others
+
     def _get_operation(self, request: operations_pb2.GetOperationRequest) -> operations_pb2.Operation:
         build, done = self.backend.operation(request.name)
         return self._operation(request.name, build, done=done)
