@@ -365,10 +365,12 @@ def submit(
     build = _as_json(created)
     try:
         while True:
-            logs.poll(build)  # the log first: a final status reads best after the lines that led to it
-            if build["status"] != last_status:
-                last_status = build["status"]
+            changed, last_status = build["status"] != last_status, build["status"]
+            if changed and last_status not in TERMINAL:
                 on_status(build)
+            logs.poll(build)
+            if changed and last_status in TERMINAL:
+                on_status(build)  # after the log lines that led to it
             if build["status"] in TERMINAL:
                 return build
             if time.monotonic() > deadline:
