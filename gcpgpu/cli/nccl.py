@@ -60,7 +60,7 @@ def _knob_options(command: click.Command) -> click.Command:
     type=click.Choice(["shell", "json"]),
     default=None,
     help="shell: export lines to eval; json: the variables with the NIC names and flavour. "
-    "Default: json under 'gcpgpu --format json', else shell.",
+    "Default: shell, or json/yaml under 'gcpgpu --format json|yaml'.",
 )
 @click.option(
     "--set",
@@ -93,9 +93,13 @@ def env(machine_type: str, platform: str, fmt: str | None, assignments: tuple[st
             overrides[variable] = value
     overrides.update(profiles.parse_assignments(assignments))
     result = profiles.render_env(machine, platform, overrides)
-    fmt = fmt or ("json" if current_format() in ("json", "yaml") else "shell")
+    # Without --format, the root's --format json|yaml asks for data; a table is no use for env vars.
+    fmt = fmt or (current_format() if current_format() in ("json", "yaml") else "shell")
     if fmt == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    if fmt == "yaml":
+        emit(result.as_dict(), fmt="yaml")
         return
     click.echo(f"# NCCL profile {result.flavor} for {machine.name} on {platform}; "
                f"{profiles.PROFILES[result.flavor].summary}", nl=True)
