@@ -300,11 +300,15 @@ def test_uploads_can_be_sent_in_pieces(client):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "resumed at 9" in err.value.details()
 
 
-def test_operations_of_other_emulated_apis_are_handed_on(monkeypatch):
+@pytest.mark.parametrize("alone", [True, False], ids=["cloudbuild-only", "as-registered"])
+def test_operations_of_other_emulated_apis_are_handed_on(monkeypatch, alone):
     from google.longrunning import operations_pb2
 
     from gcpgpu.fakes import server
-    from gcpgpu.fakes.cloudbuild.service import GET_OPERATION
+    from gcpgpu.fakes.cloudbuild.service import GET_OPERATION, MINE
+
+    if alone:
+        monkeypatch.setattr(server, "GRPC_SERVICES", [MINE])
 
     class OtherApi(grpc.GenericRpcHandler):
         """Another emulated API with long-running operations, registered after Cloud Build."""

@@ -110,7 +110,8 @@ class CloudBuildService(grpc.GenericRpcHandler):
             for path, (handler, deserialize, serialize, http) in table.items()
         }
         # One gRPC server takes the first handler that claims a method, and other emulated APIs
-        # (Vertex AI) have operations too: an operation name that is not a build's is handed on.
+        # (Vertex AI) have operations too: an operation name that is not a build's is handed on
+        # to the services registered after this one.
         own_get_operation = self._methods[GET_OPERATION].unary_unary
         self._methods[GET_OPERATION] = grpc.unary_unary_rpc_method_handler(
             lambda request, context: self._route_operation(own_get_operation, request, context),
@@ -186,8 +187,12 @@ class CloudBuildService(grpc.GenericRpcHandler):
         if self._others is None:
             from .. import server
 
-            factories = [server._load(t) for t in server.GRPC_SERVICES if t != MINE]
-            self._others = [factory(self.emulator) for factory in factories + list(server.GRPC_SERVICE_FACTORIES)]
+            # Only the services after this one: those before it have had the call already (the
+            # server asked them first, or one of them handed it here).
+            listed = list(server.GRPC_SERVICES)
+            after = listed[listed.index(MINE) + 1 :] if MINE in listed else listed
+            factories = [server._load(t) for t in after] + list(server.GRPC_SERVICE_FACTORIES)
+            self._others = [factory(self.emulator) for factory in factories]
         return self._others
 
     def _get_operation(self, request: operations_pb2.GetOperationRequest) -> operations_pb2.Operation:
