@@ -213,12 +213,25 @@ def _load_file(path: str) -> dict[str, Any]:
     return out
 
 
+def vertex_checkpoint_dir(environ: dict[str, str] | None = None) -> str | None:
+    """Vertex's AIP_CHECKPOINT_DIR as a local path: gs://bucket/x is mounted at /gcs/bucket/x (Cloud Storage FUSE)."""
+    d = (os.environ if environ is None else environ).get("AIP_CHECKPOINT_DIR")
+    if not d:
+        return None
+    return "/gcs/" + d[len("gs://"):] if d.startswith("gs://") else d
+
+
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    """Parse flags (and --config) into a TrainConfig and check it; exits 2 with one line on a bad option."""
+    """Parse flags (and --config) into a TrainConfig and check it; exits 2 with one line on a bad option.
+
+    On Vertex AI with a base output directory, checkpoints default to its AIP_CHECKPOINT_DIR.
+    """
     try:
         ns = vars(build_parser().parse_args(argv))
         values = _load_file(ns["config"]) if ns.get("config") else {}
         values.update(ns)
+        if values.get("ckpt_dir") is None and vertex_checkpoint_dir():
+            values["ckpt_dir"] = vertex_checkpoint_dir()
         cfg = TrainConfig(**values)
         check(cfg)
     except ConfigError as e:

@@ -9,7 +9,14 @@ import sys
 import pytest
 from _trainer_helpers import REPO, base_env
 
-from gcpgpu.trainer.config import ConfigError, TrainConfig, check, check_runtime, parse_args
+from gcpgpu.trainer.config import (
+    ConfigError,
+    TrainConfig,
+    check,
+    check_runtime,
+    parse_args,
+    vertex_checkpoint_dir,
+)
 from gcpgpu.trainer.dist import read_env, rendezvous_from_cluster_spec, torchrun_args_from_cluster_spec
 
 CPU = dict(world_size=1, local_world_size=1, cuda_available=False, cuda_capability=None,
@@ -105,3 +112,11 @@ def test_torchrun_variables_are_read():
                     "MASTER_ADDR": "h", "MASTER_PORT": "1234"})
     assert (env.rank, env.local_rank, env.world_size, env.nnodes, env.master_addr, env.master_port) == (5, 1, 8, 2, "h", 1234)
     assert read_env({}).world_size == 1 and not read_env({}).distributed
+
+
+def test_vertex_checkpoint_dir_defaults(monkeypatch):
+    assert vertex_checkpoint_dir({"AIP_CHECKPOINT_DIR": "gs://b/run/checkpoints/"}) == "/gcs/b/run/checkpoints/"
+    assert vertex_checkpoint_dir({}) is None
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "/mnt/ckpt")
+    assert parse_args(["--resume"]).ckpt_dir == "/mnt/ckpt"
+    assert parse_args(["--ckpt-dir", "/elsewhere"]).ckpt_dir == "/elsewhere"
