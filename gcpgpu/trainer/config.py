@@ -72,7 +72,7 @@ class TrainConfig:
     profile_steps: str | None = None
     profile_dir: str = "profile"
     log_json: str | None = None
-    log_every: int = 1
+    log_every: int = 10
     timing_warmup: int | None = None
     dist_timeout: float = 600.0
     quiet: bool = False
@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     _bool(g, "resume", "continue from the latest checkpoint in --ckpt-dir (fresh start if there is none)")
     g = p.add_argument_group("measurement and profiling")
     g.add_argument("--log-json", help="JSON-lines metrics file written by rank 0")
-    g.add_argument("--log-every", type=int, help="log every N steps (each log synchronizes the GPU; default 1)")
+    g.add_argument("--log-every", type=int,
+                   help="log every N steps (a log synchronizes the GPU, so not every step; default 10)")
     g.add_argument("--timing-warmup", type=int, help="steps left out of speed figures (default 3, 10 with --compile)")
     g.add_argument("--profile-steps", help="A:B profile steps A..B (nsys capture range on CUDA, torch.profiler on CPU)")
     g.add_argument("--profile-dir", help="where torch.profiler traces go (default ./profile)")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Small and fast on 2 cores: the tiny model on byte tokens (vocab 256), 8 x 64 tokens per step.
-TINY = ["--model", "tiny", "--batch-size", "8", "--seq-len", "64", "--lr", "1e-3", "--warmup-steps", "2"]
+TINY = ["--model", "tiny", "--batch-size", "8", "--seq-len", "64", "--lr", "1e-3", "--warmup-steps", "2",
+        "--log-every", "1"]
 
 
 def free_port() -> int:

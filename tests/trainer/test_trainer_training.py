@@ -25,7 +25,7 @@ REQUIRED_LOG_KEYS = {"step", "loss", "lr", "tokens_per_s", "mfu", "step_time_s",
 
 def tiny_cfg(data, **kw) -> TrainConfig:
     cfg = TrainConfig(model="tiny", batch_size=8, seq_len=64, lr=1e-3, warmup_steps=2, data=str(data), quiet=True,
-                      timing_warmup=2, **kw)
+                      timing_warmup=2, log_every=1, **kw)
     check(cfg)
     return cfg
 
