@@ -9,6 +9,7 @@ makes tests deterministic, and the whole state serializes to a file as it is.
 from __future__ import annotations
 
 import copy
+import functools
 import ipaddress
 import re
 import threading
@@ -83,6 +84,35 @@ class Project:
         return out
 
 
+def _mutation(sweep: bool = True) -> Callable[[Callable[..., dict]], Callable[..., dict]]:
+    """What every mutating call does around its own work, written once.
+
+    Under the lock: a retried call with a requestId already seen gets the first call's operation
+    and no second effect; otherwise the project is made (and, with `sweep`, rid of finished
+    deletions), the method runs with the Project where its callers pass the project id, and the
+    operation it returns is remembered under the requestId. Callers pass request_id by keyword.
+    """
+
+    def wrap(fn: Callable[..., dict]) -> Callable[..., dict]:
+        @functools.wraps(fn)
+        def mutation(self: ComputeBackend, project: str, *args: Any, request_id: str | None = None) -> dict:
+            with self._lock:
+                replay = self._replay(project, request_id)
+                if replay:
+                    return self.render_op(replay)
+                p = self.project(project)
+                if sweep:
+                    self._sweep(p)
+                op = fn(self, p, *args)
+                if request_id:
+                    p.request_ids[request_id] = op["selfLink"]
+                return op
+
+        return mutation
+
+    return wrap
+
+
 class ComputeBackend:
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""
 
@@ -93,6 +123,8 @@ class ComputeBackend:
         self.ids = ids or IdSource()
         self._lock = threading.RLock()
         self.projects: dict[str, Project] = {}
+        # Called as f(project, zone, name) after an instance's metadata changes (the emulated job agent).
+        self.metadata_observers: list[Callable[[str, str, str], None]] = []
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
@@ -192,7 +224,6 @@ class ComputeBackend:
         target_link: str,
         target_id: str | None = None,
         error: ApiError | None = None,
-        request_id: str | None = None,
     ) -> dict:
         p = self.project(project)
         now = self.now()
@@ -225,8 +256,6 @@ class ComputeBackend:
             }
             op["_http"] = [error.code, _HTTP_MESSAGES.get(error.code, "ERROR")]
         p.operations.setdefault(scope, {})[name] = op
-        if request_id:
-            p.request_ids[request_id] = op["selfLink"]
         return op
 
     def render_op(self, op: dict) -> dict:
@@ -572,51 +601,45 @@ class ComputeBackend:
             out["specificReservation"]["inUseCount"] = str(self._reservation_in_use(res))
         return out
 
-    def _insert(self, project: str, path: str, scope: str, res: dict, request_id: str | None) -> dict:
-        p = self.project(project)
+    def _insert(self, p: Project, path: str, scope: str, res: dict) -> dict:
         name = res["name"]
         if name in p.coll(path):
-            raise already_exists(f"projects/{project}/{path}/{name}")
+            raise already_exists(f"projects/{p.name}/{path}/{name}")
         now = self.now()
         res.setdefault("id", self.ids.next())
         res.setdefault("creationTimestamp", rfc3339(now))
-        res["selfLink"] = self.link(project, f"{path}/{name}")
+        res["selfLink"] = self.link(p.name, f"{path}/{name}")
         p.coll(path)[name] = res
-        return self.render_op(self._new_op(project, scope, "insert", res["selfLink"], res["id"], request_id=request_id))
+        return self.render_op(self._new_op(p.name, scope, "insert", res["selfLink"], res["id"]))
 
-    def delete(self, project: str, path: str, name: str, request_id: str | None = None) -> dict:
+    @_mutation()
+    def delete(self, p: Project, path: str, name: str) -> dict:
         """Delete a resource, refusing (as GCP does) while another resource uses it."""
         scope, kind = path.rsplit("/", 1)
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            self._sweep(p)
-            res = self._get(project, path, name)
-            if res.get("_gone_at") is not None:
-                return self.render_op(self._new_op(project, scope, "delete", res["selfLink"], res["id"], request_id=request_id))
-            user = self._used_by(p, res)
-            if user:
-                raise ApiError(
-                    400,
-                    "resourceInUseByAnotherResource",
-                    f"The {_kind_word(kind)} resource '{res['selfLink'].split('/compute/v1/')[1]}' "
-                    f"is already being used by '{user.split('/compute/v1/')[1]}'",
-                )
-            op = self._new_op(project, scope, "delete", res["selfLink"], res["id"], request_id=request_id)
-            if kind == "instances":
-                self._append_phase(res, "STOPPING")
-                res["_gone_at"] = op["_done_at"]
-            else:
-                del p.coll(path)[name]
-                if kind == "networks":
-                    self._delete_auto_subnets(p, res)
-                elif kind == "subnetworks":
-                    net = p.coll("global/networks").get(last(res["network"]))
-                    if net is not None and res["selfLink"] in net.get("subnetworks", []):
-                        net["subnetworks"].remove(res["selfLink"])  # the network lists only live subnets
-            return self.render_op(op)
+        res = self._get(p.name, path, name)
+        if res.get("_gone_at") is not None:
+            return self.render_op(self._new_op(p.name, scope, "delete", res["selfLink"], res["id"]))
+        user = self._used_by(p, res)
+        if user:
+            raise ApiError(
+                400,
+                "resourceInUseByAnotherResource",
+                f"The {_kind_word(kind)} resource '{res['selfLink'].split('/compute/v1/')[1]}' "
+                f"is already being used by '{user.split('/compute/v1/')[1]}'",
+            )
+        op = self._new_op(p.name, scope, "delete", res["selfLink"], res["id"])
+        if kind == "instances":
+            self._append_phase(res, "STOPPING")
+            res["_gone_at"] = op["_done_at"]
+        else:
+            del p.coll(path)[name]
+            if kind == "networks":
+                self._delete_auto_subnets(p, res)
+            elif kind == "subnetworks":
+                net = p.coll("global/networks").get(last(res["network"]))
+                if net is not None and res["selfLink"] in net.get("subnetworks", []):
+                    net["subnetworks"].remove(res["selfLink"])  # the network lists only live subnets
+        return self.render_op(op)
 
     def _used_by(self, p: Project, res: dict) -> str | None:
         link = res["selfLink"]
@@ -703,31 +726,28 @@ class ComputeBackend:
             for name in [n for n, s in subs.items() if s.get("network") == net["selfLink"]]:
                 del subs[name]
 
-    def insert_network(self, project: str, body: dict, request_id: str | None = None) -> dict:
+    @_mutation(sweep=False)
+    def insert_network(self, p: Project, body: dict) -> dict:
         check_name("resource.name", body.get("name"))
         mtu = int(body.get("mtu", 1460))
         if not 1300 <= mtu <= 8896:
             raise invalid("resource.mtu", mtu, "Must be between 1300 and 8896.")
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            if body["name"] in p.coll("global/networks"):
-                raise already_exists(f"projects/{project}/global/networks/{body['name']}")
-            net = {
-                "kind": "compute#network",
-                "autoCreateSubnetworks": bool(body.get("autoCreateSubnetworks", False)),
-                "routingConfig": {"routingMode": "REGIONAL"},
-                "networkFirewallPolicyEnforcementOrder": "AFTER_CLASSIC_FIREWALL",
-                **body,
-                "mtu": mtu,
-                "subnetworks": [],
-            }
-            self._store_network(p, net)
-            return self.render_op(self._new_op(project, "global", "insert", net["selfLink"], net["id"], request_id=request_id))
+        if body["name"] in p.coll("global/networks"):
+            raise already_exists(f"projects/{p.name}/global/networks/{body['name']}")
+        net = {
+            "kind": "compute#network",
+            "autoCreateSubnetworks": bool(body.get("autoCreateSubnetworks", False)),
+            "routingConfig": {"routingMode": "REGIONAL"},
+            "networkFirewallPolicyEnforcementOrder": "AFTER_CLASSIC_FIREWALL",
+            **body,
+            "mtu": mtu,
+            "subnetworks": [],
+        }
+        self._store_network(p, net)
+        return self.render_op(self._new_op(p.name, "global", "insert", net["selfLink"], net["id"]))
 
-    def insert_subnetwork(self, project: str, region: str, body: dict, request_id: str | None = None) -> dict:
+    @_mutation(sweep=False)
+    def insert_subnetwork(self, p: Project, region: str, body: dict) -> dict:
         self._check_region(region)
         check_name("resource.name", body.get("name"))
         if not body.get("network"):
@@ -738,28 +758,24 @@ class ComputeBackend:
             cidr = ipaddress.ip_network(body["ipCidrRange"])
         except ValueError as e:
             raise invalid("resource.ipCidrRange", body["ipCidrRange"], "Must be a valid IPv4 CIDR range.") from e
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            net = p.coll("global/networks").get(last(body["network"]))
-            if net is None:
-                raise not_found(f"projects/{project}/global/networks/{last(body['network'])}")
-            if body["name"] in p.coll(f"regions/{region}/subnetworks"):
-                raise already_exists(f"projects/{project}/regions/{region}/subnetworks/{body['name']}")
-            for _path, other in p.iter_kind("subnetworks"):
-                if other["network"] == net["selfLink"] and ipaddress.ip_network(other["ipCidrRange"]).overlaps(cidr):
-                    raise invalid(
-                        "resource.ipCidrRange", body["ipCidrRange"],
-                        f"Invalid IPCidrRange: {cidr} conflicts with existing subnetwork '{other['name']}' in region "
-                        f"'{last(other['region'])}'.",
-                    )
-            sub = {"kind": "compute#subnetwork", **body, "network": net["selfLink"], "ipCidrRange": str(cidr)}
-            self._store_subnet(p, region, sub)
-            return self.render_op(self._new_op(project, f"regions/{region}", "insert", sub["selfLink"], sub["id"], request_id=request_id))
+        net = p.coll("global/networks").get(last(body["network"]))
+        if net is None:
+            raise not_found(f"projects/{p.name}/global/networks/{last(body['network'])}")
+        if body["name"] in p.coll(f"regions/{region}/subnetworks"):
+            raise already_exists(f"projects/{p.name}/regions/{region}/subnetworks/{body['name']}")
+        for _path, other in p.iter_kind("subnetworks"):
+            if other["network"] == net["selfLink"] and ipaddress.ip_network(other["ipCidrRange"]).overlaps(cidr):
+                raise invalid(
+                    "resource.ipCidrRange", body["ipCidrRange"],
+                    f"Invalid IPCidrRange: {cidr} conflicts with existing subnetwork '{other['name']}' in region "
+                    f"'{last(other['region'])}'.",
+                )
+        sub = {"kind": "compute#subnetwork", **body, "network": net["selfLink"], "ipCidrRange": str(cidr)}
+        self._store_subnet(p, region, sub)
+        return self.render_op(self._new_op(p.name, f"regions/{region}", "insert", sub["selfLink"], sub["id"]))
 
-    def insert_firewall(self, project: str, body: dict, request_id: str | None = None) -> dict:
+    @_mutation(sweep=False)
+    def insert_firewall(self, p: Project, body: dict) -> dict:
         check_name("resource.name", body.get("name"))
         if not body.get("allowed") and not body.get("denied"):
             raise required("resource.allowed")
@@ -768,25 +784,21 @@ class ComputeBackend:
                 ipaddress.ip_network(rng)
             except ValueError as e:
                 raise invalid("resource.sourceRanges", rng, "Must be a CIDR range.") from e
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            net_name = last(body.get("network") or "global/networks/default")
-            net = p.coll("global/networks").get(net_name)
-            if net is None:
-                raise not_found(f"projects/{project}/global/networks/{net_name}")
-            fw = {
-                "kind": "compute#firewall", "direction": "INGRESS", "priority": 1000, "disabled": False,
-                "logConfig": {"enable": False}, **body, "network": net["selfLink"],
-            }
-            if fw["direction"] == "INGRESS" and not any(fw.get(k) for k in ("sourceRanges", "sourceTags", "sourceServiceAccounts")):
-                fw["sourceRanges"] = ["0.0.0.0/0"]  # the real API's default, which is why we always set ranges
-            return self._insert(project, "global/firewalls", "global", fw, request_id)
+        net_name = last(body.get("network") or "global/networks/default")
+        net = p.coll("global/networks").get(net_name)
+        if net is None:
+            raise not_found(f"projects/{p.name}/global/networks/{net_name}")
+        fw = {
+            "kind": "compute#firewall", "direction": "INGRESS", "priority": 1000, "disabled": False,
+            "logConfig": {"enable": False}, **body, "network": net["selfLink"],
+        }
+        if fw["direction"] == "INGRESS" and not any(fw.get(k) for k in ("sourceRanges", "sourceTags", "sourceServiceAccounts")):
+            fw["sourceRanges"] = ["0.0.0.0/0"]  # the real API's default, which is why we always set ranges
+        return self._insert(p, "global/firewalls", "global", fw)
 
     # ------------------------------------------------------------------ placement policies
-    def insert_resource_policy(self, project: str, region: str, body: dict, request_id: str | None = None) -> dict:
+    @_mutation(sweep=False)
+    def insert_resource_policy(self, p: Project, region: str, body: dict) -> dict:
         self._check_region(region)
         check_name("resource.name", body.get("name"))
         gpp = body.get("groupPlacementPolicy")
@@ -799,15 +811,12 @@ class ComputeBackend:
             if "maxDistance" in gpp:
                 raise ApiError(400, "invalid", "Invalid JSON payload received. Unknown name \"maxDistance\" at "
                                "'resource.group_placement_policy': the field is in the beta API only.")
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            res = {"kind": "compute#resourcePolicy", **body, "region": self.link(project, f"regions/{region}"), "status": "READY"}
-            return self._insert(project, f"regions/{region}/resourcePolicies", f"regions/{region}", res, request_id)
+        res = {"kind": "compute#resourcePolicy", **body, "region": self.link(p.name, f"regions/{region}"), "status": "READY"}
+        return self._insert(p, f"regions/{region}/resourcePolicies", f"regions/{region}", res)
 
     # ------------------------------------------------------------------ reservations
-    def insert_reservation(self, project: str, zone: str, body: dict, request_id: str | None = None) -> dict:
+    @_mutation()
+    def insert_reservation(self, p: Project, zone: str, body: dict) -> dict:
         region = self._check_zone(zone)
         check_name("resource.name", body.get("name"))
         spec = body.get("specificReservation") or {}
@@ -822,42 +831,31 @@ class ComputeBackend:
         if mt not in self.world.zone_machine_types[zone]:
             raise invalid("resource.specificReservation.instanceProperties.machineType", mt,
                           f"Machine type with name '{mt}' does not exist in zone '{zone}'.")
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            self._sweep(p)
-            path = f"zones/{zone}/reservations"
-            if body["name"] in p.coll(path):
-                raise already_exists(f"projects/{project}/{path}/{body['name']}")
-            policies = {}
-            for key, link in (body.get("resourcePolicies") or {}).items():
-                pol = self._policy_for(p, project, region, link, "resource.resourcePolicies")
-                policies[key] = pol["selfLink"]
-            res = {
-                "kind": "compute#reservation",
-                "specificReservationRequired": False,
-                **body,
-                "zone": self.link(project, f"zones/{zone}"),
-                "status": "READY",
-                "specificReservation": {**spec, "count": str(count), "inUseCount": "0"},
-                "_machine_type": mt,
-            }
-            if policies:
-                res["resourcePolicies"] = policies
-            info = self.world.machine_types[mt]
-            extra = {"CPUS": float(info.vcpus * count)}
-            if info.gpu:
-                extra[self.world.gpus[info.gpu]["quota_metric"]] = float(info.gpu_count * count)
-            err = self._check_quota(p, region, extra)
-            if err is None and self.faults.take_capacity(zone, mt, count) < count:
-                err = _stockout_error(zone, mt)
-            if err is not None:
-                op = self._new_op(project, f"zones/{zone}", "insert", self.link(project, f"{path}/{body['name']}"),
-                                  error=err, request_id=request_id)
-                return self.render_op(op)
-            return self._insert(project, path, f"zones/{zone}", res, request_id)
+        path = f"zones/{zone}/reservations"
+        if body["name"] in p.coll(path):
+            raise already_exists(f"projects/{p.name}/{path}/{body['name']}")
+        policies = {}
+        for key, link in (body.get("resourcePolicies") or {}).items():
+            pol = self._policy_for(p, region, link, "resource.resourcePolicies")
+            policies[key] = pol["selfLink"]
+        res = {
+            "kind": "compute#reservation",
+            "specificReservationRequired": False,
+            **body,
+            "zone": self.link(p.name, f"zones/{zone}"),
+            "status": "READY",
+            "specificReservation": {**spec, "count": str(count), "inUseCount": "0"},
+            "_machine_type": mt,
+        }
+        if policies:
+            res["resourcePolicies"] = policies
+        err = self._check_quota(p, region, self._reservation_usage(res))
+        if err is None and self.faults.take_capacity(zone, mt, count) < count:
+            err = _stockout_error(zone, mt)
+        if err is not None:
+            op = self._new_op(p.name, f"zones/{zone}", "insert", self.link(p.name, f"{path}/{body['name']}"), error=err)
+            return self.render_op(op)
+        return self._insert(p, path, f"zones/{zone}", res)
 
     def _reservation_in_use(self, res: dict) -> int:
         p = self.projects[res["selfLink"].split("/projects/")[1].split("/")[0]]
@@ -868,15 +866,20 @@ class ComputeBackend:
             and not (inst.get("_gone_at") is not None and inst["_gone_at"] <= self.now())
         )
 
-    def _policy_for(self, p: Project, project: str, region: str, link: str, field_name: str) -> dict:
-        m = re.search(r"regions/([^/]+)/resourcePolicies/([^/]+)$", link)
-        pol_region, name = (m.group(1), m.group(2)) if m else (region, last(link))
-        if pol_region != region:
-            raise invalid(field_name, link, f"Resource policy must be in region '{region}' of the resource.")
-        pol = p.coll(f"regions/{region}/resourcePolicies").get(name)
-        if pol is None:
-            raise not_found(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
-        return pol
+    def _policy_for(self, p: Project, region: str, link: str, field_name: str) -> dict:
+        return self._in_region(p, region, "resourcePolicies", link, field_name,
+                               f"Resource policy must be in region '{region}' of the resource.")
+
+    def _in_region(self, p: Project, region: str, kind: str, link: str, field_name: str, elsewhere: str) -> dict:
+        """The regional `kind` resource that `link` (a path or bare name) names, which must be in `region`."""
+        m = re.search(rf"regions/([^/]+)/{kind}/([^/]+)$", link)
+        ref_region, name = (m.group(1), m.group(2)) if m else (region, last(link))
+        if ref_region != region:
+            raise invalid(field_name, link, elsewhere)
+        res = p.coll(f"regions/{region}/{kind}").get(name)
+        if res is None:
+            raise not_found(f"projects/{p.name}/regions/{region}/{kind}/{name}")
+        return res
 
     # ------------------------------------------------------------------ instances
     def instance_status(self, inst: dict) -> str:
@@ -976,7 +979,7 @@ class ComputeBackend:
 
         policies = []
         for link in body.get("resourcePolicies") or []:
-            policies.append(self._policy_for(p, project, region, link, f"{field}.resourcePolicies")["selfLink"])
+            policies.append(self._policy_for(p, region, link, f"{field}.resourcePolicies")["selfLink"])
         if policies and model == "FLEX_START":
             raise ApiError(400, "UNSUPPORTED_OPERATION",
                            "Placement policies are not supported with FLEX_START provisioning.")
@@ -1015,13 +1018,8 @@ class ComputeBackend:
         net_link, sub_link = nic.get("network"), nic.get("subnetwork")
         sub = None
         if sub_link:
-            m = re.search(r"regions/([^/]+)/subnetworks/([^/]+)$", sub_link)
-            sub_region, sub_name = (m.group(1), m.group(2)) if m else (region, last(sub_link))
-            if sub_region != region:
-                raise invalid(f"{field}.subnetwork", sub_link, f"Subnetwork must be in region '{region}'.")
-            sub = p.coll(f"regions/{region}/subnetworks").get(sub_name)
-            if sub is None:
-                raise not_found(f"projects/{project}/regions/{region}/subnetworks/{sub_name}")
+            sub = self._in_region(p, region, "subnetworks", sub_link, f"{field}.subnetwork",
+                                  f"Subnetwork must be in region '{region}'.")
             net = p.coll("global/networks").get(last(sub["network"]))
             if net_link and last(net_link) != net["name"]:
                 raise invalid(f"{field}.network", net_link, "Subnetwork does not belong to this network.")
@@ -1135,26 +1133,22 @@ class ComputeBackend:
                     _phases=[[now, "PROVISIONING"], [now + 0.5 * dur, "STAGING"], [now + dur, "RUNNING"]])
         p.coll(f"zones/{zone}/instances")[inst["name"]] = inst
 
-    def insert_instance(self, project: str, zone: str, body: dict, request_id: str | None = None) -> dict:
+    @_mutation()
+    def insert_instance(self, p: Project, zone: str, body: dict) -> dict:
         region = self._check_zone(zone)
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            self._sweep(p)
-            inst = self._prepare_instance(p, project, zone, region, body, "resource")
-            path = f"zones/{zone}/instances"
-            if inst["name"] in p.coll(path):
-                raise already_exists(f"projects/{project}/{path}/{inst['name']}")
-            link = self.link(project, f"{path}/{inst['name']}")
-            _, err = self._admit(p, project, zone, region, [inst], 1)
-            if err is not None:
-                return self.render_op(self._new_op(project, f"zones/{zone}", "insert", link, error=err, request_id=request_id))
-            self._place(p, project, zone, inst)
-            return self.render_op(self._new_op(project, f"zones/{zone}", "insert", link, inst["id"], request_id=request_id))
+        inst = self._prepare_instance(p, p.name, zone, region, body, "resource")
+        path = f"zones/{zone}/instances"
+        if inst["name"] in p.coll(path):
+            raise already_exists(f"projects/{p.name}/{path}/{inst['name']}")
+        link = self.link(p.name, f"{path}/{inst['name']}")
+        _, err = self._admit(p, p.name, zone, region, [inst], 1)
+        if err is not None:
+            return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, error=err))
+        self._place(p, p.name, zone, inst)
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, inst["id"]))
 
-    def bulk_insert(self, project: str, zone: str, body: dict, request_id: str | None = None) -> dict:
+    @_mutation()
+    def bulk_insert(self, p: Project, zone: str, body: dict) -> dict:
         """instances.bulkInsert: N VMs from one set of properties, all or at least minCount, one operation."""
         region = self._check_zone(zone)
         props = body.get("instanceProperties")
@@ -1169,51 +1163,39 @@ class ComputeBackend:
         min_count = int(body.get("minCount") or count)
         if min_count > count:
             raise invalid("bulkInsertInstanceResource.minCount", min_count, "Must not exceed count.")
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            self._sweep(p)
-            path = f"zones/{zone}/instances"
-            names = list(per)
-            if len(names) < count:
-                pattern = body.get("namePattern")
-                if not pattern or "#" not in pattern:
-                    raise invalid("bulkInsertInstanceResource.namePattern", pattern,
-                                  "Give perInstanceProperties for every VM or a namePattern with #s.")
-                names += _names_from_pattern(pattern, count - len(names), set(p.coll(path)) | set(names))
-            for name in names:
-                if name in p.coll(path):
-                    raise already_exists(f"projects/{project}/{path}/{name}")
-            insts = []
-            for name in names:
-                # InstanceProperties name machine types and policies bare; the instance stores links.
-                inst_body = {**props, "name": name,
-                             "machineType": f"zones/{zone}/machineTypes/{last(props.get('machineType'))}",
-                             "resourcePolicies": [f"regions/{region}/resourcePolicies/{last(x)}"
-                                                  for x in props.get("resourcePolicies") or []]}
-                insts.append(self._prepare_instance(p, project, zone, region, inst_body, "bulkInsertInstanceResource.instanceProperties"))
-            link = self.link(project, path)
-            got, err = self._admit(p, project, zone, region, insts, min_count)
-            if err is not None:
-                return self.render_op(self._new_op(project, f"zones/{zone}", "bulkInsert", link, error=err, request_id=request_id))
-            for inst in insts[:got]:
-                self._place(p, project, zone, inst)
-            return self.render_op(self._new_op(project, f"zones/{zone}", "bulkInsert", link, request_id=request_id))
+        path = f"zones/{zone}/instances"
+        names = list(per)
+        if len(names) < count:
+            pattern = body.get("namePattern")
+            if not pattern or "#" not in pattern:
+                raise invalid("bulkInsertInstanceResource.namePattern", pattern,
+                              "Give perInstanceProperties for every VM or a namePattern with #s.")
+            names += _names_from_pattern(pattern, count - len(names), set(p.coll(path)) | set(names))
+        for name in names:
+            if name in p.coll(path):
+                raise already_exists(f"projects/{p.name}/{path}/{name}")
+        insts = []
+        for name in names:
+            # InstanceProperties name machine types and policies bare; the instance stores links.
+            inst_body = {**props, "name": name,
+                         "machineType": f"zones/{zone}/machineTypes/{last(props.get('machineType'))}",
+                         "resourcePolicies": [f"regions/{region}/resourcePolicies/{last(x)}"
+                                              for x in props.get("resourcePolicies") or []]}
+            insts.append(self._prepare_instance(p, p.name, zone, region, inst_body, "bulkInsertInstanceResource.instanceProperties"))
+        link = self.link(p.name, path)
+        got, err = self._admit(p, p.name, zone, region, insts, min_count)
+        if err is not None:
+            return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link, error=err))
+        for inst in insts[:got]:
+            self._place(p, p.name, zone, inst)
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link))
 
-    def _mutate_instance(self, project: str, zone: str, name: str, op_type: str, request_id: str | None,
-                         change: Callable[[dict], None]) -> dict:
+    @_mutation()
+    def _mutate_instance(self, p: Project, zone: str, name: str, op_type: str, change: Callable[[dict], None]) -> dict:
         self._check_zone(zone)
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            self._sweep(p)
-            inst = self._get(project, f"zones/{zone}/instances", name)
-            change(inst)
-            return self.render_op(self._new_op(project, f"zones/{zone}", op_type, inst["selfLink"], inst["id"], request_id=request_id))
+        inst = self._get(p.name, f"zones/{zone}/instances", name)
+        change(inst)
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", op_type, inst["selfLink"], inst["id"]))
 
     def set_labels(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
         labels = body.get("labels") or {}
@@ -1226,7 +1208,7 @@ class ComputeBackend:
             inst["labels"] = labels
             inst["labelFingerprint"] = fingerprint(labels)
 
-        return self._mutate_instance(project, zone, name, "setLabels", request_id, change)
+        return self._mutate_instance(project, zone, name, "setLabels", change, request_id=request_id)
 
     def set_metadata(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
         items = body.get("items") or []
@@ -1240,39 +1222,35 @@ class ComputeBackend:
                                "Supplied fingerprint does not match current metadata fingerprint.")
             inst["metadata"] = {"kind": "compute#metadata", "fingerprint": fingerprint(items), "items": items}
 
-        return self._mutate_instance(project, zone, name, "setMetadata", request_id, change)
+        op = self._mutate_instance(project, zone, name, "setMetadata", change, request_id=request_id)
+        for observe in self.metadata_observers:  # outside the lock: an observer may start processes
+            observe(project, zone, name)
+        return op
 
     def stop(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
         def change(inst: dict) -> None:
             if self.instance_status(inst) not in ("TERMINATED", "STOPPING"):
                 self._append_phase(inst, "STOPPING", "TERMINATED")
 
-        return self._mutate_instance(project, zone, name, "stop", request_id, change)
+        return self._mutate_instance(project, zone, name, "stop", change, request_id=request_id)
 
-    def start(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
+    @_mutation()
+    def start(self, p: Project, zone: str, name: str) -> dict:
         """instances.start: a stopped VM takes its quota and zone capacity again, and can fail to
         come back (inside the operation) when either has run out, as stopped GPU VMs often do."""
         region = self._check_zone(zone)
-        with self._lock:
-            replay = self._replay(project, request_id)
-            if replay:
-                return self.render_op(replay)
-            p = self.project(project)
-            self._sweep(p)
-            inst = self._get(project, f"zones/{zone}/instances", name)
-            err = None
-            if self.instance_status(inst) == "TERMINATED":
-                # Reservation-backed VMs come back on their reservation's capacity, unchecked here.
-                need = self._instance_usage({**inst, "_phases": [[0, "PROVISIONING"]]})
-                err = self._check_quota(p, region, need)
-                if err is None and not inst.get("_reservation") \
-                        and self.faults.take_capacity(zone, inst["_machine_type"], 1) < 1:
-                    err = _stockout_error(zone, inst["_machine_type"])
-                if err is None:
-                    self._append_phase(inst, "STAGING", "RUNNING")
-            op = self._new_op(project, f"zones/{zone}", "start", inst["selfLink"], inst["id"], error=err,
-                              request_id=request_id)
-            return self.render_op(op)
+        inst = self._get(p.name, f"zones/{zone}/instances", name)
+        err = None
+        if self.instance_status(inst) == "TERMINATED":
+            # Reservation-backed VMs come back on their reservation's capacity, unchecked here.
+            need = self._instance_usage({**inst, "_phases": [[0, "PROVISIONING"]]})
+            err = self._check_quota(p, region, need)
+            if err is None and not inst.get("_reservation") \
+                    and self.faults.take_capacity(zone, inst["_machine_type"], 1) < 1:
+                err = _stockout_error(zone, inst["_machine_type"])
+            if err is None:
+                self._append_phase(inst, "STAGING", "RUNNING")
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", "start", inst["selfLink"], inst["id"], error=err))
 
 
 # ---------------------------------------------------------------------- module helpers

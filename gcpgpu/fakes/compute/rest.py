@@ -270,22 +270,22 @@ class ComputeRest:
 
     def on_delete(self, req: Request, body: dict, project: str, kind: str, name: str, **scope: str) -> dict:
         self._check_scope(scope)
-        return self.b.delete(project, f"{_scope(scope)}/{kind}", name, req.args.get("requestId"))
+        return self.b.delete(project, f"{_scope(scope)}/{kind}", name, request_id=req.args.get("requestId"))
 
     def on_insert(self, req: Request, body: dict, project: str, kind: str, **scope: str) -> dict:
         rid = req.args.get("requestId")
         if kind == "instances":
-            return self.b.insert_instance(project, scope["zone"], body, rid)
+            return self.b.insert_instance(project, scope["zone"], body, request_id=rid)
         if kind == "reservations":
-            return self.b.insert_reservation(project, scope["zone"], body, rid)
+            return self.b.insert_reservation(project, scope["zone"], body, request_id=rid)
         if kind == "subnetworks":
-            return self.b.insert_subnetwork(project, scope["region"], body, rid)
+            return self.b.insert_subnetwork(project, scope["region"], body, request_id=rid)
         if kind == "resourcePolicies":
-            return self.b.insert_resource_policy(project, scope["region"], body, rid)
+            return self.b.insert_resource_policy(project, scope["region"], body, request_id=rid)
         if kind == "networks":
-            return self.b.insert_network(project, body, rid)
+            return self.b.insert_network(project, body, request_id=rid)
         if kind == "firewalls":
-            return self.b.insert_firewall(project, body, rid)
+            return self.b.insert_firewall(project, body, request_id=rid)
         raise ApiError(400, "invalid", f"Creating {kind} is not supported by the emulator.")
 
     def _check_scope(self, scope: dict) -> None:
@@ -296,17 +296,17 @@ class ComputeRest:
 
     # -- instance verbs ----------------------------------------------------------------
     def on_bulk_insert(self, req: Request, body: dict, project: str, zone: str) -> dict:
-        return self.b.bulk_insert(project, zone, body, req.args.get("requestId"))
+        return self.b.bulk_insert(project, zone, body, request_id=req.args.get("requestId"))
 
     def on_instance_action(self, req: Request, body: dict, project: str, zone: str, name: str, action: str) -> dict:
         rid = req.args.get("requestId")
         if action == "setLabels":
-            return self.b.set_labels(project, zone, name, body, rid)
+            return self.b.set_labels(project, zone, name, body, request_id=rid)
         if action == "setMetadata":
-            return self.b.set_metadata(project, zone, name, body, rid)
+            return self.b.set_metadata(project, zone, name, body, request_id=rid)
         if action == "stop":
-            return self.b.stop(project, zone, name, rid)
-        return self.b.start(project, zone, name, rid)
+            return self.b.stop(project, zone, name, request_id=rid)
+        return self.b.start(project, zone, name, request_id=rid)
 
     # -- operations --------------------------------------------------------------------
     def on_ops_list(self, req: Request, body: dict, project: str, **scope: str) -> dict:
