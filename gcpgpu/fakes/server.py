@@ -23,6 +23,8 @@ from werkzeug.wrappers import Request, Response
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
+from .jobs import LocalJobs
+from .vertex.backend import VertexBackend
 from .world import default_world
 
 HOST = "127.0.0.1"
@@ -32,10 +34,16 @@ STATE_VERSION = 1
 # REST: (path regex, "module:factory"); factory(emulator) -> object with handle(request) -> (status, body),
 #   raising core.ApiError for API errors. The first matching pattern wins.
 REST_APIS: list[tuple[str, str]] = [
+    (r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$",
+     "gcpgpu.fakes.jobs.agent:GuestAttributesRest.for_emulator"),
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
+    (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
+    (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
+    # First: it hands GetOperation calls for names that are not Vertex's on to the services below.
+    "gcpgpu.fakes.vertex:grpc_service",
     "gcpgpu.fakes.cloudbuild:grpc_service",
 ]
 # Factories added at run time (tests); same contract as GRPC_SERVICES' factories.
@@ -85,6 +93,8 @@ class Emulator:
         self.requests = RequestLog()
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
+        self.jobs = LocalJobs(self.compute)  # local processes for Vertex and cluster jobs
+        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
         self._http = None
@@ -100,6 +110,8 @@ class Emulator:
         """Forget every resource, fault and logged request (the world's data stays)."""
         self.compute.reset()
         self.cloudbuild.reset()
+        self.vertex.reset()
+        self.jobs.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
         self.clock.unfreeze()

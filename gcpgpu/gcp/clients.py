@@ -100,3 +100,53 @@ class Clients:
         # The emulator serves gRPC in the clear on loopback; a given channel carries no credentials.
         channel = grpc.insecure_channel(self.emulator_info["grpc"])
         return cloudbuild_v1.CloudBuildClient(transport=CloudBuildGrpcTransport(channel=channel))
+
+    def job_service(self, location: str, transport: str = "grpc") -> Any:
+        """An aiplatform_v1 JobServiceClient for one region (Vertex AI's endpoints are regional).
+
+        Real: {location}-aiplatform.googleapis.com with Application Default Credentials. Emulator:
+        gRPC (the library's default) over an insecure loopback channel, or transport="rest" over
+        plain http with AnonymousCredentials.
+        """
+        key = f"job_service:{location}:{transport}"
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = self._build_job_service(location, transport)
+            return self._cache[key]
+
+    def _build_job_service(self, location: str, transport: str) -> Any:
+        from google.api_core.client_options import ClientOptions
+        from google.cloud import aiplatform_v1
+
+        if not self.emulator:
+            opts = ClientOptions(api_endpoint=f"{location}-aiplatform.googleapis.com")
+            return aiplatform_v1.JobServiceClient(client_options=opts, transport=transport)
+        if transport == "rest":
+            opts = ClientOptions(api_endpoint=f"http://{self.emulator}")
+            return aiplatform_v1.JobServiceClient(credentials=self._credentials(), client_options=opts, transport="rest")
+        import grpc
+        from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+
+        # api_endpoint + AnonymousCredentials would build a TLS channel; a given channel asks for nothing.
+        channel = grpc.insecure_channel(self.emulator_info["grpc"])
+        return aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
+
+    def logging_session(self) -> tuple[Any, str]:
+        """(requests session, base URL) for Cloud Logging's REST API, which has entries.list.
+
+        Real: an ADC-authorized session to https://logging.googleapis.com. Emulator: a plain session
+        to the emulator, which serves entries.list from the jobs it ran.
+        """
+        with self._lock:
+            if "logging" not in self._cache:
+                if self.emulator:
+                    import requests
+
+                    self._cache["logging"] = (requests.Session(), f"http://{self.emulator}")
+                else:
+                    import google.auth
+                    from google.auth.transport.requests import AuthorizedSession
+
+                    credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/logging.read"])
+                    self._cache["logging"] = (AuthorizedSession(credentials), "https://logging.googleapis.com")
+            return self._cache["logging"]

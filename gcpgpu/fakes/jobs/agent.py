@@ -1,0 +1,251 @@
+"""The emulated cluster job agent, and instances.getGuestAttributes that reads what it reports.
+
+On a real node, the gcpgpu job agent (templates/job_agent.sh.j2, started by the node's bootstrap
+when the instance metadata names a new job) runs the job's container with torchrun and reports
+its state as guest attributes in the `gcpgpu/` namespace. Here, a hook on the Compute emulator's
+setMetadata does the same for emulated nodes: when a node's metadata names a job (`gcpgpu-job`)
+it starts that node's process with the rank, node count and master the metadata gives, on
+127.0.0.1 (emulated nodes' internal IPs do not exist) and a master port free on this machine;
+`gcpgpu-job-cancel` naming the job stops it.
+
+A job runs locally when it runs the bundled trainer (see runner.trainer_argv): per node,
+`torchrun --nnodes N --node-rank R --nproc-per-node 1 -m gcpgpu.trainer ARGS`, as the image's
+entrypoint would start it with one process per GPU. Any other job is simulated: RUNNING, then
+SUCCEEDED after `simulated_run_s`, and its reports say so.
+
+Guest attributes written per node: job-id, state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED),
+rank, started, ended, exit-code, message. Values stay under 256 bytes, as the real service allows.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..core import ApiError
+from .runner import LogLine, ReplicaSpec, Run, Runner, trainer_argv
+
+if TYPE_CHECKING:
+    from werkzeug.wrappers import Request
+
+    from ..compute.backend import ComputeBackend
+    from ..server import Emulator
+
+NAMESPACE = "gcpgpu"
+MAX_VALUE = 256
+SIMULATED_RUN_S = 3.0  # how long a job the emulator cannot run pretends to run
+GUEST_PATTERN = r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$"
+LOG_NAME = "gcplogs-docker-driver"  # what Docker's gcplogs driver writes to
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stamp(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def container_name(job_id: str) -> str:
+    """The Docker container name the agent gives a job (also how its log entries are found)."""
+    return f"gcpgpu-job-{job_id}"
+
+
+class ClusterAgent:
+    """Runs cluster jobs on emulated nodes and keeps their guest attributes."""
+
+    def __init__(self, compute: ComputeBackend, runner: Runner) -> None:
+        self.compute = compute
+        self.runner = runner
+        self.simulated_run_s = SIMULATED_RUN_S
+        self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
+        self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
+        self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
+        self._timers: list[threading.Timer] = []
+        self._lock = threading.RLock()
+        observers = getattr(compute, "metadata_observers", None)
+        if observers is not None:
+            observers.append(self.on_metadata)
+
+    def reset(self) -> None:
+        with self._lock:
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
+            self.guest.clear()
+            self.ports.clear()
+            self.node_runs.clear()
+            self.simulated_run_s = SIMULATED_RUN_S
+
+    # -- guest attributes ---------------------------------------------------------------------
+    def report(self, instance_id: str, **values: Any) -> None:
+        with self._lock:
+            attrs = self.guest.setdefault(instance_id, {})
+            for key, value in values.items():
+                attrs[f"{NAMESPACE}/{key.replace('_', '-')}"] = str(value).encode()[:MAX_VALUE].decode("utf-8", "ignore")
+
+    def attributes(self, instance_id: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self.guest.get(instance_id, {}))
+
+    # -- the setMetadata hook -------------------------------------------------------------------
+    def on_metadata(self, project: str, zone: str, name: str) -> None:
+        """The setMetadata hook. The real agent's troubles never fail the API call, and neither do these."""
+        try:
+            self._on_metadata(project, zone, name)
+        except Exception as e:
+            print(f"gcpgpu emulator: job agent on {name}: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def _on_metadata(self, project: str, zone: str, name: str) -> None:
+        try:
+            inst = self.compute.get(project, f"zones/{zone}/instances", name)
+        except ApiError:
+            return
+        items = {i.get("key"): i.get("value") or "" for i in inst.get("metadata", {}).get("items", [])}
+        raw = items.get("gcpgpu-job")
+        if not raw:
+            return
+        try:
+            job = json.loads(raw)
+            job_id = str(job["id"])
+            rank = int(items.get("gcpgpu-node-rank", "0"))
+            nnodes = int(items.get("gcpgpu-nnodes", "1"))
+        except (ValueError, KeyError, TypeError):
+            self.report(inst["id"], state="FAILED", message="gcpgpu-job metadata is not the agent's JSON")
+            return
+        run_id = f"cluster/{project}/{job_id}/{name}"
+        with self._lock:
+            current = self.node_runs.get(inst["id"])
+            if items.get("gcpgpu-job-cancel") == job_id:
+                self._cancel(inst["id"], run_id)
+                return
+            if current == run_id:
+                return  # the same job again (e.g. a retried setMetadata): already handled
+            if current is not None:
+                self.runner.cancel(current)  # a new job replaces the node's old one, as the real agent does
+            self.node_runs[inst["id"]] = run_id
+            if inst.get("status") != "RUNNING":
+                self.report(inst["id"], job_id=job_id, state="PENDING", rank=rank,
+                            message="the node is not RUNNING; the agent starts the job when it boots")
+                return
+            self._start(project, zone, inst, job, job_id, rank, nnodes, run_id)
+
+    def _cancel(self, instance_id: str, run_id: str) -> None:
+        run = self.runner.get(run_id)
+        if run is not None and run.replicas and not run.done:
+            self.runner.cancel(run_id)  # CANCELLED reported when its processes are gone
+        elif self.attributes(instance_id).get(f"{NAMESPACE}/state") not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            self.report(instance_id, state="CANCELLED", ended=_stamp(time.time()), message="cancelled")
+
+    def _start(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int,
+               run_id: str) -> None:
+        iid = inst["id"]
+        self.guest.pop(iid, None)
+        self.report(iid, job_id=job_id, state="PENDING", rank=rank)
+        describe = self._describer(project, zone, inst, job_id, job.get("image", ""))
+        argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
+        if argv is None or nnodes < 1:
+            run = self.runner.record(run_id, describe)
+            why = f"image {job.get('image')!r}" + (f" with command {job.get('command')!r}" if job.get("command") else "")
+            run.log("", "stdout", f"gcpgpu emulator: this job is simulated on node {inst['name']}, nothing runs: "
+                                  f"{why} is not the bundled trainer.")
+            self.report(iid, state="RUNNING", started=_stamp(time.time()), message="simulated by the emulator")
+            timer = threading.Timer(self.simulated_run_s, self._simulated_end, args=(iid, run_id))
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
+            return
+        port = self.ports.setdefault((project, job_id), _free_port())
+        env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
+        env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   GCPGPU_TRAINER_ALLOW_CPU="1")
+        if argv[1:3] == ["-m", "gcpgpu.trainer"] and not job.get("command"):
+            # The image's entrypoint: torchrun with one process per GPU; one process on this CPU.
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(rank),
+                    "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                    "-m", "gcpgpu.trainer", *argv[3:]]
+        run = self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)],
+                                on_change=self._on_change(iid), describe=describe)
+        run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id} "
+                              f"locally on 127.0.0.1:{port}, CPU only, one process")
+
+    def _simulated_end(self, instance_id: str, run_id: str) -> None:
+        with self._lock:
+            if self.node_runs.get(instance_id) != run_id:
+                return
+            if self.attributes(instance_id).get(f"{NAMESPACE}/state") == "RUNNING":
+                self.report(instance_id, state="SUCCEEDED", exit_code=0, ended=_stamp(time.time()),
+                            message="simulated by the emulator: nothing ran")
+
+    def _on_change(self, instance_id: str) -> Callable[[Run], None]:
+        def changed(run: Run) -> None:
+            with self._lock:
+                if self.node_runs.get(instance_id) != run.id:
+                    return
+                replica = run.replicas[0]
+                if run.state == "running":
+                    self.report(instance_id, state="RUNNING", started=_stamp(run.started or time.time()))
+                elif run.done:
+                    code = replica.returncode if replica.returncode is not None else -1
+                    state = {"succeeded": "SUCCEEDED", "cancelled": "CANCELLED"}.get(run.state, "FAILED")
+                    message = (run.failure[2] if run.failure else "") or ("cancelled" if state == "CANCELLED" else "")
+                    self.report(instance_id, state=state, exit_code=code, ended=_stamp(run.ended or time.time()),
+                                message=message)
+
+        return changed
+
+    def _describer(self, project: str, zone: str, inst: dict, job_id: str, image: str) -> Callable[[LogLine], dict]:
+        """Log entries as Docker's gcplogs driver writes a container's output (the agent runs it so)."""
+        name = container_name(job_id)
+
+        def describe(line: LogLine) -> dict:
+            return {
+                "logName": f"projects/{project}/logs/{LOG_NAME}",
+                "resource": {"type": "gce_instance",
+                             "labels": {"instance_id": inst["id"], "zone": zone, "project_id": project}},
+                "jsonPayload": {"container": {"name": f"/{name}", "imageName": image},
+                                "instance": {"name": inst["name"], "zone": zone, "id": inst["id"]},
+                                "message": line.text},
+                "severity": "ERROR" if line.stream == "stderr" else "INFO",
+            }
+
+        return describe
+
+
+class GuestAttributesRest:
+    """instances.getGuestAttributes (queryPath or variableKey), answered from the agent's reports."""
+
+    @classmethod
+    def for_emulator(cls, emulator: Emulator) -> GuestAttributesRest:
+        return cls(emulator)
+
+    def __init__(self, emulator: Emulator) -> None:
+        self.emulator = emulator
+
+    def handle(self, request: Request) -> tuple[int, dict]:
+        if request.method != "GET":
+            raise ApiError(405, "methodNotAllowed", "getGuestAttributes is a GET.")
+        parts = request.path.strip("/").split("/")
+        project, zone, name = parts[3], parts[5], parts[7]
+        inst = self.emulator.compute.get(project, f"zones/{zone}/instances", name)  # 404 as compute answers it
+        attrs = self.emulator.jobs.agent.attributes(inst["id"])
+        link = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{name}/guestAttributes"
+        key = request.args.get("variableKey")
+        if key:
+            if key not in attrs:
+                raise ApiError(404, "notFound", f"The resource '{link}/{key}' was not found")
+            return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{key}", "variableKey": key,
+                         "variableValue": attrs[key]}
+        path = request.args.get("queryPath", "")
+        prefix = path.rstrip("/") + "/" if path else ""
+        items = [{"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
+                 for k, v in sorted(attrs.items()) if k.startswith(prefix)]
+        return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{path}", "queryPath": path,
+                     "queryValue": {"items": items} if items else {}}

@@ -1,0 +1,317 @@
+"""Run a job's replicas as local processes, as the cloud would run them on separate machines.
+
+Each replica is one process in its own session (so a cancel stops it and every child it started,
+torchrun's workers included), with the environment the caller gives (CLUSTER_SPEC for Vertex AI,
+NODE_RANK/MASTER_ADDR for a cluster node). Output is captured line by line with timestamps:
+that is what the emulator's Cloud Logging serves, so `job logs` shows the job's own words.
+
+A run ends SUCCEEDED when every replica exits 0, FAILED as soon as one exits non-zero (the others
+are stopped, as Vertex AI stops a job whose replica failed), CANCELLED when cancelled. Stopping is
+SIGTERM first (the trainer saves a checkpoint on it), SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Variables of the emulator's own process that must not leak into a job: a replica's rendezvous
+# comes from what the job is given, never from whatever launched the emulator.
+_DROP_ENV = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+    "MASTER_PORT", "NNODES", "NODE_RANK", "CLUSTER_SPEC", "TORCHELASTIC_RUN_ID", "GCPGPU_EMULATOR",
+    "CLOUD_ML_JOB_ID", "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR",
+    "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT", "PYTEST_CURRENT_TEST",
+)  # fmt: skip
+# The gcpgpu training image: its entrypoint runs torchrun -m gcpgpu.trainer with the container's args.
+TRAINER_IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+# Keep what the captured log holds per run bounded (a long --follow demo must not grow forever).
+MAX_LINES = 20000
+STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One process of a job: `task` names it in logs and status (workerpool0-0, or a node's name)."""
+
+    task: str
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LogLine:
+    seq: int
+    time: float
+    task: str
+    stream: str  # stdout | stderr
+    text: str
+
+
+@dataclass
+class Replica:
+    spec: ReplicaSpec
+    popen: subprocess.Popen | None = None
+    returncode: int | None = None
+    started: float | None = None
+    ended: float | None = None
+    last_error: str = ""  # the last non-empty stderr line: what a failure message quotes
+    readers: list[threading.Thread] = field(default_factory=list)
+
+
+class Run:
+    """One job's processes; state is 'pending', 'running', 'cancelling' or one of TERMINAL."""
+
+    TERMINAL = ("succeeded", "failed", "cancelled")
+
+    def __init__(self, run_id: str, replicas: list[ReplicaSpec], workdir: Path, seq: itertools.count,
+                 describe: Callable[[LogLine], dict] | None = None) -> None:
+        self.id = run_id
+        self.workdir = workdir
+        # Turns a captured line into the Cloud Logging entry the real service would write for it.
+        self.describe = describe
+        self._seq = seq
+        self.replicas = [Replica(r) for r in replicas]
+        self.state = "pending"
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.failure: tuple[str, int, str] | None = None  # (task, exit code, last error line)
+        self.lines: list[LogLine] = []
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run has ended (True) or `timeout` passes (False)."""
+        return self._done.wait(timeout)
+
+    def log(self, task: str, stream: str, text: str) -> None:
+        with self._lock:
+            self.lines.append(LogLine(next(self._seq), time.time(), task, stream, text))
+            if len(self.lines) > MAX_LINES:
+                del self.lines[: len(self.lines) - MAX_LINES]
+
+    def log_lines(self) -> list[LogLine]:
+        with self._lock:
+            return list(self.lines)
+
+    def pids(self) -> list[int]:
+        return [r.popen.pid for r in self.replicas if r.popen is not None]
+
+    def alive(self) -> list[int]:
+        """Process ids of replicas still running (tests check that a cancel leaves none)."""
+        return [r.popen.pid for r in self.replicas if r.popen is not None and r.popen.poll() is None]
+
+
+class Runner:
+    """Starts, watches and stops local runs; one per emulator."""
+
+    def __init__(self, root: str | os.PathLike | None = None, stop_grace_s: float = STOP_GRACE_S) -> None:
+        self._root = Path(root) if root else None
+        self.stop_grace_s = stop_grace_s
+        self.runs: dict[str, Run] = {}
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        atexit.register(self.kill_all)  # never leave a trainer running after the emulator is gone
+
+    @property
+    def root(self) -> Path:
+        """The folder runs work in (their output directories stand in for gs:// paths)."""
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="gcpgpu-emulator-jobs-"))
+        return self._root
+
+    def workdir(self, run_id: str) -> Path:
+        path = self.root / "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def get(self, run_id: str) -> Run | None:
+        with self._lock:
+            return self.runs.get(run_id)
+
+    def record(self, run_id: str, describe: Callable[[LogLine], dict] | None = None) -> Run:
+        """A run that starts no process: only log lines (what a simulated job says about itself)."""
+        run = Run(run_id, [], self.workdir(run_id), self._seq, describe)
+        self._add(run)
+        run._done.set()
+        return run
+
+    def start(self, run_id: str, replicas: list[ReplicaSpec], *, delay_s: float = 0.0,
+              on_change: Callable[[Run], None] | None = None,
+              describe: Callable[[LogLine], dict] | None = None) -> Run:
+        """Start `replicas` after `delay_s` (the provisioning the cloud would do first), in the background."""
+        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe)
+        self._add(run)
+        thread = threading.Thread(target=self._supervise, args=(run, delay_s, on_change),
+                                  name=f"emulator-run-{run_id}", daemon=True)
+        thread.start()
+        return run
+
+    def _add(self, run: Run) -> None:
+        with self._lock:
+            old = self.runs.get(run.id)
+            if old is not None and not old.done:
+                raise RuntimeError(f"run {run.id} is already running")
+            self.runs[run.id] = run
+
+    def all_runs(self) -> list[Run]:
+        with self._lock:
+            return list(self.runs.values())
+
+    def cancel(self, run_id: str) -> None:
+        """Stop a run: SIGTERM to every replica's process group, SIGKILL after the grace period."""
+        run = self.get(run_id)
+        if run is not None and not run.done:
+            run._cancel.set()
+
+    def reset(self) -> None:
+        """Kill every run at once and forget them (the emulator's reset)."""
+        self.kill_all()
+        with self._lock:
+            runs, self.runs = list(self.runs.values()), {}
+        for run in runs:
+            run.wait(10)
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    def kill_all(self) -> None:
+        with self._lock:
+            runs = list(self.runs.values())
+        for run in runs:
+            run._cancel.set()
+            for pid in run.pids():
+                _signal_group(pid, signal.SIGKILL)
+
+    # -- the supervisor thread ---------------------------------------------------------------
+    def _supervise(self, run: Run, delay_s: float, on_change: Callable[[Run], None] | None) -> None:
+        def changed() -> None:
+            if on_change is not None:
+                try:
+                    on_change(run)
+                except Exception as e:  # a reporting bug must not leave processes unwatched
+                    print(f"gcpgpu emulator: job {run.id}: state report failed: {e}", file=sys.stderr)
+
+        try:
+            if run._cancel.wait(delay_s):
+                self._finish(run, "cancelled")
+                return
+            self._launch(run)
+            run.state = "running"
+            run.started = time.time()
+            changed()
+            self._watch(run)
+        except Exception as e:  # e.g. the executable is missing: the job fails, saying why
+            run.failure = run.failure or (run.replicas[0].spec.task if run.replicas else "?", -1,
+                                          f"{type(e).__name__}: {e}")
+            self._stop(run, signal.SIGKILL)
+            self._finish(run, "failed")
+        finally:
+            if not run.done:
+                self._finish(run, run.state if run.state in Run.TERMINAL else "failed")
+            changed()
+
+    def _launch(self, run: Run) -> None:
+        for replica in run.replicas:
+            env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+            # The bundled trainer must import from this checkout or installation, whatever the cwd.
+            pkg_root = str(Path(__file__).resolve().parents[3])
+            env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            env.setdefault("OMP_NUM_THREADS", "1")  # many replicas share few cores here
+            env["PYTHONUNBUFFERED"] = "1"  # lines reach the log as they are printed
+            env.update(replica.spec.env)
+            popen = subprocess.Popen(
+                replica.spec.argv, env=env, cwd=run.workdir, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )
+            replica.popen, replica.started = popen, time.time()
+            for stream, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
+                t = threading.Thread(target=self._read, args=(run, replica, stream, pipe), daemon=True,
+                                     name=f"emulator-log-{run.id}-{replica.spec.task}-{stream}")
+                t.start()
+                replica.readers.append(t)
+
+    def _read(self, run: Run, replica: Replica, stream: str, pipe: object) -> None:
+        for raw in iter(pipe.readline, b""):  # type: ignore[attr-defined]
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            run.log(replica.spec.task, stream, text)
+            if stream == "stderr" and text.strip():
+                replica.last_error = text.strip()
+        pipe.close()  # type: ignore[attr-defined]
+
+    def _watch(self, run: Run) -> None:
+        stop_sent: float | None = None
+        while True:
+            for replica in run.replicas:
+                if replica.returncode is None and replica.popen is not None:
+                    code = replica.popen.poll()
+                    if code is not None:
+                        replica.returncode, replica.ended = code, time.time()
+                        if code != 0 and run.failure is None and not run._cancel.is_set():
+                            for t in replica.readers:
+                                t.join(2)  # the failure message quotes the replica's last words
+                            run.failure = (replica.spec.task, code, replica.last_error)
+            if all(r.returncode is not None for r in run.replicas):
+                break
+            if (run.failure is not None or run._cancel.is_set()) and stop_sent is None:
+                run.state = "cancelling" if run._cancel.is_set() and run.failure is None else run.state
+                self._stop(run, signal.SIGTERM)
+                stop_sent = time.monotonic()
+            elif stop_sent is not None and time.monotonic() - stop_sent > self.stop_grace_s:
+                self._stop(run, signal.SIGKILL)
+            time.sleep(0.05)
+        for replica in run.replicas:
+            for t in replica.readers:
+                t.join(5)
+        if run._cancel.is_set() and run.failure is None:
+            self._finish(run, "cancelled")
+        else:
+            self._finish(run, "failed" if run.failure is not None else "succeeded")
+
+    def _stop(self, run: Run, sig: int) -> None:
+        for replica in run.replicas:
+            if replica.popen is not None and replica.popen.poll() is None:
+                _signal_group(replica.popen.pid, sig)
+
+    @staticmethod
+    def _finish(run: Run, state: str) -> None:
+        run.state = state
+        run.ended = time.time()
+        run._done.set()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # the replica's own session: its children (torchrun's workers) too
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def trainer_argv(image: str, command: list[str], args: list[str]) -> list[str] | None:
+    """The local command line for a container that runs the bundled trainer, else None (not runnable here).
+
+    Either the gcpgpu-trainer image with trainer arguments (its entrypoint runs the trainer), or any
+    image whose command is `python -m gcpgpu.trainer ...`.
+    """
+    if not command and TRAINER_IMAGE.search(image):
+        return [sys.executable, "-m", "gcpgpu.trainer", *args]
+    if len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1:3] == ["-m", "gcpgpu.trainer"]:
+        return [sys.executable, "-m", "gcpgpu.trainer", *command[3:], *args]
+    return None
