@@ -263,7 +263,7 @@ def test_cloud_build_submits_a_valid_build_and_reports_success(gcp):
     lines = result.output.strip().splitlines()
     image = lines[-1]
     assert re.fullmatch(rf"{REGION}-docker\.pkg\.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-[0-9a-f]{{12}}", image)
-    assert any(line.endswith(": SUCCESS") for line in lines)
+    assert any(line.endswith(": SUCCESS") for line in lines), result.output
     assert any("no Docker ran" in line for line in lines)
     (record,) = gcp.cloudbuild.builds.values()
     assert record["images"] == [image]
