@@ -22,7 +22,6 @@ refusals into warnings.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -35,9 +34,6 @@ from pathlib import Path
 
 METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 DEFAULT_MASTER_PORT = 29500
-# Vertex AI's worker pools: 0 the primary replica, 1 the other workers, 2 parameter or reduction
-# servers, 3 evaluators. Only the first two run the trainer.
-TRAINING_POOLS = ("workerpool0", "workerpool1")
 _HOST = re.compile(r"^[A-Za-z0-9_.:\-\[\]]+$")
 
 EXIT_BAD_INPUT = 2
@@ -103,33 +99,21 @@ def _int(value: str, name: str, low: int, high: int | None = None) -> int:
 def parse_cluster_spec(text: str) -> dict[str, str]:
     """Vertex AI's CLUSTER_SPEC -> {nnodes, node_rank, master_addr, master_port} as strings.
 
-    CLUSTER_SPEC is {"cluster": {"workerpool0": ["host:port"], "workerpool1": [...]},
-    "task": {"type": "workerpool1", "index": 0}}. Nodes are numbered workerpool0 first, then
-    workerpool1 in order; the master is workerpool0's first host.
+    The trainer's own parser (gcpgpu.trainer.dist, torch-free) decides, so the entrypoint and a
+    trainer started without it number the nodes the same way: workerpool0's host is node 0 and
+    the rendezvous, workerpool1's hosts follow in order.
     """
+    from gcpgpu.trainer.dist import rendezvous_from_cluster_spec
+
     try:
-        spec = json.loads(text)
-        cluster = spec["cluster"]
-        task_type = spec["task"]["type"]
-        index = int(spec["task"].get("index", 0))
-        primary = cluster["workerpool0"][0]
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-        raise LaunchError(f"CLUSTER_SPEC is not Vertex AI's cluster spec JSON ({type(e).__name__}: {e})",
-                          EXIT_BAD_INPUT) from None
-    if task_type not in TRAINING_POOLS:
-        raise LaunchError(
-            f"CLUSTER_SPEC task type {task_type} is not a training pool ({', '.join(TRAINING_POOLS)}); "
-            "run another image in worker pools 2 and 3",
-            EXIT_BAD_INPUT,
-        )
-    sizes = [len(cluster.get(pool) or []) for pool in TRAINING_POOLS]
-    rank = sum(sizes[: TRAINING_POOLS.index(task_type)]) + index
-    host, _, port = str(primary).rpartition(":") if ":" in str(primary) else (str(primary), "", "")
+        rdzv = rendezvous_from_cluster_spec(text)
+    except ValueError as e:
+        raise LaunchError(str(e), EXIT_BAD_INPUT) from None
     return {
-        "nnodes": str(sum(sizes)),
-        "node_rank": str(rank),
-        "master_addr": host,
-        "master_port": port or str(DEFAULT_MASTER_PORT),
+        "nnodes": str(rdzv.nnodes),
+        "node_rank": str(rdzv.node_rank),
+        "master_addr": rdzv.master_addr,
+        "master_port": str(rdzv.master_port),
     }
 
 

@@ -342,7 +342,7 @@ def test_rendezvous_from_vm_metadata_attributes(entrypoint, metadata):
         ({"NNODES": "two"}, "NNODES='two' is not a whole number"),
         ({"NNODES": "2"}, "2 nodes but no master address"),
         ({"MASTER_ADDR": "h; rm -rf /"}, "is not a host name or IP address"),
-        ({"CLUSTER_SPEC": "{not json"}, "CLUSTER_SPEC is not Vertex AI's cluster spec JSON"),
+        ({"CLUSTER_SPEC": "{not json"}, "CLUSTER_SPEC is not the JSON Vertex sets"),
         ({"GCPGPU_PLATFORM": "laptop"}, "GCPGPU_PLATFORM='laptop' is not one of vm, container, vertex"),
     ],
 )
@@ -433,7 +433,7 @@ def test_cluster_spec_primary_is_rank_zero():
 
 def test_cluster_spec_refuses_non_training_pools():
     spec = {"cluster": {"workerpool0": ["m:1"], "workerpool2": ["rs:1"]}, "task": {"type": "workerpool2", "index": 0}}
-    with pytest.raises(launch.LaunchError, match="not a training pool"):
+    with pytest.raises(launch.LaunchError, match="does not train"):
         launch.parse_cluster_spec(json.dumps(spec))
 
 
