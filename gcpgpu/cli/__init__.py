@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "cluster": "gcpgpu.cli.cluster:cluster",
     "container": "gcpgpu.cli.container:container",
     "emulator": "gcpgpu.cli.emulator:emulator",
+    "job": "gcpgpu.cli.job:job",
     "nccl": "gcpgpu.cli.nccl:nccl",
 }
 

@@ -1,0 +1,313 @@
+"""`gcpgpu job`: training jobs on Vertex AI custom jobs or on a gcpgpu cluster's VMs, from one spec."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.output import emit, info
+from gcpgpu.settings import Settings
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
+BAD_ENDS = ("FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
+STATE_CHOICES = ("QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLING", "CANCELLED")
+JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
+               ("machine_type", "MACHINE TYPE"), ("created", "CREATED")]
+STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
+                  ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
+                  ("error", "ERROR"), ("note", "NOTE")]
+
+
+def _poll_s(settings: Settings) -> float:
+    # The emulator answers in milliseconds; the real API is polled gently.
+    return 1.0 if settings.emulator else 15.0
+
+
+@click.group()
+def job() -> None:
+    """Run training jobs on Vertex AI or on a gcpgpu cluster's VMs, and follow them.
+
+    \b
+    A job id says where the job lives, so status, logs and cancel need nothing else:
+      vertex:LOCATION:ID       a Vertex AI custom job
+      cluster:CLUSTER:JOB      a job on a gcpgpu cluster's nodes
+    """
+
+
+@job.command(context_settings={"show_default": True})
+@click.option("--vertex", "vertex", is_flag=True, default=None, help="Run as a Vertex AI custom job.")
+@click.option("--cluster", metavar="NAME", help="Run on the nodes of this gcpgpu cluster ('gcpgpu cluster up').")
+@click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False),
+              help="YAML job spec (any option below as a key; args and command as lists); flags override it.")
+@click.option("--machine-type", help="GPU machine type (Vertex: required; cluster: must match the nodes).")
+@click.option("--nodes", type=int, help="Nodes (Vertex: replicas, default 1; cluster: default all its nodes).")
+@click.option("--image", metavar="URI", help="Container image. Default: the gcpgpu trainer image "
+              "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:latest ('gcpgpu container build').")
+@click.option("--command", "command", metavar="CMD",
+              help="Run CMD instead of the image's entrypoint (split like a shell, e.g. 'python -m gcpgpu.trainer').")
+@click.option("--name", help="Job name (lowercase letters, digits, dashes). Default: train.")
+@click.option("--spot", is_flag=True, default=None, help="Vertex: Spot capacity (cheaper, preemptible).")
+@click.option("--flex-start", is_flag=True, default=None, help="Vertex: DWS flex-start (waits for capacity).")
+@click.option("--max-wait", metavar="DURATION", help="With --flex-start: how long to wait for capacity (e.g. 2h).")
+@click.option("--reservation", metavar="RES", help="Vertex: consume a reservation: NAME (with --zone), "
+              "projects/P/zones/Z/reservations/NAME, or 'any'.")
+@click.option("--env", "env", multiple=True, metavar="K=V",
+              help="Environment variable (repeatable); NCCL_* values override the machine's NCCL profile. "
+              "Stored in plain text: no secrets.")
+@click.option("--profile", is_flag=True, default=None, help="Profile with Nsight Systems (the trainer's --profile-steps).")
+@click.option("--output-dir", metavar="PATH", help="Vertex: base output directory (gs://...); cluster: gs:// or a "
+              "path on the nodes. Sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR.")
+@click.option("--timeout", metavar="DURATION", help="Stop the job after this long (e.g. 12h).")
+@click.option("--restart", type=click.Choice(["default", "never", "on-worker-restart"]),
+              help="Vertex: retry policy (never: disable retries; on-worker-restart: restart the whole job).")
+@click.option("--service-account", metavar="EMAIL", help="Vertex: the service account the job runs as.")
+@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label for the Vertex job (repeatable).")
+@click.option("--region", "job_region", metavar="REGION", help="Vertex: the region (default: the global --region).")
+@click.option("--dry-run", is_flag=True, help="Print the request (Vertex) or the job (cluster) and stop.")
+@click.option("--wait", is_flag=True, help="Follow the job's state to its end; exit 1 unless it SUCCEEDED.")
+@click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER_ARGS...]")
+@click.pass_obj
+def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wait: bool, **kw: Any) -> None:
+    """Submit a training job; prints its id.
+
+    \b
+    Everything after -- goes to the trainer (or to --command), quoted:
+      gcpgpu --region us-central1 job submit --vertex --machine-type a3-highgpu-8g --nodes 2 \\
+          -- --model 124m --parallel fsdp --precision bf16 --steps 1000
+      gcpgpu job submit --cluster mycluster --wait -- --model tiny --steps 50
+    """
+    from gcpgpu.jobs import spec as job_spec
+
+    valid = _validate(settings, trainer_args, kw)
+    for warning in valid.warnings:
+        info(f"warning: {warning}")
+    if valid.target == "vertex":
+        from gcpgpu.jobs import vertex
+
+        request = vertex.build_request(valid, settings.project)
+        if dry_run:
+            emit(request, fmt=settings.format if settings.format != "table" else "yaml")
+            return
+        jid, state = vertex.submit(settings.clients, request)
+    else:
+        if dry_run:
+            machine = valid.machine
+            emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": valid.nodes or "all",
+                  "image": valid.image, "command": valid.command, "args": valid.args,
+                  "env": job_spec.job_env(valid, machine, "vm"),
+                  "note": None if machine else "the NCCL profile of the cluster's machine type is added at submit"},
+                 fmt=settings.format if settings.format != "table" else "yaml")
+            return
+        from gcpgpu.jobs import cluster as cluster_jobs
+
+        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"])
+    if settings.format == "table":
+        click.echo(str(jid))
+        info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
+             f"follow it with 'gcpgpu job logs {jid} --follow'")
+    if not wait:
+        if settings.format != "table":
+            emit(state)
+        return
+    final = _follow_state(settings, str(jid))
+    if settings.format != "table":
+        emit(final)
+    _fail_unless_succeeded(final)
+
+
+def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
+    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, validate
+
+    if kw.get("vertex") and kw.get("cluster"):
+        raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
+    if kw.get("spot") and kw.get("flex_start"):
+        raise UsageProblem("--spot and --flex-start exclude each other: choose one scheduling strategy")
+    labels = {}
+    for pair in kw.get("labels") or ():
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageProblem(f"--label {pair!r} must look like KEY=VALUE")
+        labels[key] = value
+    flags: dict[str, Any] = {
+        "target": "vertex" if kw.get("vertex") else ("cluster" if kw.get("cluster") else None),
+        "cluster": kw.get("cluster"),
+        "name": kw.get("name"),
+        "machine_type": kw.get("machine_type"),
+        "nodes": kw.get("nodes"),
+        "image": kw.get("image"),
+        "command": shlex.split(kw["command"]) if kw.get("command") else None,
+        "args": list(trainer_args) or None,
+        "strategy": "spot" if kw.get("spot") else ("flex-start" if kw.get("flex_start") else None),
+        "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,
+        "reservation": kw.get("reservation"),
+        "env": parse_env(kw.get("env") or ()) or None,
+        "profile": kw.get("profile"),
+        "output_dir": kw.get("output_dir"),
+        "timeout": parse_duration(kw["timeout"], "--timeout") if kw.get("timeout") else None,
+        "restart": kw.get("restart"),
+        "service_account": kw.get("service_account"),
+        "labels": labels or None,
+    }
+    spec = JobSpec.from_sources(kw.get("spec_file"), flags)
+    if spec.target == "vertex" and flags["target"] is None and spec.cluster:
+        raise UsageProblem("the spec file names both vertex and cluster: keep one")
+    if flags["env"] and kw.get("spec_file"):
+        spec.env = {**JobSpec.from_sources(kw["spec_file"], {}).env, **flags["env"]}  # flags add to the file's env
+    region = kw.get("job_region") or settings.optional("region")
+    project = settings.optional("project")
+    if spec.target == "vertex" or (spec.target == "cluster" and not spec.image):
+        project = settings.project  # needed for the request (or the default image): say how to set it now
+    return validate(spec, project=project, region=region, zone=settings.optional("zone"))
+
+
+def _status(settings: Settings, job_id: str) -> dict:
+    from gcpgpu.jobs import ids
+
+    jid = ids.parse(job_id)
+    if jid.target == "vertex":
+        from gcpgpu.jobs import vertex
+
+        return vertex.get(settings.clients, settings.project, jid)
+    from gcpgpu.jobs import cluster as cluster_jobs
+
+    return cluster_jobs.status(settings.clients, settings.project, jid)
+
+
+def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], None] | None = None) -> dict:
+    """Poll the job until it ends, telling each change of state on stderr."""
+    last = None
+    while True:
+        state = _status(settings, job_id)
+        if state["state"] != last:
+            last = state["state"]
+            info(f"{time.strftime('%H:%M:%S')} {job_id}: {last}")
+            if on_change:
+                on_change(state)
+        if state["state"] in TERMINAL:
+            return state
+        time.sleep(_poll_s(settings))
+
+
+def _fail_unless_succeeded(state: dict) -> None:
+    if state["state"] == "SUCCEEDED":
+        info(f"Job {state['id']} SUCCEEDED.")
+        return
+    why = f": {state['error']}" if state.get("error") else ""
+    raise CloudError(f"job {state['id']} ended {state['state']}{why}")
+
+
+@job.command()
+@click.argument("job_id", metavar="JOB")
+@click.pass_obj
+def status(settings: Settings, job_id: str) -> None:
+    """Show a job's state, start and end, error, and each node's (cluster) or worker pool's (Vertex) detail."""
+    state = _status(settings, job_id)
+    if settings.format != "table":
+        emit(state)
+        return
+    emit(state, STATUS_COLUMNS, title=f"Job {state['id']}")
+    if state["target"] == "vertex":
+        emit(state["pools"], [("pool", "POOL"), ("replicas", "REPLICAS"), ("machine_type", "MACHINE TYPE"),
+                              ("accelerators", "ACCELERATORS"), ("image", "IMAGE")])
+    else:
+        emit(state["per_node"], [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
+                                 ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
+
+
+@job.command("list")
+@click.option("--vertex", "only", flag_value="vertex", default=None, help="Only Vertex AI jobs (of the region).")
+@click.option("--clusters", "only", flag_value="cluster", help="Only jobs on gcpgpu clusters.")
+@click.option("--state", type=click.Choice(STATE_CHOICES, case_sensitive=False), help="Only jobs in this state.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many Vertex jobs.")
+@click.option("--region", "job_region", metavar="REGION", help="Vertex: the region (default: the global --region).")
+@click.pass_obj
+def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int, job_region: str | None) -> None:
+    """List Vertex AI custom jobs of the region (newest first) and the jobs on gcpgpu clusters."""
+    rows: list[dict] = []
+    region = job_region or settings.optional("region")
+    project = settings.project
+    if only != "cluster":
+        if region:
+            from gcpgpu.jobs import vertex
+
+            rows += vertex.list_jobs(settings.clients, project, region, state.upper() if state else None, limit)
+        elif only == "vertex":
+            raise UsageProblem("no region set to list Vertex AI jobs of: pass --region REGION")
+        else:
+            info("note: no region set, so no Vertex AI jobs listed (pass --region REGION)")
+    if only != "vertex":
+        from gcpgpu.jobs import cluster as cluster_jobs
+
+        found = cluster_jobs.list_jobs(settings.clients, project)
+        rows += [r for r in found if not state or r["state"] == state.upper()]
+    emit(rows, JOB_COLUMNS, empty="No jobs.")
+
+
+@job.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--follow", "-F", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.pass_obj
+def logs(settings: Settings, job_id: str, follow: bool) -> None:
+    """Print a job's log: its replicas' (Vertex) or nodes' (cluster) output, from Cloud Logging."""
+    from gcpgpu.jobs import ids
+    from gcpgpu.jobs import logs as job_logs
+
+    jid = ids.parse(job_id)
+    project = settings.project
+    if jid.target == "vertex":
+        from gcpgpu.jobs import vertex
+
+        flt = vertex.log_filter(jid)
+    else:
+        from gcpgpu.jobs import cluster as cluster_jobs
+
+        flt = cluster_jobs.log_filter(project, jid)
+    as_json = settings.format != "table"
+
+    def show(entry: dict) -> None:
+        if as_json:
+            click.echo(json.dumps(job_logs.record(entry)))
+        else:
+            click.echo(f"[{job_logs.tag(entry)}] {job_logs.message(entry)}")
+
+    def finished() -> bool:
+        return _status(settings, job_id)["state"] in TERMINAL
+
+    count = job_logs.stream(settings.clients, project, flt, show, follow=follow, finished=finished,
+                            poll_s=_poll_s(settings) if settings.emulator else 5.0)
+    if count == 0 and not follow:
+        info(f"No log entries for {jid} yet (Cloud Logging can lag a minute behind).")
+
+
+@job.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--wait", is_flag=True, help="Wait until the job has stopped.")
+@click.pass_obj
+def cancel(settings: Settings, job_id: str, wait: bool) -> None:
+    """Cancel a job: Vertex AI stops its replicas; on a cluster every node's agent stops its container."""
+    from gcpgpu.jobs import ids
+
+    jid = ids.parse(job_id)
+    if jid.target == "vertex":
+        from gcpgpu.jobs import vertex
+
+        state = vertex.cancel(settings.clients, settings.project, jid)
+    else:
+        from gcpgpu.jobs import cluster as cluster_jobs
+
+        cluster_jobs.cancel(settings.clients, settings.project, jid)
+        state = cluster_jobs.status(settings.clients, settings.project, jid)
+    if state["state"] in TERMINAL and state["state"] != "CANCELLED":
+        info(f"Job {jid} had already ended {state['state']}.")
+    elif wait:
+        state = _follow_state(settings, str(jid))
+    else:
+        info(f"Cancelling job {jid} (now {state['state']}).")
+    if settings.format != "table":
+        emit(state)

@@ -1,0 +1,299 @@
+"""Jobs on a gcpgpu cluster's VMs: put on every node through instance metadata, run by the node's
+job agent, read back from the guest attributes the agent reports.
+
+submit: find the cluster's nodes (one aggregatedList) -> refuse if a job still runs there -> per
+        node, one setMetadata carrying the job (gcpgpu-job, gcpgpu-job-id), the node's rank and
+        the rendezvous (gcpgpu-node-rank, gcpgpu-nnodes, gcpgpu-master-addr: rank 0's internal IP,
+        gcpgpu-master-port, which the image's entrypoint reads) and the rendered agent script.
+status: per node, instances.getGuestAttributes (gcpgpu/state, exit-code, started, ended, message).
+cancel: setMetadata gcpgpu-job-cancel=JOB on the job's nodes; each agent stops its container.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from gcpgpu import catalog, nccl
+from gcpgpu.cluster.observe import list_nodes
+from gcpgpu.cluster.plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, rank_of
+from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.operations import call, parallel, wait_all
+from gcpgpu.resources import render
+
+from . import ids
+from .spec import DEFAULT_IMAGE, ValidJob, job_env
+
+MASTER_PORT = 29500
+LOG_NAME = "gcplogs-docker-driver"  # Docker's gcplogs driver writes the containers' output here
+# Metadata keys a job owns on a node; a new job replaces them all.
+JOB_KEYS = ("gcpgpu-job", "gcpgpu-job-id", "gcpgpu-job-agent", "gcpgpu-job-cancel", "gcpgpu-node-rank",
+            "gcpgpu-nnodes", "gcpgpu-master-addr", "gcpgpu-master-port")
+ACTIVE = ("PENDING", "RUNNING")
+NODE_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def container_name(job_id: str) -> str:
+    return f"gcpgpu-job-{job_id}"
+
+
+def log_filter(project: str, jid: ids.JobId) -> str:
+    return (f'logName="projects/{project}/logs/{LOG_NAME}" AND '
+            f'jsonPayload.container.name="/{container_name(jid.job)}"')
+
+
+def _zone(inst: Any) -> str:
+    return inst.zone.rsplit("/", 1)[-1]
+
+
+def _rank(cluster: str, inst: Any) -> int | None:
+    label = dict(inst.labels).get(LABEL_RANK)
+    return int(label) if label and label.isdigit() else rank_of(cluster, inst.name)
+
+
+def _items(inst: Any) -> dict[str, str]:
+    return {item.key: item.value for item in inst.metadata.items}
+
+
+def _job_of(inst: Any) -> dict | None:
+    raw = _items(inst).get("gcpgpu-job")
+    if not raw:
+        return None
+    try:
+        job = json.loads(raw)
+    except ValueError:
+        return None
+    return job if isinstance(job, dict) and "id" in job else None
+
+
+def nodes_of(clients: Clients, project: str, cluster: str) -> list[Any]:
+    """The cluster's instances in rank order (one aggregatedList)."""
+    found = list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}")
+    ranked = [(r, inst) for inst in found if (r := _rank(cluster, inst)) is not None]
+    return [inst for _r, inst in sorted(ranked, key=lambda p: p[0])]
+
+
+def guest_attributes(clients: Clients, project: str, inst: Any) -> dict[str, str]:
+    """What the node's agent reported under gcpgpu/ ({} when it reported nothing)."""
+    from google.api_core import exceptions
+
+    try:
+        got = clients.compute("InstancesClient").get_guest_attributes(
+            request={"project": project, "zone": _zone(inst), "instance": inst.name, "query_path": "gcpgpu/"})
+    except (exceptions.NotFound, exceptions.BadRequest):
+        return {}  # nothing reported yet (or guest attributes off on an old node)
+    return {item.key: item.value for item in got.query_value.items if item.namespace == "gcpgpu"}
+
+
+def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[ids.JobId, dict]:
+    """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan."""
+    from google.cloud import compute_v1
+
+    nodes = nodes_of(clients, project, cluster)
+    if not nodes:
+        raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
+    machine = catalog.get_machine_type(nodes[0].machine_type.rsplit("/", 1)[-1])
+    if job.machine is not None and job.machine.name != machine.name:
+        raise UsageProblem(f"--machine-type {job.machine.name} does not match cluster {cluster}, whose nodes are "
+                           f"{machine.name}; drop --machine-type")
+    want = job.nodes or len(nodes)
+    if want > len(nodes):
+        raise UsageProblem(f"--nodes {want}: cluster {cluster} has {len(nodes)} node(s); use --nodes "
+                           f"{len(nodes)} or fewer, or grow it with 'gcpgpu cluster up {cluster} --nodes {want}'")
+    chosen = nodes[:want]
+    if job.bundled_trainer and job.nodes is None:
+        from .spec import check_trainer_args
+
+        trainer_args = job.command[3:] + job.args if job.command else job.args
+        check_trainer_args(trainer_args, world=want * machine.gpu_count, exact=True)
+    not_running = [n.name for n in chosen if n.status != "RUNNING"]
+    if not_running:
+        raise CloudError(f"node(s) {', '.join(not_running)} of cluster {cluster} are not RUNNING; see "
+                         f"'gcpgpu cluster status {cluster}'")
+    busy = _busy(clients, project, chosen)
+    if busy:
+        node, other = busy
+        raise CloudError(f"node {node} is still running job {other}: cancel it first ('gcpgpu job cancel "
+                         f"cluster:{cluster}:{other}') or wait for it to end")
+
+    job_id = f"{job.name}-{secrets.token_hex(3)}"
+    master = chosen[0].network_interfaces[0].network_i_p if chosen[0].network_interfaces else ""
+    if not master:
+        raise CloudError(f"node {chosen[0].name} has no internal IP yet; try again in a moment")
+    env = job_env(job, machine, "vm")
+    profile = nccl.profile_for(machine)
+    # Host support the plugin needs (devices, sockets, a host-installed plugin); /usr/local is the image's own.
+    mounts = [p for p in (*profile.required_paths, *profile.advised_paths) if not p.startswith("/usr/local")]
+    image = job.image
+    if job.spec.image is None:  # the default image, from the Artifact Registry of the cluster's region
+        image = DEFAULT_IMAGE.format(region=_zone(chosen[0]).rsplit("-", 1)[0], project=project.replace(":", "/"))
+    record = {
+        "id": job_id, "name": job.name, "cluster": cluster, "image": image, "command": job.command,
+        "args": job.args, "env": env, "nnodes": want, "master_addr": master, "master_port": MASTER_PORT,
+        "machine_type": machine.name, "gpus_per_node": machine.gpu_count, "timeout": job.spec.timeout,
+        "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+    def put(pair: tuple[int, Any]) -> Any:
+        rank, inst = pair
+        agent = render("job_agent.sh.j2", job_id=job_id, container=container_name(job_id), rank=rank, nnodes=want,
+                       master_addr=master, master_port=MASTER_PORT, image=image, command=job.command,
+                       args=job.args, env=env, mounts=mounts, timeout=job.spec.timeout or 0)
+        items = {k: v for k, v in _items(inst).items() if k not in JOB_KEYS}
+        items.update({
+            "enable-guest-attributes": "TRUE",  # how the agent reports its state
+            "gcpgpu-job": json.dumps(record, sort_keys=True),
+            "gcpgpu-job-agent": agent,
+            "gcpgpu-node-rank": str(rank),
+            "gcpgpu-nnodes": str(want),
+            "gcpgpu-master-addr": master,
+            "gcpgpu-master-port": str(MASTER_PORT),
+            # Last: the node's watcher wakes on this key and then reads the others.
+            "gcpgpu-job-id": job_id,
+        })
+        metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
+                                       items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+        return call(clients.compute("InstancesClient").set_metadata, {
+            "project": project, "zone": _zone(inst), "instance": inst.name, "metadata_resource": metadata})
+
+    _apply(clients, project, list(enumerate(chosen)), put)
+    jid = ids.JobId("cluster", cluster=cluster, job=job_id)
+    return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
+                 "machine_type": machine.name, "master": f"{master}:{MASTER_PORT}", "image": image}
+
+
+def _apply(clients: Clients, project: str, work: list[Any], fn: Any) -> None:
+    ops = parallel(fn, work)
+    errors = [op for op in ops if isinstance(op, BaseException)]
+    if errors:
+        raise errors[0]
+    failed = [e for e in wait_all(clients, project, ops) if e is not None]
+    if failed:
+        raise failed[0]
+
+
+def _busy(clients: Clients, project: str, nodes: list[Any]) -> tuple[str, str] | None:
+    """(node, job) for a node whose current job has not ended, else None."""
+    holding = [(inst, job) for inst in nodes if (job := _job_of(inst)) is not None]
+    if not holding:
+        return None
+    reports = parallel(lambda pair: guest_attributes(clients, project, pair[0]), holding)
+    for (inst, job), report in zip(holding, reports, strict=True):
+        if isinstance(report, BaseException):
+            raise report
+        cancelled = _items(inst).get("gcpgpu-job-cancel") == job["id"]
+        if report.get("job-id") == job["id"] and report.get("state") in ACTIVE and not cancelled:
+            return inst.name, str(job["id"])
+    return None
+
+
+def _job_nodes(clients: Clients, project: str, jid: ids.JobId) -> list[tuple[Any, dict]]:
+    nodes = nodes_of(clients, project, jid.cluster or "")
+    if not nodes:
+        raise CloudError(f"no cluster named {jid.cluster} in project {project}: its job {jid.job} went with it")
+    mine = [(inst, job) for inst in nodes if (job := _job_of(inst)) is not None and job["id"] == jid.job]
+    if not mine:
+        current = sorted({str(j["id"]) for inst in nodes if (j := _job_of(inst))})
+        later = f" (it now runs {', '.join(current)})" if current else ""
+        raise CloudError(f"job {jid.job} is not on cluster {jid.cluster}{later}; see 'gcpgpu job list'")
+    return mine
+
+
+def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    """The job's state on each node, as the nodes' agents report it, and overall."""
+    mine = _job_nodes(clients, project, jid)
+    reports = parallel(lambda pair: guest_attributes(clients, project, pair[0]), mine)
+    rows = []
+    for (inst, _job), report in zip(mine, reports, strict=True):
+        if isinstance(report, BaseException):
+            raise report
+        ours = report.get("job-id") == jid.job
+        state = report.get("state") if ours else None
+        if state is None:
+            cancelled = _items(inst).get("gcpgpu-job-cancel") == jid.job
+            state = "CANCELLED" if cancelled and inst.status != "RUNNING" else "UNKNOWN"
+        code = report.get("exit-code") if ours else None
+        rows.append({
+            "node": inst.name, "rank": int(_items(inst).get("gcpgpu-node-rank", "-1")), "state": state,
+            "exit_code": int(code) if code not in (None, "") and code.lstrip("-").isdigit() else None,
+            "started": report.get("started") if ours else None, "ended": report.get("ended") if ours else None,
+            "message": (report.get("message") or None) if ours else
+            ("no report from the node's job agent yet" if inst.status == "RUNNING" else f"node is {inst.status}"),
+        })
+    rows.sort(key=lambda r: r["rank"])
+    job = mine[0][1]
+    overall = aggregate([r["state"] for r in rows])
+    failed = next((r for r in rows if r["state"] == "FAILED"), None)
+    error = None
+    if failed:
+        said = f": {failed['message']}" if failed["message"] else ""
+        error = f"node {failed['node']} (rank {failed['rank']}) exited with status {failed['exit_code']}{said}"
+    started = [r["started"] for r in rows if r["started"]]
+    ended = [r["ended"] for r in rows if r["ended"]]
+    return {
+        "id": str(jid), "target": "cluster", "name": job.get("name"), "state": overall,
+        "created": job.get("submitted"), "started": min(started) if started else None,
+        "ended": max(ended) if ended and overall in NODE_TERMINAL else None, "error": error,
+        "nodes": len(rows), "machine_type": job.get("machine_type"), "cluster": jid.cluster,
+        "master": f"{job.get('master_addr')}:{job.get('master_port')}", "image": job.get("image"),
+        "per_node": rows,
+    }
+
+
+def aggregate(states: list[str]) -> str:
+    """A job's state from its nodes': one failure fails it; it succeeds when every node did."""
+    if not states:
+        return "UNKNOWN"
+    if "FAILED" in states:
+        return "FAILED"
+    if all(s == "SUCCEEDED" for s in states):
+        return "SUCCEEDED"
+    if "CANCELLED" in states and not any(s in ACTIVE for s in states):
+        return "CANCELLED"
+    if "RUNNING" in states:
+        return "RUNNING"
+    return "PENDING"
+
+
+def cancel(clients: Clients, project: str, jid: ids.JobId) -> None:
+    """Ask every node of the job to stop it (metadata gcpgpu-job-cancel); the agents do the stopping."""
+    from google.cloud import compute_v1
+
+    mine = _job_nodes(clients, project, jid)
+
+    def put(pair: tuple[Any, dict]) -> Any:
+        inst, _job = pair
+        items = _items(inst)
+        items["gcpgpu-job-cancel"] = jid.job
+        metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
+                                       items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+        return call(clients.compute("InstancesClient").set_metadata, {
+            "project": project, "zone": _zone(inst), "instance": inst.name, "metadata_resource": metadata})
+
+    _apply(clients, project, mine, put)
+
+
+def list_jobs(clients: Clients, project: str) -> list[dict]:
+    """The job on each gcpgpu cluster's nodes (the latest one; earlier jobs leave no trace on the nodes)."""
+    insts = list_nodes(clients, project, f"labels.{LABEL_MANAGED} = true")
+    jobs: dict[tuple[str, str], tuple[dict, list[Any]]] = {}
+    for inst in insts:
+        job = _job_of(inst)
+        if job is None:
+            continue
+        cluster = dict(inst.labels).get(LABEL_CLUSTER, "?")
+        jobs.setdefault((cluster, str(job["id"])), (job, []))[1].append(inst)
+    rows = []
+    for (cluster, job_id), (job, insts_) in sorted(jobs.items()):
+        reports = parallel(lambda inst: guest_attributes(clients, project, inst), insts_)
+        states = []
+        for report in reports:
+            ok = not isinstance(report, BaseException) and report.get("job-id") == job_id
+            states.append(report.get("state", "UNKNOWN") if ok else "UNKNOWN")  # type: ignore[union-attr]
+        rows.append({"id": f"cluster:{cluster}:{job_id}", "target": "cluster", "name": job.get("name"),
+                     "state": aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),
+                     "created": job.get("submitted")})
+    return rows

@@ -1,0 +1,56 @@
+"""Job ids say where a job lives, so status, logs and cancel need nothing but the id.
+
+    vertex:LOCATION:ID                                   a Vertex AI custom job (the short form printed)
+    projects/P/locations/LOCATION/customJobs/ID          the same, as the API names it
+    cluster:CLUSTER:JOB                                  a job on a gcpgpu cluster's VMs
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gcpgpu.errors import UsageProblem
+
+_VERTEX_SHORT = re.compile(r"^vertex:([a-z]+-[a-z]+\d+):(\d{1,20})$")
+_VERTEX_FULL = re.compile(r"^projects/([^/]+)/locations/([a-z]+-[a-z]+\d+)/customJobs/(\d{1,20})$")
+_CLUSTER = re.compile(r"^cluster:([a-z](?:[-a-z0-9]{0,38}[a-z0-9])?):([a-z](?:[-a-z0-9]{0,62}[a-z0-9])?)$")
+
+
+@dataclass(frozen=True)
+class JobId:
+    target: str  # vertex | cluster
+    location: str | None = None  # vertex
+    job: str = ""  # Vertex numeric id, or the cluster job's id
+    project: str | None = None  # vertex, when the full name gave one
+    cluster: str | None = None
+
+    def __str__(self) -> str:
+        if self.target == "vertex":
+            return f"vertex:{self.location}:{self.job}"
+        return f"cluster:{self.cluster}:{self.job}"
+
+    def resource_name(self, project: str) -> str:
+        """The CustomJob's API name (Vertex jobs only)."""
+        return f"projects/{self.project or project}/locations/{self.location}/customJobs/{self.job}"
+
+
+def parse(text: str) -> JobId:
+    """A job id as printed by `job submit` or `job list`; UsageProblem saying the forms otherwise."""
+    value = text.strip()
+    if m := _VERTEX_SHORT.match(value):
+        return JobId("vertex", location=m.group(1), job=m.group(2))
+    if m := _VERTEX_FULL.match(value):
+        return JobId("vertex", location=m.group(2), job=m.group(3), project=m.group(1))
+    if m := _CLUSTER.match(value):
+        return JobId("cluster", cluster=m.group(1), job=m.group(2))
+    raise UsageProblem(f"JOB {text!r} is not a job id: use what 'gcpgpu job submit' printed, e.g. "
+                       "vertex:us-central1:1234567890, projects/P/locations/L/customJobs/ID or cluster:NAME:JOB")
+
+
+def vertex(name: str) -> JobId:
+    """The id of a CustomJob from its API name."""
+    m = _VERTEX_FULL.match(name)
+    if not m:
+        raise ValueError(name)
+    return JobId("vertex", location=m.group(2), job=m.group(3))

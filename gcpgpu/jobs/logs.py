@@ -1,0 +1,82 @@
+"""A job's log: Cloud Logging entries (entries.list over REST), printed as `[task] message`.
+
+Vertex AI writes each replica's output as resource ml_job; the cluster agent's containers write
+theirs through Docker's gcplogs driver. Either way the job's id picks its entries (vertex.log_filter,
+cluster.log_filter); --follow polls for newer ones until the job has ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+
+PAGE = 1000
+POLL_S = 2.0
+
+
+def entries(clients: Clients, project: str, flt: str, since: str | None = None) -> Iterator[dict]:
+    """Entries matching `flt` (newer than or at `since`, an RFC 3339 time), oldest first, every page."""
+    session, base = clients.logging_session()
+    query = flt + (f' AND timestamp>="{since}"' if since else "")
+    token = None
+    while True:
+        body = {"resourceNames": [f"projects/{project}"], "filter": query, "orderBy": "timestamp asc",
+                "pageSize": PAGE}
+        if token:
+            body["pageToken"] = token
+        response = session.post(f"{base}/v2/entries:list", json=body, timeout=60)
+        if response.status_code != 200:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:200]
+            raise CloudError(f"reading the job's log failed: {response.status_code} {message}")
+        data = response.json()
+        yield from data.get("entries", [])
+        token = data.get("nextPageToken")
+        if not token:
+            return
+
+
+def tag(entry: dict) -> str:
+    """Which replica or node wrote the entry: workerpool0-0, a node's name, or 'service'."""
+    labels = entry.get("labels") or {}
+    resource = (entry.get("resource") or {}).get("labels") or {}
+    payload = entry.get("jsonPayload") or {}
+    return (labels.get("ml.googleapis.com/task_name") or resource.get("task_name")
+            or (payload.get("instance") or {}).get("name") or "service")
+
+
+def message(entry: dict) -> str:
+    payload = entry.get("jsonPayload") or {}
+    return str(payload.get("message", entry.get("textPayload", "")))
+
+
+def record(entry: dict) -> dict:
+    """One entry as `job logs --format json` prints it."""
+    return {"time": entry.get("timestamp"), "task": tag(entry), "severity": entry.get("severity", "DEFAULT"),
+            "message": message(entry)}
+
+
+def stream(clients: Clients, project: str, flt: str, show: Callable[[dict], None], *, follow: bool,
+           finished: Callable[[], bool], poll_s: float = POLL_S) -> int:
+    """Show every entry once; with follow, keep polling until `finished()` and one last read. Returns the count."""
+    seen: set[str] = set()
+    since = None
+    count = 0
+    while True:
+        done = not follow or finished()  # asked before reading: what was written before the end is read
+        for entry in entries(clients, project, flt, since):
+            key = entry.get("insertId") or f"{entry.get('timestamp')}|{message(entry)}"
+            if key in seen:
+                continue
+            seen.add(key)
+            since = entry.get("timestamp") or since
+            show(entry)
+            count += 1
+        if done:
+            return count
+        time.sleep(poll_s)

@@ -1,0 +1,399 @@
+"""JobSpec: one training job, from flags and/or a YAML file, validated before any API call.
+
+The same spec runs on Vertex AI (a CustomJob) or on a gcpgpu cluster's VMs (through instance
+metadata and the node's job agent). Every refusal is one line naming the field as the user gave
+it (a flag or a spec-file key) and what would be right.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from gcpgpu import catalog
+from gcpgpu.errors import UsageProblem
+
+TARGETS = ("vertex", "cluster")
+STRATEGIES = ("standard", "spot", "flex-start")
+RESTARTS = ("default", "never", "on-worker-restart")
+NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
+CLUSTER_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVATION_PATH = re.compile(r"^projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-z])/reservations/([a-z](?:[-a-z0-9]*[a-z0-9])?)$")
+RESERVATION_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+GCS = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$")
+SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$|^[^@\s]+@[^@\s]+$")
+# The gcpgpu training image (`gcpgpu container build` pushes it there): its entrypoint applies the
+# machine's NCCL profile, works out the torchrun rendezvous and runs the trainer with the job's args.
+TRAINER_IMAGE_NAME = "gcpgpu-trainer"
+DEFAULT_IMAGE = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer:latest"
+TRAINER_IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+# Names that usually hold secrets: job environments are stored in plain text (instance metadata,
+# the CustomJob), so these draw a warning pointing at Secret Manager.
+SECRET_HINT = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+MAX_NODES = 512
+FLEX_MAX_WAIT = (60, 7 * 86400)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(value: Any, where: str) -> int:
+    """'90m', '2h', '1d', '3600s' or plain seconds -> whole seconds (at least 1)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = int(value)
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise UsageProblem(f"{where} {value!r} is not a duration; write e.g. 90m, 2h, 1d or 3600s")
+        seconds = int(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+    if seconds < 1:
+        raise UsageProblem(f"{where} {value!r} must be at least 1s")
+    return seconds
+
+
+def parse_env(pairs: Any, where: str = "--env") -> dict[str, str]:
+    """KEY=VALUE strings (or a mapping from a spec file) -> dict, refusing names a shell cannot take."""
+    if isinstance(pairs, dict):
+        items = [(str(k), "" if v is None else str(v)) for k, v in pairs.items()]
+    else:
+        items = []
+        for pair in pairs or ():
+            name, sep, value = str(pair).partition("=")
+            if not sep:
+                raise UsageProblem(f"{where} {pair!r} is not KEY=VALUE (e.g. {where} NCCL_DEBUG=INFO)")
+            items.append((name, value))
+    out: dict[str, str] = {}
+    for name, value in items:
+        if not ENV_NAME.match(name):
+            raise UsageProblem(f"{where} {name!r} is not an environment variable name (letters, digits, _; "
+                               "not starting with a digit)")
+        out[name] = value
+    return out
+
+
+def runs_bundled_trainer(image: str, command: list[str]) -> bool:
+    """Whether the job runs gcpgpu's trainer: its image with no command, or `python -m gcpgpu.trainer`."""
+    if not command:
+        return bool(TRAINER_IMAGE.search(image))
+    return len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1:3] == ["-m", "gcpgpu.trainer"]
+
+
+@dataclass
+class JobSpec:
+    """A training job as the user asked for it (flags over an optional YAML file)."""
+
+    target: str | None = None  # vertex | cluster
+    cluster: str | None = None
+    name: str | None = None
+    machine_type: str | None = None
+    nodes: int | None = None
+    image: str | None = None
+    command: list[str] = field(default_factory=list)  # replaces the image's entrypoint when given
+    args: list[str] = field(default_factory=list)  # the trainer's arguments (after --)
+    strategy: str = "standard"
+    max_wait: int | None = None  # seconds; flex-start: how long to wait for capacity
+    reservation: str | None = None  # vertex: NAME, projects/P/zones/Z/reservations/NAME, or "any"
+    env: dict[str, str] = field(default_factory=dict)
+    profile: bool = False  # Nsight Systems around the trainer's --profile-steps
+    output_dir: str | None = None  # vertex: base_output_directory (gs://); cluster: a gs:// or node path
+    timeout: int | None = None  # seconds
+    restart: str = "default"
+    service_account: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_sources(cls, path: str | None, flags: dict[str, Any]) -> JobSpec:
+        """A spec from a YAML file (if any) with the flags that were given (not None) on top."""
+        values = _load_file(path) if path else {}
+        for key, value in flags.items():
+            if value is None or (isinstance(value, (list, tuple, dict)) and not value and key in values):
+                continue
+            values[key] = value
+        return cls(**values)
+
+
+@dataclass
+class ValidJob:
+    """A spec checked and completed: what the Vertex renderer and the cluster submitter consume."""
+
+    spec: JobSpec
+    target: str
+    name: str
+    machine: catalog.MachineType | None  # None for a cluster job that did not name one (the cluster's)
+    nodes: int | None  # None for a cluster job that did not name one: all the cluster's nodes
+    image: str
+    command: list[str]
+    args: list[str]
+    env: dict[str, str]
+    region: str | None
+    reservation: dict | None  # Vertex reservationAffinity, camelCase
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def bundled_trainer(self) -> bool:
+        return runs_bundled_trainer(self.image, self.command)
+
+
+def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: str | None) -> ValidJob:
+    """Check everything that needs no API call; complete defaults (image, reservation name)."""
+    warnings: list[str] = []
+    target = spec.target
+    if target not in TARGETS:
+        raise UsageProblem("say where the job runs: --vertex (Vertex AI custom job) or --cluster NAME "
+                           "(a gcpgpu cluster's VMs)")
+    if target == "cluster":
+        if not spec.cluster or not CLUSTER_NAME.match(spec.cluster):
+            raise UsageProblem(f"--cluster {spec.cluster!r} is not a cluster name (lowercase letters, digits and "
+                               "dashes; see 'gcpgpu cluster list')")
+    elif spec.cluster:
+        raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
+    name = spec.name or "train"
+    if not NAME.match(name):
+        raise UsageProblem(f"--name {name!r} must be lowercase letters, digits and dashes, starting with a letter, "
+                           "40 characters at most")
+
+    machine = None
+    if spec.machine_type:
+        machine = catalog.get_machine_type(spec.machine_type)
+    if target == "vertex":
+        if machine is None:
+            raise UsageProblem("--machine-type is required with --vertex, e.g. a3-highgpu-8g (see 'gcpgpu catalog')")
+        if machine.vertex_accelerator is None:
+            raise UsageProblem(f"--machine-type {machine.name} is not offered by Vertex AI training; use another "
+                               "machine type (see 'gcpgpu catalog') or run it on a cluster with --cluster NAME")
+    nodes = spec.nodes
+    if nodes is None and target == "vertex":
+        nodes = 1
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES):
+        raise UsageProblem(f"--nodes {nodes!r} must be a whole number from 1 to {MAX_NODES}")
+
+    if spec.strategy not in STRATEGIES:
+        raise UsageProblem(f"strategy {spec.strategy!r} is not one of {', '.join(STRATEGIES)} "
+                           "(flags: --spot, --flex-start)")
+    if target == "cluster" and spec.strategy != "standard":
+        raise UsageProblem(f"--{spec.strategy} applies to --vertex jobs; a cluster's VMs already have their "
+                           "provisioning model (set it on 'gcpgpu cluster up')")
+    if spec.max_wait is not None:
+        if spec.strategy != "flex-start":
+            raise UsageProblem("--max-wait applies only with --flex-start (how long to wait for capacity)")
+        if not FLEX_MAX_WAIT[0] <= spec.max_wait <= FLEX_MAX_WAIT[1]:
+            raise UsageProblem(f"--max-wait {spec.max_wait}s must be from 1m to 7d")
+    if spec.restart not in RESTARTS:
+        raise UsageProblem(f"--restart {spec.restart!r} is not one of {', '.join(RESTARTS)}")
+    if target == "cluster" and spec.restart == "on-worker-restart":
+        raise UsageProblem("--restart on-worker-restart applies to --vertex jobs; cluster jobs are not restarted "
+                           "(resume from a checkpoint with the trainer's --resume)")
+    if spec.timeout is not None and (not isinstance(spec.timeout, int) or spec.timeout < 1):
+        raise UsageProblem(f"--timeout {spec.timeout!r} must be a positive duration, e.g. 12h")
+
+    if target == "vertex" and not region:
+        raise UsageProblem("no region set for the Vertex AI job: pass --region REGION (a global option, before "
+                           "'job'), set CLOUDSDK_COMPUTE_REGION, or run 'gcloud config set compute/region REGION'")
+    reservation = _reservation(spec, target, project, region, zone)
+
+    if spec.output_dir is not None:
+        if target == "vertex" and not GCS.match(spec.output_dir):
+            raise UsageProblem(f"--output-dir {spec.output_dir!r} must be a Cloud Storage folder for Vertex AI, "
+                               "e.g. gs://BUCKET/runs/exp1")
+        if target == "cluster" and not (GCS.match(spec.output_dir) or spec.output_dir.startswith("/")):
+            raise UsageProblem(f"--output-dir {spec.output_dir!r} must be gs://BUCKET/PATH or an absolute path on "
+                               "the nodes (e.g. a shared filesystem)")
+    if spec.service_account is not None:
+        if target != "vertex":
+            raise UsageProblem("--service-account applies to --vertex jobs; cluster jobs run as the nodes' "
+                               "service account")
+        if not SERVICE_ACCOUNT.match(spec.service_account):
+            raise UsageProblem(f"--service-account {spec.service_account!r} must be an e-mail address like "
+                               "trainer@PROJECT.iam.gserviceaccount.com")
+    for key, value in spec.labels.items():
+        if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", key) or not re.match(r"^[a-z0-9_-]{0,63}$", str(value)):
+            raise UsageProblem(f"--label {key}={value}: label keys and values are lowercase letters, digits, _ "
+                               "and -, 63 characters at most (keys start with a letter)")
+
+    command = [str(c) for c in spec.command or []]
+    args = [str(a) for a in spec.args or []]
+    image = spec.image
+    if not image:
+        if not project:
+            raise UsageProblem("no project set for the default image: pass --project, or --image URI")
+        image_region = region or "us-central1"
+        image = DEFAULT_IMAGE.format(region=image_region, project=project.replace(":", "/"))
+    elif re.search(r"\s", image) or not re.match(r"^[A-Za-z0-9][\w.\-/:@]*$", image):
+        raise UsageProblem(f"--image {image!r} is not a container image URI (e.g. "
+                           "us-central1-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG)")
+
+    env = parse_env(spec.env, "--env")
+    for key in env:
+        if SECRET_HINT.search(key):
+            warnings.append(f"--env {key} looks like a secret: a job's environment is stored in plain text (the "
+                            "CustomJob, instance metadata); read secrets from Secret Manager instead")
+    if env.get("NCCL_DEBUG") or any(k.startswith("NCCL_") for k in env):
+        from gcpgpu import nccl
+
+        for key, value in env.items():
+            if key.startswith("NCCL_"):
+                nccl.check_knob(key, value, f"--env {key}")
+
+    valid = ValidJob(spec=spec, target=target, name=name, machine=machine, nodes=nodes, image=image,
+                     command=command, args=args, env=env, region=region, reservation=reservation,
+                     warnings=warnings)
+    if valid.bundled_trainer:
+        trainer_args = command[3:] + args if command else args
+        check_trainer_args(trainer_args, world=(nodes or 1) * (machine.gpu_count if machine else 1),
+                           exact=nodes is not None and machine is not None)
+    return valid
+
+
+def _reservation(spec: JobSpec, target: str, project: str | None, region: str | None,
+                 zone: str | None) -> dict | None:
+    value = spec.reservation
+    if value is None:
+        return None
+    if target == "cluster":
+        raise UsageProblem("--reservation applies to --vertex jobs; a cluster's nodes already hold their capacity "
+                           "(give it to 'gcpgpu cluster up --reservation')")
+    if spec.strategy != "standard":
+        raise UsageProblem(f"--reservation cannot be used with --{spec.strategy}: reservations are consumed by "
+                           "standard (on-demand) capacity only; drop one of them")
+    if value == "any":
+        return {"reservationAffinityType": "ANY_RESERVATION"}
+    match = RESERVATION_PATH.match(value)
+    if match:
+        res_zone = match.group(2)
+        full = value
+    elif RESERVATION_NAME.match(value):
+        if not zone:
+            raise UsageProblem(f"--reservation {value}: say which zone holds it with --zone ZONE (a global option), "
+                               "or give projects/PROJECT/zones/ZONE/reservations/NAME")
+        if not project:
+            raise UsageProblem(f"--reservation {value}: no project set; pass --project or the full reservation name")
+        res_zone = zone
+        full = f"projects/{project}/zones/{zone}/reservations/{value}"
+    else:
+        raise UsageProblem(f"--reservation {value!r} must be 'any', a reservation NAME (with --zone), or "
+                           "projects/PROJECT/zones/ZONE/reservations/NAME")
+    if region and not res_zone.startswith(region + "-"):
+        raise UsageProblem(f"--reservation is in zone {res_zone}, outside the job's region {region}; pass "
+                           f"--region {res_zone.rsplit('-', 1)[0]} or a reservation in {region}")
+    return {"reservationAffinityType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+            "values": [full]}
+
+
+def check_trainer_args(args: list[str], *, world: int, exact: bool) -> None:
+    """Refuse trainer arguments the trainer itself would refuse at start-up, before anything is submitted.
+
+    Uses the trainer's own parser and checks (they import no torch). What only the remote machine
+    can know (whether a --data or --config file exists there) is left to the trainer.
+    """
+    try:
+        from gcpgpu.trainer import config as tconfig
+    except ImportError:  # a trimmed installation without the trainer: it will check its own arguments
+        return
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = vars(tconfig.build_parser().parse_args(args))
+    except SystemExit:
+        line = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid trainer arguments"
+        raise UsageProblem(f"trainer arguments: {line.removeprefix('gcpgpu.trainer: error: ')}") from None
+    if ns.get("config"):
+        return  # the options live in a file on the job's machines
+    names = {f.name for f in fields(tconfig.TrainConfig)}
+    values = {k: v for k, v in ns.items() if k in names}
+    values["data"] = "synthetic"  # the data file lives where the job runs, not here
+    try:
+        cfg = tconfig.TrainConfig(**values)
+        tconfig.check(cfg)
+    except tconfig.ConfigError as e:
+        raise UsageProblem(f"trainer arguments: {e}") from None
+    except TypeError:
+        return
+    if exact and cfg.batch_size % (world * cfg.grad_accum):
+        unit = world * cfg.grad_accum
+        raise UsageProblem(f"trainer arguments: --batch-size {cfg.batch_size} does not split over {world} GPU "
+                           f"processes x --grad-accum {cfg.grad_accum}; use a multiple of {unit}")
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise UsageProblem(f"-f {path}: cannot read it ({e.strerror})") from e
+    except yaml.YAMLError as e:
+        raise UsageProblem(f"-f {path}: not valid YAML ({str(e).splitlines()[0]})") from e
+    if not isinstance(data, dict):
+        raise UsageProblem(f"-f {path}: expected a mapping of job fields, e.g. 'machine_type: a3-highgpu-8g'")
+    known = {f.name for f in fields(JobSpec)}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        k = str(key).replace("-", "_")
+        where = f"-f {path}: {key}"
+        if k in ("spot", "flex_start"):
+            if value:
+                if out.get("strategy") not in (None, k.replace("_", "-")):
+                    raise UsageProblem(f"-f {path}: spot and flex_start exclude each other")
+                out["strategy"] = k.replace("_", "-")
+            continue
+        if k == "vertex":
+            if value:
+                out["target"] = "vertex"
+            continue
+        if k not in known:
+            raise UsageProblem(f"-f {path}: unknown field {key!r}; known fields: {', '.join(sorted(known | {'spot', 'flex_start', 'vertex'}))}")
+        if k == "cluster" and value:
+            out["target"] = "cluster"
+        if k in ("max_wait", "timeout") and value is not None:
+            value = parse_duration(value, where)
+        if k in ("command", "args"):
+            if isinstance(value, str):
+                import shlex
+
+                value = shlex.split(value)
+            if not isinstance(value, list):
+                raise UsageProblem(f"{where} must be a list of strings (or one string, split like a shell would)")
+            value = [str(v) for v in value]
+        if k == "env":
+            value = parse_env(value, where)
+        if k == "labels" and not isinstance(value, dict):
+            raise UsageProblem(f"{where} must be a mapping of label keys to values")
+        if k == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
+            raise UsageProblem(f"{where} {value!r} must be a whole number")
+        if k == "profile":
+            value = bool(value)
+        out[k] = value
+    return out
+
+
+def job_env(job: ValidJob, machine: catalog.MachineType | None, platform: str) -> dict[str, str]:
+    """The job's environment: the machine's NCCL profile for `platform`, then gcpgpu's own, then the user's.
+
+    The user's NCCL_* values win over the profile's (nccl.render_env checks them). Variables the
+    profile prepends to (LD_LIBRARY_PATH) are left to the image's entrypoint, which prepends them
+    to what the image has: a job-level value would replace the image's own.
+    """
+    env: dict[str, str] = {}
+    if machine is not None:
+        from gcpgpu import nccl
+
+        user_nccl = {k: v for k, v in job.env.items() if k.startswith("NCCL_")}
+        rendered = nccl.render_env(machine, platform, user_nccl, source="--env")
+        env.update({k: v for k, v in rendered.env.items() if k not in rendered.prepend})
+        env["GCPGPU_MACHINE_TYPE"] = machine.name
+    if job.spec.profile:
+        env["GCPGPU_PROFILE"] = "1"
+    out = job.spec.output_dir
+    if out and job.target == "cluster":
+        # The variables Vertex AI sets from base_output_directory, so one trainer finds its folders
+        # either way (the trainer checkpoints to AIP_CHECKPOINT_DIR); the entrypoint copies nsys
+        # reports to GCPGPU_OUTPUT_DIR.
+        base = out.rstrip("/")
+        env.update(AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
+                   AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", GCPGPU_OUTPUT_DIR=base)
+    env.update(job.env)
+    return env

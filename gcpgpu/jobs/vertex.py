@@ -1,0 +1,141 @@
+"""Vertex AI custom jobs: a validated job rendered (templates/vertex_custom_job.yaml.j2) into a
+CreateCustomJob request, and submitted, read, listed and cancelled with aiplatform_v1.JobServiceClient."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.resources import render
+
+from . import ids
+from .spec import ValidJob, job_env
+
+STRATEGY = {"standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
+LABEL_MANAGED = "gcpgpu-managed"
+LABEL_JOB = "gcpgpu-job"
+EMULATOR_LABEL = "gcpgpu-emulator"  # the emulator says whether it ran a job locally or simulated it
+
+
+def build_request(job: ValidJob, project: str) -> dict:
+    """The CreateCustomJob request as REST JSON: {"parent": ..., "customJob": {...}}. No API call."""
+    import yaml
+
+    machine = job.machine
+    assert machine is not None and job.nodes is not None and job.region is not None  # validate() made sure
+    pools = [{"replicas": 1}] + ([{"replicas": job.nodes - 1}] if job.nodes > 1 else [])
+    env = job_env(job, machine, "vertex")
+    text = render(
+        "vertex_custom_job.yaml.j2",
+        name=job.name,
+        labels={LABEL_MANAGED: "true", LABEL_JOB: job.name, **job.spec.labels},
+        pools=pools,
+        machine_type=machine.name,
+        accelerator_type=machine.vertex_accelerator,
+        accelerator_count=machine.gpu_count,
+        reservation=job.reservation,
+        image=job.image,
+        command=job.command,
+        args=job.args,
+        env=[{"name": k, "value": v} for k, v in env.items()],
+        strategy=STRATEGY[job.spec.strategy],
+        max_wait=job.spec.max_wait,
+        timeout=job.spec.timeout,
+        restart=job.spec.restart,
+        output_dir=job.spec.output_dir,
+        service_account=job.spec.service_account,
+    )
+    return {"parent": f"projects/{project}/locations/{job.region}", "customJob": yaml.safe_load(text)}
+
+
+def submit(clients: Clients, request: dict) -> tuple[ids.JobId, dict]:
+    """Create the CustomJob; returns its id and its status."""
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format
+
+    location = request["parent"].rsplit("/", 1)[1]
+    message = aiplatform_v1.CustomJob.wrap(json_format.ParseDict(request["customJob"], aiplatform_v1.CustomJob.pb()()))
+    created = clients.job_service(location).create_custom_job(parent=request["parent"], custom_job=message)
+    jid = ids.vertex(created.name)
+    return jid, describe(jid, created)
+
+
+def get(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    job = clients.job_service(jid.location).get_custom_job(name=jid.resource_name(project))
+    return describe(jid, job)
+
+
+def cancel(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    """Ask Vertex AI to cancel; the job goes CANCELLING, then CANCELLED. Returns its status after asking."""
+    from google.api_core import exceptions
+
+    service = clients.job_service(jid.location)
+    try:
+        service.cancel_custom_job(name=jid.resource_name(project))
+    except exceptions.FailedPrecondition:
+        pass  # already finished: the status says how
+    return get(clients, project, jid)
+
+
+def list_jobs(clients: Clients, project: str, region: str, state: str | None = None, limit: int = 50) -> list[dict]:
+    """The region's custom jobs, newest first (the API's own filter does the selecting)."""
+    flt = f'state="JOB_STATE_{state}"' if state else ""
+    pager = clients.job_service(region).list_custom_jobs(
+        request={"parent": f"projects/{project}/locations/{region}", "filter": flt, "page_size": min(limit, 100)})
+    rows = []
+    for job in pager:
+        rows.append(describe(ids.vertex(job.name), job))
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def log_filter(jid: ids.JobId) -> str:
+    """The Cloud Logging filter for a custom job's entries (Vertex writes them as resource ml_job)."""
+    return f'resource.type="ml_job" AND resource.labels.job_id="{jid.job}"'
+
+
+def _time(job: Any, name: str) -> str | None:
+    value = getattr(job, name, None)
+    if not value or name not in job:
+        return None
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def describe(jid: ids.JobId, job: Any) -> dict:
+    """A CustomJob as gcpgpu shows it: short state, times, error, and one row per worker pool."""
+    state = job.state.name.removeprefix("JOB_STATE_")
+    pools = []
+    for i, pool in enumerate(job.job_spec.worker_pool_specs):
+        if not pool.replica_count:
+            continue
+        ms = pool.machine_spec
+        accel = f"{ms.accelerator_count} x {ms.accelerator_type.name}" if ms.accelerator_count else None
+        pools.append({"pool": f"workerpool{i}", "replicas": int(pool.replica_count), "machine_type": ms.machine_type,
+                      "accelerators": accel, "image": pool.container_spec.image_uri or None})
+    labels = dict(job.labels)
+    message = job.error.message if "error" in job and job.error.message else None
+    emulated = labels.get(EMULATOR_LABEL)
+    if emulated == "simulated":
+        note = "simulated by the gcpgpu emulator: nothing ran (see 'gcpgpu job logs')"
+    elif emulated == "local-run":
+        note = "run by the gcpgpu emulator as local processes on this machine"
+    else:
+        note = None
+    return {
+        "id": str(jid),
+        "target": "vertex",
+        "name": job.display_name,
+        "state": state,
+        "created": _time(job, "create_time"),
+        "started": _time(job, "start_time"),
+        "ended": _time(job, "end_time"),
+        "error": message,
+        "nodes": sum(p["replicas"] for p in pools),
+        "machine_type": pools[0]["machine_type"] if pools else None,
+        "strategy": job.job_spec.scheduling.strategy.name if "scheduling" in job.job_spec else None,
+        "pools": pools,
+        "resource": job.name,
+        "note": note,
+    }
