@@ -127,8 +127,14 @@ class Clients:
         import grpc
         from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 
+        address = self.emulator_info.get("grpc")
+        if not address:
+            from gcpgpu.errors import CloudError
+
+            raise CloudError(f"the emulator at {self.emulator} serves no gRPC, so no Vertex AI: it is older than this "
+                             "gcpgpu; restart it with 'gcpgpu emulator start'")
         # api_endpoint + AnonymousCredentials would build a TLS channel; a given channel asks for nothing.
-        channel = grpc.insecure_channel(self.emulator_info["grpc"])
+        channel = grpc.insecure_channel(address)
         return aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
 
     def logging_session(self) -> tuple[Any, str]:
