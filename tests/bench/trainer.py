@@ -148,8 +148,8 @@ def main() -> int:
     else:
         import resource
 
-        mem_t = f"{fmt_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)} (peak RSS of this process)"
-        mem_q = "(same process)"
+        mem_t = f"{fmt_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)} RSS"
+        mem_q = "(same process: peak RSS is per process)"
     rows = [
         ("step time (median)", f"{t * 1e3:.2f} ms", f"{q * 1e3:.2f} ms"),
         ("tokens/s per device", fmt_rate(tok_t), fmt_rate(tok_q)),
