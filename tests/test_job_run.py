@@ -73,7 +73,7 @@ def test_vertex_job_of_two_replicas_trains_to_succeeded(gcp, text_file):
     result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--name", "tiny",
                  "--wait", "--", *trainer(text_file))
     assert result.exit_code == 0, result.output
-    job_id = result.output.splitlines()[0]
+    job_id = result.stdout.splitlines()[0]
     assert job_id.startswith("vertex:us-central1:")
 
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
@@ -104,7 +104,7 @@ def test_vertex_job_whose_trainer_fails_ends_failed_with_its_error(gcp):
                  "--", "--model", "tiny", "--data", "/nonexistent/train.txt", "--batch-size", "8")
     assert result.exit_code == 1, result.output
     assert "ended FAILED" in result.output and "no such file /nonexistent/train.txt" in result.output
-    job_id = result.output.splitlines()[0]
+    job_id = result.stdout.splitlines()[0]
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
     assert status["state"] == "FAILED"
     assert re.search(r"replica workerpool\d-0 exited with a non-zero status of 2", status["error"])
@@ -116,7 +116,7 @@ def test_cancel_stops_the_local_processes(gcp, text_file):
     result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
                  "--", *trainer(text_file, steps=100000))
     assert result.exit_code == 0, result.output
-    job_id = result.output.splitlines()[0]
+    job_id = result.stdout.splitlines()[0]
     name = json.loads(cli("job", "status", job_id, fmt="json").stdout)["resource"]
     run = wait_for(lambda: (r := gcp.jobs.runner.get(name)) and len(r.alive()) == 2 and r, what="2 replicas")
     pids = run.pids()
@@ -134,7 +134,7 @@ def test_cluster_job_on_two_nodes_runs_ranks_0_and_1(gcp, text_file):
     assert up.exit_code == 0, up.output
     result = cli("job", "submit", "--cluster", "c", "--wait", "--", *trainer(text_file))
     assert result.exit_code == 0, result.output
-    job_id = result.output.splitlines()[0]
+    job_id = result.stdout.splitlines()[0]
     assert re.fullmatch(r"cluster:c:train-[0-9a-f]{6}", job_id)
 
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
@@ -161,7 +161,7 @@ def test_cluster_job_on_two_nodes_runs_ranks_0_and_1(gcp, text_file):
     # The nodes are free again: a simulated job (not the bundled trainer) goes on and can be cancelled.
     other = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--command", "sleep 600")
     assert other.exit_code == 0, other.output
-    other_id = other.output.splitlines()[0]
+    other_id = other.stdout.splitlines()[0]
     busy = cli("job", "submit", "--cluster", "c", "--", *trainer(text_file))
     assert busy.exit_code == 1 and "is still running job" in busy.output
     assert cli("job", "cancel", other_id, "--wait").exit_code == 0

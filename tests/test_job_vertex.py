@@ -24,7 +24,7 @@ def submit(*extra: str, fmt: str | None = None):
 def test_submit_prints_the_id_and_status_says_it_is_simulated(gcp):
     result = submit("--nodes", "2", "--name", "sim")
     assert result.exit_code == 0, result.output
-    job_id = result.output.splitlines()[0]
+    job_id = result.stdout.splitlines()[0]
     assert job_id.startswith("vertex:us-central1:")
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
     assert status["name"] == "sim" and status["state"] in ("QUEUED", "PENDING", "RUNNING")
@@ -50,7 +50,7 @@ def test_wait_follows_to_succeeded_and_logs_follow_ends(gcp):
 
 
 def test_list_and_cancel(gcp):
-    ids = [submit("--name", f"exp-{i}").output.splitlines()[0] for i in range(3)]
+    ids = [submit("--name", f"exp-{i}").stdout.splitlines()[0] for i in range(3)]
     listed = json.loads(cli("job", "list", "--vertex", fmt="json").stdout)
     assert [j["id"] for j in listed] == list(reversed(ids))
     result = cli("job", "cancel", ids[1], "--wait")

@@ -235,6 +235,8 @@ class Runner:
             pkg_root = str(Path(__file__).resolve().parents[3])
             env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             env.setdefault("OMP_NUM_THREADS", "1")  # many replicas share few cores here
+            # Replicas talk over loopback only: gloo binds the interface it is told, not the host's name.
+            env.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
             env["PYTHONUNBUFFERED"] = "1"  # lines reach the log as they are printed
             env.update(replica.spec.env)
             popen = subprocess.Popen(
