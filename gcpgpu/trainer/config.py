@@ -335,9 +335,9 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
         if cfg.fsdp_shard_size < 1 or world_size % cfg.fsdp_shard_size:
             raise ConfigError(f"--fsdp-shard-size: {cfg.fsdp_shard_size} does not divide the {world_size} ranks; "
                               f"use a divisor such as {local_world_size}")
-    if device == "cpu" and cfg.ddp_comm_hook in ("bf16", "fp16") and world_size > 1:
-        raise ConfigError(f"--ddp-comm-hook {cfg.ddp_comm_hook}: compressed all-reduce needs NCCL (a GPU); "
-                          "use none or powersgd on CPU")
+    if device == "cpu" and cfg.ddp_comm_hook == "bf16" and world_size > 1:
+        raise ConfigError("--ddp-comm-hook bf16: torch's bf16 all-reduce hook needs NCCL (a GPU); "
+                          "use fp16, powersgd or none on CPU")
     if cfg.ckpt_dir and world_size > 1 and not numpy_available:
         raise ConfigError("--ckpt-dir: multi-process checkpoints need numpy (torch.distributed.checkpoint "
                           "exchanges its plans with it); pip install numpy")

@@ -71,6 +71,7 @@ def test_error_lines_say_what_would_be_right():
     assert "--fsdp-shard-size" in message(TrainConfig(parallel="fsdp", fsdp_shard_size=3), world_size=4)
     assert "CUDA graphs" in message(TrainConfig(compile=True, compile_mode="reduce-overhead"))
     assert "--device cpu" in message(TrainConfig(device="cuda"))
+    assert "use fp16, powersgd or none" in message(TrainConfig(parallel="ddp", ddp_comm_hook="bf16"), world_size=2)
     assert "numpy" in message(TrainConfig(parallel="ddp", ckpt_dir="/tmp/x"), world_size=2, numpy_available=False)
 
 
