@@ -128,7 +128,7 @@ class Runner:
         self.runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
-        atexit.register(self.kill_all)  # never leave a trainer running after the emulator is gone
+        atexit.register(self._at_exit)  # never leave a trainer (or its files) behind the emulator
 
     @property
     def root(self) -> Path:
@@ -191,6 +191,11 @@ class Runner:
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
+
+    def _at_exit(self) -> None:
+        self.kill_all()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
 
     def kill_all(self) -> None:
         with self._lock:
