@@ -31,7 +31,9 @@ COMMANDS: dict[str, str] = {
     "container": "gcpgpu.cli.container:container",
     "emulator": "gcpgpu.cli.emulator:emulator",
     "job": "gcpgpu.cli.job:job",
+    "metrics": "gcpgpu.cli.metrics:metrics",
     "nccl": "gcpgpu.cli.nccl:nccl",
+    "plan": "gcpgpu.cli.plan:plan",
 }
 
 

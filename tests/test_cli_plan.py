@@ -1,0 +1,36 @@
+"""`gcpgpu plan memory`: the trainer's planner behind the CLI, with the catalog's GPU memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gcpgpu.cli import main
+
+
+def test_plan_memory_uses_the_machines_gpus_and_memory():
+    result = CliRunner().invoke(main, ["--format", "json", "plan", "memory", "--model", "1.3b", "--batch-size", "16",
+                                       "--seq-len", "2048", "--machine-type", "a3-highgpu-8g"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["gpus"] == 8 and data["gpu_memory_bytes"] == 80 * 1024**3
+    assert data["machine_type"] == "a3-highgpu-8g" and data["fits"] is True
+    # Sharding (FSDP) must shrink the per-GPU static memory below DDP's for the same setup.
+    fsdp = json.loads(CliRunner().invoke(main, ["--format", "json", "plan", "memory", "--model", "1.3b", "--batch-size",
+                                                "16", "--parallel", "fsdp", "--machine-type", "a3-highgpu-8g"]).stdout)
+    assert fsdp["optimizer_bytes"] * 8 == pytest.approx(data["optimizer_bytes"], rel=0.01)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--model", "7b", "--batch-size", "8"], "--model '7b'"),
+    (["--model", "124m", "--batch-size", "10", "--gpus", "4"], "--batch-size 10"),
+    (["--model", "124m", "--batch-size", "8", "--precision", "int4"], "--precision 'int4'"),
+    (["--model", "124m", "--batch-size", "8", "--parallel", "none", "--gpus", "2"], "--parallel none"),
+    (["--model", "124m", "--batch-size", "8", "--machine-type", "h100"], "--machine-type 'h100'"),
+])
+def test_plan_memory_bad_input_is_one_line(args, needle):
+    result = CliRunner().invoke(main, ["plan", "memory", *args])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and needle in result.output
