@@ -39,6 +39,18 @@ def run(argv: list[str], env: dict[str, str], check: bool = True, quiet: bool = 
     return proc.returncode
 
 
+def capture(argv: list[str], env: dict[str, str]) -> str:
+    """Run a command that prints one value (e.g. a job id) and return it."""
+    shown = " ".join(a if a and " " not in a else repr(a) for a in argv)
+    print(f"{DIM}${RESET} {shown}", flush=True)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"demo step failed (exit {proc.returncode}): {shown}")
+    value = proc.stdout.strip().splitlines()[-1]
+    print(value, flush=True)
+    return value
+
+
 def wait_until_up(address: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -56,6 +68,9 @@ def main() -> None:
     port = free_port()
     address = f"127.0.0.1:{port}"
     scratch = Path(tempfile.mkdtemp(prefix="gcpgpu-demo-"))
+    # A small text to train on: the README this demo ships with, or the package's own source.
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    text = readme if readme.exists() else Path(__file__)
     env = {**os.environ, "GCPGPU_EMULATOR": address, "CLOUDSDK_CONFIG": str(scratch / "gcloud"),
            "GOOGLE_CLOUD_PROJECT": "demo-project", "CLOUDSDK_COMPUTE_REGION": "us-central1"}
 
@@ -68,7 +83,7 @@ def main() -> None:
         run([gcpgpu, "emulator", "info"], env)
 
         say("The GPU machine catalog the tool validates against (and the emulator serves)")
-        run([gcpgpu, "catalog"], env)
+        run([gcpgpu, "catalog"], env, quiet=False)
 
         say("Bad input stops before any API call, with one line saying what would be right")
         run([gcpgpu, "cluster", "up", "demo", "--machine-type", "a3-highgpu-9g", "--nodes", "4"], env, check=False)
@@ -96,6 +111,31 @@ def main() -> None:
             ):
                 subprocess.run([*cmd, "--quiet"], env=env, capture_output=True, check=True)
             run(["gcloud", "compute", "instances", "list", "--filter=labels.gcpgpu-cluster=demo"], env)
+
+        say("The NCCL settings the training image applies on this machine family (GPUDirect-TCPX)")
+        run([gcpgpu, "nccl", "env", "--machine-type", "a3-highgpu-8g"], env)
+
+        say("Will a 350M model fit? Memory per GPU before anything runs")
+        run([gcpgpu, "plan", "memory", "--model", "350m", "--batch-size", "64", "--machine-type", "a3-highgpu-8g"],
+            env)
+
+        say("A 4-node Vertex AI job on spot H100s, as the request it would send (--dry-run)")
+        run([gcpgpu, "job", "submit", "--vertex", "--machine-type", "a3-highgpu-8g", "--nodes", "4", "--spot",
+             "--dry-run", "--", "--model", "124m", "--parallel", "fsdp", "--precision", "bf16", "--steps", "1000",
+             "--batch-size", "64"], env)
+
+        trainer = ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", str(text), "--seq-len", "64",
+                   "--lr", "1e-3", "--warmup-steps", "2", "--log-every", "2"]
+        say("A real one: the emulator runs the bundled trainer as 2 Vertex replicas on this machine (CPU, gloo)")
+        job = capture([gcpgpu, "job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
+                       "--name", "tiny-demo", "--", *trainer, "--steps", "20", "--batch-size", "8"], env)
+        run([gcpgpu, "job", "logs", job, "--follow"], env)
+        run([gcpgpu, "job", "status", job], env)
+
+        say("The same trainer as a job on the cluster's first 2 nodes (ranks from the nodes, followed to the end)")
+        run([gcpgpu, "job", "submit", "--cluster", "demo", "--nodes", "2", "--wait", "--", *trainer,
+             "--steps", "10", "--batch-size", "16"], env)
+        run([gcpgpu, "job", "list"], env)
 
         say("Tear it all down: nodes, then placement policy, firewall rules, subnetworks, networks")
         run([gcpgpu, "cluster", "down", "demo", "--yes"], env)
