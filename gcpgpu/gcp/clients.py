@@ -101,6 +101,42 @@ class Clients:
         channel = grpc.insecure_channel(self.emulator_info["grpc"])
         return cloudbuild_v1.CloudBuildClient(transport=CloudBuildGrpcTransport(channel=channel))
 
+    def monitoring(self) -> Any:
+        """A google.cloud.monitoring_v3 MetricServiceClient (gRPC: the library has no REST transport)."""
+        with self._lock:
+            if "monitoring" not in self._cache:
+                from google.cloud import monitoring_v3
+                from google.cloud.monitoring_v3.services.metric_service.transports import (
+                    MetricServiceGrpcTransport,
+                )
+
+                self._cache["monitoring"] = (
+                    monitoring_v3.MetricServiceClient(transport=MetricServiceGrpcTransport(channel=self._grpc_channel()))
+                    if self.emulator else monitoring_v3.MetricServiceClient())
+            return self._cache["monitoring"]
+
+    def dashboards(self) -> Any:
+        """A google.cloud.monitoring_dashboard_v1 DashboardsServiceClient (gRPC)."""
+        with self._lock:
+            if "dashboards" not in self._cache:
+                from google.cloud import monitoring_dashboard_v1
+                from google.cloud.monitoring_dashboard_v1.services.dashboards_service.transports import (
+                    DashboardsServiceGrpcTransport,
+                )
+
+                self._cache["dashboards"] = (
+                    monitoring_dashboard_v1.DashboardsServiceClient(
+                        transport=DashboardsServiceGrpcTransport(channel=self._grpc_channel()))
+                    if self.emulator else monitoring_dashboard_v1.DashboardsServiceClient())
+            return self._cache["dashboards"]
+
+    def _grpc_channel(self) -> Any:
+        # api_endpoint + AnonymousCredentials would build a TLS channel; the emulator speaks gRPC in
+        # the clear on loopback, and a client given a channel never asks for credentials.
+        import grpc
+
+        return grpc.insecure_channel(self.emulator_info["grpc"])
+
     def job_service(self, location: str, transport: str = "grpc") -> Any:
         """An aiplatform_v1 JobServiceClient for one region (Vertex AI's endpoints are regional).
 
