@@ -24,6 +24,7 @@ from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
 from .jobs import LocalJobs
+from .monitoring.backend import MonitoringBackend
 from .vertex.backend import VertexBackend
 from .world import default_world
 
@@ -45,6 +46,8 @@ GRPC_SERVICES: list[str] = [
     # First: it hands GetOperation calls for names that are not Vertex's on to the services below.
     "gcpgpu.fakes.vertex:grpc_service",
     "gcpgpu.fakes.cloudbuild:grpc_service",
+    "gcpgpu.fakes.monitoring:grpc_service",
+    "gcpgpu.fakes.monitoring:dashboards_service",
 ]
 # Factories added at run time (tests); same contract as GRPC_SERVICES' factories.
 GRPC_SERVICE_FACTORIES: list[Callable[[Emulator], Any]] = []
@@ -95,6 +98,7 @@ class Emulator:
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
         self.jobs = LocalJobs(self.compute)  # local processes for Vertex and cluster jobs
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
+        self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
         self._http = None
@@ -112,6 +116,7 @@ class Emulator:
         self.cloudbuild.reset()
         self.vertex.reset()
         self.jobs.reset()
+        self.monitoring.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
         self.clock.unfreeze()

@@ -1,0 +1,603 @@
+"""Cloud Monitoring state and behaviour: time series (written and synthetic), metric descriptors, dashboards.
+
+Plain Python in, plain Python out: the gRPC front end (service.py) converts to and from the
+library's messages. Written points are kept per series; synthetic series for the Compute
+backend's VMs (and registered Vertex jobs) are generated on demand for the queried window, so a
+64-node cluster costs nothing until someone asks. Errors are core.ApiError with the HTTP code the
+REST API would use; the gRPC layer maps them to status codes.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import ApiError, Clock, Faults, fingerprint
+from . import aggregate, filters
+from .synthetic import BUILTIN, Generator, Knobs, Vm
+
+WRITABLE_PREFIXES = ("custom.googleapis.com/", "workload.googleapis.com/", "external.googleapis.com/")
+# Monitored resource types a user may write to, with the labels each requires.
+RESOURCE_LABELS = {
+    "global": ("project_id",),
+    "generic_task": ("project_id", "location", "namespace", "job", "task_id"),
+    "generic_node": ("project_id", "location", "namespace", "node_id"),
+    "gce_instance": ("project_id", "instance_id", "zone"),
+    "cloudml_job": ("project_id", "job_id", "task_name"),
+}
+MAX_SERIES_PER_WRITE = 200
+MAX_PAGE = 100_000
+MIN_ALIGNMENT_S = 60.0
+
+
+@dataclass
+class Series:
+    """One stored time series: header plus points, oldest first."""
+
+    project: str
+    metric_type: str
+    metric_labels: dict[str, str]
+    resource_type: str
+    resource_labels: dict[str, str]
+    kind: str
+    value_type: str
+    unit: str = ""
+    points: list[aggregate.Point] = field(default_factory=list)
+
+
+def _key(project: str, metric_type: str, metric_labels: dict, resource_type: str, resource_labels: dict) -> tuple:
+    return (project, metric_type, tuple(sorted(metric_labels.items())), resource_type,
+            tuple(sorted(resource_labels.items())))
+
+
+def invalid_argument(message: str) -> ApiError:
+    return ApiError(400, "badRequest", message)
+
+
+class MonitoringBackend:
+    """The Monitoring API's behaviour over in-memory state."""
+
+    def __init__(self, faults: Faults, clock: Clock, compute: Any | None = None) -> None:
+        self.faults = faults
+        self.clock = clock
+        self.compute = compute
+        self.vertex: Any = None  # the emulator's Vertex AI backend, when it has one: its jobs get cloudml_job metrics
+        self._lock = threading.RLock()
+        self.knobs = Knobs()
+        # The real API refuses points written more often than this per series (custom metrics: 5 s).
+        self.min_point_spacing_s = 5.0
+        self.series: dict[tuple, Series] = {}
+        self.descriptors: dict[str, dict[str, dict]] = {}  # project -> metric type -> descriptor
+        self.dashboards: dict[str, dict[str, dict]] = {}  # project -> name -> dashboard JSON
+
+    # ------------------------------------------------------------------ state and knobs
+    def reset(self) -> None:
+        with self._lock:
+            self.series.clear()
+            self.descriptors.clear()
+            self.dashboards.clear()
+            self.knobs = Knobs()
+            self.min_point_spacing_s = 5.0
+
+    def straggler(self, instance: str, factor: float = 0.5, gpu: int | None = None) -> None:
+        """Make one VM (or one of its GPUs) run at `factor` of its peers' pace in the synthetic metrics."""
+        if not 0 <= factor <= 1:
+            raise ValueError("factor must be between 0 and 1")
+        with self._lock:
+            self.knobs.stragglers[instance] = (factor, gpu)
+
+    def clear_stragglers(self) -> None:
+        with self._lock:
+            self.knobs.stragglers.clear()
+
+    def agents(self, *, ops_agent: bool | None = None, dcgm: bool | None = None,
+               instances: list[str] | None = None) -> None:
+        """Say which agents report GPU metrics: for every VM, or only for the named ones."""
+        with self._lock:
+            for which, on in (("ops_agent", ops_agent), ("dcgm", dcgm)):
+                if on is None:
+                    continue
+                if instances is None:
+                    setattr(self.knobs, which, on)
+                else:
+                    for name in instances:
+                        self.knobs.agent_overrides.setdefault(name, {})[which] = on
+
+    def synthetic(self, enabled: bool) -> None:
+        """Turn the made-up VM and job series on or off (off: only what was written exists)."""
+        with self._lock:
+            self.knobs.enabled = enabled
+
+    def add_job(self, job_id: str, *, replicas: int = 2, machine_type: str = "a3-highgpu-8g",
+                project: str | None = None, start: float | None = None,
+                stragglers: dict[str, float] | None = None) -> None:
+        """A Vertex AI custom job whose cloudml_job metrics the emulator should make up."""
+        with self._lock:
+            self.knobs.jobs[str(job_id)] = {
+                "project": project, "replicas": replicas, "machine_type": machine_type,
+                "start": self.clock.now() if start is None else start, "stragglers": dict(stragglers or {}),
+            }
+
+    def configure(self, settings: dict) -> dict:
+        """The knobs from JSON (the emulator-only Configure method): straggler, agents, synthetic, job."""
+        for s in settings.get("stragglers", []):
+            self.straggler(s["instance"], float(s.get("factor", 0.5)), s.get("gpu"))
+        if "agents" in settings:
+            a = settings["agents"]
+            self.agents(ops_agent=a.get("ops_agent"), dcgm=a.get("dcgm"), instances=a.get("instances"))
+        if "synthetic" in settings:
+            self.synthetic(bool(settings["synthetic"]))
+        for j in settings.get("jobs", []):
+            self.add_job(j["job_id"], replicas=int(j.get("replicas", 2)), machine_type=j.get("machine_type", "a3-highgpu-8g"),
+                         project=j.get("project"))
+        if "min_point_spacing_s" in settings:
+            self.min_point_spacing_s = float(settings["min_point_spacing_s"])
+        return {"stragglers": {k: list(v) for k, v in self.knobs.stragglers.items()}, "ops_agent": self.knobs.ops_agent,
+                "dcgm": self.knobs.dcgm, "synthetic": self.knobs.enabled, "jobs": sorted(self.knobs.jobs)}
+
+    # ------------------------------------------------------------------ VMs from the Compute backend
+    def _vms(self, project: str) -> list[Vm]:
+        compute = self.compute
+        if compute is None or not self.knobs.enabled:
+            return []
+        out: list[Vm] = []
+        with compute._lock:
+            p = compute.projects.get(project)
+            if p is None:
+                return []
+            for _path, inst in p.iter_kind("instances"):
+                spans: list[tuple[float, float | None]] = []
+                began: float | None = None
+                for t, status in inst.get("_phases", []):
+                    if status == "RUNNING" and began is None:
+                        began = float(t)
+                    elif status != "RUNNING" and began is not None:
+                        spans.append((began, float(t)))
+                        began = None
+                if began is not None:
+                    gone = inst.get("_gone_at")
+                    spans.append((began, float(gone) if gone is not None else None))
+                if spans:
+                    out.append(Vm(project, str(inst["id"]), inst["name"], inst["zone"].rsplit("/", 1)[-1],
+                                  inst["machineType"].rsplit("/", 1)[-1], dict(inst.get("labels", {})), tuple(spans)))
+        return out
+
+    def _vertex_jobs(self, project: str) -> dict[str, dict]:
+        """The emulator's Vertex AI custom jobs that have run in `project`, as synthetic job entries."""
+        vertex = self.vertex
+        if vertex is None or not hasattr(vertex, "jobs"):
+            return {}
+        out: dict[str, dict] = {}
+        with getattr(vertex, "_lock", threading.RLock()):
+            jobs = list(vertex.jobs.items())
+        for name, job in jobs:
+            if job.get("_project_id") != project:
+                continue
+            phases = job.get("_phases") or []
+            start = next((float(t) for t, state in phases if state == "JOB_STATE_RUNNING"), None)
+            if start is None:
+                continue
+            end = next((float(t) for t, state in phases if float(t) > start and state != "JOB_STATE_RUNNING"), None)
+            pools = (job.get("jobSpec") or {}).get("workerPoolSpecs") or []
+            replicas = sum(int((p or {}).get("replicaCount") or 0) for p in pools[:2])
+            machine = ((pools[0] or {}).get("machineSpec") or {}).get("machineType", "") if pools else ""
+            if replicas:
+                out[name.rsplit("/", 1)[-1]] = {"project": project, "replicas": replicas, "machine_type": machine,
+                                                "start": start, "end": end, "stragglers": {}}
+        return out
+
+    # ------------------------------------------------------------------ descriptors
+    def _descriptor(self, project: str, metric_type: str) -> dict | None:
+        custom = self.descriptors.get(project, {}).get(metric_type)
+        if custom is not None:
+            return custom
+        builtin = BUILTIN.get(metric_type)
+        if builtin is None:
+            return None
+        kind, value_type, unit, labels, description = builtin
+        return {
+            "name": f"projects/{project}/metricDescriptors/{metric_type}", "type": metric_type,
+            "metricKind": kind, "valueType": value_type, "unit": unit, "description": description,
+            "labels": [{"key": k, "valueType": "STRING"} for k in labels], "displayName": metric_type.rsplit("/", 1)[-1],
+        }
+
+    def create_metric_descriptor(self, project: str, desc: dict) -> dict:
+        mtype = desc.get("type", "")
+        if not mtype.startswith(WRITABLE_PREFIXES):
+            raise invalid_argument(f"Metric type {mtype!r} is not a user-defined type: it must start with "
+                                   + " or ".join(WRITABLE_PREFIXES))
+        if desc.get("metricKind") in (None, "METRIC_KIND_UNSPECIFIED") or desc.get("valueType") in (None, "VALUE_TYPE_UNSPECIFIED"):
+            raise invalid_argument("A metric descriptor needs metricKind and valueType.")
+        stored = {**desc, "name": f"projects/{project}/metricDescriptors/{mtype}"}
+        with self._lock:
+            self.descriptors.setdefault(project, {})[mtype] = stored
+        return copy.deepcopy(stored)
+
+    def get_metric_descriptor(self, project: str, metric_type: str) -> dict:
+        desc = self._descriptor(project, metric_type)
+        if desc is None:
+            raise ApiError(404, "notFound", f"Could not find descriptor for metric '{metric_type}'.")
+        return copy.deepcopy(desc)
+
+    def delete_metric_descriptor(self, project: str, metric_type: str) -> None:
+        with self._lock:
+            if metric_type not in self.descriptors.get(project, {}):
+                raise ApiError(404, "notFound", f"Could not find descriptor for metric '{metric_type}'.")
+            del self.descriptors[project][metric_type]
+
+    def list_metric_descriptors(self, project: str, flt: str, page_size: int, page_token: str) -> tuple[list[dict], str]:
+        node = self._parse(flt) if flt else None
+        types = sorted(set(BUILTIN) | set(self.descriptors.get(project, {})))
+        out = []
+        for t in types:
+            d = self._descriptor(project, t)
+            if d is None:
+                continue
+            if node is None or filters.matcher(node, project=project, metric_type=t, metric_labels={},
+                                               resource_type="", resource_labels={}):
+                out.append(d)
+        return _page(out, page_size or 1000, page_token, ("descriptors", project, flt))
+
+    # ------------------------------------------------------------------ writing
+    def create_time_series(self, project: str, series: list[dict]) -> None:
+        """Store written points; valid series are written even when others in the request are not."""
+        if not series:
+            raise invalid_argument("At least one TimeSeries is required.")
+        if len(series) > MAX_SERIES_PER_WRITE:
+            raise invalid_argument(f"A request may write at most {MAX_SERIES_PER_WRITE} TimeSeries; got {len(series)}.")
+        errors: list[str] = []
+        with self._lock:
+            seen: set[tuple] = set()
+            for i, ts in enumerate(series):
+                try:
+                    key = self._write_one(project, ts, seen)
+                    seen.add(key)
+                except ApiError as e:
+                    errors.append(f"timeSeries[{i}]: {e.message}")
+        if errors:
+            raise invalid_argument(f"One or more TimeSeries could not be written: {'; '.join(errors)}")
+
+    def _write_one(self, project: str, ts: dict, seen: set[tuple]) -> tuple:
+        mtype = ts["metric_type"]
+        if not mtype.startswith(WRITABLE_PREFIXES):
+            raise invalid_argument(f"The metric type {mtype!r} cannot be written: user-defined metric types start with "
+                                   + " or ".join(WRITABLE_PREFIXES))
+        rtype = ts["resource_type"]
+        if rtype not in RESOURCE_LABELS:
+            raise invalid_argument(f"Unsupported monitored resource type {rtype!r} for user-defined metrics: "
+                                   f"use one of {', '.join(sorted(RESOURCE_LABELS))}.")
+        missing = [k for k in RESOURCE_LABELS[rtype] if not ts["resource_labels"].get(k)]
+        if missing:
+            raise invalid_argument(f"Resource {rtype} is missing required label(s) {', '.join(missing)}.")
+        if ts["resource_labels"].get("project_id") not in (None, project):
+            raise invalid_argument(f"resource.labels.project_id {ts['resource_labels']['project_id']!r} is not {project!r}.")
+        if len(ts["points"]) != 1:
+            raise invalid_argument(f"Each TimeSeries must contain exactly one point; {mtype} has {len(ts['points'])}.")
+        start, end, value = ts["points"][0]
+        key = _key(project, mtype, ts["metric_labels"], rtype, ts["resource_labels"])
+        if key in seen:
+            raise invalid_argument(f"Field timeSeries: {mtype} appears twice in one request; write one point per series.")
+        desc = self._descriptor(project, mtype)
+        kind = ts.get("kind") or (desc or {}).get("metricKind") or "GAUGE"
+        value_type = ts["value_type"]
+        if desc is None:
+            # Writing a new custom metric type creates its descriptor, as the real API does.
+            desc = {"name": f"projects/{project}/metricDescriptors/{mtype}", "type": mtype, "metricKind": kind,
+                    "valueType": value_type, "unit": ts.get("unit", ""), "description": "",
+                    "labels": [{"key": k, "valueType": "STRING"} for k in sorted(ts["metric_labels"])]}
+            self.descriptors.setdefault(project, {})[mtype] = desc
+        if desc["metricKind"] != kind:
+            raise invalid_argument(f"The metric kind {kind} of {mtype} does not match its descriptor's {desc['metricKind']}.")
+        if desc["valueType"] != value_type:
+            raise invalid_argument(f"Value type {value_type} of {mtype} must match its descriptor's {desc['valueType']}.")
+        if kind == "GAUGE" and start and start != end:
+            raise invalid_argument(f"A GAUGE point's start time must equal its end time ({mtype}).")
+        if kind in ("DELTA", "CUMULATIVE") and not start < end:
+            raise invalid_argument(f"A {kind} point needs a start time before its end time ({mtype}).")
+        stored = self.series.get(key)
+        if stored is not None and stored.points:
+            last_end = stored.points[-1][1]
+            if end <= last_end:
+                raise invalid_argument("Points must be written in order. One or more of the points specified had an "
+                                       "older start time than the most recent point.")
+            if end - last_end < self.min_point_spacing_s:
+                raise invalid_argument("One or more points were written more frequently than the maximum sampling "
+                                       f"period configured for the metric ({self.min_point_spacing_s:g} s).")
+        if stored is None:
+            stored = Series(project, mtype, dict(ts["metric_labels"]), rtype, dict(ts["resource_labels"]), kind,
+                            value_type, desc.get("unit", ""))
+            self.series[key] = stored
+        stored.points.append((start or end, end, value))
+        return key
+
+    def write_points(self, project: str, metric_type: str, points: list[aggregate.Point], *, kind: str = "GAUGE",
+                     value_type: str = "DOUBLE", metric_labels: dict | None = None, resource_type: str = "gce_instance",
+                     resource_labels: dict | None = None, unit: str = "") -> None:
+        """Seed a series directly (tests): any metric type, many points, no rate limit."""
+        metric_labels = dict(metric_labels or {})
+        resource_labels = dict(resource_labels or {})
+        with self._lock:
+            key = _key(project, metric_type, metric_labels, resource_type, resource_labels)
+            s = self.series.setdefault(key, Series(project, metric_type, metric_labels, resource_type, resource_labels,
+                                                   kind, value_type, unit))
+            s.points = sorted([*s.points, *points], key=lambda p: p[1])
+
+    # ------------------------------------------------------------------ reading
+    def _parse(self, flt: str) -> filters.Node:
+        try:
+            return filters.parse(flt)
+        except filters.FilterError as e:
+            raise invalid_argument(f"Field filter had an invalid value of \"{flt}\": {e}") from e
+
+    def list_time_series(
+        self,
+        project: str,
+        flt: str,
+        start: float,
+        end: float,
+        aggregation: dict | None = None,
+        headers_only: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> tuple[list[dict], str]:
+        """ListTimeSeries: the matching series over [start, end], aligned and reduced as asked; one page."""
+        node = self._parse(flt)
+        types = filters.equal_literal(node, "metric.type")
+        if len(set(types)) != 1:
+            raise invalid_argument("A ListTimeSeries filter must specify exactly one metric type, e.g. "
+                                   'metric.type = "compute.googleapis.com/instance/cpu/utilization".')
+        mtype = types[0]
+        if end <= 0:
+            raise invalid_argument("Field interval.endTime is required.")
+        if start <= 0:
+            start = end
+        if start > end:
+            raise invalid_argument("Field interval.startTime must not be later than interval.endTime.")
+        agg = aggregation or {}
+        aligner = agg.get("aligner") or "ALIGN_NONE"
+        reducer = agg.get("reducer") or "REDUCE_NONE"
+        period = float(agg.get("period") or 0)
+        group_by = [self._group_field(f) for f in agg.get("group_by") or []]
+        desc = self._descriptor(project, mtype)
+        if desc is None and not any(k[0] == project and k[1] == mtype for k in list(self.series)):
+            # As the real API answers for a metric type the project has never had.
+            raise ApiError(404, "notFound", f'Cannot find metric(s) that match type = "{mtype}".')
+        if aligner != "ALIGN_NONE":
+            if period <= 0:
+                raise invalid_argument("The alignment period must be given when a per-series aligner is.")
+            if period < MIN_ALIGNMENT_S:
+                raise invalid_argument(f"The alignment period must be at least {MIN_ALIGNMENT_S:g} seconds.")
+            if aligner not in aggregate.ALIGNER_KINDS:
+                raise invalid_argument(f"The emulator does not support the aligner {aligner}.")
+        if reducer != "REDUCE_NONE":
+            if aligner == "ALIGN_NONE":
+                raise invalid_argument("A cross-series reducer needs a per-series aligner (and an alignment period).")
+            if reducer not in aggregate.REDUCERS:
+                raise invalid_argument(f"The emulator does not support the reducer {reducer}.")
+
+        found = self._matching(project, mtype, node, start, end)
+        if aligner != "ALIGN_NONE":
+            kind = found[0]["kind"] if found else (desc or {}).get("metricKind", "GAUGE")
+            allowed = aggregate.ALIGNER_KINDS[aligner]
+            if kind not in allowed:
+                raise invalid_argument(f"The aligner {aligner} is not valid for metrics of kind {kind} ({mtype}); "
+                                       f"it needs {' or '.join(allowed)}.")
+        result = self._aggregate(found, aligner, reducer, period, group_by, start, end)
+        result = [r for r in result if r["points"]]  # series without points in the interval are not returned
+        result.sort(key=lambda r: (sorted(r["resource_labels"].items()), sorted(r["metric_labels"].items())))
+        if headers_only:
+            for r in result:
+                r["points"] = []
+        return _page(result, min(page_size or MAX_PAGE, MAX_PAGE), page_token,
+                     ("series", project, flt, start, end, json.dumps(agg, sort_keys=True), headers_only))
+
+    @staticmethod
+    def _group_field(name: str) -> str:
+        if name in ("metric.type", "resource.type"):
+            return name
+        try:
+            return filters.normalize_selector(name)
+        except filters.FilterError as e:
+            raise invalid_argument(f"Field aggregation.groupByFields had an invalid value {name!r}: {e}") from e
+
+    def _matching(self, project: str, mtype: str, node: filters.Node, start: float, end: float) -> list[dict]:
+        out: list[dict] = []
+        with self._lock:
+            stored = [s for s in self.series.values() if s.project == project and s.metric_type == mtype]
+            for s in stored:
+                if filters.matcher(node, project=project, metric_type=mtype, metric_labels=s.metric_labels,
+                                   resource_type=s.resource_type, resource_labels=s.resource_labels):
+                    pts = [p for p in s.points if start <= p[1] <= end]
+                    out.append({"metric_labels": s.metric_labels, "resource_type": s.resource_type,
+                                "resource_labels": s.resource_labels, "kind": s.kind, "value_type": s.value_type,
+                                "unit": s.unit, "points": pts})
+            knobs = copy.deepcopy(self.knobs)
+        if not knobs.enabled:
+            return out
+        if mtype.startswith("ml.googleapis.com/"):
+            knobs.jobs = {**self._vertex_jobs(project), **knobs.jobs}
+        gen = Generator(self.faults.seed, knobs, self.clock.now())
+        # Only VMs the filter can match are generated: a filter on instance ids skips the rest.
+        ids = filters.allowed_values(node, "resource.labels.instance_id")
+        vms = [vm for vm in self._vms(project) if ids is None or vm.id in ids]
+        builtin = BUILTIN.get(mtype)
+        kept = [syn for syn in [*gen.for_vms(mtype, vms), *gen.for_jobs(mtype, project)]
+                if filters.matcher(node, project=project, metric_type=mtype, metric_labels=syn.metric_labels,
+                                   resource_type=syn.resource_type, resource_labels=syn.resource_labels,
+                                   user_labels=syn.user_labels, system_labels=syn.system_labels)]
+        for syn, samples in zip(kept, gen.sample_all(kept, start, end), strict=False):
+            assert builtin is not None
+            if len(samples[1]):
+                out.append({"metric_labels": syn.metric_labels, "resource_type": syn.resource_type,
+                            "resource_labels": syn.resource_labels, "kind": builtin[0], "value_type": builtin[1],
+                            "unit": builtin[2], "arrays": samples})
+        return out
+
+    def _aggregate(self, found: list[dict], aligner: str, reducer: str, period: float, group_by: list[str],
+                   start: float, end: float) -> list[dict]:
+        if aligner == "ALIGN_NONE":
+            # Raw points, newest first, as the API returns them.
+            out = []
+            for s in found:
+                pts = s.get("points")
+                if pts is None:
+                    pts = list(zip(*(a.tolist() for a in s["arrays"]), strict=False))
+                out.append({**s, "points": sorted(pts, key=lambda p: -p[1])})
+            return out
+        arrays = [(s["arrays"][1], s["arrays"][2]) if "arrays" in s else aggregate.as_arrays(s["points"], s["kind"], aligner)
+                  for s in found]
+        heads = []
+        for s in found:
+            heads.append({**{k: v for k, v in s.items() if k not in ("points", "arrays")},
+                          "kind": aggregate.aligned_kind(aligner, s["kind"]),
+                          "value_type": aggregate.aligned_value_type(aligner, s["value_type"]),
+                          "unit": f"{s['unit']}/s" if aligner == "ALIGN_RATE" and s["unit"] else s["unit"]})
+        if reducer == "REDUCE_NONE":
+            results = aggregate.align_and_reduce(arrays, list(range(len(found))), len(found), aligner, reducer,
+                                                 start, end, period)
+            return [_with_points(h, r, period) for h, r in zip(heads, results, strict=False)]
+        index: dict[tuple, int] = {}
+        groups = [index.setdefault(tuple(_field(h, f) for f in group_by), len(index)) for h in heads]
+        results = aggregate.align_and_reduce(arrays, groups, len(index), aligner, reducer, start, end, period)
+        firsts: dict[int, dict] = {}
+        for g, h in zip(groups, heads, strict=False):
+            firsts.setdefault(g, h)
+        out = []
+        for key, g in index.items():
+            first = firsts[g]
+            metric_labels = {f[len("metric.labels."):]: v for f, v in zip(group_by, key, strict=False)
+                             if f.startswith("metric.labels.") and v is not None}
+            resource_labels = {f[len("resource.labels."):]: v for f, v in zip(group_by, key, strict=False)
+                               if f.startswith("resource.labels.") and v is not None}
+            head = {**first, "metric_labels": metric_labels, "resource_labels": resource_labels,
+                    "value_type": aggregate.reduced_value_type(reducer, first["value_type"])}
+            out.append(_with_points(head, results[g], period))
+        return out
+
+    # ------------------------------------------------------------------ dashboards
+    def create_dashboard(self, project: str, dashboard: dict, validate_only: bool = False) -> dict:
+        self._check_dashboard(dashboard)
+        name = dashboard.get("name") or ""
+        if name and not name.startswith(f"projects/{project}/dashboards/"):
+            dash_id = name.rsplit("/", 1)[-1]
+            name = f"projects/{project}/dashboards/{dash_id}"
+        if not name:
+            name = f"projects/{project}/dashboards/{uuid.uuid4()}"
+        with self._lock:
+            existing = self.dashboards.setdefault(project, {})
+            if name in existing:
+                raise ApiError(409, "alreadyExists", f"Dashboard {name} already exists.")
+            stored = {**dashboard, "name": name}
+            stored["etag"] = fingerprint({k: v for k, v in stored.items() if k != "etag"})
+            if not validate_only:
+                existing[name] = stored
+            return copy.deepcopy(stored)
+
+    def get_dashboard(self, name: str) -> dict:
+        project = _dashboard_project(name)
+        with self._lock:
+            d = self.dashboards.get(project, {}).get(name)
+            if d is None:
+                raise ApiError(404, "notFound", f"Requested entity was not found: dashboard {name}.")
+            return copy.deepcopy(d)
+
+    def list_dashboards(self, project: str, page_size: int, page_token: str) -> tuple[list[dict], str]:
+        with self._lock:
+            items = [copy.deepcopy(d) for _n, d in sorted(self.dashboards.get(project, {}).items())]
+        return _page(items, min(page_size or 1000, 1000), page_token, ("dashboards", project))
+
+    def delete_dashboard(self, name: str) -> None:
+        project = _dashboard_project(name)
+        with self._lock:
+            if name not in self.dashboards.get(project, {}):
+                raise ApiError(404, "notFound", f"Requested entity was not found: dashboard {name}.")
+            del self.dashboards[project][name]
+
+    def update_dashboard(self, dashboard: dict, validate_only: bool = False) -> dict:
+        name = dashboard.get("name", "")
+        current = self.get_dashboard(name)
+        self._check_dashboard(dashboard)
+        if dashboard.get("etag") and dashboard["etag"] != current["etag"]:
+            raise ApiError(409, "aborted", "The dashboard's etag does not match: someone changed it since you read it.")
+        stored = {k: v for k, v in dashboard.items() if k != "etag"}
+        stored["etag"] = fingerprint(stored)
+        with self._lock:
+            if not validate_only:
+                self.dashboards[_dashboard_project(name)][name] = stored
+        return copy.deepcopy(stored)
+
+    def _check_dashboard(self, d: dict) -> None:
+        if not d.get("displayName"):
+            raise invalid_argument("Field dashboard.displayName is required.")
+        layouts = [k for k in ("gridLayout", "mosaicLayout", "rowLayout", "columnLayout") if k in d]
+        if len(layouts) != 1:
+            raise invalid_argument("A dashboard needs exactly one layout (gridLayout, mosaicLayout, rowLayout or columnLayout).")
+        # Every chart's filter must parse, as the real API checks on create.
+        for flt in _filters_in(d):
+            try:
+                filters.parse(flt)
+            except filters.FilterError as e:
+                raise invalid_argument(f"Widget filter {flt!r} is invalid: {e}") from e
+
+
+def _filters_in(value: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "filter" and isinstance(v, str):
+                out.append(v)
+            else:
+                out.extend(_filters_in(v))
+    elif isinstance(value, list):
+        for v in value:
+            out.extend(_filters_in(v))
+    return out
+
+
+def _dashboard_project(name: str) -> str:
+    parts = name.split("/")
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "dashboards":
+        raise invalid_argument(f"Field name had an invalid value of {name!r}: expected projects/PROJECT/dashboards/ID.")
+    return parts[1]
+
+
+def _field(series: dict, f: str) -> str | None:
+    if f == "resource.type":
+        return series["resource_type"]
+    if f == "metric.type":
+        return None
+    if f.startswith("metric.labels."):
+        return series["metric_labels"].get(f[len("metric.labels."):])
+    if f.startswith("resource.labels."):
+        return series["resource_labels"].get(f[len("resource.labels."):])
+    return None
+
+
+def _with_points(head: dict, values: dict[float, float], period: float) -> dict:
+    delta = head["kind"] == "DELTA"
+    pts = [((t - period) if delta else t, t, v) for t, v in sorted(values.items(), key=lambda kv: -kv[0])]
+    return {k: v for k, v in head.items() if k != "aligned"} | {"points": pts}
+
+
+def _page(items: list, size: int, token: str, request: tuple) -> tuple[list, str]:
+    """One page and the token for the next; a token only works with the request that made it."""
+    tag = hashlib.sha256(repr(request).encode()).hexdigest()[:12]
+    offset = 0
+    if token:
+        try:
+            raw = base64.urlsafe_b64decode(token.encode()).decode()
+            got_tag, _, number = raw.partition(":")
+            offset = int(number)
+            if got_tag != tag or offset < 0:
+                raise ValueError
+        except ValueError as e:
+            raise invalid_argument("Field pageToken had an invalid value: it does not belong to this request.") from e
+    page = items[offset:offset + size]
+    nxt = offset + size
+    return page, base64.urlsafe_b64encode(f"{tag}:{nxt}".encode()).decode() if nxt < len(items) else ""

@@ -1,0 +1,295 @@
+"""Cloud Monitoring over gRPC, as google-cloud-monitoring and -monitoring-dashboards speak it.
+
+google.monitoring.v3.MetricService: ListTimeSeries, CreateTimeSeries, the metric descriptor
+methods and ListMonitoredResourceDescriptors. google.monitoring.dashboard.v1.DashboardsService:
+Create/Get/List/Update/DeleteDashboard. Requests are read and answers built with the raw protobuf
+classes behind the libraries' proto-plus types (fast enough for 64-node clusters); the backend
+speaks plain Python. One emulator-only method, /gcpgpu.emulator.v1.Monitoring/Configure, takes
+JSON knobs (stragglers, which agents report, Vertex jobs) from another process.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.api import metric_pb2
+from google.cloud import monitoring_dashboard_v1 as dash
+from google.cloud import monitoring_v3 as m
+from google.protobuf import empty_pb2, json_format
+
+from ..core import ApiError, LoggedRequest
+from .backend import RESOURCE_LABELS, MonitoringBackend
+
+if TYPE_CHECKING:
+    from ..server import Emulator
+
+METRICS = "google.monitoring.v3.MetricService"
+DASHBOARDS = "google.monitoring.dashboard.v1.DashboardsService"
+CONFIGURE = "/gcpgpu.emulator.v1.Monitoring/Configure"
+
+_GRPC_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    408: grpc.StatusCode.DEADLINE_EXCEEDED,
+    409: grpc.StatusCode.ALREADY_EXISTS,
+    412: grpc.StatusCode.FAILED_PRECONDITION,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    500: grpc.StatusCode.INTERNAL,
+    502: grpc.StatusCode.UNAVAILABLE,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+_PB = {name: getattr(m, name).pb() for name in (
+    "ListTimeSeriesRequest", "ListTimeSeriesResponse", "CreateTimeSeriesRequest", "TimeSeries",
+    "ListMetricDescriptorsRequest", "ListMetricDescriptorsResponse", "GetMetricDescriptorRequest",
+    "CreateMetricDescriptorRequest", "DeleteMetricDescriptorRequest", "ListMonitoredResourceDescriptorsRequest",
+    "ListMonitoredResourceDescriptorsResponse",
+)}  # fmt: skip
+_DPB = {name: getattr(dash, name).pb() for name in (
+    "Dashboard", "CreateDashboardRequest", "GetDashboardRequest", "ListDashboardsRequest", "ListDashboardsResponse",
+    "DeleteDashboardRequest", "UpdateDashboardRequest",
+)}  # fmt: skip
+_KINDS = {0: None, 1: "GAUGE", 2: "DELTA", 3: "CUMULATIVE"}
+_KIND_NUM = {"GAUGE": 1, "DELTA": 2, "CUMULATIVE": 3}
+_VTYPE_NUM = {"BOOL": 1, "INT64": 2, "DOUBLE": 3, "STRING": 4, "DISTRIBUTION": 5}
+
+
+def _seconds(ts: Any) -> float:
+    return ts.seconds + ts.nanos / 1e9
+
+
+def _set_time(target: Any, t: float) -> None:
+    whole = int(t // 1)
+    target.seconds = whole
+    target.nanos = int(round((t - whole) * 1e9))
+
+
+def _project(name: str) -> str:
+    parts = name.split("/")
+    if len(parts) < 2 or parts[0] != "projects" or not parts[1]:
+        raise ApiError(400, "badRequest", f"Field name had an invalid value of {name!r}: expected projects/PROJECT.")
+    return parts[1]
+
+
+def _serialize(message: Any) -> bytes:
+    return message.SerializeToString()
+
+
+class MonitoringService(grpc.GenericRpcHandler):
+    """Routes MetricService, DashboardsService and the Configure helper to the monitoring backend."""
+
+    def __init__(self, emulator: Emulator, backend: MonitoringBackend, services: tuple[str, ...] = (METRICS, DASHBOARDS)) -> None:
+        self.emulator = emulator
+        self.backend = backend
+        json_in = lambda raw: json.loads(raw or b"{}")  # noqa: E731
+        json_out = lambda value: json.dumps(value).encode()  # noqa: E731
+        table: dict[str, tuple[Callable[[Any], Any], Callable[[bytes], Any], str, str]] = {
+            f"/{METRICS}/ListTimeSeries": (self._list_ts, _PB["ListTimeSeriesRequest"].FromString, "GET", "monitoring"),
+            f"/{METRICS}/CreateTimeSeries": (self._create_ts, _PB["CreateTimeSeriesRequest"].FromString, "POST", "monitoring"),
+            f"/{METRICS}/ListMetricDescriptors": (
+                self._list_desc, _PB["ListMetricDescriptorsRequest"].FromString, "GET", "monitoring"),
+            f"/{METRICS}/GetMetricDescriptor": (
+                self._get_desc, _PB["GetMetricDescriptorRequest"].FromString, "GET", "monitoring"),
+            f"/{METRICS}/CreateMetricDescriptor": (
+                self._create_desc, _PB["CreateMetricDescriptorRequest"].FromString, "POST", "monitoring"),
+            f"/{METRICS}/DeleteMetricDescriptor": (
+                self._delete_desc, _PB["DeleteMetricDescriptorRequest"].FromString, "DELETE", "monitoring"),
+            f"/{METRICS}/ListMonitoredResourceDescriptors": (
+                self._list_resources, _PB["ListMonitoredResourceDescriptorsRequest"].FromString, "GET", "monitoring"),
+            f"/{DASHBOARDS}/CreateDashboard": (
+                self._create_dash, _DPB["CreateDashboardRequest"].FromString, "POST", "dashboards"),
+            f"/{DASHBOARDS}/GetDashboard": (self._get_dash, _DPB["GetDashboardRequest"].FromString, "GET", "dashboards"),
+            f"/{DASHBOARDS}/ListDashboards": (
+                self._list_dash, _DPB["ListDashboardsRequest"].FromString, "GET", "dashboards"),
+            f"/{DASHBOARDS}/DeleteDashboard": (
+                self._delete_dash, _DPB["DeleteDashboardRequest"].FromString, "DELETE", "dashboards"),
+            f"/{DASHBOARDS}/UpdateDashboard": (
+                self._update_dash, _DPB["UpdateDashboardRequest"].FromString, "PATCH", "dashboards"),
+        }
+        self._methods = {
+            path: grpc.unary_unary_rpc_method_handler(
+                self._wrap(handler, http, path, api), request_deserializer=deserialize, response_serializer=_serialize)
+            for path, (handler, deserialize, http, api) in table.items()
+            if path.split("/")[1] in services
+        }
+        if METRICS in services:
+                self._methods[CONFIGURE] = grpc.unary_unary_rpc_method_handler(
+                lambda request, context: self.backend.configure(request), request_deserializer=json_in,
+                response_serializer=json_out)
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._methods.get(handler_call_details.method)
+
+    def _wrap(self, handler: Callable[[Any], Any], http: str, path: str, api: str) -> Callable[[Any, grpc.ServicerContext], Any]:
+        """Faults and latency as the REST front end applies them, the request log, ApiError -> gRPC status."""
+
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            t0 = time.perf_counter()
+            status = 200
+            try:
+                faults = self.emulator.faults
+                if faults.latency_ms:
+                    time.sleep(faults.latency_ms / 1000.0)
+                code = faults.roll_error(http)
+                if code is not None:
+                    raise ApiError(code, "backendError", "Injected failure.")
+                return handler(request)
+            except ApiError as e:
+                status = e.code
+                code = grpc.StatusCode.ABORTED if e.reason == "aborted" else _GRPC_CODES.get(e.code, grpc.StatusCode.UNKNOWN)
+                context.abort(code, e.message)
+            except Exception as e:  # an emulator bug: say so in gRPC's terms rather than hang the client
+                status = 500
+                context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {type(e).__name__}: {e}")
+            finally:
+                self.emulator.requests.add(LoggedRequest(api, http, path, "", status, time.perf_counter() - t0))
+
+        return call
+
+    # ------------------------------------------------------------------ time series
+    def _list_ts(self, req: Any) -> Any:
+        agg = None
+        if req.HasField("aggregation"):
+            a = req.aggregation
+            agg = {
+                "period": _seconds(a.alignment_period),
+                "aligner": m.Aggregation.Aligner(a.per_series_aligner).name,
+                "reducer": m.Aggregation.Reducer(a.cross_series_reducer).name,
+                "group_by": list(a.group_by_fields),
+            }
+        series, token = self.backend.list_time_series(
+            _project(req.name), req.filter, _seconds(req.interval.start_time), _seconds(req.interval.end_time),
+            agg, headers_only=req.view == 1, page_size=req.page_size, page_token=req.page_token)
+        resp = _PB["ListTimeSeriesResponse"]()
+        metric_type = _metric_type(req.filter) if series else ""
+        for s in series:
+            ts = resp.time_series.add()
+            ts.metric.type = metric_type
+            ts.metric.labels.update(s["metric_labels"])
+            ts.resource.type = s["resource_type"]
+            ts.resource.labels.update(s["resource_labels"])
+            ts.metric_kind = _KIND_NUM.get(s["kind"], 0)
+            ts.value_type = _VTYPE_NUM.get(s["value_type"], 0)
+            ts.unit = s.get("unit", "")
+            is_int = s["value_type"] == "INT64"
+            for start, end, value in s["points"]:
+                p = ts.points.add()
+                _set_time(p.interval.end_time, end)
+                if s["kind"] != "GAUGE":
+                    _set_time(p.interval.start_time, start)
+                if is_int:
+                    p.value.int64_value = int(value)
+                elif s["value_type"] == "BOOL":
+                    p.value.bool_value = bool(value)
+                else:
+                    p.value.double_value = float(value)
+        resp.next_page_token = token
+        return resp
+
+    def _create_ts(self, req: Any) -> Any:
+        series = []
+        for ts in req.time_series:
+            vtype = ts.value_type
+            points = []
+            for p in ts.points:
+                which = p.value.WhichOneof("value")
+                if which not in ("int64_value", "double_value", "bool_value"):
+                    raise ApiError(400, "badRequest", f"The emulator stores INT64, DOUBLE and BOOL points, not {which}.")
+                value = float(getattr(p.value, which))
+                inferred = {"int64_value": "INT64", "double_value": "DOUBLE", "bool_value": "BOOL"}[which]
+                if vtype and {v: k for k, v in _VTYPE_NUM.items()}.get(vtype) != inferred:
+                    raise ApiError(400, "badRequest", f"The point's {which} does not match value_type of {ts.metric.type}.")
+                vtype_name = inferred
+                start = _seconds(p.interval.start_time) if p.interval.HasField("start_time") else 0.0
+                points.append((start, _seconds(p.interval.end_time), value))
+            if not points:
+                raise ApiError(400, "badRequest", f"Each TimeSeries must contain exactly one point; {ts.metric.type} has none.")
+            series.append({
+                "metric_type": ts.metric.type, "metric_labels": dict(ts.metric.labels),
+                "resource_type": ts.resource.type, "resource_labels": dict(ts.resource.labels),
+                "kind": _KINDS.get(ts.metric_kind), "value_type": vtype_name, "points": points, "unit": ts.unit,
+            })
+        self.backend.create_time_series(_project(req.name), series)
+        return empty_pb2.Empty()
+
+    # ------------------------------------------------------------------ descriptors
+    def _descriptor_pb(self, d: dict) -> Any:
+        return json_format.ParseDict(d, metric_pb2.MetricDescriptor(), ignore_unknown_fields=True)
+
+    def _list_desc(self, req: Any) -> Any:
+        items, token = self.backend.list_metric_descriptors(_project(req.name), req.filter, req.page_size, req.page_token)
+        resp = _PB["ListMetricDescriptorsResponse"]()
+        resp.metric_descriptors.extend(self._descriptor_pb(d) for d in items)
+        resp.next_page_token = token
+        return resp
+
+    def _get_desc(self, req: Any) -> Any:
+        project = _project(req.name)
+        return self._descriptor_pb(self.backend.get_metric_descriptor(project, _descriptor_type(req.name)))
+
+    def _create_desc(self, req: Any) -> Any:
+        desc = json_format.MessageToDict(req.metric_descriptor)
+        return self._descriptor_pb(self.backend.create_metric_descriptor(_project(req.name), desc))
+
+    def _delete_desc(self, req: Any) -> Any:
+        self.backend.delete_metric_descriptor(_project(req.name), _descriptor_type(req.name))
+        return empty_pb2.Empty()
+
+    def _list_resources(self, req: Any) -> Any:
+        project = _project(req.name)
+        resp = _PB["ListMonitoredResourceDescriptorsResponse"]()
+        for rtype, labels in sorted(RESOURCE_LABELS.items()):
+            d = resp.resource_descriptors.add()
+            d.name = f"projects/{project}/monitoredResourceDescriptors/{rtype}"
+            d.type = rtype
+            for key in labels:
+                d.labels.add().key = key
+        return resp
+
+    # ------------------------------------------------------------------ dashboards
+    @staticmethod
+    def _dash_pb(d: dict) -> Any:
+        return json_format.ParseDict(d, _DPB["Dashboard"](), ignore_unknown_fields=True)
+
+    def _create_dash(self, req: Any) -> Any:
+        d = json_format.MessageToDict(req.dashboard)
+        return self._dash_pb(self.backend.create_dashboard(_project(req.parent), d, req.validate_only))
+
+    def _get_dash(self, req: Any) -> Any:
+        return self._dash_pb(self.backend.get_dashboard(req.name))
+
+    def _list_dash(self, req: Any) -> Any:
+        items, token = self.backend.list_dashboards(_project(req.parent), req.page_size, req.page_token)
+        resp = _DPB["ListDashboardsResponse"]()
+        resp.dashboards.extend(self._dash_pb(d) for d in items)
+        resp.next_page_token = token
+        return resp
+
+    def _delete_dash(self, req: Any) -> Any:
+        self.backend.delete_dashboard(req.name)
+        return empty_pb2.Empty()
+
+    def _update_dash(self, req: Any) -> Any:
+        d = json_format.MessageToDict(req.dashboard)
+        return self._dash_pb(self.backend.update_dashboard(d, req.validate_only))
+
+
+def _descriptor_type(name: str) -> str:
+    marker = "/metricDescriptors/"
+    if marker not in name:
+        raise ApiError(400, "badRequest", f"Field name had an invalid value of {name!r}: "
+                       "expected projects/PROJECT/metricDescriptors/TYPE.")
+    return name.split(marker, 1)[1]
+
+
+def _metric_type(flt: str) -> str:
+    from .filters import equal_literal, parse
+
+    return equal_literal(parse(flt), "metric.type")[0]

@@ -1,0 +1,321 @@
+"""Plausible metrics for emulated VMs and Vertex jobs, made up deterministically from a seed.
+
+Nothing runs on an emulated VM, so the emulator invents what Cloud Monitoring would hold for it:
+network counters that grow while it runs (a share of the machine's bandwidth), GPU utilization and
+memory per GPU from the Ops Agent, DCGM profiling rates, and Vertex AI's training metrics. The same
+seed, VM and time give the same value in every process. Samples come every 60 s from the moment the
+VM is RUNNING, as the agents' default collection interval does; values drift slowly (a 7-minute
+wave) so a sparkline has something to show, plus a little per-sample noise.
+
+A straggler knob makes one VM (or one of its GPUs) slow: its GPU utilization, profiling rates and
+network throughput are scaled down by the given factor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from ..core import stable_number
+
+Samples = tuple["np.ndarray", "np.ndarray", "np.ndarray"]  # start times, end times, values
+SAMPLE_S = 60.0
+WAVE_S = 420.0
+
+NET = "compute.googleapis.com/instance/network/"
+AGENT = "agent.googleapis.com/gpu/"
+DCGM = "workload.googleapis.com/dcgm.gpu.profiling."
+VERTEX = "ml.googleapis.com/training/"
+
+# metric type -> (kind, value type, unit, metric label keys, description); what ListMetricDescriptors shows.
+BUILTIN: dict[str, tuple[str, str, str, tuple[str, ...], str]] = {
+    NET + "sent_bytes_count": ("DELTA", "INT64", "By", ("instance_name", "loadbalanced"), "Bytes sent over the network."),
+    NET + "received_bytes_count": ("DELTA", "INT64", "By", ("instance_name", "loadbalanced"), "Bytes received from the network."),
+    NET + "sent_packets_count": ("DELTA", "INT64", "{packet}", ("instance_name", "loadbalanced"), "Packets sent over the network."),
+    NET + "received_packets_count": ("DELTA", "INT64", "{packet}", ("instance_name", "loadbalanced"), "Packets received from the network."),
+    AGENT + "utilization": ("GAUGE", "DOUBLE", "%", ("gpu_number", "model", "uuid"), "Percent of time a kernel ran on the GPU (NVML)."),
+    AGENT + "memory/bytes_used": ("GAUGE", "DOUBLE", "By", ("gpu_number", "model", "uuid"), "GPU memory in use (NVML)."),
+    DCGM + "sm_utilization": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid"), "Fraction of time at least one warp was active on an SM."),
+    DCGM + "sm_occupancy": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid"), "Fraction of resident warps over the maximum."),
+    DCGM + "pipe_utilization": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid", "pipe"), "Fraction of cycles a pipe was active."),
+    DCGM + "dram_utilization": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid"), "Fraction of cycles device memory was busy."),
+    DCGM + "nvlink_traffic_rate": ("GAUGE", "INT64", "By/s", ("gpu_number", "model", "uuid", "direction"), "NVLink traffic."),
+    DCGM + "pcie_traffic_rate": ("GAUGE", "INT64", "By/s", ("gpu_number", "model", "uuid", "direction"), "PCIe traffic."),
+    VERTEX + "accelerator/utilization": ("GAUGE", "DOUBLE", "1", (), "Fraction of the allocated accelerators in use."),
+    VERTEX + "accelerator/memory/utilization": ("GAUGE", "DOUBLE", "1", (), "Fraction of accelerator memory in use."),
+    VERTEX + "cpu/utilization": ("GAUGE", "DOUBLE", "1", (), "Fraction of the allocated CPU in use."),
+    VERTEX + "network/sent_bytes_count": ("DELTA", "INT64", "By", (), "Bytes sent by the training job."),
+    VERTEX + "network/received_bytes_count": ("DELTA", "INT64", "By", (), "Bytes received by the training job."),
+}  # fmt: skip
+PIPES = {"tensor": 0.62, "fp16": 0.35, "fp32": 0.12, "fp64": 0.01}
+
+
+@cache
+def _catalog() -> dict:
+    # The machine catalog read as data, as the emulator's world does: nothing above fakes/ is imported.
+    return yaml.safe_load(resources.files("gcpgpu").joinpath("data/machines.yaml").read_text())
+
+
+def machine_facts(machine_type: str) -> tuple[int, float, str, float, bool]:
+    """(GPUs, GPU memory bytes each, GPU model, max network Gbit/s, has GPU NICs) for a machine type."""
+    cat = _catalog()
+    m = cat["machine_types"].get(machine_type)
+    if m is None:
+        return 0, 0.0, "", 16.0, False
+    fam = cat["families"].get(m.get("family"), {})
+    gpu = cat["gpus"].get(m.get("gpu"), {})
+    gbps = float(m.get("max_net_gbps", fam.get("max_net_gbps", 16)))
+    nics = int(m.get("gpu_nics", fam.get("gpu_nics", 0)) or 0)
+    return int(m.get("gpu_count", 0)), float(gpu.get("memory_gib", 0)) * 2**30, f"NVIDIA {gpu.get('model', 'GPU')}", gbps, nics > 0
+
+
+def _mix(seed: int | np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Deterministic noise in [-1, 1] for samples k of a series, or of many (seeds as a column): splitmix64."""
+    seeds = np.asarray(seed, dtype=np.uint64)
+    if seeds.ndim:
+        seeds = seeds[:, None]
+    with np.errstate(over="ignore"):
+        z = seeds + (k.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z & np.uint64(0xFFFFFF)).astype(np.float64) / 0x7FFFFF - 1.0
+
+
+@dataclass
+class Knobs:
+    """What tests (and `configure`) turn: stragglers, which agents report, Vertex jobs, on/off."""
+
+    enabled: bool = True
+    stragglers: dict[str, tuple[float, int | None]] = field(default_factory=dict)  # VM name -> (factor, gpu)
+    ops_agent: bool = True
+    dcgm: bool = True
+    agent_overrides: dict[str, dict[str, bool]] = field(default_factory=dict)  # VM name -> {"ops_agent": b}
+    jobs: dict[str, dict] = field(default_factory=dict)  # job id -> {project, replicas, machine_type, start}
+
+    def agent(self, name: str, which: str) -> bool:
+        return self.agent_overrides.get(name, {}).get(which, getattr(self, which))
+
+
+@dataclass(frozen=True)
+class Vm:
+    """What the generator needs of one emulated instance (copied out of the Compute backend)."""
+
+    project: str
+    id: str
+    name: str
+    zone: str
+    machine_type: str
+    labels: dict[str, str]
+    running: tuple[tuple[float, float | None], ...]  # [start, end) spans in RUNNING state
+
+
+@dataclass
+class Synthetic:
+    """One generated time series: its header and a function giving its samples within [start, end].
+
+    `sample(start, end)` returns (start times, end times, values) as numpy arrays: a 64-node query
+    makes thousands of points, and numpy keeps that to milliseconds.
+    """
+
+    metric_type: str
+    metric_labels: dict[str, str]
+    resource_type: str
+    resource_labels: dict[str, str]
+    user_labels: dict[str, str]
+    system_labels: dict[str, str]
+    sample: Callable[[float, float], Samples] | None = None
+    gpu: tuple | None = None  # (vm, gpu number, variant labels, slowdown, memory bytes): generated per VM in one go
+
+
+def _sample_times(spans: tuple[tuple[float, float | None], ...], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """(sample indexes, times) of the 60 s samples inside [start, end] while running."""
+    ks, ts = [], []
+    for s0, s1 in spans:
+        hi = end if s1 is None else min(end, s1)
+        if hi < s0:
+            continue
+        k0 = max(0, math.ceil((start - s0) / SAMPLE_S))
+        k1 = math.floor((hi - s0) / SAMPLE_S)
+        if k1 >= k0:
+            k = np.arange(k0, k1 + 1, dtype=np.int64)
+            ks.append(k)
+            ts.append(s0 + k * SAMPLE_S)
+    if not ks:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    return (ks[0], ts[0]) if len(ks) == 1 else (np.concatenate(ks), np.concatenate(ts))
+
+
+@lru_cache(maxsize=65536)
+def _uuid(seed: int, vm_id: str, gpu: int) -> str:
+    return f"GPU-{_seed_of(f'{seed}/{vm_id}/{gpu}') % 16**8:08x}-{vm_id[-4:]}"
+
+
+@lru_cache(maxsize=65536)
+def _seed_of(text: str) -> int:
+    # sha256 per series is the slow part of a 64-node query; the same series come back every refresh.
+    return stable_number(text, 2**62)
+
+
+def _wave(seed: int, t: np.ndarray) -> np.ndarray:
+    return np.sin(2 * math.pi * t / WAVE_S + (seed % 628) / 100.0)
+
+
+class Generator:
+    """Builds the synthetic series of one metric type for a project's VMs and jobs."""
+
+    def __init__(self, seed: int, knobs: Knobs, now: float) -> None:
+        self.seed = seed
+        self.knobs = knobs
+        self.now = now
+        self._time_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _series_seed(self, *parts: object) -> int:
+        return _seed_of("/".join(str(p) for p in (self.seed, *parts)))
+
+    def _times(self, vm: Vm, start: float, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # A VM's series share sample times and its slow wave: computed once per VM and query.
+        key = (vm.id, vm.running, start, end)
+        cached = self._time_cache.get(key)
+        if cached is None:
+            k, t = _sample_times(vm.running, start, min(end, self.now))
+            # The whole job speeds up and slows down together (synchronous training): one phase for all VMs.
+            cached = (k, t, _wave(self.seed, t))
+            self._time_cache[key] = cached
+        return cached
+
+    def for_vms(self, metric_type: str, vms: list[Vm]) -> list[Synthetic]:
+        if not self.knobs.enabled or metric_type not in BUILTIN or metric_type.startswith(VERTEX):
+            return []
+        out: list[Synthetic] = []
+        for vm in vms:
+            gpus, mem_bytes, model, gbps, gpu_nics = machine_facts(vm.machine_type)
+            resource = {"project_id": vm.project, "instance_id": vm.id, "zone": vm.zone}
+            system = {"name": vm.name, "machine_type": vm.machine_type}
+            factor, slow_gpu = self.knobs.stragglers.get(vm.name, (1.0, None))
+            if metric_type.startswith(NET):
+                for lb in ("false",):
+                    out.append(Synthetic(metric_type, {"instance_name": vm.name, "loadbalanced": lb}, "gce_instance",
+                                         resource, vm.labels, system,
+                                         self._network(vm, metric_type, gbps, gpu_nics, factor if slow_gpu is None else 1.0)))
+                continue
+            which = "ops_agent" if metric_type.startswith(AGENT) else "dcgm"
+            if gpus == 0 or not self.knobs.agent(vm.name, which):
+                continue
+            for g in range(gpus):
+                f = factor if slow_gpu is None or slow_gpu == g else 1.0
+                base = {"gpu_number": str(g), "model": model, "uuid": _uuid(self.seed, vm.id, g)}
+                for extra in self._variants(metric_type):
+                    # Values are made later, only for the series the filter keeps, a VM's GPUs together.
+                    out.append(Synthetic(metric_type, {**base, **extra}, "gce_instance", resource, vm.labels, system,
+                                         gpu=(vm, g, extra, f, mem_bytes)))
+        return out
+
+    def sample_all(self, items: list[Synthetic], start: float, end: float) -> list[Samples]:
+        """Samples of each series in [start, end]; GPU series are computed a VM at a time (one numpy pass)."""
+        out: list[Samples | None] = [None] * len(items)
+        per_vm: dict[tuple[str, str], list[int]] = {}
+        for i, item in enumerate(items):
+            if item.gpu is not None:
+                per_vm.setdefault((item.metric_type, item.gpu[0].id), []).append(i)
+            elif item.sample is not None:
+                out[i] = item.sample(start, end)
+        for (metric_type, _vm), indexes in per_vm.items():
+            batch = self._gpu_batch(metric_type, [items[i].gpu for i in indexes], start, end)  # type: ignore[misc]
+            for i, samples in zip(indexes, batch, strict=False):
+                out[i] = samples
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _variants(metric_type: str) -> list[dict[str, str]]:
+        if metric_type.endswith("pipe_utilization"):
+            return [{"pipe": p} for p in PIPES]
+        if metric_type.endswith("traffic_rate"):
+            return [{"direction": "tx"}, {"direction": "rx"}]
+        return [{}]
+
+    def _network(self, vm: Vm, metric_type: str, gbps: float, gpu_nics: bool, factor: float) -> Callable[[float, float], Samples]:
+        seed = self._series_seed(vm.id, metric_type)
+        node_seed = self._series_seed(vm.id, "net")
+        # This node's steady share of its bandwidth: peers in one all-reduce move about the same bytes.
+        share = 0.36 + 0.04 * (node_seed % 1000) / 1000.0
+        rate = gbps * 1e9 / 8 * share * factor * (0.97 if "received" in metric_type else 1.0)
+        per_sample = SAMPLE_S / (8192.0 if gpu_nics else 1460.0) if "packets" in metric_type else SAMPLE_S
+
+        def sample(start: float, end: float) -> Samples:
+            k, t, w = self._times(vm, start, end)
+            bps = rate * (1 + 0.12 * w + 0.03 * _mix(seed, k))
+            return t - SAMPLE_S, t, np.floor(bps * per_sample)  # DELTA: what was counted in the last minute
+
+        return sample
+
+    def _gpu(self, vm: Vm, g: int, metric_type: str, extra: dict[str, str], mem_bytes: float,
+             factor: float) -> Callable[[float, float], Samples]:
+        return lambda start, end: self._gpu_batch(metric_type, [(vm, g, extra, factor, mem_bytes)], start, end)[0]
+
+    def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float) -> list[Samples]:
+        """Samples of several GPU series of one VM: rows of one array, sharing its sample times and wave."""
+        vm = specs[0][0]
+        k, t, w = self._times(vm, start, end)
+        name = metric_type.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+        seeds = [self._series_seed(vm.id, g, metric_type, *extra.values()) for _vm, g, extra, _f, _m in specs]
+        mix = _mix(np.array(seeds, dtype=np.uint64), k)
+        if name == "bytes_used":
+            used = np.array([m * (0.70 + 0.06 * (self._series_seed(vm.id, g, "mem") % 1000) / 1000.0)
+                             for _vm, g, _e, _f, m in specs])
+            values = np.floor(used[:, None] * (1 + 0.002 * mix))
+        else:
+            # Everything else follows the GPU's utilization u (percent), scaled into its own unit.
+            base = {"utilization": 1.0, "sm_utilization": 0.0086, "sm_occupancy": 0.0041, "dram_utilization": 0.0048,
+                    "nvlink_traffic_rate": 140e9 / 100, "pcie_traffic_rate": 6e9 / 100}.get(name, 1.0)
+            scales = np.array([PIPES.get(extra.get("pipe", ""), 0.0) / 100 if name == "pipe_utilization" else base
+                               for _vm, _g, extra, _f, _m in specs])
+            factors = np.array([f for _vm, _g, _e, f, _m in specs])
+            values = np.clip((94.0 + 2.5 * w[None, :] + 1.5 * mix) * factors[:, None], 0.0, 100.0) * scales[:, None]
+            if name.endswith("traffic_rate"):
+                values = np.floor(values)
+        return [(t, t, values[i]) for i in range(len(specs))]
+
+    def for_jobs(self, metric_type: str, project: str) -> list[Synthetic]:
+        if not self.knobs.enabled or not metric_type.startswith(VERTEX) or metric_type not in BUILTIN:
+            return []
+        out: list[Synthetic] = []
+        for job_id, job in self.knobs.jobs.items():
+            if job["project"] not in (None, project):
+                continue
+            gpus, _mem, _model, gbps, gpu_nics = machine_facts(job["machine_type"])
+            if gpus == 0 and "/accelerator/" in metric_type:
+                continue  # a CPU-only job has no accelerator metrics
+            spans = ((float(job["start"]), job.get("end")),)
+            for r in range(int(job["replicas"])):
+                task = f"workerpool0-{r}" if r == 0 else f"workerpool1-{r - 1}"
+                factor = job.get("stragglers", {}).get(task, 1.0)
+                vm = Vm(project, f"{job_id}{r}", task, "", job["machine_type"], {}, spans)
+                labels = {"project_id": project, "job_id": job_id, "task_name": task}
+                if metric_type.startswith(VERTEX + "network/"):
+                    kind = NET + ("sent_bytes_count" if "sent" in metric_type else "received_bytes_count")
+                    fn = self._network(vm, kind, gbps, gpu_nics, factor)
+                else:
+                    inner = {"accelerator/utilization": AGENT + "utilization", "cpu/utilization": AGENT + "utilization",
+                             "accelerator/memory/utilization": AGENT + "memory/bytes_used"}[metric_type[len(VERTEX):]]
+                    fn = self._fraction(vm, inner, factor, cpu=metric_type.endswith("cpu/utilization"))
+                out.append(Synthetic(metric_type, {}, "cloudml_job", labels, {}, {}, fn))
+        return out
+
+    def _fraction(self, vm: Vm, inner: str, factor: float, cpu: bool) -> Callable[[float, float], Samples]:
+        # Vertex reports fractions of what the task was given: the node's mean GPU use, or its memory share.
+        memory = inner.endswith("bytes_used")
+        gpu = self._gpu(vm, 0, inner, {}, 1e9 if memory else 1.0, factor)  # 1e9 "bytes": a share, kept whole
+        scale = (0.3 if cpu else 1.0) / (1e9 if memory else 100.0)
+
+        def sample(start: float, end: float) -> Samples:
+            s0, t, v = gpu(start, end)
+            return s0, t, v * scale
+
+        return sample
