@@ -1,0 +1,132 @@
+"""`gcpgpu metrics`: network, GPU and training metrics from Cloud Monitoring, live, for a whole cluster."""
+
+from __future__ import annotations
+
+import click
+
+from gcpgpu.errors import UsageProblem
+from gcpgpu.output import emit, info
+from gcpgpu.settings import Settings
+
+TAIL_FORMATS = ("table", "json", "csv")
+
+
+def _target_options(fn: click.decorators.FC) -> click.decorators.FC:
+    fn = click.option("--job", metavar="JOB", help="A Vertex AI custom job: its numeric id or full resource name.")(fn)
+    return click.option("--cluster", metavar="NAME", help="A gcpgpu cluster (its VMs, found by label).")(fn)
+
+
+@click.group(epilog="""\b
+Examples:
+  gcpgpu metrics tail --cluster demo                 live view, refreshed every 5 s
+  gcpgpu metrics tail --cluster demo --gpus --once   one snapshot, a row per GPU
+  gcpgpu metrics tail --job 123 --format csv         rows for scripts
+  gcpgpu metrics report --cluster demo --since 2h -o demo.html
+  gcpgpu metrics dashboard create --cluster demo""")
+def metrics() -> None:
+    """Network, GPU and training metrics from Cloud Monitoring, live, at cluster scale.
+
+    Each refresh makes one Cloud Monitoring call per metric type for the whole cluster
+    (aggregated server-side), whatever its size. Stragglers (well below the median of
+    their peers on GPU utilization or network throughput) are marked; metrics nobody
+    reports show as n/a, with a hint on how to enable them.
+    """
+
+
+@metrics.command()
+@_target_options
+@click.option("--gpus", is_flag=True, help="A row per GPU under each node.")
+@click.option("--interval", type=float, default=5.0, show_default=True, metavar="S", help="Seconds between refreshes.")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.option("--format", "fmt", type=click.Choice(TAIL_FORMATS), default=None,
+              help="table (default), or rows for scripts: json (one object per row per refresh) or csv.")
+@click.pass_obj
+def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, interval: float, once: bool,
+         fmt: str | None) -> None:
+    """Watch a cluster's or job's nodes: network, GPUs, DCGM and training throughput.
+
+    \b
+    Columns: network sent/received (Gbit/s, rates from the DELTA counters), the
+    share of the machine's bandwidth (from the catalog), packets/s, GPU utilization
+    and memory (Ops Agent), SM / tensor-pipe activity and NVLink / PCIe traffic (DCGM,
+    when present), the trainer's tokens/s and MFU (from gcpgpu.metrics.reporter), and
+    the last 15 minutes as a sparkline. The global --format json also streams rows.
+    """
+    from gcpgpu.metrics.tail import Tail, run
+    from gcpgpu.metrics.target import pick
+
+    kind, name = pick(cluster, job)
+    if gpus and kind == "job":
+        raise UsageProblem("--gpus needs --cluster: Vertex AI reports accelerator use per task, not per GPU")
+    if not 1 <= interval <= 3600:
+        raise UsageProblem(f"--interval {interval:g} must be between 1 and 3600 seconds")
+    fmt = fmt or settings.format  # the root's table|json|yaml when no local --format is given
+    project = settings.project
+    run(Tail(settings.clients, project, kind, name, per_gpu=gpus), fmt, interval, once)
+
+
+@metrics.command()
+@_target_options
+@click.option("--since", default="1h", show_default=True, metavar="DURATION",
+              help="How far back: e.g. 30m, 2h, 1d (at most six weeks).")
+@click.option("-o", "--output", required=True, metavar="FILE", help="Where to write: FILE.html or FILE.png.")
+@click.pass_obj
+def report(settings: Settings, cluster: str | None, job: str | None, since: str, output: str) -> None:
+    """Plot a cluster's or job's metrics over time to an HTML page or a PNG.
+
+    One panel per metric, one line per node, stragglers in red and named. The HTML
+    page adds each node's averages over the window and embeds the figure.
+    """
+    from gcpgpu.metrics.query import Window, parse_duration
+    from gcpgpu.metrics.report import check_output, make_report
+    from gcpgpu.metrics.target import pick, resolve
+
+    kind, name = pick(cluster, job)
+    seconds = parse_duration(since)
+    path = check_output(output)
+    project = settings.project
+    target = resolve(settings.clients, project, kind, name)
+    summary = make_report(settings.clients, target, Window.since(seconds), path)
+    if settings.format != "table":
+        emit(summary)
+        return
+    slow = f"; stragglers: {', '.join(summary['stragglers'])}" if summary["stragglers"] else ""
+    info(f"Wrote {summary['output']} ({len(summary['panels'])} panel(s){slow}).")
+
+
+@metrics.group()
+def dashboard() -> None:
+    """A Cloud Monitoring dashboard for a cluster (network, GPU utilization, training throughput)."""
+
+
+@dashboard.command("create")
+@click.option("--cluster", required=True, metavar="NAME", help="The gcpgpu cluster.")
+@click.pass_obj
+def dashboard_create(settings: Settings, cluster: str) -> None:
+    """Create the cluster's dashboard, or update it to the cluster's current nodes."""
+    from gcpgpu.metrics import dashboard as dash
+    from gcpgpu.metrics.target import check_cluster_name, resolve
+
+    name = check_cluster_name(cluster)
+    project = settings.project
+    result = dash.create(settings.clients, resolve(settings.clients, project, "cluster", name))
+    if settings.format != "table":
+        emit(result)
+        return
+    info(f"Dashboard {result['action']} for cluster {name}: {result['url']}")
+
+
+@dashboard.command("delete")
+@click.option("--cluster", required=True, metavar="NAME", help="The gcpgpu cluster.")
+@click.pass_obj
+def dashboard_delete(settings: Settings, cluster: str) -> None:
+    """Delete the cluster's dashboard (none left is not an error)."""
+    from gcpgpu.metrics import dashboard as dash
+    from gcpgpu.metrics.target import check_cluster_name
+
+    name = check_cluster_name(cluster)
+    gone = dash.delete(settings.clients, settings.project, name)
+    if settings.format != "table":
+        emit({"cluster": name, "deleted": gone})
+        return
+    info(f"Deleted {len(gone)} dashboard(s) of cluster {name}." if gone else f"No dashboard for cluster {name}.")

@@ -1,0 +1,11 @@
+"""Network, GPU and training metrics from Cloud Monitoring, for a whole cluster or Vertex job at once.
+
+sources.py   which metric types, how each is aligned and reduced server-side, how to enable it
+target.py    --cluster / --job: the resources, filters and groupings (a cluster's VMs by label)
+query.py     one ListTimeSeries call per metric type per refresh, in parallel, read raw
+view.py      rows per node and GPU, the total, stragglers, sparklines, n/a; table / JSON / CSV
+tail.py      the refresh loop behind `gcpgpu metrics tail`
+report.py    matplotlib panels over a window, to PNG or a self-contained HTML page
+dashboard.py a Cloud Monitoring dashboard per cluster from templates/dashboard.json.j2
+reporter.py  the trainer's JSON log -> custom metrics (a thread or a sidecar process)
+"""

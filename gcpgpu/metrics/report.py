@@ -1,0 +1,206 @@
+"""`gcpgpu metrics report`: the tail's series over a longer window, plotted (matplotlib) to PNG or HTML.
+
+One panel per metric, one line per node, the stragglers in red and named in the legend; the HTML
+adds a table of each node's averages over the window and embeds the figure, so it is one file to
+mail or attach to a bug. The same calls as the tail: one ListTimeSeries per metric type.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gcpgpu.errors import UsageProblem
+
+from .query import JOB_KEY, Fetched, Window, fetch
+from .sources import Metric, report_metrics_for
+from .target import Target
+from .view import STRAGGLER_SHARE
+
+SUFFIXES = (".html", ".png")
+_MUTED = ("#4c72b0", "#55a868", "#8172b2", "#64b5cd", "#937860", "#8c8c8c", "#ccb974", "#da8bc3")
+
+
+def check_output(path: str) -> Path:
+    """-o FILE must end in .html or .png and sit in a folder that exists (checked before any API call)."""
+    out = Path(path)
+    if out.suffix.lower() not in SUFFIXES:
+        raise UsageProblem(f"-o {path!r} must end in .html or .png")
+    if not out.parent.exists():
+        raise UsageProblem(f"-o {path!r}: the folder {str(out.parent)!r} does not exist")
+    return out
+
+
+@dataclass
+class Panel:
+    metric: Metric
+    title: str
+    unit: str
+    lines: dict[str, list[tuple[float, float]]]  # line name -> points, oldest first
+
+
+def panels(target: Target, fetched: Fetched, metrics: list[Metric]) -> list[Panel]:
+    """The plotted series: per node (a node's GPUs joined), or the job's one line for trainer metrics."""
+    machine = target.machine
+    out = []
+    for metric in metrics:
+        rows = fetched.data.get(metric.key, {})
+        if not rows:
+            continue
+        lines: dict[str, list[tuple[float, float]]] = {}
+        title, unit = metric.title, metric.unit
+        if metric.job_level:
+            pts = rows.get(JOB_KEY, [])
+            lines[target.name] = sorted(pts)
+        else:
+            per_member: dict[str, dict[float, list[float]]] = {}
+            for (key, _gpu), pts in rows.items():
+                bucket = per_member.setdefault(target.member(key).name, {})
+                for t, v in pts:
+                    bucket.setdefault(t, []).append(v)
+            summed = metric.reducer == "REDUCE_SUM"
+            for name, bucket in per_member.items():
+                lines[name] = sorted((t, sum(vs) if summed else statistics.fmean(vs)) for t, vs in bucket.items())
+        if metric.key == "gpu_mem_bytes":
+            if machine is not None and machine.gpu_count:
+                total = machine.gpu_count * machine.gpu.memory_gib * 2**30
+                lines = {n: [(t, v / total * 100) for t, v in pts] for n, pts in lines.items()}
+                title, unit = "GPU memory used", "% of GPU memory"
+            else:
+                lines = {n: [(t, v / 2**30) for t, v in pts] for n, pts in lines.items()}
+                unit = "GiB"
+        if metric.key == "mfu":
+            lines = {n: [(t, v * 100) for t, v in pts] for n, pts in lines.items()}
+            unit = "%"
+        out.append(Panel(metric, title, unit, {n: p for n, p in sorted(lines.items()) if p}))
+    return [p for p in out if p.lines]
+
+
+def stragglers(panel_list: list[Panel]) -> dict[str, str]:
+    """Nodes whose average over the window is well below the median node's, with the reason."""
+    found: dict[str, str] = {}
+    for panel in panel_list:
+        if panel.metric.key not in ("gpu_util_pct", "net_sent_gbps", "net_recv_gbps") or len(panel.lines) < 2:
+            continue
+        means = {n: statistics.fmean(v for _t, v in pts) for n, pts in panel.lines.items()}
+        median = statistics.median(means.values())
+        for name, mean in means.items():
+            if median > 0 and mean < STRAGGLER_SHARE * median:
+                reason = f"{panel.title} {_fmt(mean)} {panel.unit} vs median {_fmt(median)}"
+                found[name] = f"{found[name]}; {reason}" if name in found else reason
+    return found
+
+
+def _fmt(v: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e4)):
+        if abs(v) >= size:
+            return f"{v / (size if unit != 'k' else 1e3):.1f}{unit}"
+    return f"{v:.1f}"
+
+
+def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window) -> bytes:
+    """All panels in one figure, two columns, as PNG bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.dates import DateFormatter
+    from matplotlib.figure import Figure
+
+    cols = 2 if len(panel_list) > 1 else 1
+    rows = max(1, (len(panel_list) + cols - 1) // cols)
+    fig = Figure(figsize=(7.0 * cols, 2.9 * rows + 0.8), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    start = dt.datetime.fromtimestamp(window.start, dt.timezone.utc)
+    end = dt.datetime.fromtimestamp(window.end, dt.timezone.utc)
+    fig.suptitle(f"{target.label}: {start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC"
+                 + (f"; stragglers: {', '.join(sorted(slow))}" if slow else ""), fontsize=12,
+                 color="#b00020" if slow else "black")
+    if not panel_list:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.text(0.5, 0.5, "no metrics in this window", ha="center", va="center")
+        ax.set_axis_off()
+    for i, panel in enumerate(panel_list):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        for j, (name, pts) in enumerate(panel.lines.items()):
+            times = [dt.datetime.fromtimestamp(t, dt.timezone.utc) for t, _v in pts]
+            values = [v for _t, v in pts]
+            if name in slow:
+                ax.plot(times, values, color="#d62728", linewidth=2.4, label=f"{name} (straggler)", zorder=3)
+            else:
+                ax.plot(times, values, color=_MUTED[j % len(_MUTED)], linewidth=1.0, alpha=0.8,
+                        label=name if len(panel.lines) <= 8 else None)
+        ax.set_title(panel.title, fontsize=10, loc="left")
+        ax.set_ylabel(panel.unit, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_formatter(DateFormatter("%H:%M"))
+        ax.grid(True, alpha=0.3)
+        if panel.unit.startswith("%"):
+            ax.set_ylim(bottom=0)
+        handles, labels = ax.get_legend_handles_labels()
+        if labels:
+            ax.legend(fontsize=7, loc="best", ncol=min(4, len(labels)))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def html_page(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window, png: bytes) -> str:
+    """One self-contained HTML file: a summary table of each node's averages and the figure."""
+    names = sorted({n for p in panel_list for n in p.lines if not p.metric.job_level})
+    shown = [p for p in panel_list if not p.metric.job_level]
+    head = "".join(f"<th>{html.escape(p.title)}<br><small>{html.escape(p.unit)}</small></th>" for p in shown)
+    body = []
+    for name in names:
+        cells = []
+        for p in shown:
+            pts = p.lines.get(name)
+            cells.append(f"<td>{_fmt(statistics.fmean(v for _t, v in pts))}</td>" if pts else "<td class=na>n/a</td>")
+        flag = f"<td class=slow>straggler: {html.escape(slow[name])}</td>" if name in slow else "<td></td>"
+        body.append(f"<tr{' class=slowrow' if name in slow else ''}><td>{html.escape(name)}</td>{''.join(cells)}{flag}</tr>")
+    trainer = [p for p in panel_list if p.metric.job_level]
+    trainer_line = ", ".join(
+        f"{html.escape(p.title)} {_fmt(statistics.fmean(v for _t, v in next(iter(p.lines.values()))))} {html.escape(p.unit)}"
+        for p in trainer)
+    start = dt.datetime.fromtimestamp(window.start, dt.timezone.utc)
+    end = dt.datetime.fromtimestamp(window.end, dt.timezone.utc)
+    image = base64.b64encode(png).decode()
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>gcpgpu metrics: {html.escape(target.label)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
+th, td {{ border-bottom: 1px solid #ddd; padding: 4px 10px; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+.slowrow td {{ color: #b00020; font-weight: 600; }} .na {{ color: #999; }} .slow {{ text-align: left; }}
+img {{ max-width: 100%; }}
+</style></head><body>
+<h1>{html.escape(target.label)}</h1>
+<p>{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, one point per {window.period / 60:g} min.
+{('Stragglers: <b>' + html.escape(', '.join(sorted(slow))) + '</b>.') if slow else 'No stragglers.'}
+{('Trainer averages: ' + trainer_line + '.') if trainer_line else 'No trainer metrics (start gcpgpu.metrics.reporter beside the trainer).'}</p>
+<table><tr><th>{'node' if target.kind == 'cluster' else 'task'}</th>{head}<th></th></tr>
+{''.join(body)}
+</table>
+<img alt="metrics over time" src="data:image/png;base64,{image}">
+<p><small>Made by gcpgpu metrics report from Cloud Monitoring.</small></p>
+</body></html>
+"""
+
+
+def make_report(clients: Any, target: Target, window: Window, output: Path) -> dict[str, Any]:
+    """Fetch the window's series, plot them, write `output` (.png or .html); returns a summary."""
+    metrics = list(report_metrics_for(target.kind))
+    fetched = fetch(clients, target, metrics, window)
+    panel_list = panels(target, fetched, metrics)
+    slow = stragglers(panel_list)
+    png = figure_png(target, panel_list, slow, window)
+    if output.suffix.lower() == ".png":
+        output.write_bytes(png)
+    else:
+        output.write_text(html_page(target, panel_list, slow, window, png), encoding="utf-8")
+    return {"output": str(output), "panels": [p.title for p in panel_list], "stragglers": sorted(slow),
+            "api_calls": fetched.calls, "bytes": output.stat().st_size}

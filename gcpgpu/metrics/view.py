@@ -1,0 +1,409 @@
+"""The tail's view: one row per node (and per GPU), the cluster's total, stragglers, sparklines, n/a.
+
+Pure: it turns what one refresh fetched into rows, and rows into a rich table or flat records for
+JSON and CSV. A value nobody reported is None and shows as "n/a", never 0, and the hint saying
+how to get it is collected once per snapshot.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .query import JOB_KEY, Fetched
+from .sources import HINTS, Metric
+from .target import Target
+
+STRAGGLER_SHARE = 0.8  # below 80% of the peers' median is "well below"
+SPARK = "▁▂▃▄▅▆▇█"
+DCGM_KEYS = ("sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s")
+# Flat record fields, in column order (JSON and CSV carry all of them).
+FIELDS = (
+    "kind", "name", "rank", "gpu", "net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets_sent_per_s",
+    "packets_recv_per_s", "gpu_util_pct", "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s",
+    "pcie_gbytes_per_s", "tokens_per_s", "mfu", "straggler", "straggler_reasons",
+)  # fmt: skip
+_SUMMED = {"net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "nvlink_gbytes_per_s",
+           "pcie_gbytes_per_s", "gpu_mem_bytes"}
+
+
+@dataclass
+class Row:
+    kind: str  # node | gpu | total
+    name: str
+    rank: int | None = None
+    gpu: int | None = None
+    values: dict[str, float | None] = field(default_factory=dict)
+    history: list[float | None] = field(default_factory=list)
+    history_of: str = ""
+    straggler: list[str] = field(default_factory=list)  # why, e.g. "GPU 47% vs median 94%"
+
+
+@dataclass
+class Snapshot:
+    target: Target
+    time: float
+    rows: list[Row]
+    dcgm: bool  # whether any node reports DCGM profiling (else its columns are left out)
+    missing: dict[str, list[str]]  # source -> rows without it
+    calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def stragglers(self) -> list[str]:
+        return [r.name for r in self.rows if r.straggler]
+
+    def hints(self) -> list[str]:
+        """One line per missing source: what is n/a and how to enable it."""
+        out = []
+        flag = f"--{self.target.kind} {self.target.name}"
+        for source, names in self.missing.items():
+            if not names or (source == "dcgm" and not self.dcgm and self.target.kind != "cluster"):
+                continue
+            where = "" if source == "trainer" else (
+                f" (n/a on {', '.join(names[:4])}{', ...' if len(names) > 4 else ''})")
+            out.append(f"hint{where}: {HINTS[source].format(flag=flag)}")
+        return out
+
+
+def _latest(points: list[tuple[float, float]] | None) -> float | None:
+    return max(points)[1] if points else None
+
+
+def _combine(values: list[float], summed: bool) -> float | None:
+    if not values:
+        return None
+    return sum(values) if summed else statistics.fmean(values)
+
+
+def _by_time(series: Iterable[list[tuple[float, float]]], summed: bool) -> list[tuple[float, float]]:
+    """Several series (e.g. a node's GPUs) joined into one, per timestamp, the way the reducer would."""
+    buckets: dict[float, list[float]] = {}
+    for pts in series:
+        for t, v in pts:
+            buckets.setdefault(t, []).append(v)
+    return [(t, _combine(vs, summed)) for t, vs in buckets.items()]  # type: ignore[misc]
+
+
+def _history(points: list[tuple[float, float]] | None, fetched: Fetched) -> list[float | None]:
+    w = fetched.window
+    stamps = [w.end - k * w.period for k in range(int(round((w.end - w.start) / w.period)) - 1, -1, -1)]
+    have = {round(t): v for t, v in points or []}
+    return [have.get(round(t)) for t in stamps]
+
+
+def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: bool = False,
+          now: float | None = None) -> Snapshot:
+    """Rows for every member (and GPU), a total row, stragglers marked, and what is missing."""
+    data = fetched.data
+    by_key = {m.key: m for m in metrics}
+    # Members: discovered VMs, plus Vertex tasks (or late VMs) that appear only in the data.
+    for metric in metrics:
+        if not metric.job_level:
+            for key, _gpu in data.get(metric.key, {}):
+                target.member(key)
+    machine = target.machine
+    gpus_per_node = machine.gpu_count if machine else None
+    gpu_bytes = machine.gpu.memory_gib * 2**30 if machine else None
+
+    # Per-GPU series indexed by node once, so a 64-node --gpus view is not 64 scans of 512 series.
+    per_gpu_series: dict[tuple[str, str], list[list[tuple[float, float]]]] = {}
+    for metric in metrics:
+        for (k, g), pts in data.get(metric.key, {}).items():
+            if g is not None:
+                per_gpu_series.setdefault((metric.key, k), []).append(pts)
+
+    def series(metric: Metric, member_key: str) -> list[tuple[float, float]] | None:
+        rows = data.get(metric.key, {})
+        if (member_key, None) in rows:
+            return rows[(member_key, None)]
+        per = per_gpu_series.get((metric.key, member_key))
+        return _by_time(per, metric.key in _SUMMED) if per else None
+
+    node_rows: list[Row] = []
+    gpu_rows: dict[str, list[Row]] = {}
+    missing: dict[str, list[str]] = {}
+    for member in sorted(target.members, key=lambda m: (m.rank is None, m.rank or 0, m.name)):
+        row = Row("node", member.name, member.rank)
+        hist: dict[str, list[tuple[float, float]] | None] = {}
+        for metric in metrics:
+            if metric.job_level:
+                continue
+            pts = series(metric, member.key)
+            hist[metric.key] = pts
+            row.values[metric.key] = _latest(pts)
+        for metric in metrics:
+            if not metric.job_level and row.values.get(metric.key) is None:
+                names = missing.setdefault(metric.source, [])
+                if member.name not in names:
+                    names.append(member.name)
+        _derive(row.values, machine, gpus_per_node, gpu_bytes)
+        row.history_of, row.history = _pick_history(hist, fetched)
+        node_rows.append(row)
+        if per_gpu:
+            gpu_rows[member.name] = _gpu_rows(member.key, member.name, member.rank, data, metrics, fetched, gpu_bytes)
+
+    _mark(node_rows)
+    all_gpus = [g for rows in gpu_rows.values() for g in rows]
+    _mark(all_gpus)
+
+    total = Row("total", f"{target.kind} {target.name}")
+    for metric in metrics:
+        if metric.job_level:
+            total.values[metric.key] = _latest(data.get(metric.key, {}).get(JOB_KEY))
+    for key in ("net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "gpu_util_pct",
+                "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s",
+                "link_share_pct"):
+        vals = [r.values[key] for r in node_rows if r.values.get(key) is not None]
+        total.values[key] = _combine(vals, key in _SUMMED)  # type: ignore[arg-type]
+    tokens = data.get("tokens_per_s", {}).get(JOB_KEY)
+    if tokens:
+        total.history_of, total.history = "tokens_per_s", _history(tokens, fetched)
+    else:
+        total.history_of = node_rows[0].history_of if node_rows else ""
+        cols = [r.history for r in node_rows if r.history_of == total.history_of]
+        total.history = [(_combine([c[i] for c in cols if c[i] is not None], total.history_of in _SUMMED)
+                          if cols else None) for i in range(len(cols[0]) if cols else 0)]
+    if "tokens_per_s" in by_key and total.values.get("tokens_per_s") is None:
+        missing["trainer"] = [total.name]
+
+    rows: list[Row] = []
+    for row in node_rows:
+        rows.append(row)
+        rows.extend(gpu_rows.get(row.name, []))
+    rows.append(total)
+    dcgm = any(r.values.get(k) is not None for r in node_rows for k in DCGM_KEYS)
+    return Snapshot(target, fetched.window.end if now is None else now, rows, dcgm, missing, fetched.calls,
+                    fetched.seconds)
+
+
+def _derive(values: dict[str, float | None], machine: Any, gpus: int | None, gpu_bytes: float | None) -> None:
+    sent, recv = values.get("net_sent_gbps"), values.get("net_recv_gbps")
+    if machine is not None and (sent is not None or recv is not None):
+        values["link_share_pct"] = max(v for v in (sent, recv) if v is not None) / machine.max_net_gbps * 100
+    else:
+        values.setdefault("link_share_pct", None)
+    if "gpu_mem_bytes" in values:
+        used = values.pop("gpu_mem_bytes")
+        values["gpu_mem_pct"] = used / (gpu_bytes * (gpus or 1)) * 100 if used is not None and gpu_bytes else None
+
+
+def _gpu_rows(key: str, node: str, rank: int | None, data: dict, metrics: Sequence[Metric], fetched: Fetched,
+              gpu_bytes: float | None) -> list[Row]:
+    gpus = sorted({g for m in metrics if m.per_gpu for g in _gpus_of(data.get(m.key, {}), key)},
+                  key=lambda g: int(g) if g.isdigit() else 0)
+    out = []
+    for g in gpus:
+        row = Row("gpu", f"{node}/gpu{g}", rank, int(g) if g.isdigit() else None)
+        hist = {}
+        for metric in metrics:
+            if metric.per_gpu:
+                pts = data.get(metric.key, {}).get((key, g))
+                hist[metric.key] = pts
+                row.values[metric.key] = _latest(pts)
+        _derive(row.values, None, 1, gpu_bytes)
+        row.history_of, row.history = _pick_history(hist, fetched)
+        out.append(row)
+    return out
+
+
+def _gpus_of(rows: dict, key: str) -> list[str]:
+    # Probing the 16 possible GPU numbers beats scanning every (node, GPU) key of a big cluster.
+    return [str(g) for g in range(16) if (key, str(g)) in rows]
+
+
+def _pick_history(hist: dict[str, list[tuple[float, float]] | None], fetched: Fetched) -> tuple[str, list[float | None]]:
+    if hist.get("gpu_util_pct"):
+        return "gpu_util_pct", _history(hist["gpu_util_pct"], fetched)
+    sent, recv = hist.get("net_sent_gbps") or [], hist.get("net_recv_gbps") or []
+    if sent or recv:
+        return "net_gbps", _history(_by_time([sent, recv], True), fetched)
+    return "", _history(None, fetched)
+
+
+def _mark(rows: list[Row]) -> None:
+    """Flag rows well below the median of their peers on GPU utilization or network throughput."""
+    checks = (
+        ("gpu_util_pct", "GPU", lambda v: f"{v:.0f}%"),
+        ("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),
+    )
+    for key, label, fmt in checks:
+        vals = {}
+        for r in rows:
+            if key == "net_gbps":
+                parts = [r.values.get("net_sent_gbps"), r.values.get("net_recv_gbps")]
+                v = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+            else:
+                v = r.values.get(key)
+            if v is not None:
+                vals[id(r)] = v
+        if len(vals) < 2:
+            continue
+        median = statistics.median(vals.values())
+        if median <= 0:
+            continue
+        for r in rows:
+            v = vals.get(id(r))
+            if v is not None and v < STRAGGLER_SHARE * median:
+                r.straggler.append(f"{label} {fmt(v)} vs median {fmt(median)}")
+
+
+# ---------------------------------------------------------------------------- formatting
+def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
+    """Recent history in block characters; a gap (no data that minute) is a space."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return ""
+    hi = top if top else max(present)
+    if hi <= 0:
+        hi = 1.0
+    return "".join(" " if v is None else SPARK[min(len(SPARK) - 1, max(0, int(v / hi * (len(SPARK) - 1) + 0.5)))]
+                   for v in values)
+
+
+def _human(v: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= size:
+            return f"{v / size:.1f}{unit}"
+    return f"{v:.0f}"
+
+
+def _cell(v: float | None, fmt: str) -> str:
+    if v is None:
+        return "n/a"
+    if fmt == "pct":
+        return f"{v:.0f}%"
+    if fmt == "ratio":
+        return f"{v * 100:.1f}%"
+    if fmt == "human":
+        return _human(v)
+    return f"{v:{fmt}}"
+
+
+def columns(snapshot: Snapshot) -> list[tuple[str, str, str]]:
+    """(header, field, format) of the table's columns for this snapshot."""
+    cols = [("SENT Gb/s", "net_sent_gbps", ".1f"), ("RECV Gb/s", "net_recv_gbps", ".1f")]
+    if snapshot.target.kind == "cluster":
+        cols += [("LINK", "link_share_pct", "pct"), ("PKT/s TX/RX", "packets", "")]
+    cols += [("GPU", "gpu_util_pct", "pct"), ("GPU MEM", "gpu_mem_pct", "pct")]
+    if snapshot.dcgm:
+        cols += [("SM", "sm_active_pct", "pct"), ("TENSOR", "tensor_active_pct", "pct"),
+                 ("NVLINK GB/s", "nvlink_gbytes_per_s", ".1f"), ("PCIE GB/s", "pcie_gbytes_per_s", ".1f")]
+    cols += [("TOK/s", "tokens_per_s", "human"), ("MFU", "mfu", "ratio")]
+    return cols
+
+
+def cells(row: Row, snapshot: Snapshot) -> list[str]:
+    out = []
+    for _header, key, fmt in columns(snapshot):
+        if row.kind in ("node", "gpu") and key in ("tokens_per_s", "mfu"):
+            out.append("")  # the trainer's numbers are the job's: they show on the total row
+        elif row.kind == "gpu" and key in ("net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets"):
+            out.append("")  # network is per VM, not per GPU
+        elif key == "packets":
+            tx, rx = row.values.get("packets_sent_per_s"), row.values.get("packets_recv_per_s")
+            out.append("n/a" if tx is None and rx is None else f"{_cell(tx, 'human')}/{_cell(rx, 'human')}")
+        else:
+            out.append(_cell(row.values.get(key), fmt))
+    return out
+
+
+def _spark_top(row: Row, snapshot: Snapshot) -> float | None:
+    if row.history_of == "gpu_util_pct":
+        return 100.0
+    machine = snapshot.target.machine
+    if row.history_of == "net_gbps" and machine is not None:
+        return 2.0 * machine.max_net_gbps * (len(snapshot.target.members) if row.kind == "total" else 1)
+    return None
+
+
+# Columns a narrow terminal gives up first (the rest: node, network, GPU, throughput, status).
+_DROP_ORDER = ("pcie_gbytes_per_s", "nvlink_gbytes_per_s", "packets", "sm_active_pct", "gpu_mem_pct",
+               "tensor_active_pct", "link_share_pct", "history")
+
+
+def table(snapshot: Snapshot, width: int | None = None) -> Any:
+    """A rich Table of the snapshot: stragglers in red with the reason, n/a dimmed.
+
+    With a width (a terminal's), the least telling columns are left out until the table fits,
+    rather than squeezing every cell into an ellipsis.
+    """
+    dropped: set[str] = set()
+    t = _table(snapshot, dropped)
+    if width is None:
+        return t
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(width=10_000)
+    for key in _DROP_ORDER:
+        if Measurement.get(console, console.options, t).maximum <= width:
+            break
+        dropped.add(key)
+        t = _table(snapshot, dropped)
+    return t
+
+
+def _table(snapshot: Snapshot, dropped: set[str]) -> Any:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    stamp = dt.datetime.fromtimestamp(snapshot.time, dt.timezone.utc).strftime("%H:%M:%S UTC")
+    machine = snapshot.target.machine
+    title = (f"{snapshot.target.label}: {len([r for r in snapshot.rows if r.kind == 'node'])} "
+             f"{'node' if snapshot.target.kind == 'cluster' else 'task'}(s)"
+             + (f" of {machine.name} ({machine.max_net_gbps} Gbit/s each)" if machine else "") + f" at {stamp}")
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
+    t.add_column("NODE" if snapshot.target.kind == "cluster" else "TASK", no_wrap=True)
+    shown = [i for i, (_h, key, _f) in enumerate(columns(snapshot)) if key not in dropped]
+    for i in shown:
+        t.add_column(columns(snapshot)[i][0], justify="right", no_wrap=True)
+    if "history" not in dropped:
+        t.add_column("LAST 15 MIN", no_wrap=True)
+    t.add_column("STATUS", min_width=16, max_width=44)  # wraps: it may hold two reasons
+    for row in snapshot.rows:
+        style = "red" if row.straggler else ("bold" if row.kind == "total" else "")
+        name = ("  " + row.name.rsplit("/", 1)[-1]) if row.kind == "gpu" else row.name
+        status = ("straggler: " + "; ".join(row.straggler)) if row.straggler else ""
+        rendered = [Text(name, style=style)]
+        values = cells(row, snapshot)
+        for i in shown:
+            rendered.append(Text(values[i], style="dim" if values[i] == "n/a" else style))
+        if "history" not in dropped:
+            rendered.append(Text(sparkline(row.history, _spark_top(row, snapshot)), style="cyan"))
+        rendered.append(Text(status, style="red" if status else ""))
+        if row.kind == "total":
+            t.add_section()
+        t.add_row(*rendered)
+    return t
+
+
+def records(snapshot: Snapshot, with_history: bool = True) -> list[dict[str, Any]]:
+    """Flat rows for JSON and CSV, each stamped with the snapshot's time and target."""
+    stamp = dt.datetime.fromtimestamp(snapshot.time, dt.timezone.utc).isoformat()
+    out = []
+    for row in snapshot.rows:
+        rec: dict[str, Any] = {"time": stamp, "target": snapshot.target.label}
+        for key in FIELDS:
+            if key in ("kind", "name", "rank", "gpu"):
+                rec[key] = getattr(row, key)
+            elif key == "straggler":
+                rec[key] = bool(row.straggler)
+            elif key == "straggler_reasons":
+                rec[key] = list(row.straggler)
+            else:
+                rec[key] = _round(row.values.get(key))
+        if with_history:
+            rec["history_of"] = row.history_of
+            rec["history"] = [_round(v) for v in row.history]
+        out.append(rec)
+    return out
+
+
+def _round(v: float | None) -> float | None:
+    # Scripts want numbers, not 17 digits of float noise; 4 significant decimals is plenty here.
+    return None if v is None else round(v, 4)
