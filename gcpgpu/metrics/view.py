@@ -332,7 +332,7 @@ def table(snapshot: Snapshot, width: int | None = None) -> Any:
     rather than squeezing every cell into an ellipsis.
     """
     dropped: set[str] = set()
-    t = _table(snapshot, dropped)
+    t = _table(snapshot, dropped, wrap=width is not None)
     if width is None:
         return t
     from rich.console import Console
@@ -343,11 +343,11 @@ def table(snapshot: Snapshot, width: int | None = None) -> Any:
         if Measurement.get(console, console.options, t).maximum <= width:
             break
         dropped.add(key)
-        t = _table(snapshot, dropped)
+        t = _table(snapshot, dropped, wrap=True)
     return t
 
 
-def _table(snapshot: Snapshot, dropped: set[str]) -> Any:
+def _table(snapshot: Snapshot, dropped: set[str], wrap: bool) -> Any:
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -364,7 +364,8 @@ def _table(snapshot: Snapshot, dropped: set[str]) -> Any:
         t.add_column(columns(snapshot)[i][0], justify="right", no_wrap=True)
     if "history" not in dropped:
         t.add_column("LAST 15 MIN", no_wrap=True)
-    t.add_column("STATUS", min_width=16, max_width=44)  # wraps: it may hold two reasons
+    # On a terminal the reasons wrap; piped, each row stays one line for grep and awk.
+    t.add_column("STATUS", min_width=16, max_width=44 if wrap else None, no_wrap=not wrap)
     for row in snapshot.rows:
         style = "red" if row.straggler else ("bold" if row.kind == "total" else "")
         name = ("  " + row.name.rsplit("/", 1)[-1]) if row.kind == "gpu" else row.name
