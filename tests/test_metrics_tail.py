@@ -142,6 +142,19 @@ def test_a_vertex_job_shows_a_row_per_task(env):
                                                            ("workerpool1-1", 2)]
     assert [r["name"] for r in rows if r["straggler"]] == ["workerpool1-1"]
     assert rows[0]["packets_sent_per_s"] is None and rows[0]["link_share_pct"] is None
+    assert rows[-1]["tokens_per_s"] is None
+
+
+def test_a_vertex_jobs_trainer_numbers_show_on_its_total_row(env):
+    from gcpgpu.metrics.reporter import Reporter
+
+    env.monitoring.add_job("8675309", replicas=2, start=env.clock.now() - 300)
+    client = Clients(emulator=env.address, project=PROJECT).monitoring()
+    reporter = Reporter("/nonexistent", project=PROJECT, kind="job", name="8675309", client=client)
+    reporter.pending.add({"step": 3, "tokens_per_s": 1500.0, "world_size": 2, "mfu": 0.3})
+    assert reporter.flush()
+    rows = [json.loads(line) for line in tail("--job", "8675309", "--once", "--format", "json").stdout.splitlines()]
+    assert rows[-1]["name"] == "job 8675309" and rows[-1]["tokens_per_s"] == 3000.0 and rows[-1]["mfu"] == 0.3
 
 
 @pytest.mark.parametrize("args, words", [
