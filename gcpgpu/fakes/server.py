@@ -153,7 +153,14 @@ class Emulator:
             "name": "gcpgpu-emulator",
             "rest": self.address,
             "grpc": f"{HOST}:{self.grpc_port}" if self.grpc_port else None,
-            "apis": {"compute": f"{self.url}/compute/v1/"},
+            # Each API and where it answers: a REST base URL, or "grpc" (on the port above).
+            "apis": {
+                "compute": f"{self.url}/compute/v1/",
+                "aiplatform": f"{self.url}/v1/ and grpc",
+                "logging": f"{self.url}/v2/",
+                "cloudbuild": "grpc",
+                "monitoring": "grpc",
+            },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }
 
