@@ -161,7 +161,7 @@ def test_a_vertex_jobs_trainer_numbers_show_on_its_total_row(env):
     ([], "exactly one of --cluster NAME or --job JOB"),
     (["--cluster", "a", "--job", "1"], "exactly one of"),
     (["--cluster", "Bad_Name"], "--cluster 'Bad_Name' is not a cluster name"),
-    (["--job", "my-job"], "--job 'my-job' is not a Vertex AI custom job"),
+    (["--job", "my-job"], "--job 'my-job' is not a job: give what 'gcpgpu job submit' printed"),
     (["--cluster", "demo", "--interval", "0.2"], "--interval 0.2 must be between 1 and 3600"),
     (["--job", "123", "--gpus"], "--gpus needs --cluster"),
     (["--cluster", "demo", "--format", "xml"], "'xml' is not one of"),
@@ -200,3 +200,13 @@ def test_a_job_the_emulators_vertex_ai_runs_has_metrics_per_replica(env):
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["name"] for r in rows] == ["workerpool0-0", "workerpool1-0", "workerpool1-1", f"job {job.name.rsplit('/', 1)[1]}"]
     assert all(r["gpu_util_pct"] > 80 and r["net_sent_gbps"] > 0 for r in rows[:-1])
+
+
+@pytest.mark.parametrize("job, name", [("vertex:us-central1:8675309", "job 8675309"),
+                                       ("cluster:demo:train-0d21b9", "cluster demo")])
+def test_job_ids_as_job_submit_prints_them(env, job, name):
+    emulated_cluster(env, "demo", 2)
+    env.monitoring.add_job("8675309", replicas=1, start=env.clock.now() - 300)
+    result = tail("--job", job, "--once", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.splitlines()[-1])["name"] == name

@@ -12,7 +12,8 @@ TAIL_FORMATS = ("table", "json", "csv")
 
 
 def _target_options(fn: click.decorators.FC) -> click.decorators.FC:
-    fn = click.option("--job", metavar="JOB", help="A Vertex AI custom job: its numeric id or full resource name.")(fn)
+    fn = click.option("--job", metavar="JOB", help="A job as 'gcpgpu job submit' printed it (vertex:LOCATION:ID, "
+                      "cluster:NAME:JOB) or a Vertex AI custom job's id or name.")(fn)
     return click.option("--cluster", metavar="NAME", help="A gcpgpu cluster (its VMs, found by label).")(fn)
 
 

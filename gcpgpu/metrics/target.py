@@ -41,10 +41,27 @@ def check_job_id(value: str) -> str:
 
 
 def pick(cluster: str | None, job: str | None) -> tuple[str, str]:
-    """('cluster', NAME) or ('job', ID) from the two options, exactly one of which must be given."""
+    """('cluster', NAME) or ('job', VERTEX ID) from the two options, exactly one of which must be given.
+
+    --job takes what `gcpgpu job submit` prints: vertex:LOCATION:ID or the CustomJob's name (a
+    Vertex job), or cluster:NAME:JOB (a job on a cluster's VMs: those VMs are what to watch).
+    """
     if bool(cluster) == bool(job):
         raise UsageProblem("give exactly one of --cluster NAME or --job JOB")
-    return ("cluster", check_cluster_name(cluster)) if cluster else ("job", check_job_id(job or ""))
+    if cluster:
+        return "cluster", check_cluster_name(cluster)
+    text = (job or "").strip()
+    if _JOB.match(text):
+        return "job", check_job_id(text)
+    from gcpgpu.jobs import ids
+
+    try:
+        parsed = ids.parse(text)
+    except UsageProblem:
+        raise UsageProblem(f"--job {job!r} is not a job: give what 'gcpgpu job submit' printed "
+                           "(vertex:LOCATION:ID, projects/P/locations/L/customJobs/ID or cluster:NAME:JOB) "
+                           "or a Vertex AI custom job's numeric id") from None
+    return ("cluster", parsed.cluster or "") if parsed.target == "cluster" else ("job", parsed.job)
 
 
 @dataclass(frozen=True)
