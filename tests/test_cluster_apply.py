@@ -211,3 +211,19 @@ def test_cli_up_refuses_without_yes_when_not_interactive(gcp, monkeypatch):
                                        "us-central1"])
     assert result.exit_code == 2 and "--yes" in result.output
     assert len(gcp.requests) == 0
+
+
+def test_cli_down_deletes_the_clusters_dashboards(gcp, monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    runner = CliRunner()
+    assert runner.invoke(main, ["cluster", "up", "dash", "--machine-type", "a2-highgpu-1g", "--region", "us-central1",
+                                "--yes"]).exit_code == 0
+    made = runner.invoke(main, ["metrics", "dashboard", "create", "--cluster", "dash"])
+    assert made.exit_code == 0, made.output
+    from gcpgpu.metrics import dashboard
+
+    clients = Clients(emulator=gcp.address)
+    assert len(dashboard.find(clients, PROJECT, "dash")) == 1
+    down = runner.invoke(main, ["cluster", "down", "dash", "--yes"])
+    assert down.exit_code == 0 and "Deleted 1 dashboard" in down.output
+    assert dashboard.find(clients, PROJECT, "dash") == []

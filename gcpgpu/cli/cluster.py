@@ -200,10 +200,31 @@ def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> No
     except KeyboardInterrupt:
         info(f"Interrupted. Run 'gcpgpu cluster down {name}' again to finish.")
         raise Interrupted() from None
+    dashboards = _delete_dashboards(settings, project, name)
     if settings.format != "table":
-        emit({"cluster": name, "deleted": found.count(), "found": found.summary() if not found.empty else "nothing"})
+        emit({"cluster": name, "deleted": found.count(), "found": found.summary() if not found.empty else "nothing",
+              "dashboards_deleted": dashboards})
     elif not found.empty:
         info(f"Cluster {name} is gone ({found.summary()} deleted).")
+
+
+def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]:
+    """The cluster's Cloud Monitoring dashboards go with it (best effort: a teardown that removed every
+    billable resource does not fail over a dashboard)."""
+    from gcpgpu.errors import is_google_error
+    from gcpgpu.metrics import dashboard
+
+    try:
+        gone = dashboard.delete(settings.clients, project, name)
+    except Exception as e:
+        if not is_google_error(e):
+            raise
+        info(f"note: could not delete cluster {name}'s dashboards ({e}); "
+             f"run 'gcpgpu metrics dashboard delete --cluster {name}'")
+        return []
+    if gone:
+        info(f"Deleted {len(gone)} dashboard(s) of cluster {name}.")
+    return gone
 
 
 @cluster.command()
