@@ -13,7 +13,15 @@
 #   GCPGPU_OUTPUT_DIR           where reports are copied afterwards (gs:// or a path); default
 #                               AIP_MODEL_DIR, which Vertex AI sets from the job's output directory
 #   GCPGPU_TRAINER_MODULE       the module torchrun runs (default gcpgpu.trainer)
-#   GCPGPU_PYTHON               the Python that runs gcpgpu.launch (default python3)
+#   GCPGPU_PYTHON               the Python that runs gcpgpu.launch and the reporter (default python3)
+#   GCPGPU_METRICS=0            do not send the trainer's --log-json numbers to Cloud Monitoring
+#   GCPGPU_REPORTER_CMD         the metrics reporter's command, split on spaces (default
+#                               "$GCPGPU_PYTHON -m gcpgpu.metrics.reporter"; a test seam)
+#
+# The trainer's numbers: on node 0, when the trainer flags have --log-json FILE, gcpgpu.metrics.reporter
+# runs in the background beside torchrun (cluster name from GCPGPU_CLUSTER or the VM's metadata, job id
+# from CLOUD_ML_JOB_ID), and is stopped with SIGTERM once the trainer has ended, so its last points are
+# written. A reporter that cannot start or write never stops the training.
 set -euo pipefail
 
 log() { printf 'gcpgpu-entrypoint: %s\n' "$*" >&2; }
@@ -22,7 +30,8 @@ python_bin="${GCPGPU_PYTHON:-python3}"
 
 # Machine type, NCCL profile, plugin/device/NIC checks, rendezvous. On a refusal gcpgpu.launch
 # has already said why in one line; pass its exit status on.
-plan="$("$python_bin" -m gcpgpu.launch env)" || exit $?
+gcpgpu_reporter_args=()  # set by the plan when node 0's trainer writes --log-json
+plan="$("$python_bin" -m gcpgpu.launch env -- "$@")" || exit $?
 eval "$plan"
 
 if [[ $# -gt 0 && $1 != -* ]]; then
@@ -52,12 +61,41 @@ cmd=(torchrun
   -m "${GCPGPU_TRAINER_MODULE:-gcpgpu.trainer}"
   "$@")
 
-if [[ $profiling == 0 ]]; then
+if [[ $profiling == 0 && ${#gcpgpu_reporter_args[@]} == 0 ]]; then
   exec "${cmd[@]}"
 fi
 
+reporter_pid=""
+start_reporter() {
+  local reporter_cmd=()
+  read -r -a reporter_cmd <<<"${GCPGPU_REPORTER_CMD:-}"
+  if [[ ${#reporter_cmd[@]} == 0 ]]; then
+    reporter_cmd=("$python_bin" -m gcpgpu.metrics.reporter)
+  fi
+  # In the background, and only ever logging: if it cannot start (or dies), the training goes on.
+  "${reporter_cmd[@]}" "${gcpgpu_reporter_args[@]}" --pid "$$" </dev/null &
+  reporter_pid=$!
+}
+
+stop_reporter() {
+  [[ -n $reporter_pid ]] || return 0
+  # SIGTERM: it writes what it has read since its last point, then exits. At most 30 s: never hangs the job.
+  kill -TERM "$reporter_pid" 2>/dev/null || true
+  local tenths=0
+  while kill -0 "$reporter_pid" 2>/dev/null && ((tenths < 300)); do
+    sleep 0.1
+    tenths=$((tenths + 1))
+  done
+  kill -KILL "$reporter_pid" 2>/dev/null || true
+  wait "$reporter_pid" 2>/dev/null || true
+  reporter_pid=""
+}
+
+if [[ ${#gcpgpu_reporter_args[@]} -gt 0 ]]; then
+  start_reporter
+fi
+
 report_dir="${GCPGPU_PROFILE_DIR:-/tmp/gcpgpu-nsys}"
-mkdir -p "$report_dir"
 report="$report_dir/gcpgpu-node$GCPGPU_NODE_RANK"
 
 upload_reports() {
@@ -92,9 +130,17 @@ upload_reports() {
   log "could not copy the report to $dest: it stays in $report_dir"
 }
 
-# Not exec: the report is copied after the run, even a failed one. Signals (a Spot VM's
-# preemption, Vertex stopping the job) go on to the run so it can checkpoint and end.
-nsys profile -t cuda,nvtx,osrt,cudnn,cublas --capture-range=cudaProfilerApi -o "$report" "${cmd[@]}" &
+# Not exec: the report is copied and the reporter stopped after the run, even a failed one. Signals
+# (a Spot VM's preemption, Vertex stopping the job) go on to the run so it can checkpoint and end.
+if [[ $profiling == 1 ]]; then
+  mkdir -p "$report_dir"
+  cmd=(nsys profile -t "cuda,nvtx,osrt,cudnn,cublas" --capture-range=cudaProfilerApi -o "$report" "${cmd[@]}")
+fi
+# A background job of a script ignores SIGINT unless it is given back: the INT passed on must count.
+(
+  trap - INT QUIT
+  exec "${cmd[@]}"
+) &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null || true' TERM
 trap 'kill -INT "$child" 2>/dev/null || true' INT
@@ -105,5 +151,8 @@ while kill -0 "$child" 2>/dev/null; do
   wait "$child" || status=$?
 done
 trap - TERM INT
-upload_reports
+stop_reporter
+if [[ $profiling == 1 ]]; then
+  upload_reports
+fi
 exit "$status"

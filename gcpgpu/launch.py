@@ -18,6 +18,13 @@ Inputs, strongest first (every one an environment variable, so a job spec can se
 Test seams: GCPGPU_METADATA_URL (the metadata server's base URL), GCPGPU_SYSROOT (a folder
 standing in for / when looking for plugins, devices and NICs). GCPGPU_SKIP_NCCL_CHECK=1 turns
 refusals into warnings.
+
+The trainer's numbers: `python -m gcpgpu.launch env -- ARGS` is given the container's arguments.
+When they are trainer flags with `--log-json FILE` and this is node 0, the plan also sets the
+shell array gcpgpu_reporter_args (not exported) to the arguments of gcpgpu.metrics.reporter, which
+the entrypoint runs beside torchrun: --log-json FILE and --cluster NAME (GCPGPU_CLUSTER, then the
+VM's metadata attribute gcpgpu-cluster) or --job ID (CLOUD_ML_JOB_ID, set by Vertex AI).
+GCPGPU_METRICS=0 turns the reporter off.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import shlex
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,12 +196,54 @@ def detect_machine_type(environ: Mapping[str, str], metadata: Metadata | None) -
     return None, "nowhere"
 
 
+def log_json_path(args: Sequence[str]) -> str | None:
+    """The trainer's `--log-json FILE` (or `--log-json=FILE`) in `args`: the last one, as argparse takes it."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--log-json" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--log-json="):
+            found = arg.split("=", 1)[1]
+    return found or None
+
+
+_OFF = ("0", "false", "no", "off")
+
+
+def reporter_args(
+    environ: Mapping[str, str], args: Sequence[str] | None, node_rank: int, platform: str, metadata: Metadata | None
+) -> tuple[list[str] | None, str | None]:
+    """(gcpgpu.metrics.reporter's arguments, or None; a warning when it would be wanted but cannot run).
+
+    Wanted on node 0 when the trainer writes `--log-json FILE` (the reporter reads that file) and
+    GCPGPU_METRICS is not 0. `args` is None when the container runs a command, not the trainer.
+    """
+    if not args or node_rank != 0:
+        return None, None
+    log_json = log_json_path(args)
+    if log_json is None or environ.get("GCPGPU_METRICS", "").strip().lower() in _OFF:
+        return None, None
+    cluster = environ.get("GCPGPU_CLUSTER", "").strip()
+    job = environ.get("CLOUD_ML_JOB_ID", "").strip()
+    if not cluster and not job and platform != "vertex" and metadata is not None:
+        cluster = metadata.get("instance/attributes/gcpgpu-cluster") or ""
+    if job and not cluster:
+        return ["--log-json", log_json, "--job", job], None
+    if cluster:
+        return ["--log-json", log_json, "--cluster", cluster], None
+    return None, (f"no cluster name or Vertex AI job id (GCPGPU_CLUSTER, CLOUD_ML_JOB_ID): the trainer's numbers "
+                  f"stay in {log_json} and are not sent to Cloud Monitoring")
+
+
 @dataclass
 class Plan:
     exports: dict[str, str]
     prepend: frozenset[str]
     notes: list[str]
     warnings: list[str]
+    reporter: list[str] | None = None  # gcpgpu.metrics.reporter's arguments (--pid is the entrypoint's)
 
     def shell(self) -> str:
         lines = []
@@ -203,11 +252,17 @@ class Plan:
                 lines.append(f'export {name}={shlex.quote(value)}"${{{name}:+:${{{name}}}}}"')
             else:
                 lines.append(f"export {name}={shlex.quote(value)}")
+        if self.reporter:
+            lines.append(f"gcpgpu_reporter_args=({' '.join(shlex.quote(a) for a in self.reporter)})")
         return "\n".join(lines) + "\n"
 
 
-def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str | Path = "/") -> Plan:
-    """Everything the entrypoint exports, or a LaunchError saying why the trainer must not start."""
+def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str | Path = "/",
+         args: Sequence[str] | None = None) -> Plan:
+    """Everything the entrypoint exports, or a LaunchError saying why the trainer must not start.
+
+    `args`: the trainer's flags (None when the container runs a command), for the metrics reporter.
+    """
     from gcpgpu import catalog, nccl
     from gcpgpu.errors import UsageProblem
 
@@ -283,7 +338,12 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
         f"node {rdzv.node_rank} of {rdzv.nnodes}, master {rdzv.master_addr}:{rdzv.master_port} ({how}), "
         f"{nproc} processes"
     )
-    return Plan(exports, prepend, notes, warnings)
+    reporter, why_not = reporter_args(environ, args, rdzv.node_rank, platform, metadata)
+    if reporter:
+        notes.append(f"metrics reporter: {' '.join(reporter[2:])}, following {reporter[1]}")
+    elif why_not:
+        warnings.append(why_not)
+    return Plan(exports, prepend, notes, warnings, reporter)
 
 
 def upload(destination: str, files: list[str]) -> None:
@@ -307,13 +367,16 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         upload(argv[1], argv[2:])
         return 0
-    if argv not in ([], ["env"]):
-        print(f"{prog}: usage: python -m gcpgpu.launch [env | upload gs://DEST FILE...]", file=sys.stderr)
+    if argv[:1] not in ([], ["env"]) or argv[1:2] not in ([], ["--"]):
+        print(f"{prog}: usage: python -m gcpgpu.launch [env [-- ARGS...] | upload gs://DEST FILE...]", file=sys.stderr)
         return EXIT_BAD_INPUT
+    # The container's arguments: trainer flags, unless the first is a command (as the entrypoint decides).
+    rest = argv[2:]
+    args = rest if not rest or rest[0].startswith("-") else None
     environ = os.environ
     metadata = Metadata(environ.get("GCPGPU_METADATA_URL", "").strip() or METADATA_URL)
     try:
-        result = plan(environ, metadata, environ.get("GCPGPU_SYSROOT", "").strip() or "/")
+        result = plan(environ, metadata, environ.get("GCPGPU_SYSROOT", "").strip() or "/", args)
     except LaunchError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return e.exit_code

@@ -23,20 +23,45 @@ from gcpgpu.catalog import get_machine_type
 REPO = Path(__file__).resolve().parents[1]
 ENTRYPOINT = REPO / "containers" / "entrypoint.sh"
 
-# A stub records its name, argv and the NCCL/GCPGPU environment as one JSON line, then behaves
-# just enough like the real tool: nsys writes a report and runs the command it wraps.
+# A stub records its name, argv, parent and the NCCL/GCPGPU environment as one JSON line, then
+# behaves just enough like the real tool: nsys writes a report and runs the command it wraps.
+# STUB_WAIT_<NAME>=FILE makes it wait (10 s at most) until FILE exists first.
 STUB = """#!{python}
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
 name = os.path.basename(sys.argv[0])
+wait_for = os.environ.get("STUB_WAIT_" + name.upper().replace("-", "_"))
+deadline = time.monotonic() + 10
+while wait_for and not os.path.exists(wait_for) and time.monotonic() < deadline:
+    time.sleep(0.02)
 env = {{k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GCPGPU_", "LD_LIBRARY_PATH"))}}
 with open(os.environ["STUB_LOG"], "a") as f:
-    f.write(json.dumps({{"name": name, "argv": sys.argv[1:], "env": env}}) + "\\n")
+    f.write(json.dumps({{"name": name, "argv": sys.argv[1:], "ppid": os.getppid(), "env": env}}) + "\\n")
 if name == "nsys":
     args = sys.argv[1:]
     report = args[args.index("-o") + 1]
     open(report + ".nsys-rep", "w").write("fake report")
     sys.exit(subprocess.call(args[args.index("torchrun"):]))
 sys.exit(int(os.environ.get("STUB_EXIT_" + name.upper().replace("-", "_"), "0")))
+"""
+
+# The metrics reporter (run through GCPGPU_REPORTER_CMD, the entrypoint's seam): records its argv,
+# says it is ready (its SIGTERM handler is in place), and records being stopped.
+REPORTER_STUB = """
+import json, os, signal, sys, time
+
+def record(name):
+    with open(os.environ["STUB_LOG"], "a") as f:
+        f.write(json.dumps({"name": name, "argv": sys.argv[1:], "ppid": os.getppid()}) + "\\n")
+
+def stopped(*_):
+    record("reporter-stopped")
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stopped)
+record("reporter")
+open(os.environ["STUB_LOG"] + ".reporter-ready", "w").close()
+time.sleep(30)
+record("reporter-not-stopped")
 """
 
 
@@ -141,6 +166,7 @@ def entrypoint(tmp_path: Path, metadata: MetadataServer):
         stub = stubs / name
         stub.write_text(STUB.format(python=sys.executable))
         stub.chmod(0o755)
+    (stubs / "reporter.py").write_text(REPORTER_STUB)
     log = tmp_path / "calls.jsonl"
     root = tmp_path / "root"
     root.mkdir()
@@ -154,6 +180,7 @@ def entrypoint(tmp_path: Path, metadata: MetadataServer):
             "GCPGPU_METADATA_URL": metadata.url,
             "GCPGPU_SYSROOT": str(root),
             "PYTHONPATH": str(REPO),
+            "GCPGPU_REPORTER_CMD": f"{sys.executable} {stubs / 'reporter.py'}",
         }
         done = subprocess.run(
             ["bash", str(ENTRYPOINT), *args], env={**base, **(env or {})},
@@ -162,6 +189,7 @@ def entrypoint(tmp_path: Path, metadata: MetadataServer):
         return Run(done, log)
 
     run.root = root  # type: ignore[attr-defined]
+    run.log = log  # type: ignore[attr-defined]
     return run
 
 
@@ -421,7 +449,118 @@ def test_arguments_reach_the_trainer_unchanged(entrypoint, metadata):
     assert result.torchrun["argv"][-4:] == nasty
 
 
+# --- the metrics reporter beside the trainer ---------------------------------------------------------------
+
+
+def test_node_0_runs_the_reporter_beside_the_trainer_and_stops_it_after(entrypoint, metadata, tmp_path):
+    metadata.machine("a2-highgpu-1g")
+    log_json = str(tmp_path / "train log.jsonl")
+    result = entrypoint(
+        "--steps", "5", "--log-json", log_json,
+        env={"GCPGPU_CLUSTER": "demo", "NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.5",
+             # torchrun starts once the reporter can be stopped, so the stop is seen whatever the timing
+             "STUB_WAIT_TORCHRUN": f"{entrypoint.log}.reporter-ready"},
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    (reporter,) = result.called("reporter")
+    # --pid: the entrypoint itself (torchrun's parent), so the reporter also ends if the entrypoint dies.
+    assert reporter["argv"] == ["--log-json", log_json, "--cluster", "demo", "--pid", str(result.torchrun["ppid"])]
+    assert result.torchrun["argv"][-4:] == ["--steps", "5", "--log-json", log_json]
+    names = [c["name"] for c in result.calls]
+    assert names.index("reporter-stopped") > names.index("torchrun")  # stopped after the trainer, to flush
+    assert "reporter-not-stopped" not in names
+    assert "metrics reporter: --cluster demo, following" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "flag", "target"),
+    [
+        ({"CLOUD_ML_JOB_ID": "8675309"}, "--log-json=/tmp/m.jsonl", ["--job", "8675309"]),
+        ({}, "--log-json=/tmp/m.jsonl", ["--cluster", "from-metadata"]),  # the node's gcpgpu-cluster attribute
+    ],
+)
+def test_the_reporter_writes_for_the_vertex_job_or_the_nodes_cluster(entrypoint, metadata, env, flag, target):
+    metadata.machine("a2-highgpu-1g")
+    make_root(entrypoint.root, "a2-highgpu-1g", "vertex" if env else "vm")
+    metadata.values["instance/attributes/gcpgpu-cluster"] = "from-metadata"
+    result = entrypoint("--steps", "5", flag, env=env)
+    assert result.code == 0, result.stderr
+    (reporter,) = result.called("reporter")
+    assert reporter["argv"][:4] == ["--log-json", "/tmp/m.jsonl", *target]
+    assert result.torchrun["argv"][-1] == flag
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--steps", "5", "--log-json", "/tmp/m.jsonl"], {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "h"}),
+        (["--steps", "5"], {}),
+        (["--steps", "5", "--log-json", "/tmp/m.jsonl"], {"GCPGPU_METRICS": "0"}),
+    ],
+    ids=["rank-1", "no-log-json", "metrics-off"],
+)
+def test_no_reporter_on_other_nodes_without_log_json_or_when_turned_off(entrypoint, metadata, args, env):
+    metadata.machine("a2-highgpu-1g")
+    result = entrypoint(*args, env={"GCPGPU_CLUSTER": "demo", **env})
+    assert result.code == 0, result.stderr
+    assert result.called("reporter") == []
+    assert result.torchrun["argv"][-len(args):] == args
+    assert "metrics reporter" not in result.stderr
+
+
+def test_a_command_gets_no_reporter(entrypoint, metadata):
+    metadata.machine("a2-highgpu-1g")
+    result = entrypoint("all_reduce_perf", "--log-json", "/tmp/m.jsonl", env={"GCPGPU_CLUSTER": "demo"})
+    assert result.code == 0, result.stderr
+    assert [c["name"] for c in result.calls] == ["all_reduce_perf"]
+
+
+def test_without_a_cluster_or_job_the_reporter_is_skipped_with_a_warning(entrypoint, metadata):
+    metadata.machine("a2-highgpu-1g")
+    result = entrypoint("--log-json", "/tmp/m.jsonl")
+    assert result.code == 0, result.stderr
+    assert result.called("reporter") == [] and len(result.called("torchrun")) == 1
+    assert "warning: no cluster name or Vertex AI job id" in result.stderr and "/tmp/m.jsonl" in result.stderr
+
+
+def test_a_reporter_that_cannot_start_never_stops_the_training(entrypoint, metadata, tmp_path):
+    metadata.machine("a2-highgpu-1g")
+    result = entrypoint("--log-json", "/tmp/m.jsonl", env={"GCPGPU_CLUSTER": "demo",
+                                                           "GCPGPU_REPORTER_CMD": str(tmp_path / "no such reporter")})
+    assert result.code == 0, result.stderr
+    assert len(result.called("torchrun")) == 1
+
+
+def test_with_a_reporter_the_exit_status_is_still_the_trainers(entrypoint, metadata, tmp_path):
+    metadata.machine("a2-highgpu-1g")
+    result = entrypoint(
+        "--log-json", "/tmp/m.jsonl",
+        env={"GCPGPU_CLUSTER": "demo", "STUB_EXIT_TORCHRUN": "7", "GCPGPU_PROFILE": "1",
+             "GCPGPU_PROFILE_DIR": str(tmp_path / "nsys"), "GCPGPU_OUTPUT_DIR": str(tmp_path / "out"),
+             "STUB_WAIT_NSYS": f"{entrypoint.log}.reporter-ready"},
+    )  # fmt: skip
+    assert result.code == 7
+    names = [c["name"] for c in result.calls]
+    assert names.index("reporter-stopped") > names.index("torchrun") and len(result.called("nsys")) == 1
+    assert (tmp_path / "out" / "nsys" / "gcpgpu-node0.nsys-rep").exists()  # profiling still copies its report
+
+
 # --- launch's parsing, directly ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--steps", "5"], None),
+        (["--log-json", "a.jsonl", "--steps", "5"], "a.jsonl"),
+        (["--log-json=b c.jsonl"], "b c.jsonl"),
+        (["--log-json", "a", "--log-json=b"], "b"),  # argparse keeps the last
+        (["--log-json"], None),
+        (["--steps", "5", "--", "--log-json", "x"], None),
+    ],
+)
+def test_log_json_path(args, expected):
+    assert launch.log_json_path(args) == expected
 
 
 def test_cluster_spec_primary_is_rank_zero():
