@@ -10,8 +10,6 @@ JSON knobs (stragglers, which agents report, Vertex jobs) from another process.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +19,8 @@ from google.cloud import monitoring_dashboard_v1 as dash
 from google.cloud import monitoring_v3 as m
 from google.protobuf import empty_pb2, json_format
 
-from ..core import ApiError, LoggedRequest
+from ..core import ApiError
+from ..grpc_service import EmulatedService, json_request, json_response
 from .backend import RESOURCE_LABELS, MonitoringBackend
 
 if TYPE_CHECKING:
@@ -30,21 +29,6 @@ if TYPE_CHECKING:
 METRICS = "google.monitoring.v3.MetricService"
 DASHBOARDS = "google.monitoring.dashboard.v1.DashboardsService"
 CONFIGURE = "/gcpgpu.emulator.v1.Monitoring/Configure"
-
-_GRPC_CODES = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    408: grpc.StatusCode.DEADLINE_EXCEEDED,
-    409: grpc.StatusCode.ALREADY_EXISTS,
-    412: grpc.StatusCode.FAILED_PRECONDITION,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    500: grpc.StatusCode.INTERNAL,
-    502: grpc.StatusCode.UNAVAILABLE,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
 
 _PB = {name: getattr(m, name).pb() for name in (
     "ListTimeSeriesRequest", "ListTimeSeriesResponse", "CreateTimeSeriesRequest", "TimeSeries",
@@ -82,14 +66,12 @@ def _serialize(message: Any) -> bytes:
     return message.SerializeToString()
 
 
-class MonitoringService(grpc.GenericRpcHandler):
+class MonitoringService(EmulatedService):
     """Routes MetricService, DashboardsService and the Configure helper to the monitoring backend."""
 
     def __init__(self, emulator: Emulator, backend: MonitoringBackend, services: tuple[str, ...] = (METRICS, DASHBOARDS)) -> None:
-        self.emulator = emulator
+        super().__init__(emulator)
         self.backend = backend
-        json_in = lambda raw: json.loads(raw or b"{}")  # noqa: E731
-        json_out = lambda value: json.dumps(value).encode()  # noqa: E731
         table: dict[str, tuple[Callable[[Any], Any], Callable[[bytes], Any], str, str]] = {
             f"/{METRICS}/ListTimeSeries": (self._list_ts, _PB["ListTimeSeriesRequest"].FromString, "GET", "monitoring"),
             f"/{METRICS}/CreateTimeSeries": (self._create_ts, _PB["CreateTimeSeriesRequest"].FromString, "POST", "monitoring"),
@@ -113,45 +95,13 @@ class MonitoringService(grpc.GenericRpcHandler):
             f"/{DASHBOARDS}/UpdateDashboard": (
                 self._update_dash, _DPB["UpdateDashboardRequest"].FromString, "PATCH", "dashboards"),
         }
-        self._methods = {
-            path: grpc.unary_unary_rpc_method_handler(
-                self._wrap(handler, http, path, api), request_deserializer=deserialize, response_serializer=_serialize)
-            for path, (handler, deserialize, http, api) in table.items()
-            if path.split("/")[1] in services
-        }
-        if METRICS in services:
-                self._methods[CONFIGURE] = grpc.unary_unary_rpc_method_handler(
-                lambda request, context: self.backend.configure(request), request_deserializer=json_in,
-                response_serializer=json_out)
-
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        return self._methods.get(handler_call_details.method)
-
-    def _wrap(self, handler: Callable[[Any], Any], http: str, path: str, api: str) -> Callable[[Any, grpc.ServicerContext], Any]:
-        """Faults and latency as the REST front end applies them, the request log, ApiError -> gRPC status."""
-
-        def call(request: Any, context: grpc.ServicerContext) -> Any:
-            t0 = time.perf_counter()
-            status = 200
-            try:
-                faults = self.emulator.faults
-                if faults.latency_ms:
-                    time.sleep(faults.latency_ms / 1000.0)
-                code = faults.roll_error(http)
-                if code is not None:
-                    raise ApiError(code, "backendError", "Injected failure.")
-                return handler(request)
-            except ApiError as e:
-                status = e.code
-                code = grpc.StatusCode.ABORTED if e.reason == "aborted" else _GRPC_CODES.get(e.code, grpc.StatusCode.UNKNOWN)
-                context.abort(code, e.message)
-            except Exception as e:  # an emulator bug: say so in gRPC's terms rather than hang the client
-                status = 500
-                context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {type(e).__name__}: {e}")
-            finally:
-                self.emulator.requests.add(LoggedRequest(api, http, path, "", status, time.perf_counter() - t0))
-
-        return call
+        for path, (handler, deserialize, http, api) in table.items():
+            if path.split("/")[1] in services:
+                self.serve(path, handler, deserialize, _serialize, http, api=api)
+        if METRICS in services:  # no faults, no request log: a knob, not an API call
+            self._methods[CONFIGURE] = grpc.unary_unary_rpc_method_handler(
+                lambda request, context: self.backend.configure(request), request_deserializer=json_request,
+                response_serializer=json_response)
 
     # ------------------------------------------------------------------ time series
     def _list_ts(self, req: Any) -> Any:

@@ -12,107 +12,68 @@ Errors carry google.rpc.Status details (BadRequest field violations), as the rea
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.cloud import aiplatform_v1
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
 
-from ..core import ApiError, LoggedRequest
+from ..core import ApiError
+from ..grpc_service import GET_OPERATION as GET_OPERATION
+from ..grpc_service import EmulatedService, abort_with_details, from_message, to_message
 from .backend import VertexError
 
 if TYPE_CHECKING:
     from ..server import Emulator
 
 SERVICE = "google.cloud.aiplatform.v1.JobService"
-OPERATIONS = "google.longrunning.Operations"
-GET_OPERATION = f"/{OPERATIONS}/GetOperation"
-
-_CODES = {c.name: c for c in grpc.StatusCode}
+MINE = "gcpgpu.fakes.vertex:grpc_service"
+# Injected failures (core.ApiError) by canonical status; any other code reads as INTERNAL.
+_API_ERROR_STATUS = {503: "UNAVAILABLE", 429: "RESOURCE_EXHAUSTED", 504: "DEADLINE_EXCEEDED"}
 
 
 def to_job(data: dict) -> aiplatform_v1.CustomJob:
-    return aiplatform_v1.CustomJob.wrap(
-        json_format.ParseDict(data, aiplatform_v1.CustomJob.pb()(), ignore_unknown_fields=True))
+    return to_message(aiplatform_v1.CustomJob, data)
 
 
-def from_message(message: Any) -> dict:
-    return json_format.MessageToDict(type(message).pb(message))
-
-
-class _Details(grpc.HandlerCallDetails):
-    def __init__(self, method: str) -> None:
-        self.method = method
-        self.invocation_metadata = ()
-
-
-class VertexService(grpc.GenericRpcHandler):
+class VertexService(EmulatedService):
     """Routes the JobService custom-job methods and Vertex operations to emulator.vertex."""
 
-    def __init__(self, emulator: Emulator) -> None:
-        self.emulator = emulator
-        self._others: list[Any] | None = None
-        op = operations_pb2.Operation.SerializeToString
-        table: dict[str, tuple[Callable[[Any], Any], Callable[[bytes], Any], Callable[[Any], bytes], str]] = {
-            f"/{SERVICE}/CreateCustomJob": (self._create, aiplatform_v1.CreateCustomJobRequest.deserialize,
-                                            aiplatform_v1.CustomJob.serialize, "POST"),
-            f"/{SERVICE}/GetCustomJob": (self._get, aiplatform_v1.GetCustomJobRequest.deserialize,
-                                         aiplatform_v1.CustomJob.serialize, "GET"),
-            f"/{SERVICE}/ListCustomJobs": (self._list, aiplatform_v1.ListCustomJobsRequest.deserialize,
-                                           aiplatform_v1.ListCustomJobsResponse.serialize, "GET"),
-            f"/{SERVICE}/CancelCustomJob": (self._cancel, aiplatform_v1.CancelCustomJobRequest.deserialize,
-                                            empty_pb2.Empty.SerializeToString, "POST"),
-            f"/{SERVICE}/DeleteCustomJob": (self._delete, aiplatform_v1.DeleteCustomJobRequest.deserialize, op,
-                                            "DELETE"),
-        }
-        self._methods = {
-            path: grpc.unary_unary_rpc_method_handler(self._wrap(handler, http, path), request_deserializer=de,
-                                                      response_serializer=ser)
-            for path, (handler, de, ser, http) in table.items()
-        }
-        self._methods[GET_OPERATION] = grpc.unary_unary_rpc_method_handler(
-            self._get_operation, request_deserializer=operations_pb2.GetOperationRequest.FromString,
-            response_serializer=op)
+    api = "aiplatform"
+    target = MINE
 
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        return self._methods.get(handler_call_details.method)
+    def __init__(self, emulator: Emulator) -> None:
+        super().__init__(emulator)
+        v1 = aiplatform_v1
+        self.serve(f"/{SERVICE}/CreateCustomJob", self._create, v1.CreateCustomJobRequest.deserialize,
+                   v1.CustomJob.serialize, "POST")
+        self.serve(f"/{SERVICE}/GetCustomJob", self._get, v1.GetCustomJobRequest.deserialize,
+                   v1.CustomJob.serialize, "GET")
+        self.serve(f"/{SERVICE}/ListCustomJobs", self._list, v1.ListCustomJobsRequest.deserialize,
+                   v1.ListCustomJobsResponse.serialize, "GET")
+        self.serve(f"/{SERVICE}/CancelCustomJob", self._cancel, v1.CancelCustomJobRequest.deserialize,
+                   empty_pb2.Empty.SerializeToString, "POST")
+        self.serve(f"/{SERVICE}/DeleteCustomJob", self._delete, v1.DeleteCustomJobRequest.deserialize,
+                   operations_pb2.Operation.SerializeToString, "DELETE")
+        self.serve_operations(lambda name: self.backend.owns_operation(name),
+                              lambda request: _operation(*self.backend.operation(request.name)))
 
     @property
     def backend(self) -> Any:
         return self.emulator.vertex
 
-    def _wrap(self, handler: Callable[[Any], Any], http: str, path: str) -> Callable[[Any, grpc.ServicerContext], Any]:
-        """Faults, latency and the request log, as the REST front door applies them; errors as rich statuses."""
+    def http_status(self, error: Exception) -> int:
+        return error.http if isinstance(error, VertexError) else super().http_status(error)
 
-        def call(request: Any, context: grpc.ServicerContext) -> Any:
-            t0 = time.perf_counter()
-            status = 200
-            try:
-                faults = self.emulator.faults
-                if faults.latency_ms:
-                    time.sleep(faults.latency_ms / 1000.0)
-                code = faults.roll_error(http)
-                if code is not None:
-                    raise ApiError(code, "backendError", "Injected failure.")
-                return handler(request)
-            except VertexError as e:
-                status = e.http
-                _abort(context, e.status, e.message, e.violations)
-            except ApiError as e:
-                status = e.code
-                name = {503: "UNAVAILABLE", 429: "RESOURCE_EXHAUSTED", 504: "DEADLINE_EXCEEDED"}.get(e.code, "INTERNAL")
-                _abort(context, name, e.message, [])
-            except Exception as e:  # an emulator bug: say so in gRPC's terms rather than hang the client
-                status = 500
-                context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {type(e).__name__}: {e}")
-            finally:
-                self.emulator.requests.add(LoggedRequest("aiplatform", http, path, "", status, time.perf_counter() - t0))
-
-        return call
+    def abort(self, context: grpc.ServicerContext, error: Exception) -> None:
+        """Errors as rich statuses (google.rpc.Status, BadRequest field violations), as the real service sends."""
+        if isinstance(error, VertexError):
+            abort_with_details(context, error.status, error.message, error.violations)
+        elif isinstance(error, ApiError):
+            abort_with_details(context, _API_ERROR_STATUS.get(error.code, "INTERNAL"), error.message)
+        else:
+            super().abort(context, error)
 
     # -- JobService -------------------------------------------------------------------------
     def _create(self, request: aiplatform_v1.CreateCustomJobRequest) -> aiplatform_v1.CustomJob:
@@ -134,24 +95,6 @@ class VertexService(grpc.GenericRpcHandler):
     def _delete(self, request: aiplatform_v1.DeleteCustomJobRequest) -> operations_pb2.Operation:
         return _operation(self.backend.delete(request.name), False)
 
-    # -- operations -------------------------------------------------------------------------
-    def _get_operation(self, request: operations_pb2.GetOperationRequest, context: grpc.ServicerContext) -> Any:
-        if not self.backend.owns_operation(request.name):
-            for other in self._other_handlers():
-                handler = other.service(_Details(GET_OPERATION))
-                if handler is not None:
-                    return handler.unary_unary(request, context)
-        return self._wrap(lambda r: _operation(*self.backend.operation(r.name)), "GET", GET_OPERATION)(request, context)
-
-    def _other_handlers(self) -> list[Any]:
-        if self._others is None:
-            from .. import server
-
-            mine = "gcpgpu.fakes.vertex:grpc_service"
-            factories = [server._load(t) for t in server.GRPC_SERVICES if t != mine] + list(server.GRPC_SERVICE_FACTORIES)
-            self._others = [factory(self.emulator) for factory in factories]
-        return self._others
-
 
 def _timestamp(ts: float) -> timestamp_pb2.Timestamp:
     out = timestamp_pb2.Timestamp()
@@ -168,16 +111,3 @@ def _operation(op: Any, done: bool) -> operations_pb2.Operation:
     if done:
         out.response.Pack(empty_pb2.Empty())
     return out
-
-
-def _abort(context: grpc.ServicerContext, status: str, message: str, violations: list[tuple[str, str]]) -> None:
-    from grpc_status import rpc_status
-
-    code = _CODES.get(status, grpc.StatusCode.UNKNOWN)
-    rich = status_pb2.Status(code=code.value[0], message=message)
-    if violations:
-        detail = any_pb2.Any()
-        detail.Pack(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=f, description=d) for f, d in violations]))
-        rich.details.append(detail)
-    context.abort_with_status(rpc_status.to_status(rich))
