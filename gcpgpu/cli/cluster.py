@@ -53,15 +53,11 @@ def _spec_options(fn: Callable) -> Callable:
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     from gcpgpu.cluster.spec import ClusterSpec, parse_duration
+    from gcpgpu.specfile import parse_pairs
 
     if kw.get("spot") and kw.get("flex_start"):
         raise UsageProblem("--spot and --flex-start exclude each other: choose one provisioning model")
-    labels = {}
-    for pair in kw.get("labels") or ():
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise UsageProblem(f"--label {pair!r} must look like KEY=VALUE")
-        labels[key] = value
+    labels = parse_pairs(kw.get("labels"), "--label")
     zones = [z.strip() for z in kw["zones"].split(",") if z.strip()] if kw.get("zones") else []
     if kw.get("zone"):
         if zones:

@@ -75,11 +75,10 @@ def _control(address: str, what: str, method: str = "GET", body: dict | None = N
 
 
 def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    from gcpgpu.specfile import parse_pairs
+
     out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise UsageProblem(f"--set {pair!r} must look like KEY=VALUE, e.g. --set error_rate=0.3")
+    for key, value in parse_pairs(pairs, "--set", example="error_rate=0.3").items():
         try:
             out[key] = json.loads(value)
         except ValueError:

@@ -123,17 +123,13 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 
 def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
     from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, validate
+    from gcpgpu.specfile import parse_pairs
 
     if kw.get("vertex") and kw.get("cluster"):
         raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
     if kw.get("spot") and kw.get("flex_start"):
         raise UsageProblem("--spot and --flex-start exclude each other: choose one scheduling strategy")
-    labels = {}
-    for pair in kw.get("labels") or ():
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise UsageProblem(f"--label {pair!r} must look like KEY=VALUE")
-        labels[key] = value
+    labels = parse_pairs(kw.get("labels"), "--label")
     flags: dict[str, Any] = {
         "target": "vertex" if kw.get("vertex") else ("cluster" if kw.get("cluster") else None),
         "cluster": kw.get("cluster"),

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gcpgpu import catalog
 from gcpgpu.errors import UsageProblem
+from gcpgpu.specfile import load_spec_file
+from gcpgpu.specfile import parse_duration as parse_duration
 
 RFC1035 = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -23,18 +24,6 @@ FLEX_START_SECONDS = (600, 604800)  # Cluster Toolkit's bounds for maxRunDuratio
 PROVISIONING = ("standard", "spot", "flex-start")
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11"
 DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
-# Keys a spec file may hold: the ClusterSpec fields (dashes or underscores both accepted).
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-
-
-def parse_duration(value: str | int | float, field_name: str) -> int:
-    """'90m', '2h', '1d', '3600s' or plain seconds -> seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    m = _DURATION.match(str(value))
-    if not m:
-        raise UsageProblem(f"{field_name} {value!r} is not a duration; write e.g. 90m, 2h, 1d or 3600s")
-    return int(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
 
 
 @dataclass
@@ -196,28 +185,16 @@ class ClusterSpec:
 
 
 def _load_file(path: str) -> dict[str, Any]:
-    import yaml
+    """A spec file's keys: the ClusterSpec fields (dashes or underscores both accepted), and flex_start: DURATION."""
 
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise UsageProblem(f"-f {path}: cannot read it ({e.strerror})") from e
-    except yaml.YAMLError as e:
-        raise UsageProblem(f"-f {path}: not valid YAML ({str(e).splitlines()[0]})") from e
-    if not isinstance(data, dict):
-        raise UsageProblem(f"-f {path}: expected a mapping of cluster fields, e.g. 'machine_type: a3-highgpu-8g'")
-    out = {}
-    known = set(ClusterSpec.__dataclass_fields__)
-    for key, value in data.items():
-        k = str(key).replace("-", "_")
-        if k == "flex_start":
-            out["provisioning"] = "flex-start"
-            out["max_run_duration"] = parse_duration(value, f"{path}: flex_start")
-            continue
-        if k not in known:
-            raise UsageProblem(f"-f {path}: unknown field {key!r}; known fields: {', '.join(sorted(known))}")
+    def flex_start(value: Any, where: str, out: dict[str, Any]) -> None:
+        out["provisioning"] = "flex-start"
+        out["max_run_duration"] = parse_duration(value, f"{path}: flex_start")
+
+    def convert(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         if k == "max_run_duration" and value is not None:
-            value = parse_duration(value, f"{path}: max_run_duration")
-        out[k] = value
-    return out
+            return parse_duration(value, f"{path}: max_run_duration")
+        return value
+
+    known = set(ClusterSpec.__dataclass_fields__)
+    return load_spec_file(path, "cluster", known, {"flex_start": flex_start}, convert, listed=known)

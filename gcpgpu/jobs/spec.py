@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gcpgpu import catalog
+from gcpgpu import catalog, specfile
 from gcpgpu.errors import UsageProblem
 
 TARGETS = ("vertex", "cluster")
@@ -37,18 +37,11 @@ TRAINER_IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0
 SECRET_HINT = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 MAX_NODES = 512
 FLEX_MAX_WAIT = (60, 7 * 86400)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
 def parse_duration(value: Any, where: str) -> int:
     """'90m', '2h', '1d', '3600s' or plain seconds -> whole seconds (at least 1)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = int(value)
-    else:
-        m = _DURATION.match(str(value))
-        if not m:
-            raise UsageProblem(f"{where} {value!r} is not a duration; write e.g. 90m, 2h, 1d or 3600s")
-        seconds = int(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+    seconds = specfile.parse_duration(value, where)
     if seconds < 1:
         raise UsageProblem(f"{where} {value!r} must be at least 1s")
     return seconds
@@ -318,56 +311,48 @@ def check_trainer_args(args: list[str], *, world: int, exact: bool) -> None:
 
 
 def _load_file(path: str) -> dict[str, Any]:
-    import yaml
+    """A spec file's keys: the JobSpec fields (dashes or underscores both accepted); spot, flex_start, vertex: switches."""
 
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise UsageProblem(f"-f {path}: cannot read it ({e.strerror})") from e
-    except yaml.YAMLError as e:
-        raise UsageProblem(f"-f {path}: not valid YAML ({str(e).splitlines()[0]})") from e
-    if not isinstance(data, dict):
-        raise UsageProblem(f"-f {path}: expected a mapping of job fields, e.g. 'machine_type: a3-highgpu-8g'")
-    known = {f.name for f in fields(JobSpec)}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        k = str(key).replace("-", "_")
-        where = f"-f {path}: {key}"
-        if k in ("spot", "flex_start"):
+    def strategy(name: str) -> specfile.Alias:
+        def switch(value: Any, where: str, out: dict[str, Any]) -> None:
             if value:
-                if out.get("strategy") not in (None, k.replace("_", "-")):
+                if out.get("strategy") not in (None, name):
                     raise UsageProblem(f"-f {path}: spot and flex_start exclude each other")
-                out["strategy"] = k.replace("_", "-")
-            continue
-        if k == "vertex":
-            if value:
-                out["target"] = "vertex"
-            continue
-        if k not in known:
-            raise UsageProblem(f"-f {path}: unknown field {key!r}; known fields: {', '.join(sorted(known | {'spot', 'flex_start', 'vertex'}))}")
-        if k == "cluster" and value:
-            out["target"] = "cluster"
-        if k in ("max_wait", "timeout") and value is not None:
-            value = parse_duration(value, where)
-        if k in ("command", "args"):
-            if isinstance(value, str):
-                import shlex
+                out["strategy"] = name
 
-                value = shlex.split(value)
-            if not isinstance(value, list):
-                raise UsageProblem(f"{where} must be a list of strings (or one string, split like a shell would)")
-            value = [str(v) for v in value]
-        if k == "env":
-            value = parse_env(value, where)
-        if k == "labels" and not isinstance(value, dict):
-            raise UsageProblem(f"{where} must be a mapping of label keys to values")
-        if k == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
-            raise UsageProblem(f"{where} {value!r} must be a whole number")
-        if k == "profile":
-            value = bool(value)
-        out[k] = value
-    return out
+        return switch
+
+    def vertex(value: Any, where: str, out: dict[str, Any]) -> None:
+        if value:
+            out["target"] = "vertex"
+
+    aliases = {"spot": strategy("spot"), "flex_start": strategy("flex-start"), "vertex": vertex}
+    return specfile.load_spec_file(path, "job", {f.name for f in fields(JobSpec)}, aliases, _file_value)
+
+
+def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
+    """A JobSpec field's value from a spec file, checked and converted."""
+    if k == "cluster" and value:
+        out["target"] = "cluster"
+    if k in ("max_wait", "timeout") and value is not None:
+        value = parse_duration(value, where)
+    if k in ("command", "args"):
+        if isinstance(value, str):
+            import shlex
+
+            value = shlex.split(value)
+        if not isinstance(value, list):
+            raise UsageProblem(f"{where} must be a list of strings (or one string, split like a shell would)")
+        value = [str(v) for v in value]
+    if k == "env":
+        value = parse_env(value, where)
+    if k == "labels" and not isinstance(value, dict):
+        raise UsageProblem(f"{where} must be a mapping of label keys to values")
+    if k == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
+        raise UsageProblem(f"{where} {value!r} must be a whole number")
+    if k == "profile":
+        value = bool(value)
+    return value
 
 
 def job_env(job: ValidJob, machine: catalog.MachineType | None, platform: str) -> dict[str, str]:

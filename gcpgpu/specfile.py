@@ -1,0 +1,84 @@
+"""What `gcpgpu cluster` and `gcpgpu job` read alike: -f spec files, durations and KEY=VALUE options.
+
+Every refusal is a UsageProblem of one line that names the option or the file and key as the user
+wrote them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gcpgpu.errors import UsageProblem
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+# A spec-file key that is not a field: function(value, where, out) puts what it stands for into out.
+Alias = Callable[[Any, str, dict[str, Any]], None]
+# A field's value as the spec wants it: function(field, value, where, out) -> value.
+Convert = Callable[[str, Any, str, dict[str, Any]], Any]
+
+
+def parse_duration(value: str | int | float, where: str) -> int:
+    """'90m', '2h', '1d', '3600s' or plain seconds -> whole seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise UsageProblem(f"{where} {value!r} is not a duration; write e.g. 90m, 2h, 1d or 3600s")
+    return int(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+
+
+def parse_pairs(values: Iterable[str] | None, option: str, example: str = "") -> dict[str, str]:
+    """Repeated `option KEY=VALUE` values -> {KEY: VALUE}; the last of a repeated KEY wins."""
+    out: dict[str, str] = {}
+    for pair in values or ():
+        key, sep, value = pair.partition("=")
+        if not sep:
+            hint = f", e.g. {option} {example}" if example else ""
+            raise UsageProblem(f"{option} {pair!r} must look like KEY=VALUE{hint}")
+        out[key] = value
+    return out
+
+
+def load_spec_file(
+    path: str,
+    what: str,
+    known_fields: Iterable[str],
+    aliases: Mapping[str, Alias] | None = None,
+    convert: Convert | None = None,
+    *,
+    listed: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """-f PATH: a YAML mapping of `what` fields (keys with dashes or underscores) -> {field: value}.
+
+    aliases: keys that stand for other fields' values (e.g. flex_start), handled where they stand.
+    convert: checks and converts each field's value, in the file's order (default: kept as written).
+    listed: the names an unknown key's message offers (default: the known fields and the aliases).
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise UsageProblem(f"-f {path}: cannot read it ({e.strerror})") from e
+    except yaml.YAMLError as e:
+        raise UsageProblem(f"-f {path}: not valid YAML ({str(e).splitlines()[0]})") from e
+    if not isinstance(data, dict):
+        raise UsageProblem(f"-f {path}: expected a mapping of {what} fields, e.g. 'machine_type: a3-highgpu-8g'")
+    known = set(known_fields)
+    aliases = aliases or {}
+    names = set(listed) if listed is not None else known | set(aliases)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        k = str(key).replace("-", "_")
+        where = f"-f {path}: {key}"
+        if k in aliases:
+            aliases[k](value, where, out)
+            continue
+        if k not in known:
+            raise UsageProblem(f"-f {path}: unknown field {key!r}; known fields: {', '.join(sorted(names))}")
+        out[k] = convert(k, value, where, out) if convert is not None else value
+    return out
