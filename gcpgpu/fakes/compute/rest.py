@@ -132,6 +132,14 @@ def _list_response(kind: str, project: str, scope: str, items: list, request: Re
     return out
 
 
+def _filtered_list(kind: str, project: str, scope: str, fetch: Callable[[], list], request: Request) -> dict:
+    """_list_response of what fetch() returns that the request's filter lets through (a bad filter fails first)."""
+    from .filters import parse
+
+    pred = parse(request.args.get("filter"))
+    return _list_response(kind, project, scope, [item for item in fetch() if pred(item)], request)
+
+
 def _aggregated_response(kind: str, project: str, grouped: dict[str, list], request: Request) -> dict:
     flat = [(scope, item) for scope, items in grouped.items() for item in items]
     page, nxt = _page(flat, request)
@@ -196,39 +204,29 @@ class ComputeRest:
         return self.b.project_resource(project)
 
     def on_zones(self, req: Request, body: dict, project: str) -> dict:
-        from .filters import parse
-
-        pred = parse(req.args.get("filter"))
-        return _list_response("zones", project, "", [z for z in self.b.zones(project) if pred(z)], req)
+        return _filtered_list("zones", project, "", lambda: self.b.zones(project), req)
 
     def on_zone(self, req: Request, body: dict, project: str, zone: str) -> dict:
         return self.b.zone(project, zone)
 
     def on_regions(self, req: Request, body: dict, project: str) -> dict:
-        from .filters import parse
-
-        pred = parse(req.args.get("filter"))
-        return _list_response("regions", project, "", [r for r in self.b.regions(project) if pred(r)], req)
+        return _filtered_list("regions", project, "", lambda: self.b.regions(project), req)
 
     def on_region(self, req: Request, body: dict, project: str, region: str) -> dict:
         return self.b.region(project, region)
 
     def on_machine_types(self, req: Request, body: dict, project: str, zone: str) -> dict:
-        from .filters import parse
-
-        pred = parse(req.args.get("filter"))
-        items = [m for m in self.b.machine_types(project, zone) if pred(m)]
-        return _list_response("machineTypes", project, f"zones/{zone}", items, req)
+        return _filtered_list(
+            "machineTypes", project, f"zones/{zone}", lambda: self.b.machine_types(project, zone), req
+        )
 
     def on_machine_type(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
         return self.b.machine_type(project, zone, name)
 
     def on_accelerator_types(self, req: Request, body: dict, project: str, zone: str) -> dict:
-        from .filters import parse
-
-        pred = parse(req.args.get("filter"))
-        items = [a for a in self.b.accelerator_types(project, zone) if pred(a)]
-        return _list_response("acceleratorTypes", project, f"zones/{zone}", items, req)
+        return _filtered_list(
+            "acceleratorTypes", project, f"zones/{zone}", lambda: self.b.accelerator_types(project, zone), req
+        )
 
     def on_accelerator_type(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
         return self.b.accelerator_type(project, zone, name)
