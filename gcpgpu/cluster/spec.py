@@ -197,4 +197,4 @@ def _load_file(path: str) -> dict[str, Any]:
         return value
 
     known = set(ClusterSpec.__dataclass_fields__)
-    return load_spec_file(path, "cluster", known, {"flex_start": flex_start}, convert, listed=known)
+    return load_spec_file(path, "cluster", known, {"flex_start": flex_start}, convert)
