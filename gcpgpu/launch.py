@@ -209,7 +209,8 @@ def log_json_path(args: Sequence[str]) -> str | None:
     return found or None
 
 
-_OFF = ("0", "false", "no", "off")
+# GCPGPU_METRICS values that turn the reporter off (here and in the emulator, which runs jobs alike).
+METRICS_OFF = ("0", "false", "no", "off")
 
 
 def reporter_args(
@@ -223,7 +224,7 @@ def reporter_args(
     if not args or node_rank != 0:
         return None, None
     log_json = log_json_path(args)
-    if log_json is None or environ.get("GCPGPU_METRICS", "").strip().lower() in _OFF:
+    if log_json is None or environ.get("GCPGPU_METRICS", "").strip().lower() in METRICS_OFF:
         return None, None
     cluster = environ.get("GCPGPU_CLUSTER", "").strip()
     job = environ.get("CLOUD_ML_JOB_ID", "").strip()

@@ -15,6 +15,9 @@ SUCCEEDED after `simulated_run_s`, and its reports say so.
 
 Guest attributes written per node: job-id, state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED),
 rank, started, ended, exit-code, message. Values stay under 256 bytes, as the real service allows.
+
+The node of rank 0 also names its cluster, project and zone for the trainer's metrics reporter
+(`metrics_target`), which LocalJobs starts beside it when the trainer writes --log-json.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core import ApiError
@@ -53,6 +57,16 @@ def _stamp(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+@dataclass(frozen=True)
+class MetricsTarget:
+    """Where a job's trainer numbers go: `--cluster NAME` or `--job ID` of gcpgpu.metrics.reporter."""
+
+    project: str
+    location: str  # the node's zone, or the Vertex job's region
+    kind: str  # cluster | job
+    name: str
+
+
 def container_name(job_id: str) -> str:
     """The Docker container name the agent gives a job (also how its log entries are found)."""
     return f"gcpgpu-job-{job_id}"
@@ -68,6 +82,7 @@ class ClusterAgent:
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
+        self.metrics: dict[str, MetricsTarget] = {}  # run id of a rank-0 node that runs locally -> its cluster
         self._timers: list[threading.Timer] = []
         self._lock = threading.RLock()
         observers = getattr(compute, "metadata_observers", None)
@@ -82,7 +97,13 @@ class ClusterAgent:
             self.guest.clear()
             self.ports.clear()
             self.node_runs.clear()
+            self.metrics.clear()
             self.simulated_run_s = SIMULATED_RUN_S
+
+    def metrics_target(self, run_id: str) -> MetricsTarget | None:
+        """The cluster a run's trainer reports its numbers for, when the run is rank 0 of a cluster job."""
+        with self._lock:
+            return self.metrics.get(run_id)
 
     # -- guest attributes ---------------------------------------------------------------------
     def report(self, instance_id: str, **values: Any) -> None:
@@ -171,6 +192,9 @@ class ClusterAgent:
             argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(rank),
                     "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
                     "-m", "gcpgpu.trainer", *argv[3:]]
+        cluster = _cluster_of(inst, job)
+        if rank == 0 and cluster:
+            self.metrics[run_id] = MetricsTarget(project, zone, "cluster", cluster)
         run = self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)],
                                 on_change=self._on_change(iid), describe=describe)
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id} "
@@ -219,11 +243,23 @@ class ClusterAgent:
         return describe
 
 
+def _cluster_of(inst: dict, job: dict) -> str:
+    """The node's cluster: what the job record says, else the node's metadata or label gcpgpu-cluster."""
+    items = {i.get("key"): i.get("value") or "" for i in inst.get("metadata", {}).get("items", [])}
+    return str(job.get("cluster") or items.get("gcpgpu-cluster") or (inst.get("labels") or {}).get("gcpgpu-cluster")
+               or "")
+
+
 class GuestAttributesRest:
     """instances.getGuestAttributes (queryPath or variableKey), answered from the agent's reports."""
 
     @classmethod
     def for_emulator(cls, emulator: Emulator) -> GuestAttributesRest:
+        # Every Emulator builds this once, after its LocalJobs: the moment to tell the job runner which
+        # emulator it serves (its address is where the trainers' metrics reporters write).
+        attach = getattr(getattr(emulator, "jobs", None), "attach", None)
+        if attach is not None:
+            attach(emulator)
         return cls(emulator)
 
     def __init__(self, emulator: Emulator) -> None:

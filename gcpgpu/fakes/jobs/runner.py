@@ -8,6 +8,12 @@ that is what the emulator's Cloud Logging serves, so `job logs` shows the job's 
 A run ends SUCCEEDED when every replica exits 0, FAILED as soon as one exits non-zero (the others
 are stopped, as Vertex AI stops a job whose replica failed), CANCELLED when cancelled. Stopping is
 SIGTERM first (the trainer saves a checkpoint on it), SIGKILL after a grace period.
+
+Sidecars: `Runner.sidecar`, when set, is asked for each replica it starts whether a helper process
+runs beside it (the metrics reporter next to rank 0, as the image's entrypoint starts it). A
+sidecar never decides how the run ends: it cannot fail the job, even by not starting. Once every
+replica has ended it is sent SIGTERM and waited for (the reporter writes its last points then)
+before the run is reported ended; a cancel stops it with the replicas; reset kills it at once.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ TRAINER_IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0
 # Keep what the captured log holds per run bounded (a long --follow demo must not grow forever).
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
+SIDECAR_STOP_S = 20.0  # the reporter's last write may take up to its 10 s timeout
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,7 @@ class Run:
         self.describe = describe
         self._seq = seq
         self.replicas = [Replica(r) for r in replicas]
+        self.sidecars: list[Replica] = []  # helpers beside replicas (the metrics reporter); never decide the state
         self.state = "pending"
         self.started: float | None = None
         self.ended: float | None = None
@@ -118,6 +126,9 @@ class Run:
         """Process ids of replicas still running (tests check that a cancel leaves none)."""
         return [r.popen.pid for r in self.replicas if r.popen is not None and r.popen.poll() is None]
 
+    def sidecars_alive(self) -> list[int]:
+        return [r.popen.pid for r in self.sidecars if r.popen is not None and r.popen.poll() is None]
+
 
 class Runner:
     """Starts, watches and stops local runs; one per emulator."""
@@ -128,6 +139,10 @@ class Runner:
         self.runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
+        # Asked once per started replica (its process is running): the argv of a helper to run beside
+        # it, in the same folder and environment, or None. LocalJobs sets it to start metrics reporters.
+        self.sidecar: Callable[[Run, Replica], list[str] | None] | None = None
+        self.sidecar_stop_s = SIDECAR_STOP_S
         atexit.register(self._at_exit)  # never leave a trainer (or its files) behind the emulator
 
     @property
@@ -202,7 +217,7 @@ class Runner:
             runs = list(self.runs.values())
         for run in runs:
             run._cancel.set()
-            for pid in run.pids():
+            for pid in run.pids() + [r.popen.pid for r in run.sidecars if r.popen is not None]:
                 _signal_group(pid, signal.SIGKILL)
 
     # -- the supervisor thread ---------------------------------------------------------------
@@ -227,6 +242,7 @@ class Runner:
             run.failure = run.failure or (run.replicas[0].spec.task if run.replicas else "?", -1,
                                           f"{type(e).__name__}: {e}")
             self._stop(run, signal.SIGKILL)
+            self._end_sidecars(run, grace_s=0.0)
             self._finish(run, "failed")
         finally:
             if not run.done:
@@ -249,11 +265,39 @@ class Runner:
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             )
             replica.popen, replica.started = popen, time.time()
-            for stream, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
-                t = threading.Thread(target=self._read, args=(run, replica, stream, pipe), daemon=True,
-                                     name=f"emulator-log-{run.id}-{replica.spec.task}-{stream}")
-                t.start()
-                replica.readers.append(t)
+            self._follow(run, replica)
+            self._start_sidecar(run, replica, env)
+
+    def _follow(self, run: Run, replica: Replica) -> None:
+        popen = replica.popen
+        assert popen is not None
+        for stream, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
+            t = threading.Thread(target=self._read, args=(run, replica, stream, pipe), daemon=True,
+                                 name=f"emulator-log-{run.id}-{replica.spec.task}-{stream}")
+            t.start()
+            replica.readers.append(t)
+
+    def _start_sidecar(self, run: Run, replica: Replica, env: dict[str, str]) -> None:
+        """The helper beside `replica`, if the hook names one; its troubles are logged, never the job's."""
+        if self.sidecar is None:
+            return
+        argv = None
+        try:
+            argv = self.sidecar(run, replica)
+            if not argv:
+                return
+            popen = subprocess.Popen(
+                argv, env=env, cwd=run.workdir, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except Exception as e:
+            what = argv[2] if argv and argv[1:2] == ["-m"] and len(argv) > 2 else Path((argv or ["helper"])[0]).name
+            run.log(replica.spec.task, "stderr", f"gcpgpu emulator: {what} did not start beside "
+                                                 f"{replica.spec.task} ({type(e).__name__}: {e}); the job goes on")
+            return
+        side = Replica(ReplicaSpec(replica.spec.task, argv, {}), popen, started=time.time())
+        run.sidecars.append(side)
+        self._follow(run, side)
 
     def _read(self, run: Run, replica: Replica, stream: str, pipe: object) -> None:
         for raw in iter(pipe.readline, b""):  # type: ignore[attr-defined]
@@ -280,11 +324,16 @@ class Runner:
             if (run.failure is not None or run._cancel.is_set()) and stop_sent is None:
                 run.state = "cancelling" if run._cancel.is_set() and run.failure is None else run.state
                 self._stop(run, signal.SIGTERM)
+                if run._cancel.is_set():
+                    self._signal_sidecars(run, signal.SIGTERM)  # a cancel stops them with the replicas
                 stop_sent = time.monotonic()
             elif stop_sent is not None and time.monotonic() - stop_sent > self.stop_grace_s:
                 self._stop(run, signal.SIGKILL)
             time.sleep(0.05)
-        for replica in run.replicas:
+        # The job's processes are gone: its sidecars end now, before the run is seen to end (the
+        # reporter's last points are in Monitoring by the time a `job submit --wait` returns).
+        self._end_sidecars(run, grace_s=self.stop_grace_s if run._cancel.is_set() else self.sidecar_stop_s)
+        for replica in run.replicas + run.sidecars:
             for t in replica.readers:
                 t.join(5)
         if run._cancel.is_set() and run.failure is None:
@@ -296,6 +345,27 @@ class Runner:
         for replica in run.replicas:
             if replica.popen is not None and replica.popen.poll() is None:
                 _signal_group(replica.popen.pid, sig)
+
+    @staticmethod
+    def _signal_sidecars(run: Run, sig: int) -> None:
+        for side in run.sidecars:
+            if side.popen is not None and side.popen.poll() is None:
+                _signal_group(side.popen.pid, sig)
+
+    def _end_sidecars(self, run: Run, grace_s: float) -> None:
+        """SIGTERM every sidecar still running and wait `grace_s` for it, then SIGKILL (at once when 0)."""
+        self._signal_sidecars(run, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
+        for side in run.sidecars:
+            popen = side.popen
+            if popen is None:
+                continue
+            try:
+                popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(popen.pid, signal.SIGKILL)
+                popen.wait(5)
+            side.returncode, side.ended = popen.returncode, time.time()
 
     @staticmethod
     def _finish(run: Run, state: str) -> None:
