@@ -137,6 +137,15 @@ def main() -> None:
              "--steps", "10", "--batch-size", "16"], env)
         run([gcpgpu, "job", "list"], env)
 
+        say("Which node is behind? Network and GPU metrics from Cloud Monitoring next to the trainer's throughput")
+        # Slow one emulated node down, then train on the cluster with a metrics log the job's reporter
+        # sends to Cloud Monitoring; `metrics tail` joins both in one view.
+        run([sys.executable, "-m", "gcpgpu.fakes.monitoring", "straggler", "demo-3", "0.5"], env, quiet=True)
+        log = scratch / "train.jsonl"
+        run([gcpgpu, "job", "submit", "--cluster", "demo", "--nodes", "2", "--wait", "--", *trainer,
+             "--steps", "30", "--batch-size", "16", "--log-json", str(log)], env)
+        run([gcpgpu, "metrics", "tail", "--cluster", "demo", "--once"], env)
+
         say("Tear it all down: nodes, then placement policy, firewall rules, subnetworks, networks")
         run([gcpgpu, "cluster", "down", "demo", "--yes"], env)
         run([gcpgpu, "cluster", "list"], env)
