@@ -483,7 +483,7 @@ def test_the_reporter_writes_for_the_vertex_job_or_the_nodes_cluster(entrypoint,
     metadata.machine("a2-highgpu-1g")
     make_root(entrypoint.root, "a2-highgpu-1g", "vertex" if env else "vm")
     metadata.values["instance/attributes/gcpgpu-cluster"] = "from-metadata"
-    result = entrypoint("--steps", "5", flag, env=env)
+    result = entrypoint("--steps", "5", flag, env={**env, "STUB_WAIT_TORCHRUN": f"{entrypoint.log}.reporter-ready"})
     assert result.code == 0, result.stderr
     (reporter,) = result.called("reporter")
     assert reporter["argv"][:4] == ["--log-json", "/tmp/m.jsonl", *target]

@@ -123,10 +123,13 @@ def test_a_vertex_jobs_reporter_writes_for_its_numeric_job_id(gcp):
 # --- the runner's sidecars, with sleeping processes -------------------------------------------------------------
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
-# Says when it got SIGTERM (the reporter flushes then), so a test sees a stop rather than a kill.
+# Says when it got SIGTERM (the reporter flushes then), so a test sees a stop rather than a kill; once
+# its handler is in place it prints ready and leaves a file in the run's folder (replicas' cwd too).
 SIDECAR = [sys.executable, "-c", "import signal, sys, time\n"
            "signal.signal(signal.SIGTERM, lambda *_: (print('stopped', flush=True), sys.exit(0)))\n"
-           "print('ready', flush=True)\ntime.sleep(60)"]
+           "open('sidecar-ready', 'w').close()\nprint('ready', flush=True)\ntime.sleep(60)"]
+# A replica that ends (0) once the sidecar is ready, however slowly this machine starts processes.
+UNTIL_READY = [sys.executable, "-c", "import os, time\nwhile not os.path.exists('sidecar-ready'): time.sleep(0.02)"]
 
 
 @pytest.fixture
@@ -144,8 +147,7 @@ def start(runner: Runner, rank0: list[str], rank1: list[str] = SLEEP):
 
 
 def test_a_sidecar_beside_rank_0_is_stopped_once_the_job_ends(runner):
-    short = [sys.executable, "-c", "import time; time.sleep(2)"]
-    run = start(runner, short, short)
+    run = start(runner, UNTIL_READY, UNTIL_READY)
     assert [s.spec.task for s in run.sidecars] == ["rank0"]
     assert run.wait(20) and run.state == "succeeded"
     (side,) = run.sidecars
