@@ -97,6 +97,7 @@ class Emulator:
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
         self.jobs = LocalJobs(self.compute)  # local processes for Vertex and cluster jobs
+        self.jobs.attach(self)  # its reporters send to this emulator, at the address it gets on start()
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]

@@ -255,11 +255,6 @@ class GuestAttributesRest:
 
     @classmethod
     def for_emulator(cls, emulator: Emulator) -> GuestAttributesRest:
-        # Every Emulator builds this once, after its LocalJobs: the moment to tell the job runner which
-        # emulator it serves (its address is where the trainers' metrics reporters write).
-        attach = getattr(getattr(emulator, "jobs", None), "attach", None)
-        if attach is not None:
-            attach(emulator)
         return cls(emulator)
 
     def __init__(self, emulator: Emulator) -> None:
