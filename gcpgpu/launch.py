@@ -36,8 +36,10 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from gcpgpu.trainer.dist import Rendezvous  # stdlib only: the trainer's own parser numbers nodes the same way
 
 METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 DEFAULT_MASTER_PORT = 29500
@@ -79,17 +81,6 @@ class Metadata:
                 self._unreachable = True  # off GCP (or no route): don't wait again for every key
                 return None
         return self._cache[path]
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """torchrun's multi-node settings, and where each came from."""
-
-    nnodes: int
-    node_rank: int
-    master_addr: str
-    master_port: int
-    sources: Mapping[str, str] = field(default_factory=dict)
 
 
 def _int(value: str, name: str, low: int, high: int | None = None) -> int:
@@ -247,12 +238,9 @@ class Plan:
     reporter: list[str] | None = None  # gcpgpu.metrics.reporter's arguments (--pid is the entrypoint's)
 
     def shell(self) -> str:
-        lines = []
-        for name, value in self.exports.items():
-            if name in self.prepend:
-                lines.append(f'export {name}={shlex.quote(value)}"${{{name}:+:${{{name}}}}}"')
-            else:
-                lines.append(f"export {name}={shlex.quote(value)}")
+        from gcpgpu.nccl import export_lines
+
+        lines = export_lines(self.exports, self.prepend)
         if self.reporter:
             lines.append(f"gcpgpu_reporter_args=({' '.join(shlex.quote(a) for a in self.reporter)})")
         return "\n".join(lines) + "\n"

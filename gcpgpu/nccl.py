@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -457,15 +457,20 @@ def _check_socket_threads(env: Mapping[str, str]) -> None:
         )
 
 
-def format_shell(nccl_env: NcclEnv) -> str:
-    """`export NAME=value` lines, every value quoted; PREPEND names keep what the shell already has."""
+def export_lines(env: Mapping[str, str], prepend: Collection[str] = ()) -> list[str]:
+    """`export NAME=value` lines, every value quoted; names in `prepend` keep what the shell already has."""
     lines = []
-    for name, value in nccl_env.env.items():
-        if name in nccl_env.prepend:
+    for name, value in env.items():
+        if name in prepend:
             lines.append(f'export {name}={shlex.quote(value)}"${{{name}:+:${{{name}}}}}"')
         else:
             lines.append(f"export {name}={shlex.quote(value)}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def format_shell(nccl_env: NcclEnv) -> str:
+    """The environment as shell `export` lines (see export_lines)."""
+    return "\n".join(export_lines(nccl_env.env, nccl_env.prepend)) + "\n"
 
 
 # --- host checks ---------------------------------------------------------------------------------------

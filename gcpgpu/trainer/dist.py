@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 # Vertex's pools: 0 is the chief, 1 the other workers; 2 (reduction server / parameter server) and
@@ -55,12 +56,13 @@ def read_env(environ: dict[str, str] | None = None) -> DistEnv:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """What torchrun needs to know on one Vertex node."""
+    """What torchrun needs to know on one node; `sources` says where each value came from (gcpgpu.launch)."""
 
     nnodes: int
     node_rank: int
     master_addr: str
     master_port: int
+    sources: Mapping[str, str] = field(default_factory=dict)
 
 
 def rendezvous_from_cluster_spec(spec: str) -> Rendezvous:
