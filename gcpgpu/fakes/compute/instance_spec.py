@@ -1,0 +1,170 @@
+"""An instance body checked the way the real API checks it, and turned into the stored resource."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ..core import ApiError, check_name, fingerprint, invalid, not_found, required
+from .state import FLEX_START_RANGE, GPU_FREE_MIGRATION_ERROR, Project, _check_labels, last
+
+
+class InstanceSpecMixin:
+    def _prepare_instance(self, p: Project, project: str, zone: str, region: str, body: dict, field: str) -> dict:
+        """Validate an instance body the way the real API does and return the stored resource."""
+        check_name(f"{field}.name", body.get("name"))
+        mt = last(body.get("machineType"))
+        if not mt:
+            raise required(f"{field}.machineType")
+        if mt not in self.world.zone_machine_types[zone]:
+            raise invalid(f"{field}.machineType", body["machineType"],
+                          f"Machine type with name '{mt}' does not exist in zone '{zone}'.")
+        info = self.world.machine_types[mt]
+        _check_labels(body.get("labels") or {}, f"{field}.labels")
+
+        accs = []
+        for i, acc in enumerate(body.get("guestAccelerators") or []):
+            at = last(acc.get("acceleratorType"))
+            if at not in self.world.accelerators_in_zone(zone):
+                raise invalid(f"{field}.guestAccelerators[{i}].acceleratorType", acc.get("acceleratorType"),
+                              f"Accelerator type '{at}' does not exist in zone '{zone}'.")
+            accs.append({"acceleratorType": self.link(project, f"zones/{zone}/acceleratorTypes/{at}"),
+                         "acceleratorCount": int(acc.get("acceleratorCount", 1))})
+        if info.gpu and not accs:
+            # A2/A3/A4/G2 come with their GPUs attached; the API reports them on the instance.
+            accs = [{"acceleratorType": self.link(project, f"zones/{zone}/acceleratorTypes/{info.gpu}"),
+                     "acceleratorCount": info.gpu_count}]
+
+        given = body.get("scheduling") or {}
+        # The API's own words: "For standard instances, the default behavior is MIGRATE. For
+        # preemptible instances, the default and only possible behavior is TERMINATE." Spot (and
+        # flex-start) VMs are preemptible in that sense, so gcloud's --provisioning-model=SPOT
+        # without --maintenance-policy works on a GPU VM.
+        preemptible = bool(given.get("preemptible")) or given.get("provisioningModel") in ("SPOT", "FLEX_START")
+        sched = {"onHostMaintenance": "TERMINATE" if preemptible else "MIGRATE", "automaticRestart": not preemptible,
+                 "preemptible": False, "provisioningModel": "STANDARD", **given}
+        model = sched["provisioningModel"]
+        if model not in ("STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND"):
+            raise invalid(f"{field}.scheduling.provisioningModel", model, "Must be STANDARD, SPOT, FLEX_START or RESERVATION_BOUND.")
+        if preemptible and sched["onHostMaintenance"] != "TERMINATE":
+            raise invalid(f"{field}.scheduling.onHostMaintenance", sched["onHostMaintenance"],
+                          "Preemptible and Spot instances can only use TERMINATE.")
+        if accs and sched["onHostMaintenance"] != "TERMINATE":
+            raise ApiError(400, "invalid", GPU_FREE_MIGRATION_ERROR)
+        if model in ("SPOT", "FLEX_START") and sched.get("automaticRestart"):
+            sched["automaticRestart"] = False
+        if model == "FLEX_START":
+            secs = int((sched.get("maxRunDuration") or {}).get("seconds", 0))
+            if not FLEX_START_RANGE[0] <= secs <= FLEX_START_RANGE[1]:
+                raise invalid(f"{field}.scheduling.maxRunDuration.seconds", secs,
+                              f"Must be between {FLEX_START_RANGE[0]} and {FLEX_START_RANGE[1]} for FLEX_START.")
+            if sched.get("instanceTerminationAction") != "DELETE":
+                raise invalid(f"{field}.scheduling.instanceTerminationAction", sched.get("instanceTerminationAction"),
+                              "FLEX_START VMs must use DELETE.")
+
+        disks = body.get("disks") or []
+        if not disks:
+            raise required(f"{field}.disks")
+        stored_disks = []
+        for i, d in enumerate(disks):
+            init = d.get("initializeParams") or {}
+            if d.get("boot", i == 0) and not d.get("source"):
+                if not init.get("sourceImage"):
+                    raise required(f"{field}.disks[{i}].initializeParams.sourceImage")
+                img = self._resolve_image(project, init["sourceImage"])
+                init = {**init, "sourceImage": img["selfLink"]}
+            disk_name = init.get("diskName") or (body["name"] if i == 0 else f"{body['name']}-{i}")
+            stored_disks.append({
+                "kind": "compute#attachedDisk", "type": d.get("type", "PERSISTENT"), "mode": d.get("mode", "READ_WRITE"),
+                "boot": bool(d.get("boot", i == 0)), "autoDelete": bool(d.get("autoDelete", True)), "index": i,
+                "deviceName": d.get("deviceName") or (f"persistent-disk-{i}"),
+                "diskSizeGb": str(init.get("diskSizeGb", 10)), "interface": d.get("interface", "SCSI"),
+                "source": self.link(project, f"zones/{zone}/disks/{disk_name}"),
+            })
+
+        nics = body.get("networkInterfaces") or []
+        if not nics:
+            raise required(f"{field}.networkInterfaces")
+        stored_nics = []
+        for i, nic in enumerate(nics):
+            stored_nics.append(self._prepare_nic(p, project, region, nic, i, f"{field}.networkInterfaces[{i}]"))
+
+        policies = []
+        for link in body.get("resourcePolicies") or []:
+            policies.append(self._policy_for(p, region, link, f"{field}.resourcePolicies")["selfLink"])
+        if policies and model == "FLEX_START":
+            raise ApiError(400, "UNSUPPORTED_OPERATION",
+                           "Placement policies are not supported with FLEX_START provisioning.")
+
+        affinity = body.get("reservationAffinity") or {"consumeReservationType": "ANY_RESERVATION"}
+        meta_items = (body.get("metadata") or {}).get("items") or []
+        labels = body.get("labels") or {}
+        return {
+            "kind": "compute#instance",
+            "name": body["name"],
+            "description": body.get("description", ""),
+            "machineType": self.link(project, f"zones/{zone}/machineTypes/{mt}"),
+            "zone": self.link(project, f"zones/{zone}"),
+            "canIpForward": bool(body.get("canIpForward", False)),
+            "networkInterfaces": stored_nics,
+            "disks": stored_disks,
+            "metadata": {"kind": "compute#metadata", "fingerprint": fingerprint(meta_items), "items": meta_items},
+            "serviceAccounts": body.get("serviceAccounts") or [],
+            "scheduling": sched,
+            "guestAccelerators": accs,
+            "labels": labels,
+            "labelFingerprint": fingerprint(labels),
+            "tags": {**(body.get("tags") or {}), "fingerprint": fingerprint((body.get("tags") or {}).get("items", []))},
+            "resourcePolicies": policies,
+            "reservationAffinity": affinity,
+            "cpuPlatform": "Intel Sapphire Rapids" if mt.startswith("a3") else "Intel Cascade Lake",
+            "deletionProtection": bool(body.get("deletionProtection", False)),
+            "startRestricted": False,
+            "shieldedInstanceConfig": body.get("shieldedInstanceConfig")
+            or {"enableSecureBoot": False, "enableVtpm": True, "enableIntegrityMonitoring": True},
+            "fingerprint": fingerprint(body["name"]),
+            "_machine_type": mt,
+        }
+
+    def _prepare_nic(self, p: Project, project: str, region: str, nic: dict, i: int, field: str) -> dict:
+        net_link, sub_link = nic.get("network"), nic.get("subnetwork")
+        sub = None
+        if sub_link:
+            sub = self._in_region(p, region, "subnetworks", sub_link, f"{field}.subnetwork",
+                                  f"Subnetwork must be in region '{region}'.")
+            net = p.coll("global/networks").get(last(sub["network"]))
+            if net_link and last(net_link) != net["name"]:
+                raise invalid(f"{field}.network", net_link, "Subnetwork does not belong to this network.")
+        else:
+            net_name = last(net_link or "global/networks/default")
+            net = p.coll("global/networks").get(net_name)
+            if net is None:
+                raise not_found(f"projects/{project}/global/networks/{net_name}")
+            sub = next((s for s in p.coll(f"regions/{region}/subnetworks").values() if s["network"] == net["selfLink"]), None)
+            if sub is None:
+                raise ApiError(400, "SUBNET_NOT_FOUND_FOR_VPC",
+                               f"Network '{net_name}' has no subnetwork in region '{region}'; specify a subnetwork.")
+        nic_type = nic.get("nicType")
+        if nic_type and nic_type not in ("GVNIC", "VIRTIO_NET", "MRDMA", "IRDMA", "UNSPECIFIED_NIC_TYPE"):
+            raise invalid(f"{field}.nicType", nic_type, "Must be GVNIC, VIRTIO_NET or MRDMA.")
+        cidr = ipaddress.ip_network(sub["ipCidrRange"])
+        offset = p.next_ip.get(sub["selfLink"], 2)
+        p.next_ip[sub["selfLink"]] = offset + 1
+        out = {
+            "kind": "compute#networkInterface",
+            "name": f"nic{i}",
+            "network": net["selfLink"],
+            "subnetwork": sub["selfLink"],
+            "networkIP": str(cidr.network_address + offset),
+            "stackType": nic.get("stackType", "IPV4_ONLY"),
+            "fingerprint": fingerprint([sub["selfLink"], offset]),
+        }
+        if nic_type:
+            out["nicType"] = nic_type
+        if nic.get("accessConfigs"):
+            # External addresses come from TEST-NET-2: the emulator owns no real public IPs.
+            out["accessConfigs"] = [
+                {"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT", "name": ac.get("name", "External NAT"),
+                 "natIP": f"198.51.100.{(offset % 250) + 1}", "networkTier": ac.get("networkTier", "PREMIUM")}
+                for ac in nic["accessConfigs"]
+            ]
+        return out

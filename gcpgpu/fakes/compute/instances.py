@@ -1,0 +1,220 @@
+"""Instances: admission (reservations, placement, quota, capacity), insert, bulkInsert and lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..core import ApiError, already_exists, fingerprint, invalid, not_found, required, rfc3339
+from .state import Project, _check_labels, _mutation, _names_from_pattern, _stockout_error, last
+
+
+class InstancesMixin:
+    def instance_status(self, inst: dict) -> str:
+        now = self.now()
+        status = inst["_phases"][0][1]
+        for t, s in inst["_phases"]:
+            if t <= now:
+                status = s
+        return status
+
+    def _append_phase(self, inst: dict, *steps: str) -> None:
+        """Cut the planned future short and schedule `steps` over one operation's duration."""
+        now = self.now()
+        inst["_phases"] = [ph for ph in inst["_phases"] if ph[0] <= now]
+        dur = self._op_seconds()
+        for i, s in enumerate(steps):
+            inst["_phases"].append([now + dur * i / max(len(steps) - 1, 1) if len(steps) > 1 else now, s])
+
+    def _admit(self, p: Project, project: str, zone: str, region: str, insts: list[dict], min_count: int) -> tuple[int, ApiError | None]:
+        """How many of `insts` the zone takes now (reservations, placement, quota, capacity), or the error."""
+        first = insts[0]
+        mt = first["_machine_type"]
+        aff = first["reservationAffinity"]
+        kind = aff.get("consumeReservationType", "ANY_RESERVATION")
+        reservation = None
+        if kind == "SPECIFIC_RESERVATION":
+            values = aff.get("values") or []
+            if aff.get("key") != "compute.googleapis.com/reservation-name" or not values:
+                raise invalid("resource.reservationAffinity", aff,
+                              "SPECIFIC_RESERVATION needs key 'compute.googleapis.com/reservation-name' and the reservation name in values.")
+            res_name = last(values[0])
+            reservation = p.coll(f"zones/{zone}/reservations").get(res_name)
+            if reservation is None:
+                raise not_found(f"projects/{project}/zones/{zone}/reservations/{res_name}")
+            if reservation["_machine_type"] != mt:
+                raise invalid("resource.machineType", mt,
+                              f"Reservation '{res_name}' holds {reservation['_machine_type']}, not {mt}.")
+            free = int(reservation["specificReservation"]["count"]) - self._reservation_in_use(reservation)
+            if free < len(insts):
+                return 0, ApiError(
+                    400, "RESERVATION_CAPACITY_EXCEEDED",
+                    f"Specified reservation '{res_name}' does not have available resources for the request: "
+                    f"{free} of {reservation['specificReservation']['count']} free, {len(insts)} asked.",
+                )
+        elif kind == "ANY_RESERVATION":
+            for res in p.coll(f"zones/{zone}/reservations").values():
+                if (res["_machine_type"] == mt and not res.get("specificReservationRequired")
+                        and int(res["specificReservation"]["count"]) - self._reservation_in_use(res) >= len(insts)):
+                    reservation = res
+                    break
+        if reservation is not None:
+            for inst in insts:
+                inst["_reservation"] = reservation["selfLink"]
+            # A reservation's own placement policy applies to what consumes it.
+            for link in (reservation.get("resourcePolicies") or {}).values():
+                for inst in insts:
+                    if link not in inst["resourcePolicies"]:
+                        inst["resourcePolicies"].append(link)
+
+        for link in first["resourcePolicies"]:
+            pol = p.coll(f"regions/{region}/resourcePolicies")[last(link)]
+            gpp = pol.get("groupPlacementPolicy") or {}
+            if "vmCount" in gpp:
+                used = sum(1 for _pth, o in p.iter_kind("instances")
+                           if link in o.get("resourcePolicies", []) and o.get("_gone_at") is None)
+                if used + len(insts) > int(gpp["vmCount"]):
+                    raise invalid("resource.resourcePolicies", link,
+                                  f"Resource policy '{pol['name']}' has vmCount {gpp['vmCount']} and {used} VMs already use it; "
+                                  f"{len(insts)} more do not fit.")
+
+        extra: dict[str, float] = {}
+        for inst in insts:
+            for k, v in self._instance_usage({**inst, "_phases": [[0, "PROVISIONING"]]}).items():
+                extra[k] = extra.get(k, 0.0) + v
+        err = self._check_quota(p, region, extra)
+        if err is not None:
+            return 0, err
+        if reservation is None:
+            got = self.faults.take_capacity(zone, mt, len(insts))
+            if got < min_count:
+                self.faults.give_back(zone, mt, got)
+                return 0, _stockout_error(zone, mt)
+            return got, None
+        return len(insts), None
+
+    def _place(self, p: Project, project: str, zone: str, inst: dict) -> None:
+        now = self.now()
+        dur = self._op_seconds()
+        inst.update(id=self.ids.next(), creationTimestamp=rfc3339(now), lastStartTimestamp=rfc3339(now + dur),
+                    selfLink=self.link(project, f"zones/{zone}/instances/{inst['name']}"),
+                    _phases=[[now, "PROVISIONING"], [now + 0.5 * dur, "STAGING"], [now + dur, "RUNNING"]])
+        p.coll(f"zones/{zone}/instances")[inst["name"]] = inst
+
+    @_mutation()
+    def insert_instance(self, p: Project, zone: str, body: dict) -> dict:
+        region = self._check_zone(zone)
+        inst = self._prepare_instance(p, p.name, zone, region, body, "resource")
+        path = f"zones/{zone}/instances"
+        if inst["name"] in p.coll(path):
+            raise already_exists(f"projects/{p.name}/{path}/{inst['name']}")
+        link = self.link(p.name, f"{path}/{inst['name']}")
+        _, err = self._admit(p, p.name, zone, region, [inst], 1)
+        if err is not None:
+            return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, error=err))
+        self._place(p, p.name, zone, inst)
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, inst["id"]))
+
+    @_mutation()
+    def bulk_insert(self, p: Project, zone: str, body: dict) -> dict:
+        """instances.bulkInsert: N VMs from one set of properties, all or at least minCount, one operation."""
+        region = self._check_zone(zone)
+        props = body.get("instanceProperties")
+        if body.get("sourceInstanceTemplate"):
+            raise ApiError(400, "invalid", "sourceInstanceTemplate is not supported by the emulator; use instanceProperties.")
+        if not props:
+            raise required("bulkInsertInstanceResource.instanceProperties")
+        per = body.get("perInstanceProperties") or {}
+        count = int(body.get("count") or len(per))
+        if count < 1:
+            raise invalid("bulkInsertInstanceResource.count", body.get("count"), "Must be at least 1.")
+        min_count = int(body.get("minCount") or count)
+        if min_count > count:
+            raise invalid("bulkInsertInstanceResource.minCount", min_count, "Must not exceed count.")
+        path = f"zones/{zone}/instances"
+        names = list(per)
+        if len(names) < count:
+            pattern = body.get("namePattern")
+            if not pattern or "#" not in pattern:
+                raise invalid("bulkInsertInstanceResource.namePattern", pattern,
+                              "Give perInstanceProperties for every VM or a namePattern with #s.")
+            names += _names_from_pattern(pattern, count - len(names), set(p.coll(path)) | set(names))
+        for name in names:
+            if name in p.coll(path):
+                raise already_exists(f"projects/{p.name}/{path}/{name}")
+        insts = []
+        for name in names:
+            # InstanceProperties name machine types and policies bare; the instance stores links.
+            inst_body = {**props, "name": name,
+                         "machineType": f"zones/{zone}/machineTypes/{last(props.get('machineType'))}",
+                         "resourcePolicies": [f"regions/{region}/resourcePolicies/{last(x)}"
+                                              for x in props.get("resourcePolicies") or []]}
+            insts.append(self._prepare_instance(p, p.name, zone, region, inst_body, "bulkInsertInstanceResource.instanceProperties"))
+        link = self.link(p.name, path)
+        got, err = self._admit(p, p.name, zone, region, insts, min_count)
+        if err is not None:
+            return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link, error=err))
+        for inst in insts[:got]:
+            self._place(p, p.name, zone, inst)
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link))
+
+    @_mutation()
+    def _mutate_instance(self, p: Project, zone: str, name: str, op_type: str, change: Callable[[dict], None]) -> dict:
+        self._check_zone(zone)
+        inst = self._get(p.name, f"zones/{zone}/instances", name)
+        change(inst)
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", op_type, inst["selfLink"], inst["id"]))
+
+    def set_labels(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
+        labels = body.get("labels") or {}
+        _check_labels(labels, "labels")
+
+        def change(inst: dict) -> None:
+            if body.get("labelFingerprint") != inst["labelFingerprint"]:
+                raise ApiError(412, "conditionNotMet",
+                               "Labels fingerprint either invalid or resource labels have changed")
+            inst["labels"] = labels
+            inst["labelFingerprint"] = fingerprint(labels)
+
+        return self._mutate_instance(project, zone, name, "setLabels", change, request_id=request_id)
+
+    def set_metadata(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
+        items = body.get("items") or []
+        total = sum(len(i.get("value") or "") for i in items)
+        if total > 512 * 1024:
+            raise ApiError(400, "invalid", f"Metadata total size {total} exceeds the 512 KB limit.")
+
+        def change(inst: dict) -> None:
+            if body.get("fingerprint") != inst["metadata"]["fingerprint"]:
+                raise ApiError(412, "conditionNotMet",
+                               "Supplied fingerprint does not match current metadata fingerprint.")
+            inst["metadata"] = {"kind": "compute#metadata", "fingerprint": fingerprint(items), "items": items}
+
+        op = self._mutate_instance(project, zone, name, "setMetadata", change, request_id=request_id)
+        for observe in self.metadata_observers:  # outside the lock: an observer may start processes
+            observe(project, zone, name)
+        return op
+
+    def stop(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
+        def change(inst: dict) -> None:
+            if self.instance_status(inst) not in ("TERMINATED", "STOPPING"):
+                self._append_phase(inst, "STOPPING", "TERMINATED")
+
+        return self._mutate_instance(project, zone, name, "stop", change, request_id=request_id)
+
+    @_mutation()
+    def start(self, p: Project, zone: str, name: str) -> dict:
+        """instances.start: a stopped VM takes its quota and zone capacity again, and can fail to
+        come back (inside the operation) when either has run out, as stopped GPU VMs often do."""
+        region = self._check_zone(zone)
+        inst = self._get(p.name, f"zones/{zone}/instances", name)
+        err = None
+        if self.instance_status(inst) == "TERMINATED":
+            # Reservation-backed VMs come back on their reservation's capacity, unchecked here.
+            need = self._instance_usage({**inst, "_phases": [[0, "PROVISIONING"]]})
+            err = self._check_quota(p, region, need)
+            if err is None and not inst.get("_reservation") \
+                    and self.faults.take_capacity(zone, inst["_machine_type"], 1) < 1:
+                err = _stockout_error(zone, inst["_machine_type"])
+            if err is None:
+                self._append_phase(inst, "STAGING", "RUNNING")
+        return self.render_op(self._new_op(p.name, f"zones/{zone}", "start", inst["selfLink"], inst["id"], error=err))
