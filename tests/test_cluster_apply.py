@@ -227,3 +227,19 @@ def test_cli_down_deletes_the_clusters_dashboards(gcp, monkeypatch):
     down = runner.invoke(main, ["cluster", "down", "dash", "--yes"])
     assert down.exit_code == 0 and "Deleted 1 dashboard" in down.output
     assert dashboard.find(clients, PROJECT, "dash") == []
+
+
+def test_cli_up_fails_over_a_bulk_stockout_to_the_next_zone(gcp, monkeypatch):
+    # Zone a holds one of the two VMs asked for: its bulkInsert fails with the summary code
+    # VM_MIN_COUNT_NOT_REACHED alone (the cause is on the per-VM inserts), which must count as
+    # capacity, not as a permanent error that ends `up`.
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    gcp.faults.set_capacity("us-central1-a", "a2-highgpu-1g", 1)
+    up = CliRunner().invoke(main, ["cluster", "up", "demo", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
+                                   "--region", "us-central1", "--yes"])
+    assert up.exit_code == 0, up.output
+    assert "us-central1-b" in up.stdout
+    bulk_ops = gcp.compute.list_operations(PROJECT, "zones/us-central1-a", "operationType = bulkInsert")
+    assert [o["error"]["errors"][0]["code"] for o in bulk_ops] == ["VM_MIN_COUNT_NOT_REACHED"]
+    assert gcp.compute.list(PROJECT, "zones/us-central1-a/instances") == []
+    assert sorted(i["name"] for i in gcp.compute.list(PROJECT, "zones/us-central1-b/instances")) == ["demo-0", "demo-1"]

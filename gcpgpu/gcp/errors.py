@@ -21,7 +21,16 @@ ZONE_LEVEL = frozenset({
     "insufficientCapacity",
     "RESOURCE_NOT_READY",
     "RESOURCE_OPERATION_RATE_EXCEEDED",
+    # Capacity codes Cluster Toolkit's Slurm resume code treats like the zone stockout.
+    "REGION_RESOURCE_POOL_EXHAUSTED",
+    "RESOURCE_POOL_EXHAUSTED",
+    "resourcePoolExhausted",
 })
+# bulkInsert's summary when fewer than minCount VMs could be made ("Requested minimum count of N VMs
+# could not be created."). The cause, when the operation carries one, follows it and decides; with
+# none, it is a capacity failure (SkyPilot's provisioner and Cluster Toolkit's resume.py both fail
+# over on it). gcp-facts sections 4 and 10.
+MIN_COUNT_NOT_REACHED = "VM_MIN_COUNT_NOT_REACHED"
 # Stop: another zone in the same region will not help.
 QUOTA = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
 REGION_LEVEL = QUOTA | {"SUBNET_NOT_FOUND_FOR_VPC"}
@@ -75,6 +84,18 @@ def classify(exc: BaseException, *, from_operation: bool = False) -> Failure:
     code = getattr(exc, "code", None)
     code = code if isinstance(code, int) else None
     message = message_of(exc)
+    if MIN_COUNT_NOT_REACHED in reasons:
+        causes = tuple(r for r in reasons if r != MIN_COUNT_NOT_REACHED)
+        if not causes:
+            return Failure("stockout", reasons, message, code)
+        cause = classify_reasons(causes, message, code)
+        return Failure(cause.kind, reasons, message, code, cause.quota_metric, cause.quota_limit, cause.quota_region)
+    return classify_reasons(reasons, message, code, from_operation=from_operation)
+
+
+def classify_reasons(reasons: tuple[str, ...], message: str, code: int | None, *,
+                     from_operation: bool = False) -> Failure:
+    """classify() for error codes already read out of an exception or an operation."""
     if any(r in QUOTA for r in reasons):
         m = _QUOTA_MESSAGE.search(message)
         return Failure("quota", reasons, message, code,

@@ -311,4 +311,38 @@ def test_bulk_insert_min_count_takes_what_capacity_allows(gcp: Emulator, instanc
     with pytest.raises(exceptions.ServiceUnavailable) as e:  # capacity is gone now
         instances.bulk_insert(project=PROJECT, zone=ZONE, bulk_insert_instance_resource_resource=_bulk(
             2, name_pattern="more-#")).result(polling=FAST_POLL)
-    assert e.value.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
+    # The bulk operation carries the summary; the cause sits on the group's per-VM inserts.
+    assert [x.code for x in e.value.errors] == ["VM_MIN_COUNT_NOT_REACHED"]
+    assert e.value.errors[0].message == "Requested minimum count of 2 VMs could not be created."
+
+
+def test_bulk_insert_groups_one_insert_operation_per_vm(gcp: Emulator, instances, compute) -> None:
+    gcp.faults.set_capacity(ZONE, GPU_TYPE, 3)
+    op = instances.bulk_insert(project=PROJECT, zone=ZONE, bulk_insert_instance_resource_resource=_bulk(
+        4, name_pattern="g-#", min_count=2))
+    op.result(polling=FAST_POLL)
+    bulk = compute("ZoneOperationsClient").get(project=PROJECT, zone=ZONE, operation=op.name)
+    group = bulk.operation_group_id
+    assert group
+    status = bulk.instances_bulk_insert_operation_metadata.per_location_status[f"zones/{ZONE}"]
+    assert (status.target_vm_count, status.created_vm_count, status.failed_to_create_vm_count) == (4, 3, 1)
+    ops = list(compute("ZoneOperationsClient").list(request={
+        "project": PROJECT, "zone": ZONE, "filter": f"operationGroupId={group}"}))
+    inserts = [o for o in ops if o.operation_type == "insert"]
+    assert sorted(o.target_link.rsplit("/", 1)[1] for o in inserts) == ["g-1", "g-2", "g-3", "g-4"]
+    failed = [o for o in inserts if o.error.errors]
+    assert [o.target_link.rsplit("/", 1)[1] for o in failed] == ["g-4"]
+    assert failed[0].error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
+    # Below minCount: nothing made, the summary on the bulk operation, the cause on every insert.
+    with pytest.raises(exceptions.ServiceUnavailable):
+        instances.bulk_insert(project=PROJECT, zone=ZONE, bulk_insert_instance_resource_resource=_bulk(
+            2, name_pattern="h-#")).result(polling=FAST_POLL)
+    ops = list(compute("ZoneOperationsClient").list(request={
+        "project": PROJECT, "zone": ZONE, "filter": "operationType = bulkInsert"}))
+    group2 = ops[-1].operation_group_id
+    assert group2 and group2 != group
+    assert ops[-1].instances_bulk_insert_operation_metadata.per_location_status[f"zones/{ZONE}"].created_vm_count == 0
+    grouped = list(compute("ZoneOperationsClient").list(request={
+        "project": PROJECT, "zone": ZONE, "filter": f"operationGroupId={group2} AND operationType=insert"}))
+    assert [o.error.errors[0].code for o in grouped] == ["ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"] * 2
+    assert [i.name for i in instances.list(project=PROJECT, zone=ZONE)] == ["g-1", "g-2", "g-3"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 from ..core import ApiError, already_exists, fingerprint, invalid, not_found, required, rfc3339
@@ -89,6 +90,8 @@ class InstancesMixin:
             if got < min_count:
                 self.faults.give_back(zone, mt, got)
                 return 0, _stockout_error(zone, mt)
+            if got < len(insts):
+                return got, _stockout_error(zone, mt)  # the ones beyond `got` fail; the rest stand
             return got, None
         return len(insts), None
 
@@ -149,13 +152,35 @@ class InstancesMixin:
                          "resourcePolicies": [f"regions/{region}/resourcePolicies/{last(x)}"
                                               for x in props.get("resourcePolicies") or []]}
             insts.append(self._prepare_instance(p, p.name, zone, region, inst_body, "bulkInsertInstanceResource.instanceProperties"))
-        link = self.link(p.name, path)
+        return self._bulk_create(p, zone, region, insts, min_count)
+
+    def _bulk_create(self, p: Project, zone: str, region: str, insts: list[dict], min_count: int) -> dict:
+        """Admit and place bulkInsert's VMs as the real API reports them: one `bulkInsert` operation
+        and one `insert` operation per VM, all in one operationGroupId. A shortfall below minCount
+        fails the bulk operation with the summary code VM_MIN_COUNT_NOT_REACHED while the cause
+        (the stockout) sits on the per-VM inserts (gcp-facts sections 4 and 10)."""
+        link = self.link(p.name, f"zones/{zone}/instances")
+        scope = f"zones/{zone}"
+        group = str(uuid.uuid4())
         got, err = self._admit(p, p.name, zone, region, insts, min_count)
-        if err is not None:
-            return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link, error=err))
+        if err is not None and got == 0 and err.reason != "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS":
+            # Refused as a whole (quota, a full reservation): one error on the bulk operation.
+            return self.render_op(self._new_op(p.name, scope, "bulkInsert", link, error=err, group=group))
         for inst in insts[:got]:
             self._place(p, p.name, zone, inst)
-        return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link))
+            self._new_op(p.name, scope, "insert", inst["selfLink"], inst["id"], group=group)
+        for inst in insts[got:]:
+            self._new_op(p.name, scope, "insert", self.link(p.name, f"{scope}/instances/{inst['name']}"),
+                         str(self.ids.next()), error=err, group=group)
+        summary = None
+        if err is not None and got < min_count:
+            summary = ApiError(err.code, "VM_MIN_COUNT_NOT_REACHED",
+                               f"Requested minimum count of {min_count} VMs could not be created.")
+        op = self._new_op(p.name, scope, "bulkInsert", link, error=summary, group=group)
+        op["instancesBulkInsertOperationMetadata"] = {"perLocationStatus": {scope: {
+            "status": "DONE", "targetVmCount": len(insts), "createdVmCount": got,
+            "failedToCreateVmCount": len(insts) - got, "deletedVmCount": 0}}}
+        return self.render_op(op)
 
     @_mutation()
     def _mutate_instance(self, p: Project, zone: str, name: str, op_type: str, change: Callable[[dict], None]) -> dict:

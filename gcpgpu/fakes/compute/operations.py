@@ -21,6 +21,7 @@ class OperationsMixin:
         target_link: str,
         target_id: str | None = None,
         error: ApiError | None = None,
+        group: str | None = None,
     ) -> dict:
         p = self.project(project)
         now = self.now()
@@ -41,6 +42,8 @@ class OperationsMixin:
         }
         if target_id:
             op["targetId"] = target_id
+        if group:
+            op["operationGroupId"] = group  # bulkInsert's operation and its per-VM inserts share it
         if scope.startswith("zones/"):
             op["zone"] = self.link(project, scope)
         elif scope.startswith("regions/"):

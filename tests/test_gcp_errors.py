@@ -1,0 +1,33 @@
+"""What a Google error means for failover: the bulk stockout summary and its causes."""
+
+from __future__ import annotations
+
+from google.api_core import exceptions
+
+from gcpgpu.gcp.errors import classify
+
+
+def _op_error(code: int, *codes: str, message: str = "Requested minimum count of 4 VMs could not be created."):
+    # A failed operation as api_core raises it: `errors` holds one entry per error code.
+    return exceptions.from_http_status(code, message, errors=[{"code": c, "message": message} for c in codes])
+
+
+def test_min_count_summary_alone_is_a_stockout_to_fail_over_on():
+    f = classify(_op_error(400, "VM_MIN_COUNT_NOT_REACHED"), from_operation=True)
+    assert f.kind == "stockout"
+
+
+def test_min_count_summary_reads_past_to_its_cause():
+    stockout = _op_error(503, "VM_MIN_COUNT_NOT_REACHED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+    assert classify(stockout, from_operation=True).kind == "stockout"
+    quota = _op_error(403, "VM_MIN_COUNT_NOT_REACHED", "QUOTA_EXCEEDED",
+                      message="Quota 'NVIDIA_H100_GPUS' exceeded.  Limit: 16.0 in region us-central1.")
+    f = classify(quota, from_operation=True)
+    assert (f.kind, f.quota_metric, f.quota_region) == ("quota", "NVIDIA_H100_GPUS", "us-central1")
+    bad = _op_error(400, "VM_MIN_COUNT_NOT_REACHED", "invalid")
+    assert classify(bad, from_operation=True).kind == "permanent"
+
+
+def test_other_capacity_codes_cluster_toolkit_treats_alike():
+    for code in ("REGION_RESOURCE_POOL_EXHAUSTED", "RESOURCE_POOL_EXHAUSTED", "resourcePoolExhausted"):
+        assert classify(_op_error(400, code)).kind == "stockout"
