@@ -7,7 +7,8 @@ emulator depends on nothing above it.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -35,6 +36,26 @@ class World:
     global_quotas: dict[str, float]
     images: dict[str, dict[str, str]]      # image project -> family -> image
     timings: dict[str, float]
+    image_patterns: dict[str, list[re.Pattern]] = field(default_factory=dict)  # image project -> families
+    image_date: str = "20261101"
+
+    def image_for_family(self, image_project: str, family: str) -> str | None:
+        """The image a public family resolves to: listed, else FAMILY-vDATE where a pattern matches."""
+        listed = self.images.get(image_project, {}).get(family)
+        if listed:
+            return listed
+        if any(p.fullmatch(family) for p in self.image_patterns.get(image_project, [])):
+            return f"{family}-v{self.image_date}"
+        return None
+
+    def family_of_image(self, image_project: str, name: str) -> str | None:
+        listed = next((f for f, n in self.images.get(image_project, {}).items() if n == name), None)
+        if listed:
+            return listed
+        m = re.fullmatch(r"(.+)-v(\d{8})", name)
+        if m and self.image_for_family(image_project, m.group(1)) == name:
+            return m.group(1)
+        return None
 
     def region_of(self, zone: str) -> str | None:
         for region, zones in self.regions.items():
@@ -60,9 +81,8 @@ def default_world() -> World:
         name: MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), m["gpu"], int(m["gpu_count"]))
         for name, m in catalog["machine_types"].items()
     }
-    general = data.get("general_machine_types", {})
-    for name, m in general.items():
-        machine_types[name] = MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), None, 0)
+    general = general_machine_types(data)
+    machine_types.update(general)
     regions: dict[str, list[str]] = {}
     zone_types: dict[str, list[str]] = {}
     for region, rdata in catalog["availability"]["regions"].items():
@@ -79,4 +99,20 @@ def default_world() -> World:
         global_quotas={k: float(v) for k, v in data["default_global_quotas"].items()},
         images=data["images"],
         timings={k: float(v) for k, v in data["timings"].items()},
+        image_patterns={proj: [re.compile(p) for p in pats] for proj, pats in data.get("image_family_patterns", {}).items()},
+        image_date=str(data.get("image_date", "20261101")),
     )
+
+
+def general_machine_types(data: dict) -> dict[str, MachineTypeInfo]:
+    """FAMILY-SHAPE-N for each family's rules in world.yaml (memory = N x GB per vCPU), plus the
+    shared-core types listed by hand."""
+    out = {}
+    for family, shapes in data.get("general_machine_families", {}).items():
+        for shape, (gb_per_vcpu, sizes) in shapes.items():
+            for n in sizes:
+                name = f"{family}-{shape}-{n}"
+                out[name] = MachineTypeInfo(name, int(n), int(round(n * gb_per_vcpu * 1024)), None, 0)
+    for name, m in data.get("general_machine_types", {}).items():
+        out[name] = MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), None, 0)
+    return out

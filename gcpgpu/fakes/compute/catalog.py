@@ -132,13 +132,12 @@ class CatalogMixin:
         }
 
     def image(self, image_project: str, name: str | None = None, family: str | None = None) -> dict:
-        families = self.world.images.get(image_project, {})
         if family is not None:
-            if family not in families:
+            name = self.world.image_for_family(image_project, family)
+            if name is None:
                 raise not_found(f"projects/{image_project}/global/images/family/{family}")
-            name = families[family]
         else:
-            family = next((f for f, n in families.items() if n == name), None)
+            family = self.world.family_of_image(image_project, name or "")
             if family is None:
                 raise not_found(f"projects/{image_project}/global/images/{name}")
         return {

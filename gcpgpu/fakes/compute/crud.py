@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..core import ApiError, already_exists, rfc3339
 from . import filters
-from .state import REGIONAL, ZONAL, Project, _kind_word, _mutation, last, public
+from .state import GLOBAL, REGIONAL, ZONAL, Project, _kind_word, _mutation, last, public
 
 
 class CrudMixin:
@@ -32,6 +32,8 @@ class CrudMixin:
             if kind in REGIONAL
             else ["global"]
         )
+        if kind in REGIONAL and kind in GLOBAL:  # instance templates: global and regional ones
+            scopes = ["global", *scopes]
         with self._lock:
             p = self.project(project)
             self._sweep(p)
@@ -68,6 +70,10 @@ class CrudMixin:
         res = self._get(p.name, path, name)
         if res.get("_gone_at") is not None:
             return self.render_op(self._new_op(p.name, scope, "delete", res["selfLink"], res["id"]))
+        if kind == "instances" and res.get("deletionProtection"):
+            # The real API's words (terraform-provider-google PR 1211 quotes them).
+            raise ApiError(400, "invalidResourceUsage",
+                           "Invalid resource usage: 'Resource cannot be deleted if it's protected against deletion.'.")
         user = self._used_by(p, res)
         if user:
             raise ApiError(

@@ -104,8 +104,11 @@ class InstancesMixin:
         p.coll(f"zones/{zone}/instances")[inst["name"]] = inst
 
     @_mutation()
-    def insert_instance(self, p: Project, zone: str, body: dict) -> dict:
+    def insert_instance(self, p: Project, zone: str, body: dict, source_template: str | None = None) -> dict:
         region = self._check_zone(zone)
+        if source_template:
+            props = self._template_properties(p, source_template, region, "sourceInstanceTemplate")
+            body = {**self._instance_body(props, zone, region), **body}
         inst = self._prepare_instance(p, p.name, zone, region, body, "resource")
         path = f"zones/{zone}/instances"
         if inst["name"] in p.coll(path):
@@ -123,7 +126,8 @@ class InstancesMixin:
         region = self._check_zone(zone)
         props = body.get("instanceProperties")
         if body.get("sourceInstanceTemplate"):
-            raise ApiError(400, "invalid", "sourceInstanceTemplate is not supported by the emulator; use instanceProperties.")
+            props = {**self._template_properties(p, body["sourceInstanceTemplate"], region,
+                                                 "bulkInsertInstanceResource.sourceInstanceTemplate"), **(props or {})}
         if not props:
             raise required("bulkInsertInstanceResource.instanceProperties")
         per = body.get("perInstanceProperties") or {}
@@ -146,11 +150,7 @@ class InstancesMixin:
                 raise already_exists(f"projects/{p.name}/{path}/{name}")
         insts = []
         for name in names:
-            # InstanceProperties name machine types and policies bare; the instance stores links.
-            inst_body = {**props, "name": name,
-                         "machineType": f"zones/{zone}/machineTypes/{last(props.get('machineType'))}",
-                         "resourcePolicies": [f"regions/{region}/resourcePolicies/{last(x)}"
-                                              for x in props.get("resourcePolicies") or []]}
+            inst_body = {**self._instance_body(props, zone, region), "name": name}
             insts.append(self._prepare_instance(p, p.name, zone, region, inst_body, "bulkInsertInstanceResource.instanceProperties"))
         return self._bulk_create(p, zone, region, insts, min_count)
 
@@ -181,6 +181,14 @@ class InstancesMixin:
             "status": "DONE", "targetVmCount": len(insts), "createdVmCount": got,
             "failedToCreateVmCount": len(insts) - got, "deletedVmCount": 0}}}
         return self.render_op(op)
+
+    @staticmethod
+    def _instance_body(props: dict, zone: str, region: str) -> dict:
+        """InstanceProperties (bulkInsert's, a template's) as an instance body: they name machine types
+        and policies bare, the instance stores links."""
+        return {**props, "machineType": f"zones/{zone}/machineTypes/{last(props.get('machineType'))}",
+                "resourcePolicies": [f"regions/{region}/resourcePolicies/{last(x)}"
+                                     for x in props.get("resourcePolicies") or []]}
 
     @_mutation()
     def _mutate_instance(self, p: Project, zone: str, name: str, op_type: str, change: Callable[[dict], None]) -> dict:
@@ -218,6 +226,14 @@ class InstancesMixin:
         for observe in self.metadata_observers:  # outside the lock: an observer may start processes
             observe(project, zone, name)
         return op
+
+    def set_deletion_protection(self, project: str, zone: str, name: str, protect: bool,
+                                request_id: str | None = None) -> dict:
+        """instances.setDeletionProtection (`gcloud compute instances update --[no-]deletion-protection`)."""
+        def change(inst: dict) -> None:
+            inst["deletionProtection"] = protect
+
+        return self._mutate_instance(project, zone, name, "setDeletionProtection", change, request_id=request_id)
 
     def stop(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
         def change(inst: dict) -> None:

@@ -33,13 +33,14 @@ LIST_KINDS = {
     "machineTypes": "compute#machineTypeList",
     "acceleratorTypes": "compute#acceleratorTypeList",
     "images": "compute#imageList",
+    "instanceTemplates": "compute#instanceTemplateList",
 }
 
 _KIND = "<any(instances,reservations,disks):kind>"
-_RKIND = "<any(subnetworks,resourcePolicies):kind>"
-_GKIND = "<any(networks,firewalls):kind>"
-_AKIND = "<any(instances,reservations,disks,subnetworks,resourcePolicies,networks,firewalls,machineTypes,acceleratorTypes,operations):kind>"
-_ACTION = "<any(setLabels,setMetadata,stop,start):action>"
+_RKIND = "<any(subnetworks,resourcePolicies,instanceTemplates):kind>"
+_GKIND = "<any(networks,firewalls,instanceTemplates):kind>"
+_AKIND = "<any(instances,reservations,disks,subnetworks,resourcePolicies,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
+_ACTION = "<any(setLabels,setMetadata,setDeletionProtection,stop,start):action>"
 
 URLS = Map(
     [
@@ -273,7 +274,10 @@ class ComputeRest:
     def on_insert(self, req: Request, body: dict, project: str, kind: str, **scope: str) -> dict:
         rid = req.args.get("requestId")
         if kind == "instances":
-            return self.b.insert_instance(project, scope["zone"], body, request_id=rid)
+            return self.b.insert_instance(project, scope["zone"], body, request_id=rid,
+                                          source_template=req.args.get("sourceInstanceTemplate"))
+        if kind == "instanceTemplates":
+            return self.b.insert_instance_template(project, scope.get("region"), body, request_id=rid)
         if kind == "reservations":
             return self.b.insert_reservation(project, scope["zone"], body, request_id=rid)
         if kind == "subnetworks":
@@ -302,6 +306,10 @@ class ComputeRest:
             return self.b.set_labels(project, zone, name, body, request_id=rid)
         if action == "setMetadata":
             return self.b.set_metadata(project, zone, name, body, request_id=rid)
+        if action == "setDeletionProtection":
+            # The query parameter defaults to true, as the API reference gives it.
+            protect = req.args.get("deletionProtection", "true").lower() != "false"
+            return self.b.set_deletion_protection(project, zone, name, protect, request_id=rid)
         if action == "stop":
             return self.b.stop(project, zone, name, request_id=rid)
         return self.b.start(project, zone, name, request_id=rid)

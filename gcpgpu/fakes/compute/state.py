@@ -38,8 +38,8 @@ FLEX_START_RANGE = (600, 604800)
 
 # Zone-scoped, region-scoped and global collections this backend serves.
 ZONAL = ("instances", "reservations", "disks")
-REGIONAL = ("subnetworks", "resourcePolicies")
-GLOBAL = ("networks", "firewalls")
+REGIONAL = ("subnetworks", "resourcePolicies", "instanceTemplates")
+GLOBAL = ("networks", "firewalls", "instanceTemplates")
 
 
 def last(link: str | None) -> str:
@@ -86,7 +86,7 @@ def _mutation(sweep: bool = True) -> Callable[[Callable[..., dict]], Callable[..
 
     def wrap(fn: Callable[..., dict]) -> Callable[..., dict]:
         @functools.wraps(fn)
-        def mutation(self: Any, project: str, *args: Any, request_id: str | None = None) -> dict:
+        def mutation(self: Any, project: str, *args: Any, request_id: str | None = None, **kw: Any) -> dict:
             with self._lock:
                 replay = self._replay(project, request_id)
                 if replay:
@@ -94,7 +94,7 @@ def _mutation(sweep: bool = True) -> Callable[[Callable[..., dict]], Callable[..
                 p = self.project(project)
                 if sweep:
                     self._sweep(p)
-                op = fn(self, p, *args)
+                op = fn(self, p, *args, **kw)
                 if request_id:
                     p.request_ids[request_id] = op["selfLink"]
                 return op
@@ -220,7 +220,8 @@ def check_project(name: str) -> None:
 
 def _kind_word(kind: str) -> str:
     return {"resourcePolicies": "resource policy", "subnetworks": "subnetwork", "networks": "network",
-            "firewalls": "firewall", "reservations": "reservation", "instances": "instance"}.get(kind, kind)
+            "firewalls": "firewall", "reservations": "reservation", "instances": "instance",
+            "instanceTemplates": "instance template"}.get(kind, kind)
 
 
 def _check_labels(labels: dict, field_name: str) -> None:
