@@ -20,6 +20,7 @@ from typing import Any
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from .activity import Activity
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
@@ -96,10 +97,11 @@ class Emulator:
         self.requests = RequestLog()
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
-        self.jobs = LocalJobs(self.compute)  # local processes for Vertex and cluster jobs
+        self.activity = Activity(self.clock)  # what runs where: the job agent writes it, Monitoring reads it
+        self.jobs = LocalJobs(self.compute, self.activity)  # local processes for Vertex and cluster jobs
         self.jobs.attach(self)  # its reporters send to this emulator, at the address it gets on start()
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
-        self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute)
+        self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
         self._http = None
@@ -118,6 +120,7 @@ class Emulator:
         self.vertex.reset()
         self.jobs.reset()
         self.monitoring.reset()
+        self.activity.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
         self.clock.unfreeze()

@@ -27,7 +27,7 @@ FIELDS = (
     "pcie_gbytes_per_s", "tokens_per_s", "mfu", "straggler", "straggler_reasons",
 )  # fmt: skip
 _SUMMED = {"net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "nvlink_gbytes_per_s",
-           "pcie_gbytes_per_s", "gpu_mem_bytes"}
+           "pcie_gbytes_per_s", "gpu_mem_bytes", "gpu_mem_free_bytes"}
 
 
 @dataclass
@@ -187,8 +187,17 @@ def _derive(values: dict[str, float | None], machine: Any, gpus: int | None, gpu
     else:
         values.setdefault("link_share_pct", None)
     if "gpu_mem_bytes" in values:
-        used = values.pop("gpu_mem_bytes")
-        values["gpu_mem_pct"] = used / (gpu_bytes * (gpus or 1)) * 100 if used is not None and gpu_bytes else None
+        values["gpu_mem_pct"] = memory_pct(values.pop("gpu_mem_bytes"), values.pop("gpu_mem_free_bytes", None),
+                                           gpu_bytes * (gpus or 1) if gpu_bytes else None)
+
+
+def memory_pct(used: float | None, free: float | None, total: float | None) -> float | None:
+    """GPU memory used, in percent: used / (used + free) as the agent reports both, else of the catalog's total."""
+    if used is None:
+        return None
+    if free is not None and used + free > 0:
+        return used / (used + free) * 100
+    return used / total * 100 if total else None
 
 
 def _gpu_rows(key: str, node: str, rank: int | None, data: dict, metrics: Sequence[Metric], fetched: Fetched,
