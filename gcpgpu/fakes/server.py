@@ -41,6 +41,7 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
     (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
     (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),
+    (r"^/monitoring/v[13]/", "gcpgpu.fakes.monitoring.rest:MonitoringRest.for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -163,7 +164,15 @@ class Emulator:
                 "aiplatform": f"{self.url}/v1/ and grpc",
                 "logging": f"{self.url}/v2/",
                 "cloudbuild": "grpc",
-                "monitoring": "grpc",
+                "monitoring": f"{self.url}/monitoring/ and grpc",
+            },
+            # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
+            # (Cloud Build is served over gRPC only, which gcloud does not speak).
+            "gcloud_overrides": {
+                "compute": f"{self.url}/compute/v1/",
+                "aiplatform": f"{self.url}/",
+                "logging": f"{self.url}/",
+                "monitoring": f"{self.url}/monitoring/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }
