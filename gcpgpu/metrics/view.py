@@ -18,6 +18,8 @@ from .sources import HINTS, Metric
 from .target import Target
 
 STRAGGLER_SHARE = 0.8  # below 80% of the peers' median is "well below"
+IDLE_GPU_PCT = 5.0  # GPUs this quiet run no job: such a node is idle, never a straggler
+IDLE_NET_GBPS = 0.1  # a cluster moving less than this per node is not training: no network stragglers
 SPARK = "▁▂▃▄▅▆▇█"
 DCGM_KEYS = ("sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s")
 # Flat record fields, in column order (JSON and CSV carry all of them).
@@ -239,9 +241,13 @@ def _mark(rows: list[Row]) -> None:
         ("gpu_util_pct", "GPU", lambda v: f"{v:.0f}%"),
         ("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),
     )
+    # A node no job runs on is idle, not slow: compared with nothing. Below a floor there is nothing to compare.
+    idle = {id(r) for r in rows if (r.values.get("gpu_util_pct") is not None and r.values["gpu_util_pct"] < IDLE_GPU_PCT)}
     for key, label, fmt in checks:
         vals = {}
         for r in rows:
+            if id(r) in idle:
+                continue
             if key == "net_gbps":
                 parts = [r.values.get("net_sent_gbps"), r.values.get("net_recv_gbps")]
                 v = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
@@ -252,7 +258,7 @@ def _mark(rows: list[Row]) -> None:
         if len(vals) < 2:
             continue
         median = statistics.median(vals.values())
-        if median <= 0:
+        if median <= (IDLE_NET_GBPS if key == "net_gbps" else 0):
             continue
         for r in rows:
             v = vals.get(id(r))

@@ -154,6 +154,8 @@ class ClusterAgent:
                 return  # the same job again (e.g. a retried setMetadata): already handled
             if current is not None:
                 self.runner.cancel(current)  # a new job replaces the node's old one, as the real agent does
+                if self.activity is not None:
+                    self.activity.end(inst["id"], current)
             self.node_runs[inst["id"]] = run_id
             if inst.get("status") != "RUNNING":
                 self.report(inst["id"], job_id=job_id, state="PENDING", rank=rank,
@@ -167,6 +169,8 @@ class ClusterAgent:
             self.runner.cancel(run_id)  # CANCELLED reported when its processes are gone
         elif self.attributes(instance_id).get(f"{NAMESPACE}/state") not in ("SUCCEEDED", "FAILED", "CANCELLED"):
             self.report(instance_id, state="CANCELLED", ended=_stamp(time.time()), message="cancelled")
+        if self.activity is not None and (run is None or not run.replicas):  # a simulated job stops being busy here
+            self.activity.end(instance_id, run_id)
 
     def _start(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int,
                run_id: str) -> None:

@@ -88,9 +88,13 @@ class MonitoringBackend(DashboardsMixin):
             self.knobs.stragglers.clear()
 
     def agents(self, *, ops_agent: bool | None = None, dcgm: bool | None = None,
-               instances: list[str] | None = None) -> None:
-        """Say which agents report GPU metrics: for every VM, or only for the named ones."""
+               instances: list[str] | None = None, interval_s: float | None = None) -> None:
+        """Say which agents report GPU metrics (for every VM, or only the named ones), and how often they collect."""
+        if interval_s is not None and not 10 <= interval_s <= 3600:
+            raise ValueError("the agents' collection interval must be between 10 s and 1 h")
         with self._lock:
+            if interval_s is not None:
+                self.knobs.agent_interval_s = float(interval_s)
             for which, on in (("ops_agent", ops_agent), ("dcgm", dcgm)):
                 if on is None:
                     continue
@@ -121,7 +125,8 @@ class MonitoringBackend(DashboardsMixin):
             self.straggler(s["instance"], float(s.get("factor", 0.5)), s.get("gpu"))
         if "agents" in settings:
             a = settings["agents"]
-            self.agents(ops_agent=a.get("ops_agent"), dcgm=a.get("dcgm"), instances=a.get("instances"))
+            self.agents(ops_agent=a.get("ops_agent"), dcgm=a.get("dcgm"), instances=a.get("instances"),
+                        interval_s=a.get("interval_s"))
         if "synthetic" in settings:
             self.synthetic(bool(settings["synthetic"]))
         for j in settings.get("jobs", []):
@@ -130,7 +135,8 @@ class MonitoringBackend(DashboardsMixin):
         if "min_point_spacing_s" in settings:
             self.min_point_spacing_s = float(settings["min_point_spacing_s"])
         return {"stragglers": {k: list(v) for k, v in self.knobs.stragglers.items()}, "ops_agent": self.knobs.ops_agent,
-                "dcgm": self.knobs.dcgm, "synthetic": self.knobs.enabled, "jobs": sorted(self.knobs.jobs)}
+                "dcgm": self.knobs.dcgm, "agent_interval_s": self.knobs.agent_interval_s,
+                "synthetic": self.knobs.enabled, "jobs": sorted(self.knobs.jobs)}
 
     # ------------------------------------------------------------------ VMs from the Compute backend
     def _vms(self, project: str) -> list[Vm]:

@@ -79,6 +79,8 @@ class Knobs:
     dcgm: bool = True
     agent_overrides: dict[str, dict[str, bool]] = field(default_factory=dict)  # VM name -> {"ops_agent": b}
     jobs: dict[str, dict] = field(default_factory=dict)  # job id -> {project, replicas, machine_type, start}
+    # The Ops Agent's receivers' collection_interval (default 60 s; its config allows shorter, e.g. 10 s).
+    agent_interval_s: float = SAMPLE_S
 
     def agent(self, name: str, which: str) -> bool:
         return self.agent_overrides.get(name, {}).get(which, getattr(self, which))
@@ -116,19 +118,20 @@ class Synthetic:
     gpu: tuple | None = None  # (vm, gpu number, variant labels, slowdown, memory bytes): generated per VM in one go
 
 
-def _sample_times(spans: tuple[tuple[float, float | None], ...], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
-    """(sample indexes, times) of the 60 s samples inside [start, end] while running."""
+def _sample_times(spans: tuple[tuple[float, float | None], ...], start: float, end: float,
+                  period: float = SAMPLE_S) -> tuple[np.ndarray, np.ndarray]:
+    """(sample indexes, times) of the samples every `period` s inside [start, end] while running."""
     ks, ts = [], []
     for s0, s1 in spans:
         hi = end if s1 is None else min(end, s1)
         if hi < s0:
             continue
-        k0 = max(0, math.ceil((start - s0) / SAMPLE_S))
-        k1 = math.floor((hi - s0) / SAMPLE_S)
+        k0 = max(0, math.ceil((start - s0) / period))
+        k1 = math.floor((hi - s0) / period)
         if k1 >= k0:
             k = np.arange(k0, k1 + 1, dtype=np.int64)
             ks.append(k)
-            ts.append(s0 + k * SAMPLE_S)
+            ts.append(s0 + k * period)
     if not ks:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     return (ks[0], ts[0]) if len(ks) == 1 else (np.concatenate(ks), np.concatenate(ts))
@@ -178,16 +181,17 @@ class Generator:
     def _series_seed(self, *parts: object) -> int:
         return _seed_of("/".join(str(p) for p in (self.seed, *parts)))
 
-    def _times(self, vm: Vm, start: float, end: float, delta: bool = False) -> tuple[np.ndarray, ...]:
+    def _times(self, vm: Vm, start: float, end: float, delta: bool = False,
+               period: float = SAMPLE_S) -> tuple[np.ndarray, ...]:
         """(sample indexes, times, slow wave, busy) of a VM's samples: computed once per VM and query.
 
         busy: for a gauge, whether a job ran at the sample's instant; for a DELTA counter, the share of
         the minute it counts.
         """
-        key = (vm.id, vm.running, vm.busy, start, end, delta)
+        key = (vm.id, vm.running, vm.busy, start, end, delta, period)
         cached = self._time_cache.get(key)
         if cached is None:
-            k, t = _sample_times(vm.running, start, min(end, self.now))
+            k, t = _sample_times(vm.running, start, min(end, self.now), period)
             # The whole job speeds up and slows down together (synchronous training): one phase for all VMs.
             cached = (k, t, _wave(self.seed, t), (_busy_share if delta else _busy_at)(vm.busy, t))
             self._time_cache[key] = cached
@@ -285,12 +289,15 @@ class Generator:
 
     def _gpu(self, vm: Vm, g: int, metric_type: str, extra: dict[str, str], mem_bytes: float,
              factor: float) -> Callable[[float, float], Samples]:
-        return lambda start, end: self._gpu_batch(metric_type, [(vm, g, extra, factor, mem_bytes)], start, end)[0]
+        # Vertex AI's own metrics, every 60 s whatever the Ops Agent's interval.
+        return lambda start, end: self._gpu_batch(metric_type, [(vm, g, extra, factor, mem_bytes)], start, end,
+                                                  SAMPLE_S)[0]
 
-    def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float) -> list[Samples]:
+    def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float,
+                   period: float | None = None) -> list[Samples]:
         """Samples of several GPU series of one VM: rows of one array, sharing its sample times and wave."""
         vm = specs[0][0]
-        k, t, w, busy = self._times(vm, start, end)
+        k, t, w, busy = self._times(vm, start, end, period=period or self.knobs.agent_interval_s)
         name = metric_type.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
         seeds = [self._series_seed(vm.id, g, metric_type, *extra.values()) for _vm, g, extra, _f, _m in specs]
         mix = _mix(np.array(seeds, dtype=np.uint64), k)
@@ -299,7 +306,10 @@ class Generator:
             share = np.array([0.70 + 0.06 * (self._series_seed(vm.id, g, "mem") % 1000) / 1000.0
                               for _vm, g, _e, _f, _m in specs])
             total = np.array([m for _vm, _g, _e, _f, m in specs])[:, None]
-            used = total * (IDLE_MEMORY + (share[:, None] * (1 + 0.002 * mix) - IDLE_MEMORY) * busy[None, :])
+            # One noise per GPU, not per state: a GPU's used and free add up to its memory.
+            gpu_mix = _mix(np.array([self._series_seed(vm.id, g, metric_type) for _vm, g, _e, _f, _m in specs],
+                                    dtype=np.uint64), k)
+            used = total * (IDLE_MEMORY + (share[:, None] * (1 + 0.002 * gpu_mix) - IDLE_MEMORY) * busy[None, :])
             free_rows = np.array([e.get("memory_state") == "free" for _vm, _g, e, _f, _m in specs])[:, None]
             values = np.floor(np.where(free_rows, total - used, used))
         else:
