@@ -22,7 +22,8 @@ DEFAULT_PORT = 8085
 PROJECT = "emulator-project"  # the project gcloud-env gives gcloud; any name works in the emulator
 
 
-def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | None = None) -> list[str]:
+def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | None = None,
+                     project: str | None = None) -> list[str]:
     """Shell lines that point gcloud at the emulator: a scratch config, no credentials, every API it serves."""
     base = f"http://{address}"
     overrides = overrides or {"compute": f"{base}/compute/v1/"}
@@ -31,7 +32,7 @@ def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | 
         "gcloud config set auth/disable_credentials true --quiet",
         *[f"gcloud config set api_endpoint_overrides/{api} {shlex.quote(url)} --quiet"
           for api, url in sorted(overrides.items())],
-        f"gcloud config set core/project {PROJECT} --quiet",
+        f"gcloud config set core/project {shlex.quote(project or PROJECT)} --quiet",
         "gcloud config set component_manager/disable_update_check true --quiet",
     ]
 
@@ -178,4 +179,6 @@ def gcloud_env(settings: Settings, config_dir: str) -> None:
     """Print the shell commands that point gcloud at a running emulator (eval them)."""
     address = _address(settings)
     served = _control(address, "info")  # fail early, with one line, if nothing is listening there
-    sys.stdout.write("\n".join(_gcloud_commands(address, config_dir, served.get("gcloud_overrides"))) + "\n")
+    # gcloud gets the project gcpgpu would use (flag or environment), else a placeholder name.
+    project = settings.optional("project")
+    sys.stdout.write("\n".join(_gcloud_commands(address, config_dir, served.get("gcloud_overrides"), project)) + "\n")
