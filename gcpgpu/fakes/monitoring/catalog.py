@@ -2,11 +2,16 @@
 
 Data only. Sources (names, kinds, value types, units, labels):
 - compute.googleapis.com/instance/*: Google Cloud's metrics list, "Compute Engine" section
-  (cloud.google.com/monitoring/api/metrics_gcp_c); names cross-checked with Elastic Metricbeat's
-  GCP compute metricset. The GPU NIC metrics (instance/gpu/*): gcp-facts section 7; their kinds and
-  units are unverified.
-- agent.googleapis.com/gpu/*: the Ops Agent's NVML receiver (GoogleCloudPlatform/ops-agent
-  `apps/hostmetrics.go`); bytes_used carries `memory_state` (used, free), gcp-facts sections 7 and 10.
+  (cloud.google.com/monitoring/api/metrics_gcp); names and labels (instance_name; device_name,
+  device_type, storage_type on disk metrics) cross-checked with elastic/beats
+  `x-pack/metricbeat/module/gcp/compute/_meta/docs.md`. Kinds and units of the integrity, balloon
+  and guest_visible_vcpus types are from memory of that list (unverified here); the GPU NIC metrics
+  (instance/gpu/*): gcp-facts section 7, their kinds and units unverified.
+- agent.googleapis.com/gpu/*: the Ops Agent's NVML pipeline (GoogleCloudPlatform/ops-agent
+  `apps/hostmetrics.go`: nvml.gpu.* renamed to gpu/*, utilization scaled x100, the hostmetrics
+  receiver's collection_interval); bytes_used carries `memory_state` with values used and free,
+  "summing the values of all states yields the total GPU memory" (the nvml receiver's
+  metadata.yaml in GoogleCloudPlatform/opentelemetry-operations-collector; gcp-facts 7 and 10).
 - workload.googleapis.com/dcgm.gpu.profiling.*: the Ops Agent's DCGM receiver v1 (`apps/dcgm.go`).
 - ml.googleapis.com/training/*: Vertex AI custom training (monitoring-dashboard-samples
   `dashboards/google-vertex-ai/vertex-ai-custom-training.json`).

@@ -79,7 +79,8 @@ class Knobs:
     dcgm: bool = True
     agent_overrides: dict[str, dict[str, bool]] = field(default_factory=dict)  # VM name -> {"ops_agent": b}
     jobs: dict[str, dict] = field(default_factory=dict)  # job id -> {project, replicas, machine_type, start}
-    # The Ops Agent's receivers' collection_interval (default 60 s; its config allows shorter, e.g. 10 s).
+    # The Ops Agent's collection_interval for GPU metrics: its nvml receiver takes the hostmetrics
+    # receiver's (ops-agent apps/hostmetrics.go), 60 s unless the agent's config sets another.
     agent_interval_s: float = SAMPLE_S
 
     def agent(self, name: str, which: str) -> bool:
