@@ -17,7 +17,7 @@ from typing import Any
 
 from ..activity import Activity
 from ..core import ApiError, Clock, Faults
-from . import aggregate, filters
+from . import aggregate, filters, observed
 from .catalog import BUILTIN, RESOURCE_LABELS, metric_descriptor, resource_descriptor
 from .dashboards import DashboardsMixin
 from .paging import invalid_argument, page
@@ -138,57 +138,12 @@ class MonitoringBackend(DashboardsMixin):
                 "dcgm": self.knobs.dcgm, "agent_interval_s": self.knobs.agent_interval_s,
                 "synthetic": self.knobs.enabled, "jobs": sorted(self.knobs.jobs)}
 
-    # ------------------------------------------------------------------ VMs from the Compute backend
+    # ------------------------------------------------------------------ what runs, observed
     def _vms(self, project: str) -> list[Vm]:
-        compute = self.compute
-        if compute is None or not self.knobs.enabled:
-            return []
-        out: list[Vm] = []
-        with compute._lock:
-            p = compute.projects.get(project)
-            if p is None:
-                return []
-            for _path, inst in p.iter_kind("instances"):
-                spans: list[tuple[float, float | None]] = []
-                began: float | None = None
-                for t, status in inst.get("_phases", []):
-                    if status == "RUNNING" and began is None:
-                        began = float(t)
-                    elif status != "RUNNING" and began is not None:
-                        spans.append((began, float(t)))
-                        began = None
-                if began is not None:
-                    gone = inst.get("_gone_at")
-                    spans.append((began, float(gone) if gone is not None else None))
-                if spans:
-                    out.append(Vm(project, str(inst["id"]), inst["name"], inst["zone"].rsplit("/", 1)[-1],
-                                  inst["machineType"].rsplit("/", 1)[-1], dict(inst.get("labels", {})), tuple(spans),
-                                  self.activity.spans(str(inst["id"]))))
-        return out
+        return observed.vms(self.compute, self.activity, project) if self.knobs.enabled else []
 
     def _vertex_jobs(self, project: str) -> dict[str, dict]:
-        """The emulator's Vertex AI custom jobs that have run in `project`, as synthetic job entries."""
-        vertex = self.vertex
-        if vertex is None or not hasattr(vertex, "jobs"):
-            return {}
-        out: dict[str, dict] = {}
-        with getattr(vertex, "_lock", threading.RLock()):
-            jobs = list(vertex.jobs.items())
-        for name, job in jobs:
-            if job.get("_project_id") != project:
-                continue
-            phases = job.get("_phases") or []
-            start = next((float(t) for t, state in phases if state == "JOB_STATE_RUNNING"), None)
-            if start is None:
-                continue
-            end = next((float(t) for t, state in phases if float(t) > start and state != "JOB_STATE_RUNNING"), None)
-            pools = (job.get("jobSpec") or {}).get("workerPoolSpecs") or []
-            replicas = sum(int((p or {}).get("replicaCount") or 0) for p in pools[:2])
-            machine = ((pools[0] or {}).get("machineSpec") or {}).get("machineType", "") if pools else ""
-            if replicas:
-                out[name.rsplit("/", 1)[-1]] = {"project": project, "replicas": replicas, "machine_type": machine,
-                                                "start": start, "end": end, "stragglers": {}}
-        return out
+        return observed.vertex_jobs(self.vertex, project)
 
     # ------------------------------------------------------------------ descriptors
     def _descriptor(self, project: str, metric_type: str) -> dict | None:
