@@ -69,7 +69,7 @@ class MonitoringRest:
             return self._dashboards(project, method, rest, body, args)
         if version != "v3" or collection == "dashboards":
             raise ApiError(404, "notFound", f"Monitoring {version} has no {collection} collection.")
-        page = (int(args.get("pageSize") or 0), args.get("pageToken", ""))
+        page = (_page_size(args), args.get("pageToken", ""))
         if collection == "timeSeries" and rest is None:
             if method == "GET":
                 return 200, self._list_series(project, args, page)
@@ -99,7 +99,7 @@ class MonitoringRest:
         if rest is None and method == "POST":
             return 200, self.backend.create_dashboard(project, body, validate)
         if rest is None and method == "GET":
-            items, token = self.backend.list_dashboards(project, int(args.get("pageSize") or 0), args.get("pageToken", ""))
+            items, token = self.backend.list_dashboards(project, _page_size(args), args.get("pageToken", ""))
             return 200, _listed("dashboards", items, token)
         name = f"projects/{project}/dashboards/{rest}"
         if method == "GET":
@@ -132,6 +132,13 @@ class MonitoringRest:
         metric_type = equal_literal(parse(flt), "metric.type")[0] if series else ""
         out = [_series_out(metric_type, s) for s in series]
         return _listed("timeSeries", out, token)
+
+
+def _page_size(args: Any) -> int:
+    raw = args.get("pageSize") or "0"
+    if not raw.isdigit():
+        raise invalid_argument(f"Invalid value at 'page_size' (TYPE_INT32), \"{raw}\"")
+    return int(raw)
 
 
 def _listed(key: str, items: list, token: str) -> dict:
