@@ -3,8 +3,9 @@
 The calls below follow python-docs-samples `monitoring/snippets/v3/cloud-client/snippets.py`
 (list descriptors, write a gce_instance point, list time series raw / aligned / reduced by zone /
 headers only, monitored-resource descriptors), written afresh with google-cloud-monitoring's
-MetricServiceClient in its default (gRPC) transport. The only change a sample needs is the
-channel: an insecure one to the emulator's loopback port instead of TLS to monitoring.googleapis.com.
+MetricServiceClient in its default (gRPC) transport, over VMs made with google-cloud-compute. The
+only change a sample needs is the channel: an insecure one to the emulator's loopback port instead
+of TLS to monitoring.googleapis.com.
 Each test asserts what the real API answers (gcp-facts section 5; the API reference).
 """
 
@@ -21,7 +22,6 @@ from google.cloud import monitoring_v3
 from google.cloud.monitoring_v3.services.metric_service.transports import MetricServiceGrpcTransport
 
 from gcpgpu.fakes.monitoring.catalog import BUILTIN, COMPUTE
-from gcpgpu.fakes.monitoring.testing import emulated_cluster
 
 PROJECT = "samples-project"
 NAME = f"projects/{PROJECT}"
@@ -37,14 +37,28 @@ def client(gcp):
 
 @pytest.fixture
 def vms(gcp):
-    """Two idle VMs in two zones, running for 30 minutes (no job on them)."""
-    made = emulated_cluster(gcp, "a", 1, project=PROJECT, zone="us-central1-a", running_minutes=30, busy=False)
-    made += emulated_cluster(gcp, "b", 1, project=PROJECT, zone="us-east4-a", running_minutes=30, busy=False)
-    return made
+    """Two idle e2-standard-4 VMs in two zones, made with google-cloud-compute, then 30 minutes pass."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    instances = compute_v1.InstancesClient(credentials=AnonymousCredentials(),
+                                           client_options={"api_endpoint": f"http://{gcp.address}"})
+    made = []
+    for name, zone in (("a-0", "us-central1-a"), ("b-0", "us-east4-a")):
+        body = compute_v1.Instance(
+            name=name, machine_type=f"zones/{zone}/machineTypes/e2-standard-4",
+            disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=compute_v1.AttachedDiskInitializeParams(
+                source_image="projects/debian-cloud/global/images/family/debian-12"))],
+            network_interfaces=[compute_v1.NetworkInterface(network="global/networks/default")])
+        instances.insert(project=PROJECT, zone=zone, instance_resource=body)
+        made.append(instances.get(project=PROJECT, zone=zone, instance=name))
+    assert [vm.status for vm in made] == ["RUNNING", "RUNNING"]
+    gcp.clock.advance(30 * 60)  # by the emulator's clock: the queries below ask up to its "now"
+    return [{"id": str(vm.id), "name": vm.name} for vm in made]
 
 
-def interval(seconds: int = 1200) -> monitoring_v3.TimeInterval:
-    now = time.time()
+def interval(seconds: int = 1200, now: float | None = None) -> monitoring_v3.TimeInterval:
+    now = time.time() if now is None else now
     whole, nanos = int(now), int((now - int(now)) * 1e9)
     return monitoring_v3.TimeInterval({"end_time": {"seconds": whole, "nanos": nanos},
                                        "start_time": {"seconds": whole - seconds, "nanos": nanos}})
@@ -114,8 +128,8 @@ def test_create_a_custom_metric_descriptor(client):
     assert made.name == f"{NAME}/metricDescriptors/custom.googleapis.com/sample_metric"
 
 
-def test_cpu_utilization_of_running_vms_raw(client, vms):
-    got = list(client.list_time_series(name=NAME, filter=f'metric.type = "{CPU}"', interval=interval(),
+def test_cpu_utilization_of_running_vms_raw(client, vms, gcp):
+    got = list(client.list_time_series(name=NAME, filter=f'metric.type = "{CPU}"', interval=interval(now=gcp.clock.now()),
                                        view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL))
     assert sorted(s.resource.labels["instance_id"] for s in got) == sorted(v["id"] for v in vms)
     for s in got:
@@ -123,27 +137,27 @@ def test_cpu_utilization_of_running_vms_raw(client, vms):
         assert all(0 <= p.value.double_value < 0.05 for p in s.points)  # idle VMs: no job runs on them
 
 
-def test_cpu_utilization_aligned_to_the_window(client, vms):
+def test_cpu_utilization_aligned_to_the_window(client, vms, gcp):
     aggregation = monitoring_v3.Aggregation({"alignment_period": {"seconds": 1200},
                                              "per_series_aligner": monitoring_v3.Aggregation.Aligner.ALIGN_MEAN})
     got = list(client.list_time_series(request={
-        "name": NAME, "filter": f'metric.type = "{CPU}"', "interval": interval(),
+        "name": NAME, "filter": f'metric.type = "{CPU}"', "interval": interval(now=gcp.clock.now()),
         "view": monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL, "aggregation": aggregation}))
     assert len(got) == 2 and all(len(s.points) == 1 for s in got)
 
 
-def test_cpu_utilization_reduced_per_zone_with_the_group_by_shorthand(client, vms):
+def test_cpu_utilization_reduced_per_zone_with_the_group_by_shorthand(client, vms, gcp):
     aggregation = monitoring_v3.Aggregation({
         "alignment_period": {"seconds": 1200}, "per_series_aligner": monitoring_v3.Aggregation.Aligner.ALIGN_MEAN,
         "cross_series_reducer": monitoring_v3.Aggregation.Reducer.REDUCE_MEAN, "group_by_fields": ["resource.zone"]})
     got = list(client.list_time_series(request={
-        "name": NAME, "filter": f'metric.type = "{CPU}"', "interval": interval(),
+        "name": NAME, "filter": f'metric.type = "{CPU}"', "interval": interval(now=gcp.clock.now()),
         "view": monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL, "aggregation": aggregation}))
     assert sorted(s.resource.labels["zone"] for s in got) == ["us-central1-a", "us-east4-a"]
 
 
-def test_cpu_utilization_headers_only(client, vms):
-    got = list(client.list_time_series(name=NAME, filter=f'metric.type = "{CPU}"', interval=interval(),
+def test_cpu_utilization_headers_only(client, vms, gcp):
+    got = list(client.list_time_series(name=NAME, filter=f'metric.type = "{CPU}"', interval=interval(now=gcp.clock.now()),
                                        view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.HEADERS))
     assert len(got) == 2 and all(not s.points for s in got)
     assert {s.metric.labels["instance_name"] for s in got} == {"a-0", "b-0"}
