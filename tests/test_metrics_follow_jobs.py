@@ -71,6 +71,8 @@ def test_gpu_memory_is_used_over_used_plus_free_of_the_agents_series(gcp):
     assert 60 < expected < 80  # a training job holds most of its GPUs' memory
     (node,) = [r for r in tail_rows("--cluster", "mem") if r["kind"] == "node"]
     assert node["gpu_mem_pct"] == pytest.approx(expected, rel=0.02)
+    gpus = [r for r in tail_rows("--cluster", "mem", "--gpus") if r["kind"] == "gpu"]
+    assert len(gpus) == 8 and all(60 < g["gpu_mem_pct"] < 80 for g in gpus)  # per GPU too, not ~100 %
     # Each GPU's two series add up to its memory (80 GiB on an H100): summing them all is not "used".
     all_series = list(client.list_time_series(request={
         "name": f"projects/{PROJECT}", "filter": f'metric.type = "{MEMORY}" AND resource.labels.instance_id = "{vm["id"]}"',
