@@ -76,7 +76,7 @@ def test_gcloud_ai_logging_and_compute_reach_the_emulator(gcloud, gcp):
 
 
 def test_gcloud_ai_custom_job_create_describe_and_stream_its_logs(gcloud, gcp):
-    gcp.jobs.agent.simulated_run_s = 0.5
+    gcp.vertex.timings.update(simulated_run_s=0.5)  # the emulator simulates a job that is not its trainer
     rc, _out, err = gcloud("gcloud ai custom-jobs create --region=us-central1 --display-name=gjob "
                            "--worker-pool-spec=machine-type=a2-highgpu-1g,accelerator-type=NVIDIA_TESLA_A100,"
                            "accelerator-count=1,replica-count=1,container-image-uri=us-docker.pkg.dev/p/r/other:1")

@@ -21,7 +21,7 @@ def aiplatform(gcp):
 
     aiplatform.init(project=PROJECT, location="us-central1", credentials=AnonymousCredentials(),
                     api_endpoint=f"http://{gcp.address}", api_transport="rest", staging_bucket="gs://sdk-bucket")
-    gcp.jobs.agent.simulated_run_s = 0.5
+    gcp.vertex.timings.update(simulated_run_s=0.5)  # the emulator simulates a job that is not its trainer
     yield aiplatform
     from google.cloud.aiplatform import initializer
 
