@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 
 import pytest
@@ -23,23 +22,6 @@ DASHBOARD = {"displayName": "GPU nodes", "gridLayout": {"widgets": [{"title": "C
     "timeSeriesQuery": {"timeSeriesFilter": {
         "filter": 'metric.type="compute.googleapis.com/instance/cpu/utilization"',
         "aggregation": {"alignmentPeriod": "60s", "perSeriesAligner": "ALIGN_MEAN"}}}}]}}]}}
-
-
-@pytest.fixture
-def gcloud(gcp, tmp_path):
-    """Run one gcloud command in a shell that has eval'd gcloud-env's output; returns (rc, stdout, stderr)."""
-    printed = CliRunner().invoke(main, ["emulator", "gcloud-env", "--config-dir", str(tmp_path / "gcloud")])
-    assert printed.exit_code == 0, printed.output
-    setup = tmp_path / "env.sh"
-    setup.write_text(printed.stdout)
-    subprocess.run(["bash", "-c", f". {setup} >/dev/null 2>&1"], check=True)
-
-    def run(command: str) -> tuple[int, str, str]:
-        done = subprocess.run(["bash", "-c", f"export CLOUDSDK_CONFIG={tmp_path / 'gcloud'}; {command}"],
-                              capture_output=True, text=True, timeout=120)
-        return done.returncode, done.stdout, done.stderr
-
-    return run
 
 
 def test_gcloud_env_names_every_api_the_emulator_serves(gcp, tmp_path):

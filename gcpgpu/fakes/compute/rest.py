@@ -15,6 +15,7 @@ from werkzeug.wrappers import Request
 
 from ..core import ApiError, invalid
 from .backend import GLOBAL, MAX_PAGE, REGIONAL, ZONAL, ComputeBackend, check_project
+from .schema import check_body
 
 PREFIX = "/compute/v1/projects/<project>"
 
@@ -98,6 +99,18 @@ def _scope(args: dict) -> str:
     if "region" in args:
         return f"regions/{args['region']}"
     return "global"
+
+
+def _method(endpoint: str, args: dict) -> tuple[str, str]:
+    """The discovery document's (resource, method) for a body-bearing request, to check its body by."""
+    if endpoint == "insert":
+        kind = args["kind"]
+        return ("regionInstanceTemplates" if kind == "instanceTemplates" and "region" in args else kind), "insert"
+    if endpoint == "bulk_insert":
+        return "instances", "bulkInsert"
+    if endpoint == "instance_action":
+        return "instances", args["action"]
+    return "", endpoint  # operations' wait: no body
 
 
 def _page(items: list, request: Request) -> tuple[list, str | None]:
@@ -197,6 +210,7 @@ class ComputeRest:
                 body = json.loads(request.get_data())
             except ValueError as e:
                 raise ApiError(400, "parseError", "Invalid JSON payload received.") from e
+            check_body(*_method(endpoint, args), body)
         result = self._handlers[endpoint](request, body, **args)
         return 200, result
 
