@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .agent import ClusterAgent, MetricsTarget
 from .runner import Replica, Run, Runner
@@ -30,6 +30,7 @@ from .runner import Replica, Run, Runner
 if TYPE_CHECKING:
     from ..activity import Activity
     from ..compute.backend import ComputeBackend
+    from .host import Host
 
 __all__ = ["ClusterAgent", "LocalJobs", "Runner"]
 
@@ -50,10 +51,10 @@ class LocalJobs:
     def __init__(self, compute: ComputeBackend, activity: Activity | None = None) -> None:
         self.runner = Runner()
         self.agent = ClusterAgent(compute, self.runner, activity)
-        self.emulator: Any = None  # the Emulator these jobs run for (attach); its address is the reporters'
+        self.emulator: Host | None = None  # the emulator these jobs run for (attach); its address is the reporters'
         self.runner.sidecar = self.reporter_argv
 
-    def attach(self, emulator: Any) -> None:
+    def attach(self, emulator: Host) -> None:
         """The emulator whose Monitoring the reporters write to, and whose Vertex AI backend names jobs."""
         self.emulator = emulator
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from werkzeug.wrappers import Request
 
     from ..compute.backend import ComputeBackend
-    from ..server import Emulator
+    from .host import Host
 
 NAMESPACE = "gcpgpu"
 MAX_VALUE = 256
@@ -270,10 +270,10 @@ class GuestAttributesRest:
     """instances.getGuestAttributes (queryPath or variableKey), answered from the agent's reports."""
 
     @classmethod
-    def for_emulator(cls, emulator: Emulator) -> GuestAttributesRest:
+    def for_emulator(cls, emulator: Host) -> GuestAttributesRest:
         return cls(emulator)
 
-    def __init__(self, emulator: Emulator) -> None:
+    def __init__(self, emulator: Host) -> None:
         self.emulator = emulator
 
     def handle(self, request: Request) -> tuple[int, dict]:

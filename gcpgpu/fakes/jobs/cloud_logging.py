@@ -21,7 +21,7 @@ from . import filters
 if TYPE_CHECKING:
     from werkzeug.wrappers import Request
 
-    from ..server import Emulator
+    from .host import Host
 
 PATTERN = r"^/v2/entries:list$"
 DEFAULT_PAGE = 50
@@ -91,10 +91,10 @@ class LoggingRest:
     """entries.list over every local run's captured lines."""
 
     @classmethod
-    def for_emulator(cls, emulator: Emulator) -> LoggingRest:
+    def for_emulator(cls, emulator: Host) -> LoggingRest:
         return cls(emulator)
 
-    def __init__(self, emulator: Emulator) -> None:
+    def __init__(self, emulator: Host) -> None:
         self.emulator = emulator
 
     def handle(self, request: Request) -> tuple[int, dict]:
