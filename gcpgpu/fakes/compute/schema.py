@@ -49,6 +49,7 @@ def request_type(resource: str, method: str) -> str | None:
     return (methods.get(method, {}).get("request") or {}).get("$ref")
 
 
+@cache
 def snake(name: str) -> str:
     """A JSON field name as the proto names it (`networkIP` -> `network_i_p`, as compute_v1 does)."""
     return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
