@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from gcpgpu.cli import main
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark this folder's tests `conformance` (select them with `pytest -m conformance`), and the
+    ones that run gcloud `gcloud` too."""
+    for item in items:
+        if HERE in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.conformance)
+            if "gcloud" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.gcloud)
 
 
 @pytest.fixture
