@@ -134,3 +134,19 @@ def test_catalog_answers_ordinary_types_and_image_families(compute):
         request = compute.machineTypes().list_next(request, page)
     assert {"n1-standard-2", "e2-standard-4", "c2-standard-60", "a2-highgpu-1g"} <= set(names)
     assert len(names) == len(set(names)) > 100
+
+
+def test_a_real_method_the_emulator_lacks_says_so_and_a_made_up_path_is_404(compute, gcp):
+    compute.instances().insert(project=PROJECT, zone=ZONE, body=_vm("vm")).execute()
+    with pytest.raises(HttpError) as e:
+        compute.instances().setMachineType(project=PROJECT, zone=ZONE, instance="vm",
+                                           body={"machineType": f"zones/{ZONE}/machineTypes/e2-standard-8"}).execute()
+    assert e.value.resp.status == 501
+    assert json.loads(e.value.content)["error"]["message"] == (
+        "Method compute.instances.setMachineType is not implemented by the gcpgpu emulator.")
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"http://{gcp.address}/compute/v1/projects/{PROJECT}/zones/{ZONE}/gadgets")
+    assert missing.value.code == 404

@@ -15,7 +15,7 @@ from werkzeug.wrappers import Request
 
 from ..core import ApiError, invalid
 from .backend import GLOBAL, MAX_PAGE, REGIONAL, ZONAL, ComputeBackend, check_project
-from .schema import check_body
+from .schema import api_method, check_body
 
 PREFIX = "/compute/v1/projects/<project>"
 
@@ -198,6 +198,10 @@ class ComputeRest:
         try:
             endpoint, args = adapter.match()
         except Exception as e:  # NotFound / MethodNotAllowed from werkzeug
+            known = api_method(request.method, request.path.removeprefix("/compute/v1/"))
+            if known is not None:  # a real method the emulator does not model: say so, not 404
+                raise ApiError(501, "notImplemented",
+                               f"Method {known} is not implemented by the gcpgpu emulator.") from e
             code = getattr(e, "code", 404)
             raise ApiError(code if code in (404, 405) else 404, "notFound",
                            f"The requested URL {request.path} was not found on this server.") from e

@@ -50,6 +50,26 @@ def request_type(resource: str, method: str) -> str | None:
 
 
 @cache
+def api_method(http_method: str, path: str) -> str | None:
+    """The discovery id (`compute.instances.setMachineType`) of the Compute method a request's
+    path and verb name, or None when the real API has no such method either."""
+    for verb, pattern, method_id in _routes():
+        if verb == http_method and pattern.fullmatch(path):
+            return method_id
+    return None
+
+
+@cache
+def _routes() -> list[tuple[str, re.Pattern, str]]:
+    out = []
+    for resource in discovery()["resources"].values():
+        for method in resource.get("methods", {}).values():
+            parts = re.split(r"\{[^}]+\}", method.get("flatPath") or method["path"])
+            out.append((method["httpMethod"], re.compile("[^/]+".join(map(re.escape, parts))), method["id"]))
+    return out
+
+
+@cache
 def snake(name: str) -> str:
     """A JSON field name as the proto names it (`networkIP` -> `network_i_p`, as compute_v1 does)."""
     return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
