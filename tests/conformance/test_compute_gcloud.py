@@ -94,3 +94,15 @@ def test_ordinary_machine_types_and_public_image_families(gcloud, gcp):
     assert rc != 0 and "was not found" in err
     rc, _out, err = gcloud(f"gcloud compute instances create bad --zone={ZONE} --machine-type=n1-standard-3")
     assert rc != 0 and "n1-standard-3" in err
+
+
+def test_regional_bulk_create_lands_in_a_zone_with_capacity_the_policy_allows(gcloud, gcp):
+    gcp.faults.set_capacity("us-central1-a", "a2-highgpu-1g", 0)  # stocked out: the region's next zone takes them
+    out = _ok(gcloud("gcloud compute instances bulk create --name-pattern=rb-## --count=2 --region=us-central1 "
+                     "--machine-type=a2-highgpu-1g --on-host-maintenance=TERMINATE"))
+    assert out.split()[2:6] == ["rb-01", "us-central1-b", "rb-02", "us-central1-b"]
+    out = _ok(gcloud("gcloud compute instances bulk create --name-pattern=rc-## --count=1 --region=us-central1 "
+                     "--machine-type=e2-standard-4 --location-policy=us-central1-a=deny,us-central1-b=deny"))
+    assert "rc-01" in out and "us-central1-a" not in out and "us-central1-b" not in out
+    ops = json.loads(_ok(gcloud("gcloud compute operations list --regions=us-central1 --format=json")))
+    assert [o["operationType"] for o in ops] == ["bulkInsert", "bulkInsert"]

@@ -124,6 +124,36 @@ class InstancesMixin:
     def bulk_insert(self, p: Project, zone: str, body: dict) -> dict:
         """instances.bulkInsert: N VMs from one set of properties, all or at least minCount, one operation."""
         region = self._check_zone(zone)
+        insts, min_count = self._bulk_request(p, zone, region, body)
+        return self._bulk_create(p, zone, region, insts, min_count)
+
+    @_mutation()
+    def bulk_insert_regional(self, p: Project, region: str, body: dict) -> dict:
+        """regionInstances.bulkInsert: the same, in whichever zone of the region takes them all (or
+        minCount), trying the zones `locationPolicy` does not DENY in order; one region operation.
+        Simplified: the VMs land in one zone (targetShape ANY_SINGLE_ZONE's behaviour, also used for
+        ANY and BALANCED, which the real API may spread over zones)."""
+        self._check_region(region)
+        prefs = (body.get("locationPolicy") or {}).get("locations") or {}
+        mt = last((body.get("instanceProperties") or {}).get("machineType")) or None
+        if mt is None and body.get("sourceInstanceTemplate"):
+            mt = last(self._template_properties(p, body["sourceInstanceTemplate"], region,
+                                                "bulkInsertInstanceResource.sourceInstanceTemplate").get("machineType"))
+        zones = [z for z in self.world.regions[region]
+                 if (prefs.get(f"zones/{z}") or {}).get("preference") != "DENY"
+                 and (mt is None or mt in self.world.zone_machine_types.get(z, []))]
+        if not zones:
+            raise invalid("bulkInsertInstanceResource.instanceProperties.machineType", mt,
+                          f"No zone of region '{region}' that the location policy allows offers it.")
+        for i, zone in enumerate(zones):
+            insts, min_count = self._bulk_request(p, zone, region, body)
+            got, err = self._admit(p, p.name, zone, region, insts, min_count)
+            if (err is None or got >= min_count) or i == len(zones) - 1:
+                return self._bulk_create(p, zone, region, insts, min_count, (got, err), f"regions/{region}")
+        raise AssertionError("unreachable")
+
+    def _bulk_request(self, p: Project, zone: str, region: str, body: dict) -> tuple[list[dict], int]:
+        """bulkInsert's body as the VMs it asks for in `zone` (checked, named) and its minCount."""
         props = body.get("instanceProperties")
         if body.get("sourceInstanceTemplate"):
             props = {**self._template_properties(p, body["sourceInstanceTemplate"], region,
@@ -152,20 +182,22 @@ class InstancesMixin:
         for name in names:
             inst_body = {**self._instance_body(props, zone, region), "name": name}
             insts.append(self._prepare_instance(p, p.name, zone, region, inst_body, "bulkInsertInstanceResource.instanceProperties"))
-        return self._bulk_create(p, zone, region, insts, min_count)
+        return insts, min_count
 
-    def _bulk_create(self, p: Project, zone: str, region: str, insts: list[dict], min_count: int) -> dict:
+    def _bulk_create(self, p: Project, zone: str, region: str, insts: list[dict], min_count: int,
+                     admitted: tuple[int, ApiError | None] | None = None, op_scope: str | None = None) -> dict:
         """Admit and place bulkInsert's VMs as the real API reports them: one `bulkInsert` operation
         and one `insert` operation per VM, all in one operationGroupId. A shortfall below minCount
         fails the bulk operation with the summary code VM_MIN_COUNT_NOT_REACHED while the cause
         (the stockout) sits on the per-VM inserts (gcp-facts sections 4 and 10)."""
-        link = self.link(p.name, f"zones/{zone}/instances")
         scope = f"zones/{zone}"
+        bulk_scope = op_scope or scope  # a regional bulkInsert's own operation is a region operation
+        link = self.link(p.name, f"{bulk_scope}/instances")
         group = str(uuid.uuid4())
-        got, err = self._admit(p, p.name, zone, region, insts, min_count)
+        got, err = admitted or self._admit(p, p.name, zone, region, insts, min_count)
         if err is not None and got == 0 and err.reason != "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS":
             # Refused as a whole (quota, a full reservation): one error on the bulk operation.
-            return self.render_op(self._new_op(p.name, scope, "bulkInsert", link, error=err, group=group))
+            return self.render_op(self._new_op(p.name, bulk_scope, "bulkInsert", link, error=err, group=group))
         for inst in insts[:got]:
             self._place(p, p.name, zone, inst)
             self._new_op(p.name, scope, "insert", inst["selfLink"], inst["id"], group=group)
@@ -176,7 +208,7 @@ class InstancesMixin:
         if err is not None and got < min_count:
             summary = ApiError(err.code, "VM_MIN_COUNT_NOT_REACHED",
                                f"Requested minimum count of {min_count} VMs could not be created.")
-        op = self._new_op(p.name, scope, "bulkInsert", link, error=summary, group=group)
+        op = self._new_op(p.name, bulk_scope, "bulkInsert", link, error=summary, group=group)
         op["instancesBulkInsertOperationMetadata"] = {"perLocationStatus": {scope: {
             "status": "DONE", "targetVmCount": len(insts), "createdVmCount": got,
             "failedToCreateVmCount": len(insts) - got, "deletedVmCount": 0}}}

@@ -73,6 +73,7 @@ URLS = Map(
         Rule(f"{PREFIX}/global/operations/<op>/wait", endpoint="op_wait", methods=["POST"]),
         # instances' own verbs
         Rule(f"{PREFIX}/zones/<zone>/instances/bulkInsert", endpoint="bulk_insert", methods=["POST"]),
+        Rule(f"{PREFIX}/regions/<region>/instances/bulkInsert", endpoint="bulk_insert", methods=["POST"]),
         Rule(f"{PREFIX}/zones/<zone>/instances/<name>/{_ACTION}", endpoint="instance_action", methods=["POST"]),
         # generic collections
         Rule(f"{PREFIX}/zones/<zone>/{_KIND}", endpoint="list", methods=["GET"]),
@@ -107,7 +108,7 @@ def _method(endpoint: str, args: dict) -> tuple[str, str]:
         kind = args["kind"]
         return ("regionInstanceTemplates" if kind == "instanceTemplates" and "region" in args else kind), "insert"
     if endpoint == "bulk_insert":
-        return "instances", "bulkInsert"
+        return ("regionInstances" if "region" in args else "instances"), "bulkInsert"
     if endpoint == "instance_action":
         return "instances", args["action"]
     return "", endpoint  # operations' wait: no body
@@ -315,8 +316,10 @@ class ComputeRest:
             self.b._check_region(scope["region"])
 
     # -- instance verbs ----------------------------------------------------------------
-    def on_bulk_insert(self, req: Request, body: dict, project: str, zone: str) -> dict:
-        return self.b.bulk_insert(project, zone, body, request_id=req.args.get("requestId"))
+    def on_bulk_insert(self, req: Request, body: dict, project: str, **scope: str) -> dict:
+        if "region" in scope:
+            return self.b.bulk_insert_regional(project, scope["region"], body, request_id=req.args.get("requestId"))
+        return self.b.bulk_insert(project, scope["zone"], body, request_id=req.args.get("requestId"))
 
     def on_instance_action(self, req: Request, body: dict, project: str, zone: str, name: str, action: str) -> dict:
         rid = req.args.get("requestId")
