@@ -69,7 +69,7 @@ def test_deletion_protection_refuses_delete_until_lifted(instances) -> None:
 
 
 @pytest.mark.parametrize(("machine_type", "vcpus", "memory_mb"), [
-    ("n1-standard-1", 1, 3840), ("n1-highcpu-2", 2, 1843), ("n2-highmem-16", 16, 131072), ("e2-standard-4", 4, 16384),
+    ("n1-standard-1", 1, 3840), ("n1-highcpu-2", 2, 1843), ("n1-highcpu-32", 32, 29491), ("n2-highmem-16", 16, 131072), ("e2-standard-4", 4, 16384),
     ("c2-standard-60", 60, 245760), ("n4-highcpu-8", 8, 16384), ("e2-micro", 2, 1024)])
 def test_general_purpose_types_follow_their_familys_rule(compute, machine_type, vcpus, memory_mb) -> None:
     mt = compute("MachineTypesClient").get(project=PROJECT, zone=ZONE, machine_type=machine_type)
