@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # TORCH_VERSION and the rest of the image's PyTorch pairing, declared once.
 include containers/versions.env
 
-.PHONY: install test demo lint bench clean
+.PHONY: install test demo lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -33,6 +33,11 @@ lint: install
 
 bench: install
 	@for f in tests/bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# On a machine with NVIDIA GPUs (or inside the training image: python -m gcpgpu.trainer.gpu_check):
+# measures the trainer and prints one table; without a GPU it says so in one line and exits 0.
+gpu-check: install
+	$(BIN)/python -m gcpgpu.trainer.gpu_check
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
