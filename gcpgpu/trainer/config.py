@@ -25,6 +25,9 @@ PROG = "gcpgpu.trainer"
 # The oldest torch the trainer runs on: the release line the tests and the image use. It equals
 # TORCH_MIN in containers/versions.env (a test checks; the trainer imports nothing outside itself).
 MIN_TORCH = "2.13"
+# Set to the exact torch version in use to run on an older torch anyway, for a measurement on a machine
+# whose torch cannot be changed (gpu_check --accept-torch does this, and says so in its report).
+ACCEPT_TORCH_ENV = "GCPGPU_TRAINER_ACCEPT_TORCH"
 
 
 class ConfigError(Exception):
@@ -324,7 +327,8 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
 
     GPU-only requests on a machine without a GPU are errors, unless allow_cpu (the emulator's opt-in).
     """
-    if torch_version is not None and _release(torch_version) < _release(MIN_TORCH):
+    if (torch_version is not None and _release(torch_version) < _release(MIN_TORCH)
+            and os.environ.get(ACCEPT_TORCH_ENV) != torch_version):
         raise ConfigError(f"torch {torch_version}: the trainer needs torch >= {MIN_TORCH} (the release the image "
                           f"and the tests use, containers/versions.env); pip install 'torch>={MIN_TORCH}'")
     if cfg.device == "cuda" and not cuda_available and not allow_cpu:

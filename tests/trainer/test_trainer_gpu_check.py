@@ -32,7 +32,7 @@ def _names(plan: Plan) -> list[str]:
 def test_on_eight_hopper_gpus_it_measures_every_row_the_issue_asks_for():
     plan = build_plan(8, (9, 0), cpu_smoke=False, steps=60)
     assert _names(plan) == ["124m bf16 1 GPU", "350m bf16 1 GPU", "350m bf16 FSDP x8", "124m bf16 DDP x8",
-                            "350m fp8 tensorwise 1 GPU", "350m fp8 rowwise 1 GPU"]
+                            "350m fp8 tensorwise 1 GPU"]
     for r in plan.runs:
         assert "--compile" in r.args and "--data" in r.args
     fsdp = plan.runs[2]

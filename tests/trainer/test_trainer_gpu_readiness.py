@@ -33,6 +33,15 @@ def test_torch_older_than_the_tested_line_is_refused_in_one_line(version, ok):
     assert "\n" not in str(e.value)
 
 
+def test_an_older_torch_runs_only_when_that_exact_version_is_accepted(monkeypatch):
+    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV
+
+    monkeypatch.setenv(ACCEPT_TORCH_ENV, "2.11.0+cu130")
+    assert check_runtime(TrainConfig(), torch_version="2.11.0+cu130", **CPU) == "cpu"
+    with pytest.raises(ConfigError):
+        check_runtime(TrainConfig(), torch_version="2.10.0+cu130", **CPU)
+
+
 @pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_cuda_graph_compile_modes_are_refused_with_ddp_and_fsdp(mode, parallel):
