@@ -40,6 +40,7 @@ class TemplatesMixin:
         if "/regions/" in f"/{source}":
             where = source.split("regions/", 1)[1].split("/", 1)[0]
             if where != region:
+                # The refusal is documented (a regional template serves its own region); the wording is unverified.
                 raise invalid(field, source, f"A regional instance template must be in region '{region}'.")
             path = f"regions/{where}/instanceTemplates"
         else:
