@@ -150,3 +150,17 @@ def test_a_real_method_the_emulator_lacks_says_so_and_a_made_up_path_is_404(comp
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"http://{gcp.address}/compute/v1/projects/{PROJECT}/zones/{ZONE}/gadgets")
     assert missing.value.code == 404
+
+
+def test_set_labels_needs_the_current_fingerprint_as_ray_sends_it(compute):
+    compute.instances().insert(project=PROJECT, zone=ZONE, body=_vm("node", labels={"ray-node-type": "head"})).execute()
+    node = compute.instances().get(project=PROJECT, zone=ZONE, instance="node").execute()
+    body = {"labels": {**node["labels"], "ray-node-status": "up-to-date"}, "labelFingerprint": node["labelFingerprint"]}
+    compute.instances().setLabels(project=PROJECT, zone=ZONE, instance="node", body=body).execute()
+    with pytest.raises(HttpError) as stale:  # the same fingerprint again: the labels changed since
+        compute.instances().setLabels(project=PROJECT, zone=ZONE, instance="node", body=body).execute()
+    assert stale.value.resp.status == 412
+    err = _error(compute.instances().setLabels(project=PROJECT, zone=ZONE, instance="node",
+                                               body={"labels": {}, "fingerprint": "x"}))
+    assert err["message"] == ('Invalid JSON payload received. Unknown name "fingerprint" at '
+                              "'instances_set_labels_request_resource': Cannot find field.")
