@@ -183,8 +183,8 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         raise UsageProblem(f"--timeout {spec.timeout!r} must be a positive duration, e.g. 12h")
 
     if target == "vertex" and not region:
-        raise UsageProblem("no region set for the Vertex AI job: pass --region REGION (a global option, before "
-                           "'job'), set CLOUDSDK_COMPUTE_REGION, or run 'gcloud config set compute/region REGION'")
+        raise UsageProblem("no region set for the Vertex AI job: pass --region REGION, set "
+                           "CLOUDSDK_COMPUTE_REGION, or run 'gcloud config set compute/region REGION'")
     reservation = _reservation(spec, target, project, region, zone)
 
     if spec.output_dir is not None:
