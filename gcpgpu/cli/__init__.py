@@ -11,10 +11,13 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import io
+import os
 import sys
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -114,9 +117,13 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a reader that went away shows here, not as noise at interpreter exit
+            return result
         except KeyboardInterrupt:
             raise Interrupted() from None
+        except BrokenPipeError:  # a ConnectionError to Python, but no cloud's fault: `| head` quit
+            _stdout_closed()
         except Exception as exc:
             if is_google_error(exc):
                 message = describe_google_error(exc)
@@ -127,6 +134,20 @@ class LazyGroup(click.Group):
             if getattr(ctx.find_root().obj, "verbose", False):  # -v anywhere on the line
                 traceback.print_exception(exc, file=sys.stderr)
             raise CloudError(message) from exc
+
+
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what the shell reports for any tool whose reader quit early
+
+
+def _stdout_closed() -> NoReturn:
+    """Stop quietly when stdout's reader has gone (`| head`, `less` quitting): nothing more to print."""
+    try:  # the unwritten buffer must not be flushed again at exit ("Exception ignored ... BrokenPipeError")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a real file (tests capture stdout): nothing is flushed at exit
+    raise click.exceptions.Exit(EXIT_STDOUT_CLOSED)
 
 
 def _is_connection_error(exc: BaseException) -> bool:
@@ -186,7 +207,8 @@ def main(
 
     \b
     Results go to stdout and progress to stderr. Exit status: 0 success,
-    1 a cloud failure, 2 a usage error, 130 interrupted.
+    1 a cloud failure, 2 a usage error, 130 interrupted, 141 stdout closed
+    early (a reader such as head quit; nothing is printed about it).
     """
     if verbose:
         enable_verbose_logging()
