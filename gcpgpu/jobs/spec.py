@@ -304,6 +304,9 @@ def check_trainer_args(args: list[str], *, world: int, exact: bool) -> None:
         raise UsageProblem(f"trainer arguments: {e}") from None
     except TypeError:
         return
+    if exact and world > 1 and cfg.parallel == "none":
+        raise UsageProblem(f"trainer arguments: --parallel none runs one process but the job launches {world} "
+                           "(nodes x GPUs); drop --parallel (auto picks ddp) or use ddp or fsdp")
     if exact and cfg.batch_size % (world * cfg.grad_accum):
         unit = world * cfg.grad_accum
         raise UsageProblem(f"trainer arguments: --batch-size {cfg.batch_size} does not split over {world} GPU "
