@@ -93,9 +93,9 @@ def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, s
                                                           "--fp8-recipe", "tensorwise", "--compile",
                                                           "--batch-size", str(batch1 // 2)]))
         # 1.3b: every block linear is past torchao's thresholds, where fp8 should pay if it ever does.
-        for prec in (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "tensorwise"]):
-            runs.append(Run(f"1.3b {prec[1]}{' tensorwise' if prec[1] == 'fp8' else ''} 1 GPU", 1,
-                            [*common, "--model", "1.3b", *prec, "--compile", "--batch-size", "8"]))
+        for big in (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "tensorwise"]):
+            runs.append(Run(f"1.3b {big[1]}{' tensorwise' if big[1] == 'fp8' else ''} 1 GPU", 1,
+                            [*common, "--model", "1.3b", *big, "--compile", "--batch-size", "8"]))
     # Kill-and-resume: DDP over every GPU, a SIGTERM to rank 0 halfway, then --resume.
     par = ["--parallel", "ddp"] if n > 1 else []
     rsteps = max(4, steps // 2 * 2)
@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before it counts as failed")
     p.add_argument("--out", default="gpu-check.json", help="where the figures go as JSON (default gpu-check.json)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same plan, tiny, on CPU: tests the mechanics")
+    p.add_argument("--only", choices=("all", "speed", "resume"), default="all",
+                   help="run only the speed rows or only kill-and-resume (default all)")
     p.add_argument("--accept-torch", action="store_true",
                    help="run even if this torch is older than the trainer's floor (a machine you cannot change)")
     args = p.parse_args(argv)
@@ -231,36 +233,50 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="gpu-check-")
     work = Path(tmp.name)
     plan = build_plan(ngpu, capability, args.cpu_smoke, args.steps, str(write_corpus(work / "corpus.txt")))
+    if args.only == "resume":
+        plan.runs, plan.allreduce = [], None
+    if args.only == "speed":
+        plan.resume = None
+    count = len(plan.runs) + 3 * bool(plan.resume) + bool(plan.allreduce)
     print(f"{PROG}: {ngpu or 'no'} x {name or 'cpu'} (capability {capability}), torch {torch_version}"
           f"{f' (older than the tested {MIN_TORCH} line: accepted)' if args.accept_torch else ''}; "
-          f"{len(plan.runs) + 4} runs", flush=True)
+          f"{count} runs", flush=True)
+    resume_line, resume_ok = None, True
     with tmp:
         for r in plan.runs:
             run_trainer(r, work, args.timeout)
             print(f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + r.note} ({r.wall_s:.0f} s)", flush=True)
-        straight, stopped, resumed = plan.resume
-        ckpt = ["--ckpt-dir", str(work / "ckpt")]
-        run_trainer(straight, work, args.timeout)
-        run_trainer(stopped, work, args.timeout, ckpt)
-        run_trainer(resumed, work, args.timeout, ckpt)
-        tolerance = 0.0 if args.cpu_smoke else RESUME_TOLERANCE  # CPU: bit-identical
-        ok, line = resume_verdict(straight, resumed, tolerance)
-        stopped_early = stopped.summary.get("stopped") is True
-        first = straight.summary.get("first_loss")
-        line += f"; it fell from {first:.3f}" if first is not None else ""
-        resume_line = (f"kill-and-resume: {'ok' if ok and stopped_early else 'FAILED'}: {line}"
-                       + ("" if stopped_early else "; the SIGTERM run did not stop early"))
-        run_allreduce(plan.allreduce, args.timeout)
-    report = table(plan, resume_line)
-    print(report, flush=True)
-    every = plan.runs + list(plan.resume) + [plan.allreduce]
+        if plan.resume:
+            resume_ok, resume_line = kill_and_resume(plan.resume, work, args.timeout,
+                                                     0.0 if args.cpu_smoke else RESUME_TOLERANCE)
+        if plan.allreduce:
+            run_allreduce(plan.allreduce, args.timeout)
+    print(table(plan, resume_line), flush=True)
+    every = plan.runs + list(plan.resume or []) + ([plan.allreduce] if plan.allreduce else [])
     Path(args.out).write_text(json.dumps({
         "device": name, "gpus": ngpu, "capability": capability, "torch": torch_version, "cpu_smoke": args.cpu_smoke,
         "torch_floor_accepted": args.accept_torch,
-        "resume_tolerance": RESUME_TOLERANCE, "resume_ok": ok and stopped_early,
+        "resume_tolerance": RESUME_TOLERANCE, "resume_ok": resume_ok if plan.resume else None,
         "runs": [asdict(r) for r in every]}, indent=2))
     print(f"{PROG}: figures in {args.out}", flush=True)
-    return 0 if all(r.ok for r in every) and ok and stopped_early else 1
+    return 0 if all(r.ok for r in every) and resume_ok else 1
+
+
+def kill_and_resume(trio: tuple[Run, Run, Run], work: Path, timeout: float, tolerance: float) -> tuple[bool, str]:
+    """Uninterrupted, then SIGTERM'd halfway and resumed from its checkpoint: final losses compared
+    (CPU: bit-identical, tolerance 0; GPU: within RESUME_TOLERANCE)."""
+    straight, stopped, resumed = trio
+    ckpt = ["--ckpt-dir", str(work / "ckpt")]
+    run_trainer(straight, work, timeout)
+    run_trainer(stopped, work, timeout, ckpt)
+    run_trainer(resumed, work, timeout, ckpt)
+    ok, line = resume_verdict(straight, resumed, tolerance)
+    stopped_early = stopped.summary.get("stopped") is True
+    first = straight.summary.get("first_loss")
+    line += f"; it fell from {first:.3f}" if first is not None else ""
+    ok = ok and stopped_early
+    return ok, (f"kill-and-resume: {'ok' if ok else 'FAILED'}: {line}"
+                + ("" if stopped_early else "; the SIGTERM run did not stop early"))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ def test_on_eight_hopper_gpus_it_measures_every_row_the_issue_asks_for():
     straight, stopped, resumed = plan.resume
     assert stopped.env == {"GCPGPU_TRAINER_TEST_SIGTERM_AT": "0:30"} and "--resume" in resumed.args
     assert straight.args[straight.args.index("--data") + 1] == "corpus.txt"  # a text the model learns
+    for r in plan.resume:  # bf16 without compile, whatever the speed rows use
+        assert r.args[r.args.index("--precision") + 1] == "bf16" and "--compile" not in r.args
     assert plan.allreduce.nproc == 8 and plan.allreduce.args[-3:] == ["1G", "--iters", "20"]
 
 
