@@ -123,6 +123,17 @@ class Settings:
                     f"drop --region or pass --region {zone_region}"
                 )
 
+    def update(self, **changes: object) -> None:
+        """Set global options given later on the command line (`gcpgpu cluster list --project p`).
+
+        Checked as at construction; what was resolved from the earlier values is forgotten.
+        """
+        for name, value in changes.items():
+            setattr(self, name, value)
+        for cached in ("_resolved", "clients"):
+            self.__dict__.pop(cached, None)
+        self.__post_init__()
+
     @property
     def project(self) -> str:
         """The Google Cloud project ID; a UsageProblem saying how to set it when none is found."""

@@ -95,3 +95,58 @@ def test_a_job_report(gcp, monkeypatch, tmp_path):
     result = CliRunner().invoke(main, ["metrics", "report", "--job", "555", "--since", "30m", "-o", str(out)])
     assert result.exit_code == 0, result.output
     png_size(out.read_bytes())
+
+
+# The figure itself, inspected: a cluster a few minutes old, whose trainer has reported once.
+def _figure_of_report(gcp, monkeypatch, tmp_path, minutes: float, since: str):
+    import matplotlib.dates as mdates
+
+    import gcpgpu.metrics.report as report_module
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    emulated_cluster(gcp, "young", 2, running_minutes=minutes)
+    client = Clients(emulator=gcp.address, project=PROJECT).monitoring()
+    rep = Reporter("/nonexistent", project=PROJECT, kind="cluster", name="young", client=client)
+    rep.pending.add({"step": 5, "tokens_per_s": 4000.0, "world_size": 16, "mfu": 0.38, "loss": 2.5,
+                     "step_time_s": 0.4, "data_wait_frac": 0.01})
+    assert rep.flush()
+    made = []
+    real = report_module.build_figure
+    monkeypatch.setattr(report_module, "build_figure", lambda *a: made.append((a, real(*a))) or made[-1][1])
+    result = CliRunner().invoke(main, ["metrics", "report", "--cluster", "young", "--since", since,
+                                       "-o", str(tmp_path / "r.png")])
+    assert result.exit_code == 0, result.output
+    (args, fig), = made
+    fig.canvas.draw()  # tick labels exist once drawn
+    _target, panel_list, _slow, window = args
+    axes = {ax.get_title(loc="left"): ax for ax in fig.axes}
+    return panel_list, window, axes, mdates
+
+
+@pytest.mark.parametrize(("minutes", "since"), [(3, "1h"), (1, "2m"), (4000, "3d")])
+def test_report_axes_read_at_any_window(gcp, monkeypatch, tmp_path, minutes, since):
+    panel_list, window, axes, mdates = _figure_of_report(gcp, monkeypatch, tmp_path, minutes, since)
+    assert "training throughput" in axes and "model FLOPs utilization" in axes  # the trainer's own panels
+    for panel in panel_list:
+        ax = axes[panel.title]
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert len(labels) >= 2 and len(set(labels)) == len(labels), (panel.title, labels)  # distinct ticks
+        left, right = ax.get_xlim()  # the whole requested window, not just where the data is
+        assert left == pytest.approx(mdates.date2num(mdates.num2date(window.start / 86400)), abs=1e-9)
+        assert right >= window.end / 86400 - 1e-9
+        bottom, top = ax.get_ylim()
+        values = [v for pts in panel.lines.values() for _t, v in pts]
+        assert bottom <= min(values) and top > max(values) + 0.02 * (top - bottom), panel.title  # none on the edge
+        for line in ax.get_lines():
+            if len(line.get_xdata()) <= 1:  # a single sample is drawn as a marker, not an invisible line
+                assert line.get_marker() not in (None, "", "None") and line.get_markersize() > 0
+
+
+def test_a_single_sample_is_visible(gcp, monkeypatch, tmp_path):
+    panel_list, window, axes, _ = _figure_of_report(gcp, monkeypatch, tmp_path, 3, "1h")
+    throughput = axes["training throughput"]
+    (line,) = throughput.get_lines()
+    assert len(line.get_xdata()) == 1 and line.get_marker() == "o"
+    left, right = throughput.get_xlim()
+    (x,) = line.get_xdata(orig=False)
+    assert left < x < right  # inside the axis, not on its edge

@@ -11,17 +11,20 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
-import logging
+import io
+import os
 import sys
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
 from gcpgpu import __version__
+from gcpgpu.cli.options import adopt_global_options, enable_verbose_logging, root_options
 from gcpgpu.errors import CloudError, Interrupted, describe_google_error, is_google_error
-from gcpgpu.settings import FORMATS, Settings
+from gcpgpu.settings import Settings
 
 # name -> "module:attribute" of a click command. A registered module that does not exist
 # yet is left out of listings and help, so the registry can run ahead of the code.
@@ -98,7 +101,7 @@ class LazyGroup(click.Group):
         command = getattr(importlib.import_module(module_name), attr)
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}:{attr} is not a click command")
-        return command
+        return adopt_global_options(command)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Click's own version imports every command for its summary; lazy ones get a stub instead.
@@ -114,9 +117,13 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a reader that went away shows here, not as noise at interpreter exit
+            return result
         except KeyboardInterrupt:
             raise Interrupted() from None
+        except BrokenPipeError:  # a ConnectionError to Python, but no cloud's fault: `| head` quit
+            _stdout_closed()
         except Exception as exc:
             if is_google_error(exc):
                 message = describe_google_error(exc)
@@ -124,9 +131,23 @@ class LazyGroup(click.Group):
                 message = f"cannot reach the API endpoint: {_connection_target(ctx, exc)}"
             else:
                 raise  # our own bug: the traceback is the useful report
-            if ctx.find_root().params.get("verbose"):  # a nested LazyGroup sees the root's flag
+            if getattr(ctx.find_root().obj, "verbose", False):  # -v anywhere on the line
                 traceback.print_exception(exc, file=sys.stderr)
             raise CloudError(message) from exc
+
+
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what the shell reports for any tool whose reader quit early
+
+
+def _stdout_closed() -> NoReturn:
+    """Stop quietly when stdout's reader has gone (`| head`, `less` quitting): nothing more to print."""
+    try:  # the unwritten buffer must not be flushed again at exit ("Exception ignored ... BrokenPipeError")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a real file (tests capture stdout): nothing is flushed at exit
+    raise click.exceptions.Exit(EXIT_STDOUT_CLOSED)
 
 
 def _is_connection_error(exc: BaseException) -> bool:
@@ -152,42 +173,11 @@ Examples:
   gcpgpu catalog                                  GPU machine types, GPUs, NICs and prices
   gcpgpu --format json catalog show a3-highgpu-8g one machine type, for scripts
   gcpgpu --emulator 127.0.0.1:8085 ...            any command, against a local emulator
+  gcpgpu cluster status demo --format json        global options also work after the command
 
 Run 'gcpgpu COMMAND --help' for a command's own options.""",
 )
-@click.option(
-    "--project",
-    metavar="PROJECT",
-    help="Google Cloud project ID. Default: $GOOGLE_CLOUD_PROJECT, $CLOUDSDK_CORE_PROJECT, "
-    "then the active gcloud configuration's core/project.",
-)
-@click.option(
-    "--region",
-    metavar="REGION",
-    help="Region, e.g. us-central1. Default: $CLOUDSDK_COMPUTE_REGION, gcloud's compute/region, "
-    "then the region of the zone.",
-)
-@click.option(
-    "--zone",
-    metavar="ZONE",
-    help="Zone, e.g. us-central1-a. Default: $CLOUDSDK_COMPUTE_ZONE, then gcloud's compute/zone.",
-)
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(FORMATS),
-    default="table",
-    show_default=True,
-    help="How results print: a table for people, json or yaml for programs.",
-)
-@click.option(
-    "--emulator",
-    metavar="HOST:PORT",
-    envvar="GCPGPU_EMULATOR",
-    show_envvar=True,
-    help="Send every Google API call to a gcpgpu emulator at HOST:PORT instead of Google Cloud.",
-)
-@click.option("-v", "--verbose", is_flag=True, help="Log what is done, and show tracebacks of cloud errors.")
+@root_options
 @click.version_option(__version__, "--version", prog_name="gcpgpu", message="%(prog)s %(version)s")
 @click.pass_context
 def main(
@@ -212,16 +202,16 @@ def main(
     A region not set anywhere is taken from the zone.
 
     \b
+    The options below may come anywhere on the line, as gcloud's do
+    (gcpgpu cluster list --project p); the last one given wins.
+
+    \b
     Results go to stdout and progress to stderr. Exit status: 0 success,
-    1 a cloud failure, 2 a usage error, 130 interrupted.
+    1 a cloud failure, 2 a usage error, 130 interrupted, 141 stdout closed
+    early (a reader such as head quit; nothing is printed about it).
     """
     if verbose:
-        logger = logging.getLogger("gcpgpu")
-        if not logger.handlers:  # main() may run many times in one process (tests)
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-            logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
+        enable_verbose_logging()
     ctx.obj = Settings(
         project_flag=project,
         region_flag=region,

@@ -21,7 +21,7 @@ JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NO
                ("machine_type", "MACHINE TYPE"), ("created", "CREATED")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
-                  ("error", "ERROR"), ("note", "NOTE")]
+                  ("error", "ERROR"), ("cause", "CAUSE"), ("note", "NOTE")]
 
 
 def _poll_s(settings: Settings) -> float:
@@ -169,10 +169,42 @@ def _status(settings: Settings, job_id: str) -> dict:
     if jid.target == "vertex":
         from gcpgpu.jobs import vertex
 
-        return vertex.get(settings.clients, settings.project, jid)
+        state = vertex.get(settings.clients, settings.project, jid)
+    else:
+        from gcpgpu.jobs import cluster as cluster_jobs
+
+        state = cluster_jobs.status(settings.clients, settings.project, jid)
+    return state
+
+
+def _with_cause(settings: Settings, state: dict) -> dict:
+    """A FAILED job's state with `cause`: the first error line its program printed (one log read)."""
+    if state["state"] == "FAILED":
+        from gcpgpu.jobs import ids
+
+        state["cause"] = _failure_cause(settings, ids.parse(state["id"]))
+    return state
+
+
+def _log_filter(settings: Settings, jid: Any) -> str:
+    if jid.target == "vertex":
+        from gcpgpu.jobs import vertex
+
+        return vertex.log_filter(jid)
     from gcpgpu.jobs import cluster as cluster_jobs
 
-    return cluster_jobs.status(settings.clients, settings.project, jid)
+    return cluster_jobs.log_filter(settings.project, jid)
+
+
+def _failure_cause(settings: Settings, jid: Any) -> str | None:
+    """The first error line the job's program printed, from its log: what Vertex's or torchrun's
+    own message ('exited with a non-zero status', ChildFailedError) leaves out. None if unreadable."""
+    from gcpgpu.jobs import logs as job_logs
+
+    try:
+        return job_logs.failure_cause(settings.clients, settings.project, _log_filter(settings, jid))
+    except CloudError:  # no permission on the log, say: the state alone still answers
+        return None
 
 
 def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], None] | None = None) -> dict:
@@ -186,7 +218,7 @@ def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], N
             if on_change:
                 on_change(state)
         if state["state"] in TERMINAL:
-            return state
+            return _with_cause(settings, state)
         time.sleep(_poll_s(settings))
 
 
@@ -194,6 +226,9 @@ def _fail_unless_succeeded(state: dict) -> None:
     if state["state"] == "SUCCEEDED":
         info(f"Job {state['id']} SUCCEEDED.")
         return
+    if state.get("cause"):
+        raise CloudError(f"job {state['id']} ended {state['state']}: {state['cause']} "
+                         f"(all its output: gcpgpu job logs {state['id']})")
     why = f": {state['error']}" if state.get("error") else ""
     raise CloudError(f"job {state['id']} ended {state['state']}{why}")
 
@@ -202,8 +237,12 @@ def _fail_unless_succeeded(state: dict) -> None:
 @click.argument("job_id", metavar="JOB")
 @click.pass_obj
 def status(settings: Settings, job_id: str) -> None:
-    """Show a job's state, start and end, error, and each node's (cluster) or worker pool's (Vertex) detail."""
-    state = _status(settings, job_id)
+    """Show a job's state, start and end, error, and each node's (cluster) or worker pool's (Vertex) detail.
+
+    A failed job's CAUSE is the first error line its program printed (read from its log): the
+    trainer's own one-line error or an exception, not the launcher's ChildFailedError.
+    """
+    state = _with_cause(settings, _status(settings, job_id))
     if settings.format != "table":
         emit(state)
         return
@@ -256,14 +295,7 @@ def logs(settings: Settings, job_id: str, follow: bool) -> None:
 
     jid = ids.parse(job_id)
     project = settings.project
-    if jid.target == "vertex":
-        from gcpgpu.jobs import vertex
-
-        flt = vertex.log_filter(jid)
-    else:
-        from gcpgpu.jobs import cluster as cluster_jobs
-
-        flt = cluster_jobs.log_filter(project, jid)
+    flt = _log_filter(settings, jid)
     as_json = settings.format != "table"
 
     def show(entry: dict) -> None:

@@ -7,8 +7,9 @@ cluster.log_filter); --follow polls for newer ones until the job has ended.
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
@@ -80,3 +81,39 @@ def stream(clients: Clients, project: str, flt: str, show: Callable[[dict], None
         if done:
             return count
         time.sleep(poll_s)
+
+
+# What a launcher says after a worker failed: true, but never the cause.
+_LAUNCHER_NOISE = re.compile(r"ChildFailedError|a worker failed|^Root Cause|^Traceback \(most recent call last\)|"
+                             r"^=+$|^-+$|^\[\d+\]:$|^\s")
+# torchrun and Vertex may prefix a worker's lines: "[rank0]: ", "[default0]:", "I1123 05:00:00.1 123 x.py:1] ".
+_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)")
+_TRAINER_ERROR = re.compile(r"^gcpgpu\.trainer: (?:rank \d+: )?error: ")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::\s|$)")
+_PEER_FAILED = re.compile(r"^gcpgpu\.trainer: rank \d+: a collective failed")
+
+
+def first_error_line(lines: Iterable[str]) -> str | None:
+    """The first line of a job's output that names why it failed, or None.
+
+    The trainer's own one-line errors ('gcpgpu.trainer: error: ...') and Python exceptions
+    ('ValueError: ...') count; what a launcher adds after a worker died (torchrun's
+    ChildFailedError report, 'a worker failed') does not. A rank's note that a collective failed
+    because a peer died counts only when nothing else was said: the peer's own error is the cause.
+    """
+    peer = None
+    for raw in lines:
+        for text in str(raw).splitlines():
+            line = _PREFIX.sub("", text.rstrip())
+            if not line or _LAUNCHER_NOISE.search(line):
+                continue
+            if _TRAINER_ERROR.match(line) or _EXCEPTION.match(line):
+                return line[:500]
+            if peer is None and _PEER_FAILED.match(line):
+                peer = line[:500]
+    return peer
+
+
+def failure_cause(clients: Clients, project: str, flt: str) -> str | None:
+    """The first error line in a failed job's log (entries.list), or None when the log has none."""
+    return first_error_line(message(entry) for entry in entries(clients, project, flt))

@@ -183,8 +183,8 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         raise UsageProblem(f"--timeout {spec.timeout!r} must be a positive duration, e.g. 12h")
 
     if target == "vertex" and not region:
-        raise UsageProblem("no region set for the Vertex AI job: pass --region REGION (a global option, before "
-                           "'job'), set CLOUDSDK_COMPUTE_REGION, or run 'gcloud config set compute/region REGION'")
+        raise UsageProblem("no region set for the Vertex AI job: pass --region REGION, set "
+                           "CLOUDSDK_COMPUTE_REGION, or run 'gcloud config set compute/region REGION'")
     reservation = _reservation(spec, target, project, region, zone)
 
     if spec.output_dir is not None:
@@ -304,6 +304,9 @@ def check_trainer_args(args: list[str], *, world: int, exact: bool) -> None:
         raise UsageProblem(f"trainer arguments: {e}") from None
     except TypeError:
         return
+    if exact and world > 1 and cfg.parallel == "none":
+        raise UsageProblem(f"trainer arguments: --parallel none runs one process but the job launches {world} "
+                           "(nodes x GPUs); drop --parallel (auto picks ddp) or use ddp or fsdp")
     if exact and cfg.batch_size % (world * cfg.grad_accum):
         unit = world * cfg.grad_accum
         raise UsageProblem(f"trainer arguments: --batch-size {cfg.batch_size} does not split over {world} GPU "

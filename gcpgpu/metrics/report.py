@@ -116,11 +116,17 @@ def _fmt(v: float) -> str:
     return f"{v:.1f}"
 
 
-def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window) -> bytes:
-    """All panels in one figure, two columns, as PNG bytes."""
+def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window) -> Any:
+    """All panels in one matplotlib Figure, two columns, each with the whole window on its time axis.
+
+    Readable at any window: concise date ticks (distinct labels, from seconds to weeks), every
+    sample marked while a line has few of them (a new cluster's single point shows), and y
+    limits computed from the data so no line sits on or beyond an edge.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.dates import DateFormatter
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
 
     cols = 2 if len(panel_list) > 1 else 1
     rows = max(1, (len(panel_list) + cols - 1) // cols)
@@ -128,7 +134,7 @@ def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], wi
     FigureCanvasAgg(fig)
     start = dt.datetime.fromtimestamp(window.start, dt.timezone.utc)
     end = dt.datetime.fromtimestamp(window.end, dt.timezone.utc)
-    fig.suptitle(f"{target.label}: {start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC"
+    fig.suptitle(f"{target.label}: {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
                  + (f"; stragglers: {', '.join(sorted(slow))}" if slow else ""), fontsize=12,
                  color="#b00020" if slow else "black")
     if not panel_list:
@@ -140,21 +146,52 @@ def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], wi
         for j, (name, pts) in enumerate(panel.lines.items()):
             times = [dt.datetime.fromtimestamp(t, dt.timezone.utc) for t, _v in pts]
             values = [v for _t, v in pts]
+            marker = "o" if len(pts) <= MARKED_POINTS else None  # a lone sample is a dot, not nothing
             if name in slow:
-                ax.plot(times, values, color="#d62728", linewidth=2.4, label=f"{name} (straggler)", zorder=3)
+                ax.plot(times, values, color="#d62728", linewidth=2.4, marker=marker, markersize=5,
+                        label=f"{name} (straggler)", zorder=3)
             else:
-                ax.plot(times, values, color=_MUTED[j % len(_MUTED)], linewidth=1.0, alpha=0.8,
-                        label=name if len(panel.lines) <= 8 else None)
+                ax.plot(times, values, color=_MUTED[j % len(_MUTED)], linewidth=1.0, alpha=0.8, marker=marker,
+                        markersize=3.5, label=name if len(panel.lines) <= 8 else None)
         ax.set_title(panel.title, fontsize=10, loc="left")
         ax.set_ylabel(panel.unit, fontsize=8)
         ax.tick_params(labelsize=7)
-        ax.xaxis.set_major_formatter(DateFormatter("%H:%M"))
+        locator = AutoDateLocator(tz=dt.timezone.utc, minticks=3, maxticks=8)
+        ax.xaxis.set_major_locator(locator)
+        # Seconds ticks read 05:41:30, not a bare "30" that repeats every minute.
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(
+            locator, tz=dt.timezone.utc, formats=["%Y", "%b", "%d", "%H:%M", "%H:%M", "%H:%M:%S"]))
+        # The requested window, as the title says, not just where data is; a sliver more on the right
+        # so a point stamped "now" shows whole.
+        ax.set_xlim(start, end + (end - start) * 0.015)
+        ax.set_ylim(*y_limits([v for pts in panel.lines.values() for _t, v in pts], panel.unit.startswith("%")))
+        if max((abs(v) for pts in panel.lines.values() for _t, v in pts), default=0) >= 1e4:
+            ax.yaxis.set_major_formatter(EngFormatter(sep=""))  # 5M, not 5 with "1e6" over the title
         ax.grid(True, alpha=0.3)
-        if panel.unit.startswith("%"):
-            ax.set_ylim(bottom=0)
         handles, labels = ax.get_legend_handles_labels()
         if labels:
             ax.legend(fontsize=7, loc="best", ncol=min(4, len(labels)))
+    return fig
+
+
+MARKED_POINTS = 30  # lines with at most this many samples show each one as a marker
+
+
+def y_limits(values: list[float], percent: bool) -> tuple[float, float]:
+    """Limits that hold every value with a margin; from 0 for percentages and other values near it."""
+    if not values:
+        return (0.0, 100.0) if percent else (0.0, 1.0)
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.08 or abs(hi) * 0.08 or 1.0
+    bottom = lo - pad
+    if lo >= 0 and (percent or bottom < 0 or lo < 0.5 * hi):
+        bottom = 0.0
+    return bottom, hi + max(pad, (hi - bottom) * 0.08)  # the margin is of the span shown
+
+
+def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window) -> bytes:
+    """The figure of build_figure as PNG bytes."""
+    fig = build_figure(target, panel_list, slow, window)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()

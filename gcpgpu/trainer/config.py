@@ -17,7 +17,7 @@ from typing import Any
 
 from gcpgpu.trainer.sizes import SIZES
 
-PARALLELS = ("none", "ddp", "fsdp")
+PARALLELS = ("auto", "none", "ddp", "fsdp")  # auto: ddp when more than one process runs, else none
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 # Set by the offline emulator (or a user who means it): GPU-only options run on CPU instead of failing.
 ALLOW_CPU_ENV = "GCPGPU_TRAINER_ALLOW_CPU"
@@ -39,7 +39,7 @@ class TrainConfig:
     """All trainer options; field names are the long options with '-' turned into '_'."""
 
     model: str = "tiny"
-    parallel: str = "none"
+    parallel: str = "auto"  # resolved by resolve_parallel once the launch is known
     precision: str = "fp32"
     data: str = "synthetic"
     data_dtype: str = "uint16"
@@ -161,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grad-clip", type=float, help="clip the global gradient norm (0 = off; default 1.0)")
     g.add_argument("--optimizer-impl", help="AdamW kernel: auto (fused on CUDA), fused, foreach or for")
     g = p.add_argument_group("parallelism and precision")
-    g.add_argument("--parallel", help="none, ddp or fsdp (FSDP2; HSDP across nodes)")
+    g.add_argument("--parallel", help="auto (default: ddp when more than one process runs, else none), none, ddp "
+                   "or fsdp (FSDP2; HSDP across nodes)")
     g.add_argument("--precision", help="fp32, bf16, fp16 (with loss scaling) or fp8 (torchao, Hopper+)")
     g.add_argument("--device", help="auto (CUDA when present), cuda or cpu")
     _bool(g, "tf32", "let fp32 matmuls use TF32 tensor cores (default on)")
@@ -304,7 +305,7 @@ def check(cfg: TrainConfig) -> None:
             raise ConfigError(f"--profile-steps: step {parts[1]} is past the last step {cfg.steps - 1}; use B < --steps")
     if (cfg.resume or cfg.ckpt_every) and not cfg.ckpt_dir:
         raise ConfigError("--resume/--ckpt-every: need --ckpt-dir to know where checkpoints live")
-    if cfg.ddp_comm_hook != "none" and cfg.parallel != "ddp":
+    if cfg.ddp_comm_hook != "none" and cfg.parallel not in ("ddp", "auto"):
         raise ConfigError(f"--ddp-comm-hook: only applies to --parallel ddp, not {cfg.parallel}")
     if cfg.data != "synthetic":
         path = Path(cfg.data)
@@ -312,6 +313,16 @@ def check(cfg: TrainConfig) -> None:
             raise ConfigError(f"--data: no such file {cfg.data}; give a .bin token file, a text file or 'synthetic'")
         if path.suffix == ".bin" and cfg.data_dtype == "uint32" and cfg.vocab_size is None:
             raise ConfigError("--vocab-size: required with --data-dtype uint32 (the vocabulary is not in the file)")
+
+
+def resolve_parallel(cfg: TrainConfig, world_size: int) -> TrainConfig:
+    """--parallel auto becomes ddp when more than one process runs and none otherwise (in place; returns cfg).
+
+    So a multi-process job (torchrun, Vertex replicas, a cluster's nodes) needs no --parallel.
+    """
+    if cfg.parallel == "auto":
+        cfg.parallel = "ddp" if world_size > 1 else "none"
+    return cfg
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -334,6 +345,9 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
     if cfg.device == "cuda" and not cuda_available and not allow_cpu:
         raise ConfigError(f"--device cuda: this machine has no CUDA GPU; use --device cpu (or set {ALLOW_CPU_ENV}=1)")
     device = "cuda" if cuda_available and cfg.device != "cpu" else "cpu"
+    resolve_parallel(cfg, world_size)
+    if cfg.ddp_comm_hook != "none" and cfg.parallel != "ddp":
+        raise ConfigError(f"--ddp-comm-hook: only applies to --parallel ddp, not {cfg.parallel} (one process runs)")
     if cfg.parallel == "none" and world_size > 1:
         raise ConfigError(f"--parallel none: runs one process but {world_size} were launched; use ddp or fsdp")
     if cfg.batch_size % (world_size * cfg.grad_accum):

@@ -23,6 +23,7 @@ from gcpgpu.trainer.config import (
     check_runtime,
     fail,
     parse_args,
+    resolve_parallel,
 )
 from gcpgpu.trainer.data import Batches, TokenSource, open_source
 from gcpgpu.trainer.dist import DistEnv, destroy_process_group, init_process_group, read_env
@@ -169,6 +170,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
           source: TokenSource | None = None) -> RunResult:
     """Run one training job in this process (one rank); the other ranks run the same call."""
     env = env or read_env()
+    resolve_parallel(cfg, env.world_size)  # --parallel auto, for callers that skip check_runtime
     device_type = device_type or ("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     result = RunResult()
 
