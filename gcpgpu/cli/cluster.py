@@ -53,8 +53,9 @@ def _spec_options(fn: Callable) -> Callable:
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     from gcpgpu.cluster.spec import ClusterSpec, parse_duration
-    from gcpgpu.specfile import parse_pairs
+    from gcpgpu.specfile import parse_pairs, refuse_empty_options
 
+    refuse_empty_options(click.get_current_context())
     if kw.get("spot") and kw.get("flex_start"):
         raise UsageProblem("--spot and --flex-start exclude each other: choose one provisioning model")
     labels = parse_pairs(kw.get("labels"), "--label")
@@ -88,8 +89,38 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     if kw.get("flex_start"):
         flags["provisioning"] = "flex-start"
         flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
+    _check_global_location(settings, flags)
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
+
+
+def _check_global_location(settings: Settings, flags: dict[str, Any]) -> None:
+    """The global --region/--zone given as flags bind as firmly as the command's own: a contradiction is refused."""
+    from gcpgpu.settings import region_of_zone
+
+    g_region = settings.region_flag
+    g_zone = settings.zone_flag
+    for z in flags["zones"]:
+        zr = region_of_zone(z)
+        if g_region and zr and zr != g_region:
+            raise UsageProblem(f"--zone {z} is not in --region {g_region}; drop one, or pass --region {zr}")
+        if g_zone and z != g_zone:
+            raise UsageProblem(f"the command's --zone {z} contradicts the global --zone {g_zone}; give one zone")
+    if flags["region"] and g_zone and region_of_zone(g_zone) not in (None, flags["region"]):
+        raise UsageProblem(f"--region {flags['region']} does not contain the global --zone {g_zone}; "
+                           f"drop one, or pass --region {region_of_zone(g_zone)}")
+    if flags["region"] and g_region and flags["region"] != g_region:
+        raise UsageProblem(f"--region {flags['region']} contradicts the global --region {g_region}; give one region")
+    if not flags["zones"] and not flags["region"] and g_region:
+        flags["region"] = g_region  # a region flag is an instruction, not a default a zone may override
+
+
+def _check_name(name: str) -> None:
+    from gcpgpu.cluster.spec import RFC1035
+
+    if not RFC1035.match(name) or len(name) > 63:
+        raise UsageProblem(f"NAME {name!r} is not a cluster name: lowercase letters, digits and dashes, starting "
+                           "with a letter and not ending with a dash")
 
 
 def _show_plan(plan: Any, table: bool = True) -> None:
@@ -185,10 +216,10 @@ def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> No
     interrupted `up`, and again after a `down` (nothing left is not an error).
     """
     from gcpgpu.cluster.apply import Cluster, ConsoleReporter
-    from gcpgpu.cluster.spec import RFC1035
+    from gcpgpu.specfile import refuse_empty_options
 
-    if not RFC1035.match(name):
-        raise UsageProblem(f"NAME {name!r} is not a cluster name (lowercase letters, digits and dashes)")
+    refuse_empty_options(click.get_current_context())
+    _check_name(name)
     project = settings.project
     _confirm(yes, f"Delete cluster {name} in project {project}?")
     try:
@@ -231,6 +262,7 @@ def status(settings: Settings, name: str) -> None:
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.errors import CloudError
 
+    _check_name(name)
     obs = Cluster(settings.clients, settings.project).status(name)
     if obs.empty:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
