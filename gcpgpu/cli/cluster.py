@@ -170,8 +170,9 @@ def plan(settings: Settings, **kw: Any) -> None:
 @_spec_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit (same as 'cluster plan').")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
 @click.pass_obj
-def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
+def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -> None:
     """Create a GPU cluster (or complete one that exists) and wait until every node is RUNNING.
 
     Creates a compact placement policy, the GPU NIC networks A3 machines need, internal-only
@@ -196,7 +197,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
     cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
     _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
     try:
-        nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p)
+        nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p, wait_for_lease=not no_wait)
     except KeyboardInterrupt:
         info(f"Interrupted. Everything created so far is named and labelled for cluster {p.name}: run "
              f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to remove it.")
@@ -208,8 +209,9 @@ def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
 @click.argument("name")
 @click.option("--keep-reservation", is_flag=True, help="Keep the reservation the cluster created.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
 @click.pass_obj
-def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> None:
+def down(settings: Settings, name: str, keep_reservation: bool, yes: bool, no_wait: bool) -> None:
     """Delete a cluster: nodes, then reservation, placement policy, firewall rules and networks.
 
     Finds everything from GCP itself (labels and names), so it works from any machine, after an
@@ -223,7 +225,8 @@ def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> No
     project = settings.project
     _confirm(yes, f"Delete cluster {name} in project {project}?")
     try:
-        found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation)
+        found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
+                                                                           wait_for_lease=not no_wait)
     except KeyboardInterrupt:
         info(f"Interrupted. Run 'gcpgpu cluster down {name}' again to finish.")
         raise Interrupted() from None
@@ -259,17 +262,22 @@ def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]
 @click.pass_obj
 def status(settings: Settings, name: str) -> None:
     """Show a cluster's nodes, their state and GPUs, placement policy and reservation use."""
+    from gcpgpu.cluster import lease
     from gcpgpu.cluster.apply import Cluster
+    from gcpgpu.cluster.observe import problems
     from gcpgpu.errors import CloudError
 
     _check_name(name)
     obs = Cluster(settings.clients, settings.project).status(name)
     if obs.empty:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+    flagged = problems(obs)
+    holder = lease.current(settings.clients, settings.project, name)
     if settings.format != "table":
         emit({"cluster": name, "nodes": [n.row() for n in obs.nodes], "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
-              "firewalls": obs.firewalls})
+              "firewalls": obs.firewalls, "problems": flagged,
+              "busy": lease.describe(holder) if holder else None})
         return
     emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
     for p in obs.policies:
@@ -279,6 +287,12 @@ def status(settings: Settings, name: str) -> None:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
     if obs.networks:
         info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
+    if holder:
+        info(f"busy: {lease.describe(holder)}")
+    for line in flagged:
+        info(f"problem: {line}")
+    if flagged:
+        info(f"'gcpgpu cluster up {name} ...' again repairs labels and re-creates missing nodes")
 
 
 @cluster.command("list")
