@@ -46,6 +46,27 @@ _ZONE_RE = re.compile(r"^(?P<region>[a-z]+(?:-[a-z]+)*\d+)-[a-z]$")
 _HOST_PORT_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
 
 
+# GCP project ids: 6-30 lowercase letters, digits and hyphens, starting with a letter, not ending
+# with a hyphen ("Creating and managing projects", cloud.google.com/resource-manager/docs); old
+# domain-scoped ids carry a "example.com:" prefix.
+_PROJECT_ID_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_SOURCE_WORD = {"flag": "--project", "env": "the environment's project", "gcloud": "gcloud's core/project"}
+
+
+def project_id_problem(value: str) -> str | None:
+    """Why `value` cannot be a GCP project id, or None when it can be one."""
+    if _PROJECT_ID_RE.match(value):
+        return None
+    bare = value.rsplit(":", 1)[-1]
+    if not 6 <= len(bare) <= 30:
+        return f"is {len(bare)} characters; project ids have 6 to 30"
+    if not bare[0].isalpha() or not bare[0].islower():
+        return "must start with a lowercase letter"
+    if bare.endswith("-"):
+        return "must not end with a hyphen"
+    return "may hold only lowercase letters, digits and hyphens"
+
+
 def region_of_zone(zone: str) -> str | None:
     """The region a zone lies in ('us-central1-a' -> 'us-central1'), or None if it isn't zone-shaped."""
     match = _ZONE_RE.match(zone)
@@ -113,6 +134,10 @@ class Settings:
         if self.format not in FORMATS:
             raise UsageProblem(f"--format {self.format!r} is not one of {', '.join(FORMATS)}")
         self.emulator = parse_emulator(self.emulator)
+        for name in ("project", "region", "zone"):
+            value = getattr(self, f"{name}_flag")
+            if value is not None and not value.strip():
+                raise UsageProblem(f"--{name} is empty: give a {name}, or leave --{name} out")
         # Two flags that contradict each other are a typo worth stopping for; checked here
         # because it needs no environment or file.
         if self.region_flag and self.zone_flag:
@@ -136,8 +161,13 @@ class Settings:
 
     @property
     def project(self) -> str:
-        """The Google Cloud project ID; a UsageProblem saying how to set it when none is found."""
-        return self._required("project")
+        """The Google Cloud project ID; a UsageProblem saying how to set it, or why it can't be one."""
+        value = self._required("project")
+        problem = project_id_problem(value)
+        if problem:
+            raise UsageProblem(f"{_SOURCE_WORD[self.source('project') or 'flag']} {value!r} is not a project id: it "
+                               f"{problem} (6-30 lowercase letters, digits and hyphens, starting with a letter)")
+        return value
 
     @property
     def region(self) -> str:

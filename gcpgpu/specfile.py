@@ -51,22 +51,29 @@ def load_spec_file(
     convert: Convert | None = None,
     *,
     listed: Iterable[str] | None = None,
+    types: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """-f PATH: a YAML mapping of `what` fields (keys with dashes or underscores) -> {field: value}.
 
     aliases: keys that stand for other fields' values (e.g. flex_start), handled where they stand.
     convert: checks and converts each field's value, in the file's order (default: kept as written).
     listed: the names an unknown key's message offers (default: the known fields and the aliases).
+    types: field -> type hint; each converted value must have its field's type (see check_type).
     """
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise UsageProblem(f"-f {path}: cannot read it ({e.strerror})") from e
+    except UnicodeDecodeError as e:
+        raise UsageProblem(f"-f {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                           "save it as UTF-8 YAML") from e
     except yaml.YAMLError as e:
         raise UsageProblem(f"-f {path}: not valid YAML ({str(e).splitlines()[0]})") from e
     if not isinstance(data, dict):
+        if data is None:
+            raise UsageProblem(f"-f {path}: the file is empty; expected a mapping of {what} fields")
         raise UsageProblem(f"-f {path}: expected a mapping of {what} fields, e.g. 'machine_type: a3-highgpu-8g'")
     known = set(known_fields)
     aliases = aliases or {}
@@ -81,4 +88,59 @@ def load_spec_file(
         if k not in known:
             raise UsageProblem(f"-f {path}: unknown field {key!r}; known fields: {', '.join(sorted(names))}")
         out[k] = convert(k, value, where, out) if convert is not None else value
+        if types is not None and k in types:
+            check_type(out[k], types[k], where)
     return out
+
+
+_TYPE_WORDS = {str: "a string", int: "a whole number", bool: "true or false", float: "a number"}
+
+
+def check_type(value: Any, annotation: Any, where: str) -> None:
+    """Refuse a spec-file value whose YAML type is not the field's (a list where a string belongs, ...).
+
+    annotation is the field's resolved type hint: str, int, bool, float, list[str], dict[str, str],
+    or any of these `| None`.
+    """
+    import types as pytypes
+    import typing
+
+    options = typing.get_args(annotation) if isinstance(annotation, pytypes.UnionType) or \
+        typing.get_origin(annotation) is typing.Union else (annotation,)
+    if value is None and type(None) in options:
+        return
+    words = []
+    for option in options:
+        if option is type(None):
+            continue
+        origin = typing.get_origin(option)
+        if origin is list:
+            words.append("a list of strings")
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return
+        elif origin is dict:
+            words.append("a mapping of strings to strings")
+            if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float)) and
+                                               not isinstance(v, bool) for k, v in value.items()):
+                return
+        elif option in _TYPE_WORDS:
+            words.append(_TYPE_WORDS[option])
+            if isinstance(value, option) and (option is bool or not isinstance(value, bool)):
+                return
+        else:
+            return  # a type this check does not know: left to the spec's own validation
+    shown = f"a list ({len(value)} items)" if isinstance(value, list) else \
+        "a mapping" if isinstance(value, dict) else repr(value)
+    raise UsageProblem(f"{where} is {shown}; it must be {' or '.join(words)}")
+
+
+def refuse_empty_options(ctx: Any) -> None:
+    """An option given as '' (or only spaces) is a mistake, never "not given": say which one (exit 2)."""
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            name = max(param.opts, key=len) if getattr(param, "opts", None) else str(param.name).upper()
+            if param.param_type_name == "argument":
+                name = str(param.name).upper()
+            raise UsageProblem(f"{name} is empty: give a value, or leave {name} out")

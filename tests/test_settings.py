@@ -17,7 +17,7 @@ from gcpgpu.settings import Settings, parse_emulator, region_of_zone
 
 
 def write_gcloud_config(config_dir: Path, name: str = "default", **sections: dict[str, str]) -> Path:
-    """Write configurations/config_<name> the way gcloud does, e.g. core={"project": "p"}."""
+    """Write configurations/config_<name> the way gcloud does, e.g. core={"project": "proj-p"}."""
     path = config_dir / "configurations" / f"config_{name}"
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -89,7 +89,7 @@ def test_cloudsdk_config_points_at_the_config_dir(tmp_path, monkeypatch):
 
 
 def test_unreadable_gcloud_config_counts_as_unset(isolated_gcloud):
-    path = write_gcloud_config(isolated_gcloud, core={"project": "p"})
+    path = write_gcloud_config(isolated_gcloud, core={"project": "proj-p"})
     path.write_text("not an ini file\n[core\n", encoding="utf-8")
     assert Settings().optional("project") is None
 
@@ -178,8 +178,8 @@ def test_nothing_is_read_until_asked(monkeypatch):
     settings = Settings(format="json")  # what the root group builds for every command
     assert settings.format == "json"
     # Flags answer all three without falling through to the gcloud file.
-    flagged = Settings(project_flag="p", region_flag="us-central1", zone_flag="us-central1-a")
-    assert (flagged.project, flagged.region, flagged.zone) == ("p", "us-central1", "us-central1-a")
+    flagged = Settings(project_flag="proj-p", region_flag="us-central1", zone_flag="us-central1-a")
+    assert (flagged.project, flagged.region, flagged.zone) == ("proj-p", "us-central1", "us-central1-a")
 
 
 def test_commands_that_need_no_project_run_without_one():
@@ -214,9 +214,9 @@ def test_cli_flags_reach_settings(isolated_gcloud, monkeypatch):
 
     monkeypatch.setitem(main.commands, "where", where)
     monkeypatch.setenv("GCPGPU_EMULATOR", "127.0.0.1:8085")
-    result = CliRunner().invoke(main, ["--project", "p", "--format", "yaml", "where"])
+    result = CliRunner().invoke(main, ["--project", "proj-p", "--format", "yaml", "where"])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == "p asia-east1 asia-east1-c yaml 127.0.0.1:8085"
+    assert result.stdout.strip() == "proj-p asia-east1 asia-east1-c yaml 127.0.0.1:8085"
 
 
 # --- emulator and clients ----------------------------------------------------------------------
@@ -253,6 +253,6 @@ def test_clients_are_built_once_from_settings(monkeypatch):
 
     # The real gcpgpu.gcp.clients is another room's; only its name and signature matter here.
     monkeypatch.setitem(sys.modules, "gcpgpu.gcp.clients", types.SimpleNamespace(Clients=FakeClients))
-    settings = Settings(project_flag="p", emulator="127.0.0.1:9")
+    settings = Settings(project_flag="proj-p", emulator="127.0.0.1:9")
     assert settings.clients is settings.clients
-    assert built == [("127.0.0.1:9", "p")]
+    assert built == [("127.0.0.1:9", "proj-p")]

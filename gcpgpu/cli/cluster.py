@@ -53,8 +53,9 @@ def _spec_options(fn: Callable) -> Callable:
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     from gcpgpu.cluster.spec import ClusterSpec, parse_duration
-    from gcpgpu.specfile import parse_pairs
+    from gcpgpu.specfile import parse_pairs, refuse_empty_options
 
+    refuse_empty_options(click.get_current_context())
     if kw.get("spot") and kw.get("flex_start"):
         raise UsageProblem("--spot and --flex-start exclude each other: choose one provisioning model")
     labels = parse_pairs(kw.get("labels"), "--label")
@@ -88,8 +89,38 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     if kw.get("flex_start"):
         flags["provisioning"] = "flex-start"
         flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
+    _check_global_location(settings, flags)
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
+
+
+def _check_global_location(settings: Settings, flags: dict[str, Any]) -> None:
+    """The global --region/--zone given as flags bind as firmly as the command's own: a contradiction is refused."""
+    from gcpgpu.settings import region_of_zone
+
+    g_region = settings.region_flag
+    g_zone = settings.zone_flag
+    for z in flags["zones"]:
+        zr = region_of_zone(z)
+        if g_region and zr and zr != g_region:
+            raise UsageProblem(f"--zone {z} is not in --region {g_region}; drop one, or pass --region {zr}")
+        if g_zone and z != g_zone:
+            raise UsageProblem(f"the command's --zone {z} contradicts the global --zone {g_zone}; give one zone")
+    if flags["region"] and g_zone and region_of_zone(g_zone) not in (None, flags["region"]):
+        raise UsageProblem(f"--region {flags['region']} does not contain the global --zone {g_zone}; "
+                           f"drop one, or pass --region {region_of_zone(g_zone)}")
+    if flags["region"] and g_region and flags["region"] != g_region:
+        raise UsageProblem(f"--region {flags['region']} contradicts the global --region {g_region}; give one region")
+    if not flags["zones"] and not flags["region"] and g_region:
+        flags["region"] = g_region  # a region flag is an instruction, not a default a zone may override
+
+
+def _check_name(name: str) -> None:
+    from gcpgpu.cluster.spec import RFC1035
+
+    if not RFC1035.match(name) or len(name) > 63:
+        raise UsageProblem(f"NAME {name!r} is not a cluster name: lowercase letters, digits and dashes, starting "
+                           "with a letter and not ending with a dash")
 
 
 def _show_plan(plan: Any, table: bool = True) -> None:
@@ -139,8 +170,9 @@ def plan(settings: Settings, **kw: Any) -> None:
 @_spec_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit (same as 'cluster plan').")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
 @click.pass_obj
-def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
+def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -> None:
     """Create a GPU cluster (or complete one that exists) and wait until every node is RUNNING.
 
     Creates a compact placement policy, the GPU NIC networks A3 machines need, internal-only
@@ -165,7 +197,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
     cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
     _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
     try:
-        nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p)
+        nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p, wait_for_lease=not no_wait)
     except KeyboardInterrupt:
         info(f"Interrupted. Everything created so far is named and labelled for cluster {p.name}: run "
              f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to remove it.")
@@ -177,22 +209,24 @@ def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
 @click.argument("name")
 @click.option("--keep-reservation", is_flag=True, help="Keep the reservation the cluster created.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
 @click.pass_obj
-def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> None:
+def down(settings: Settings, name: str, keep_reservation: bool, yes: bool, no_wait: bool) -> None:
     """Delete a cluster: nodes, then reservation, placement policy, firewall rules and networks.
 
     Finds everything from GCP itself (labels and names), so it works from any machine, after an
     interrupted `up`, and again after a `down` (nothing left is not an error).
     """
     from gcpgpu.cluster.apply import Cluster, ConsoleReporter
-    from gcpgpu.cluster.spec import RFC1035
+    from gcpgpu.specfile import refuse_empty_options
 
-    if not RFC1035.match(name):
-        raise UsageProblem(f"NAME {name!r} is not a cluster name (lowercase letters, digits and dashes)")
+    refuse_empty_options(click.get_current_context())
+    _check_name(name)
     project = settings.project
     _confirm(yes, f"Delete cluster {name} in project {project}?")
     try:
-        found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation)
+        found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
+                                                                           wait_for_lease=not no_wait)
     except KeyboardInterrupt:
         info(f"Interrupted. Run 'gcpgpu cluster down {name}' again to finish.")
         raise Interrupted() from None
@@ -228,16 +262,22 @@ def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]
 @click.pass_obj
 def status(settings: Settings, name: str) -> None:
     """Show a cluster's nodes, their state and GPUs, placement policy and reservation use."""
+    from gcpgpu.cluster import lease
     from gcpgpu.cluster.apply import Cluster
+    from gcpgpu.cluster.observe import problems
     from gcpgpu.errors import CloudError
 
+    _check_name(name)
     obs = Cluster(settings.clients, settings.project).status(name)
     if obs.empty:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+    flagged = problems(obs)
+    holder = lease.current(settings.clients, settings.project, name)
     if settings.format != "table":
         emit({"cluster": name, "nodes": [n.row() for n in obs.nodes], "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
-              "firewalls": obs.firewalls})
+              "firewalls": obs.firewalls, "problems": flagged,
+              "busy": lease.describe(holder) if holder else None})
         return
     emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
     for p in obs.policies:
@@ -247,6 +287,12 @@ def status(settings: Settings, name: str) -> None:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
     if obs.networks:
         info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
+    if holder:
+        info(f"busy: {lease.describe(holder)}")
+    for line in flagged:
+        info(f"problem: {line}")
+    if flagged:
+        info(f"'gcpgpu cluster up {name} ...' again repairs labels and re-creates missing nodes")
 
 
 @cluster.command("list")

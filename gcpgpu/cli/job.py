@@ -123,8 +123,9 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 
 def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
     from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, validate
-    from gcpgpu.specfile import parse_pairs
+    from gcpgpu.specfile import parse_pairs, refuse_empty_options
 
+    refuse_empty_options(click.get_current_context())
     if kw.get("vertex") and kw.get("cluster"):
         raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
     if kw.get("spot") and kw.get("flex_start"):

@@ -11,8 +11,10 @@ down: observe -> instances -> reservation -> placement policy -> firewalls -> su
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +24,10 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import call, parallel, wait, wait_all
 
-from .observe import Node, Observed, list_nodes, observe, observe_nodes
-from .plan import LABEL_CLUSTER, LABEL_RANK, Plan, rank_of
+from .lease import Lease, describe
+from .observe import LABEL_ATTEMPT, Node, Observed, list_nodes, observe, observe_nodes, observe_nodes_by_name
+from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, Plan, marker, rank_of
+from .teardown import delete_observed, one_line
 
 RUNNING_TIMEOUT = 1800.0
 POLL_SECONDS = 1.0
@@ -87,6 +91,11 @@ def _msg(cls: Any, body: dict) -> Any:
     return cls.from_json(json.dumps(body))
 
 
+def new_attempt_id() -> str:
+    """One `up` (or `down`) attempt: recorded on what it creates and as the lease's holder."""
+    return uuid.uuid4().hex[:12]
+
+
 class Cluster:
     """Operations on one project's clusters through the Compute API."""
 
@@ -94,6 +103,33 @@ class Cluster:
         self.clients = clients
         self.project = project
         self.report = reporter or Reporter()
+        self.attempt = ""
+        self.lease: Lease | None = None
+
+    def _own(self, body: dict | None) -> Any:
+        """A copy of a plan's resource that says which attempt creates it (label on VMs, description elsewhere)."""
+        if body is None:
+            return None
+        out = copy.deepcopy(body)
+        if "instanceProperties" in out:  # a bulkInsert: the VMs it makes
+            props = out["instanceProperties"]
+            props["labels"] = {**props.get("labels", {}), LABEL_ATTEMPT: self.attempt}
+            props["description"] = f"{marker(str(props['labels'].get(LABEL_CLUSTER)))} node attempt={self.attempt}"
+        else:
+            out["description"] = f"{out.get('description', '')} attempt={self.attempt}".strip()
+        return out
+
+    @contextlib.contextmanager
+    def _holding(self, cluster: str, op: str, wait_for_lease: bool) -> Iterator[Lease]:
+        lease = Lease(self.clients, self.project, cluster, self.attempt, op)
+        self.lease = lease
+        with self.report.waiting(f"taking cluster {cluster}'s lease") as update:
+            lease.acquire(wait_for_lease, lambda h: update(f"cluster {cluster} is busy: {describe(h)}"))
+        try:
+            yield lease
+        finally:
+            with contextlib.suppress(Exception):  # an unreleased lease expires; never hide the real error
+                lease.release()
 
     def c(self, name: str) -> Any:
         return self.clients.compute(name)
@@ -107,7 +143,13 @@ class Cluster:
             raise errors[0]
 
     # ------------------------------------------------------------------ up
-    def up(self, plan: Plan) -> list[Node]:
+    def up(self, plan: Plan, wait_for_lease: bool = True) -> list[Node]:
+        """Bring the cluster up under its lease; a failure removes exactly what this attempt created."""
+        self.attempt = new_attempt_id()
+        with self._holding(plan.name, "up", wait_for_lease):
+            return self._up(plan)
+
+    def _up(self, plan: Plan) -> list[Node]:
         from google.cloud import compute_v1
 
         name = plan.name
@@ -127,14 +169,12 @@ class Cluster:
                 self._label_ranks(plan, zone, missing)
             else:
                 self.report.note(f"all {len(plan.node_names)} node(s) already exist")
+            self._repair_labels(plan)
             return self._wait_running(plan)
-        except (QuotaExceeded, NoCapacity):
-            self._rollback(created)
-            raise
         except KeyboardInterrupt:
-            raise
+            raise  # everything is marked: a re-run resumes it, `down` removes it
         except Exception:
-            self._rollback(created)
+            self._rollback(plan.name)
             raise
 
     def _check_compatible(self, plan: Plan, obs: Observed) -> None:
@@ -163,14 +203,14 @@ class Cluster:
                                        f"(vmCount {plan.spec.nodes}) in {region}")
             ops.append(call(self.c("ResourcePoliciesClient").insert, {
                 "project": self.project, "region": region,
-                "resource_policy_resource": _msg(cv1.ResourcePolicy, plan.policy)}))
+                "resource_policy_resource": _msg(cv1.ResourcePolicy, self._own(plan.policy))}))
             created.policy = (region, plan.policy["name"])
         new_nets = [n for n in plan.networks if n["name"] not in obs.networks]
         if new_nets:
             self.report.step("networks", f"Creating {len(new_nets)} GPU NIC network(s) (gVNIC, MTU "
                                          f"{new_nets[0]['mtu']})")
         results = parallel(lambda n: call(self.c("NetworksClient").insert, {
-            "project": self.project, "network_resource": _msg(cv1.Network, n)}), new_nets)
+            "project": self.project, "network_resource": _msg(cv1.Network, self._own(n))}), new_nets)
         self._raise_first(results)
         created.networks += [n["name"] for n in new_nets]
         ops += results
@@ -184,9 +224,9 @@ class Cluster:
             self.report.step("subnets", f"Creating {len(new_subs)} subnetwork(s) and {len(new_fws)} internal-only "
                                         "firewall rule(s)")
         sub_ops = parallel(lambda s: call(self.c("SubnetworksClient").insert, {
-            "project": self.project, "region": region, "subnetwork_resource": _msg(cv1.Subnetwork, s)}), new_subs)
+            "project": self.project, "region": region, "subnetwork_resource": _msg(cv1.Subnetwork, self._own(s))}), new_subs)
         fw_ops = parallel(lambda f: call(self.c("FirewallsClient").insert, {
-            "project": self.project, "firewall_resource": _msg(cv1.Firewall, f)}), new_fws)
+            "project": self.project, "firewall_resource": _msg(cv1.Firewall, self._own(f))}), new_fws)
         self._raise_first(sub_ops + fw_ops)
         created.subnets += [(region, s["name"]) for s in new_subs]
         created.firewalls += [f["name"] for f in new_fws]
@@ -230,7 +270,7 @@ class Cluster:
             try:
                 self._wait(call(self.c("ReservationsClient").insert, {
                     "project": self.project, "zone": zone,
-                    "reservation_resource": _msg(cv1.Reservation, plan.reservation)}))
+                    "reservation_resource": _msg(cv1.Reservation, self._own(plan.reservation))}))
                 made_reservation = (zone, plan.reservation["name"])
                 created.reservations.append(made_reservation)
             except Exception as e:
@@ -240,7 +280,7 @@ class Cluster:
 
         self.report.step("instances", f"Creating {len(missing)} x {plan.machine.name} in {zone} "
                                       "(one instances.bulkInsert)")
-        body = _msg(cv1.BulkInsertInstanceResource, plan.bulk_insert_body(missing))
+        body = _msg(cv1.BulkInsertInstanceResource, self._own(plan.bulk_insert_body(missing)))
         try:
             op = call(self.c("InstancesClient").bulk_insert, {
                 "project": self.project, "zone": zone, "bulk_insert_instance_resource_resource": body})
@@ -261,7 +301,7 @@ class Cluster:
                     created: Created) -> None:
         """After a failed attempt, remove whatever it left in the zone (bulkInsert may place some VMs)."""
         leftovers = [n for n in list_nodes(self.clients, self.project, f"labels.{LABEL_CLUSTER} = {plan.name}")
-                     if n.name in missing and n.zone.endswith(zone)]
+                     if n.name in missing and n.zone.endswith(zone) and n.labels.get(LABEL_ATTEMPT) == self.attempt]
         if leftovers:
             self.report.note(f"{zone}: removing {len(leftovers)} VM(s) the failed attempt left")
             self._delete_instances([(zone, n.name) for n in leftovers])
@@ -295,10 +335,20 @@ class Cluster:
         self.report.step("running", f"Waiting for {len(want)} node(s) to be RUNNING")
         with self.report.waiting("waiting for nodes") as update:
             while True:
+                if self.lease is not None:
+                    self.lease.check()
                 nodes = [n for n in observe_nodes(self.clients, self.project, plan.name) if n.name in want]
+                gone = sorted(want - {n.name for n in nodes})
+                if gone:  # relabelled by hand is not gone: look once by name before failing
+                    nodes += [n for n in observe_nodes_by_name(self.clients, self.project, plan.name)
+                              if n.name in gone]
+                    gone = sorted(want - {n.name for n in nodes})
+                if gone:
+                    raise CloudError(f"node {gone[0]} (of {len(gone)} missing) no longer exists: deleted while this "
+                                     f"run waited for it; run 'gcpgpu cluster up {plan.name} ...' again to re-create it")
                 running = sum(n.status == "RUNNING" for n in nodes)
                 update(f"{running}/{len(want)} node(s) RUNNING")
-                bad = [n for n in nodes if n.status in ("TERMINATED", "STOPPING", "SUSPENDED")]
+                bad = [n for n in nodes if n.status in ("TERMINATED", "STOPPING", "SUSPENDED", "SUSPENDING")]
                 if bad:
                     raise CloudError(f"node {bad[0].name} is {bad[0].status} instead of starting; see "
                                      f"'gcpgpu cluster status {plan.name}'")
@@ -331,43 +381,42 @@ class Cluster:
         return f"{head} is too low ({', '.join(numbers)}): nothing was left behind; ask for more at {where}"
 
     # ------------------------------------------------------------------ down
-    def down(self, name: str, keep_reservation: bool = False) -> Observed:
-        """Delete everything of cluster `name`; returns what was found. Raises if anything survives."""
-        self.report.step("observe", f"Looking for resources of cluster {name}")
+    def down(self, name: str, keep_reservation: bool = False, wait_for_lease: bool = True) -> Observed:
+        """Delete everything of cluster `name` under its lease; returns what was found.
+
+        Keeps going past failures; raises (one line per resource) only if something is left.
+        """
+        self.attempt = new_attempt_id()
+        with self._holding(name, "down", wait_for_lease):
+            return self._down(name, keep_reservation)
+
+    def _down(self, name: str, keep_reservation: bool) -> Observed:
+        self.report.step("observe", f"Looking for resources of cluster {name} (by label, name and marker)")
         obs = observe(self.clients, self.project, name)
         if obs.empty:
             self.report.note(f"nothing to delete: no resources of cluster {name} in project {self.project}")
             return obs
         self.report.note(f"found {obs.summary()}")
-        if obs.nodes:
-            self.report.step("instances", f"Deleting {len(obs.nodes)} node(s)")
-            with self.report.waiting("waiting for nodes to be deleted"):
-                self._delete_instances([(n.zone, n.name) for n in obs.nodes])
-        reservations = [] if keep_reservation else obs.reservations
-        policies = obs.policies
-        if keep_reservation and obs.reservations and obs.policies:
-            # A kept reservation holds its placement policy: GCP refuses to delete a policy in use.
-            self.report.note(f"keeping reservation(s) {', '.join(r['name'] for r in obs.reservations)} and the "
-                             f"placement policy they use ({', '.join(p['name'] for p in obs.policies)})")
-            policies = []
-        steps = [
-            ("ReservationsClient", "zone", "reservation", [(r["zone"], r["name"]) for r in reservations]),
-            ("ResourcePoliciesClient", "region", "resource_policy", [(p["region"], p["name"]) for p in policies]),
-            ("FirewallsClient", None, "firewall", [(None, f) for f in obs.firewalls]),
-            ("SubnetworksClient", "region", "subnetwork", [(s["region"], s["name"]) for s in obs.subnets]),
-            ("NetworksClient", None, "network", [(None, n) for n in obs.networks]),
-        ]
-        for client, scope, field_name, items in steps:
-            if items:
-                self.report.step(field_name, f"Deleting {len(items)} {field_name.replace('_', ' ')}(s)")
-                self._delete_all(client, items, scope, field_name)
+        todo = copy.copy(obs)
+        if keep_reservation:
+            todo.reservations = []
+            if obs.reservations and obs.policies:
+                # A kept reservation holds its placement policy: GCP refuses to delete a policy in use.
+                self.report.note(f"keeping reservation(s) {', '.join(r['name'] for r in obs.reservations)} and the "
+                                 f"placement policy they use ({', '.join(p['name'] for p in obs.policies)})")
+                todo.policies = []
+        with self.report.waiting(f"deleting cluster {name}"):
+            lines = delete_observed(self.clients, self.project, todo, self.report.step)
         left = observe(self.clients, self.project, name)
         if keep_reservation:
             left.reservations = []
             if obs.reservations:
                 left.policies = []
-        if not left.empty:
-            raise CloudError(f"cluster {name}: {left.summary()} still exist after down; run it again")
+        named = " ".join(lines)
+        lines += [f"{what} {n}: still exists after down" for what, n in _names(left) if f" {n}" not in f" {named}"]
+        if lines:
+            raise CloudError(f"cluster {name}: {len(lines)} resource(s) could not be deleted; run "
+                             f"'gcpgpu cluster down {name}' again once the cause is fixed:\n  " + "\n  ".join(lines))
         return obs
 
     def _delete_instances(self, items: list[tuple[str, str]]) -> None:
@@ -397,28 +446,59 @@ class Cluster:
         if errors:
             raise errors[0]
 
-    def _rollback(self, created: Created) -> None:
-        """Take back exactly what this run created, newest first (best effort, reported)."""
-        if not (created.instances or created.reservations or created.policy or created.networks or created.subnets
-                or created.firewalls):
-            return
-        self.report.step("rollback", "Removing what this attempt created")
+    def _rollback(self, cluster: str) -> None:
+        """Take back exactly what this attempt created, found by the attempt id it wrote on each resource.
+
+        That includes the members of a parallel batch whose calls succeeded while another failed, and
+        never anything another run created. Best effort: one line per resource it could not delete.
+        """
         try:
-            # Instances may exist even though their operation failed: find them by label.
-            if created.instances:
-                self._delete_instances(created.instances)
-            self._delete_all("ReservationsClient", list(created.reservations), "zone", "reservation")
-            if created.policy:
-                self._delete_all("ResourcePoliciesClient", [created.policy], "region", "resource_policy")
-            self._delete_all("FirewallsClient", [(None, f) for f in created.firewalls], None, "firewall")
-            self._delete_all("SubnetworksClient", list(created.subnets), "region", "subnetwork")
-            self._delete_all("NetworksClient", [(None, n) for n in created.networks], None, "network")
-        except Exception as e:  # never hide the original error behind a cleanup error
-            self.report.note(f"cleanup incomplete ({e}); 'gcpgpu cluster down' finds the rest by name and label")
+            mine = observe(self.clients, self.project, cluster).owned_by(self.attempt)
+        except Exception as e:
+            self.report.note(f"cleanup incomplete: could not list what this attempt created ({one_line(e)}); "
+                             f"'gcpgpu cluster down {cluster}' finds it by name and label")
+            return
+        if mine.empty:
+            return
+        self.report.step("rollback", f"Removing what this attempt created ({mine.summary()})")
+        for line in delete_observed(self.clients, self.project, mine):
+            self.report.note(f"cleanup incomplete: {line}")
+
+    def _repair_labels(self, plan: Plan) -> None:
+        """Every planned node carries the cluster's labels and its own rank (after a kill between bulkInsert and
+        the rank labels, a hand edit, or two nodes claiming one rank)."""
+        from google.cloud import compute_v1
+
+        found = {n.name: n for n in observe_nodes(self.clients, self.project, plan.name)}
+        found.update({n.name: n for n in observe_nodes_by_name(self.clients, self.project, plan.name)
+                      if n.name not in found})
+        todo = []
+        for name in plan.node_names:
+            node = found.get(name)
+            want = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true", LABEL_RANK: str(rank_of(plan.name, name))}
+            if node is not None and any(node.labels.get(k) != v for k, v in want.items()):
+                todo.append((node, {**node.labels, **want}))
+        if not todo:
+            return
+        self.report.step("repair", f"Repairing the labels of {len(todo)} node(s): "
+                                   + ", ".join(n.name for n, _ in todo[:5]))
+        ops = parallel(lambda item: call(self.c("InstancesClient").set_labels, {
+            "project": self.project, "zone": item[0].zone, "instance": item[0].name,
+            "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
+                labels=item[1], label_fingerprint=item[0].label_fingerprint)}), todo)
+        self._raise_first(ops)
+        self._wait_all_or_raise(ops)
 
     # ------------------------------------------------------------------ status
     def status(self, name: str) -> Observed:
         return observe(self.clients, self.project, name)
+
+
+def _names(obs: Observed) -> list[tuple[str, str]]:
+    """(kind, name) of everything in obs, for messages."""
+    return ([("node", n.name) for n in obs.nodes] + [("reservation", r["name"]) for r in obs.reservations]
+            + [("placement policy", p["name"]) for p in obs.policies] + [("firewall rule", f) for f in obs.firewalls]
+            + [("subnetwork", s["name"]) for s in obs.subnets] + [("network", n) for n in obs.networks])
 
 
 def _is_google(exc: BaseException) -> bool:

@@ -6,6 +6,7 @@ list calls, made in parallel, whatever the cluster's size.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,27 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import parallel, retrying
 
 from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, marker, rank_of
+
+LABEL_ATTEMPT = "gcpgpu-attempt"  # which `up` attempt created a node (descriptions carry " attempt=ID")
+_ATTEMPT = re.compile(r"(?:^| )attempt=([a-z0-9-]+)(?: |$)")
+
+
+def attempt_of(description: str) -> str | None:
+    m = _ATTEMPT.search(description or "")
+    return m.group(1) if m else None
+
+
+def is_marked(description: str, cluster: str) -> bool:
+    """The description marker of `cluster` exactly (cluster `c` must not claim cluster `c-x`'s resources)."""
+    mark = marker(cluster)
+    return description == mark or (description or "").startswith(mark + " ")
+
+
+def _node_of_cluster(inst: Any, cluster: str) -> bool:
+    """A node found by name belongs to `cluster` by its marker: description or gcpgpu-cluster metadata."""
+    if is_marked(inst.description, cluster) or inst.description == f"gcpgpu cluster {cluster}":
+        return True
+    return any(i.key == "gcpgpu-cluster" and i.value == cluster for i in inst.metadata.items)
 
 
 def _last(link: str) -> str:
@@ -32,6 +54,7 @@ class Node:
     label_fingerprint: str
     provisioning: str
     reservation: str | None
+    expected_nodes: int | None = None  # the cluster's size as `up` wrote it in the node's metadata
 
     def row(self) -> dict[str, Any]:
         return {"name": self.name, "zone": self.zone, "internal_ip": self.internal_ip, "status": self.status,
@@ -49,6 +72,19 @@ class Observed:
     networks: list[str] = field(default_factory=list)
     subnets: list[dict] = field(default_factory=list)  # {name, region}
     firewalls: list[str] = field(default_factory=list)
+    owners: dict[str, str] = field(default_factory=dict)  # "kind/name" -> the `up` attempt that created it
+
+    def owned_by(self, attempt: str) -> Observed:
+        """Only what `attempt` created (what its roll-back may delete)."""
+        def mine(kind: str, name: str) -> bool:
+            return self.owners.get(f"{kind}/{name}") == attempt
+
+        return Observed(
+            self.cluster, [n for n in self.nodes if mine("nodes", n.name)],
+            [p for p in self.policies if mine("policies", p["name"])],
+            [r for r in self.reservations if mine("reservations", r["name"])],
+            [n for n in self.networks if mine("networks", n)], [s for s in self.subnets if mine("subnets", s["name"])],
+            [f for f in self.firewalls if mine("firewalls", f)], {k: v for k, v in self.owners.items() if v == attempt})
 
     @property
     def empty(self) -> bool:
@@ -85,6 +121,8 @@ def _node(cluster: str, inst: Any) -> Node:
         provisioning=inst.scheduling.provisioning_model or "STANDARD",
         reservation=(list(inst.reservation_affinity.values) or [None])[0]
         if inst.reservation_affinity.consume_reservation_type == "SPECIFIC_RESERVATION" else None,
+        expected_nodes=next((int(i.value) for i in inst.metadata.items if i.key == "gcpgpu-nodes"
+                             and i.value.isdigit()), None),
     )
 
 
@@ -101,23 +139,47 @@ def observe_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
     return sorted((_node(cluster, i) for i in found), key=lambda n: (n.rank is None, n.rank or 0, n.name))
 
 
+def observe_nodes_by_name(clients: Clients, project: str, cluster: str) -> list[Node]:
+    """Nodes named like the cluster's and marked as its own, whatever their labels say now."""
+    found = list_nodes(clients, project, f'name eq "{re.escape(cluster)}-[0-9]+"')
+    return [_node(cluster, i) for i in found if _node_of_cluster(i, cluster)]
+
+
+def _all_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
+    """By label and by name (a node relabelled by hand is still the cluster's), each node once."""
+    by_label = observe_nodes(clients, project, cluster)
+    seen = {n.name for n in by_label}
+    extra = [n for n in observe_nodes_by_name(clients, project, cluster) if n.name not in seen]
+    return sorted(by_label + extra, key=lambda n: (n.rank is None, n.rank or 0, n.name))
+
+
 def observe(clients: Clients, project: str, cluster: str) -> Observed:
-    """Find every resource of `cluster`: six list calls in parallel, whatever its size."""
-    mark = marker(cluster)
+    """Find every resource of `cluster`: seven list calls in parallel, whatever its size."""
     name_re = f"{cluster}-.*"
+    owners: dict[str, str] = {}
+
+    def own(kind: str, name: str, description: str) -> None:
+        attempt = attempt_of(description)
+        if attempt:
+            owners[f"{kind}/{name}"] = attempt
 
     def aggregated(client_name: str, attr: str) -> list[tuple[str, Any]]:
         pager = retrying()(clients.compute(client_name).aggregated_list)(
             request={"project": project, "filter": f'name eq "{name_re}"'})
-        return [(scope, r) for scope, scoped in pager for r in getattr(scoped, attr)
-                if r.description.startswith(mark)]
+        out = [(scope, r) for scope, scoped in pager for r in getattr(scoped, attr) if is_marked(r.description, cluster)]
+        for _scope, r in out:
+            own(attr, r.name, r.description)
+        return out
 
     def listed(client_name: str) -> list[Any]:
         pager = retrying()(clients.compute(client_name).list)(request={"project": project, "filter": f'name eq "{name_re}"'})
-        return [r for r in pager if r.description.startswith(mark)]
+        out = [r for r in pager if is_marked(r.description, cluster)]
+        for r in out:
+            own(client_name, r.name, r.description)
+        return out
 
     jobs = {
-        "nodes": lambda: observe_nodes(clients, project, cluster),
+        "nodes": lambda: _all_nodes(clients, project, cluster),
         "policies": lambda: [{"name": p.name, "region": _last(p.region),
                               "vm_count": p.group_placement_policy.vm_count}
                              for _s, p in aggregated("ResourcePoliciesClient", "resource_policies")],
@@ -133,7 +195,14 @@ def observe(clients: Clients, project: str, cluster: str) -> Observed:
     for r in results:
         if isinstance(r, BaseException):
             raise r
-    return Observed(cluster, *results)
+    # Owners as Observed names its lists (the list calls above record them under their API's names).
+    rename = {"resource_policies": "policies", "reservations": "reservations", "subnetworks": "subnets",
+              "NetworksClient": "networks", "FirewallsClient": "firewalls"}
+    out = {f"{rename.get(k.split('/')[0], k.split('/')[0])}/{k.split('/', 1)[1]}": v for k, v in owners.items()}
+    for n in results[0]:
+        if n.labels.get(LABEL_ATTEMPT):
+            out[f"nodes/{n.name}"] = n.labels[LABEL_ATTEMPT]
+    return Observed(cluster, *results, owners=out)
 
 
 def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
@@ -157,3 +226,28 @@ def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
             "status": ", ".join(f"{v} {k}" for k, v in sorted(states.items())),
         })
     return rows
+
+
+def problems(obs: Observed) -> list[str]:
+    """What `cluster status` flags: missing nodes, duplicate or missing rank labels, nodes relabelled by hand."""
+    out = []
+    expected = max([n.expected_nodes or 0 for n in obs.nodes] + [int(p.get("vm_count") or 0) for p in obs.policies]
+                   + [0])
+    have = {n.name for n in obs.nodes}
+    missing = [f"{obs.cluster}-{r}" for r in range(expected) if f"{obs.cluster}-{r}" not in have]
+    if missing:
+        out.append(f"{len(missing)} of {expected} node(s) missing: {', '.join(missing[:8])}")
+    by_rank: dict[str, list[str]] = {}
+    for n in obs.nodes:
+        rank = n.labels.get(LABEL_RANK)
+        if rank is None:
+            out.append(f"node {n.name} has no {LABEL_RANK} label")
+        else:
+            by_rank.setdefault(rank, []).append(n.name)
+        if n.labels.get(LABEL_CLUSTER) != obs.cluster:
+            out.append(f"node {n.name} is labelled {LABEL_CLUSTER}={n.labels.get(LABEL_CLUSTER)!r}, not "
+                       f"{obs.cluster!r} (found by its name and marker)")
+    for rank, names in sorted(by_rank.items()):
+        if len(names) > 1:
+            out.append(f"rank {rank} is claimed by {len(names)} nodes: {', '.join(sorted(names))}")
+    return out

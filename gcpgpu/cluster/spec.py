@@ -7,6 +7,7 @@ and says what would be right.
 from __future__ import annotations
 
 import re
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -194,7 +195,12 @@ def _load_file(path: str) -> dict[str, Any]:
     def convert(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         if k == "max_run_duration" and value is not None:
             return parse_duration(value, f"{path}: max_run_duration")
+        if k in ("zones", "scopes") and isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]  # one string: comma-separated, like --zones
+        if isinstance(value, str) and not value.strip():
+            raise UsageProblem(f"{where} is empty: give a value or leave the key out")
         return value
 
     known = set(ClusterSpec.__dataclass_fields__)
-    return load_spec_file(path, "cluster", known, {"flex_start": flex_start}, convert)
+    types = typing.get_type_hints(ClusterSpec)
+    return load_spec_file(path, "cluster", known, {"flex_start": flex_start}, convert, types=types)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ def parse_env(pairs: Any, where: str = "--env") -> dict[str, str]:
     """KEY=VALUE strings (or a mapping from a spec file) -> dict, refusing names a shell cannot take."""
     if isinstance(pairs, dict):
         items = [(str(k), "" if v is None else str(v)) for k, v in pairs.items()]
+    elif pairs is not None and not isinstance(pairs, (list, tuple)):
+        raise UsageProblem(f"{where} is {pairs!r}; it must be a mapping of NAME: value (or a list of NAME=VALUE)")
     else:
         items = []
         for pair in pairs or ():
@@ -330,7 +333,8 @@ def _load_file(path: str) -> dict[str, Any]:
             out["target"] = "vertex"
 
     aliases = {"spot": strategy("spot"), "flex_start": strategy("flex-start"), "vertex": vertex}
-    return specfile.load_spec_file(path, "job", {f.name for f in fields(JobSpec)}, aliases, _file_value)
+    return specfile.load_spec_file(path, "job", {f.name for f in fields(JobSpec)}, aliases, _file_value,
+                                   types=typing.get_type_hints(JobSpec))
 
 
 def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
@@ -353,8 +357,8 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         raise UsageProblem(f"{where} must be a mapping of label keys to values")
     if k == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
         raise UsageProblem(f"{where} {value!r} must be a whole number")
-    if k == "profile":
-        value = bool(value)
+    if isinstance(value, str) and not value.strip():
+        raise UsageProblem(f"{where} is empty: give a value or leave the key out")
     return value
 
 

@@ -15,6 +15,7 @@ from .instances import InstancesMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
+from .projects import ProjectsMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
 from .templates import TemplatesMixin
 
@@ -22,6 +23,6 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
            "public"]
 
 
-class ComputeBackend(OperationsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin, InstanceSpecMixin,
-                     InstancesMixin, TemplatesMixin, BackendBase):
+class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin,
+                     InstanceSpecMixin, InstancesMixin, TemplatesMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..core import ApiError, fingerprint, invalid, not_found, rfc3339, stable_number
+from ..core import ApiError, invalid, not_found, rfc3339, stable_number
 from .state import BASE, Project, _quota_error, last
 
 
@@ -20,7 +20,7 @@ class CatalogMixin:
                 "creationTimestamp": rfc3339(0),
                 "selfLink": f"{BASE}/projects/{project}",
                 "defaultServiceAccount": f"{p.number}-compute@developer.gserviceaccount.com",
-                "commonInstanceMetadata": {"kind": "compute#metadata", "fingerprint": fingerprint([]), "items": []},
+                "commonInstanceMetadata": self.common_metadata(p),
                 "quotas": [
                     {"metric": m, "limit": self._limit(None, m), "usage": gpus if m == "GPUS_ALL_REGIONS" else 0.0}
                     for m in self.world.global_quotas

@@ -46,6 +46,7 @@ _ACTION = "<any(setLabels,setMetadata,setDeletionProtection,stop,start):action>"
 URLS = Map(
     [
         Rule(f"{PREFIX}", endpoint="project", methods=["GET"]),
+        Rule(f"{PREFIX}/setCommonInstanceMetadata", endpoint="set_common_metadata", methods=["POST"]),
         Rule(f"{PREFIX}/zones", endpoint="zones", methods=["GET"]),
         Rule(f"{PREFIX}/zones/<zone>", endpoint="zone", methods=["GET"]),
         Rule(f"{PREFIX}/regions", endpoint="regions", methods=["GET"]),
@@ -222,6 +223,9 @@ class ComputeRest:
     # -- read-only ---------------------------------------------------------------------
     def on_project(self, req: Request, body: dict, project: str) -> dict:
         return self.b.project_resource(project)
+
+    def on_set_common_metadata(self, req: Request, body: dict, project: str) -> dict:
+        return self.b.set_common_metadata(project, body, request_id=req.args.get("requestId"))
 
     def on_zones(self, req: Request, body: dict, project: str) -> dict:
         return _filtered_list("zones", project, "", lambda: self.b.zones(project), req)

@@ -62,6 +62,7 @@ class Project:
         self.operations: dict[str, dict[str, dict]] = {}  # scope ("zones/x", "global") -> name -> op
         self.request_ids: dict[str, str] = {}  # requestId -> operation selfLink
         self.next_ip: dict[str, int] = {}  # subnetwork link -> next host offset
+        self.common_metadata: dict | None = None  # the project's commonInstanceMetadata (projects.py)
 
     def coll(self, path: str) -> dict[str, dict]:
         return self.collections.setdefault(path, {})
@@ -136,6 +137,7 @@ class BackendBase:
                     "operations": p.operations,
                     "request_ids": p.request_ids,
                     "next_ip": p.next_ip,
+                    "common_metadata": p.common_metadata,
                 }
                 for name, p in self.projects.items()
             })
@@ -149,6 +151,7 @@ class BackendBase:
                 p.operations = d["operations"]
                 p.request_ids = d.get("request_ids", {})
                 p.next_ip = d.get("next_ip", {})
+                p.common_metadata = d.get("common_metadata")
                 self.projects[name] = p
             # Ids are unique per emulator: new resources must not reuse the loaded ones' ids.
             used = [int(r["id"]) for p in self.projects.values()

@@ -1,0 +1,209 @@
+"""One `up` or `down` at a time per cluster, across machines: a lease kept in the project itself.
+
+The lease is one item of the project's commonInstanceMetadata, key `gcpgpu-lease-<cluster>`, value
+JSON {holder, who, op, since, expires}. Every write sends the fingerprint that was read, so two
+writers cannot both win: the loser's write (or its operation) ends in 412 CONDITION_NOT_MET and it
+reads again. The holder renews the expiry from a background thread every TTL/4 and deletes the item
+at the end; a holder that was killed stops renewing, and once `expires` has passed any run may take
+the lease over (with the same compare-and-swap). Why project metadata: every run that can create a
+cluster can read and write it, it exists before any of the cluster's resources does, and it is the
+one compute object with an optimistic lock over arbitrary keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.operations import call, retrying, wait
+
+KEY_PREFIX = "gcpgpu-lease-"
+TTL_SECONDS = 120.0  # a killed holder blocks others for at most this long after its last renewal
+POLL_SECONDS = 2.0
+
+
+class LeaseHeld(CloudError):
+    """Another run holds the cluster's lease (and the caller chose not to wait)."""
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    return getattr(exc, "code", None) == 412
+
+
+def describe(holder: dict[str, Any], now: float | None = None) -> str:
+    """'up by ana@laptop pid 4242 since 10:02:11 UTC, lease expires in 95 s'."""
+    left = float(holder.get("expires", 0)) - (time.time() if now is None else now)
+    return (f"{holder.get('op', 'a run')} by {holder.get('who', '?')} since {_iso(float(holder.get('since', 0)))}, "
+            f"lease expires in {max(0, round(left))} s")
+
+
+class Lease:
+    """The lease on one cluster's name, for one run (holder id = the run's attempt id)."""
+
+    def __init__(self, clients: Clients, project: str, cluster: str, holder: str, op: str,
+                 ttl: float | None = None) -> None:
+        self.clients, self.project, self.cluster = clients, project, cluster
+        self.holder, self.op = holder, op
+        self.ttl = float(ttl if ttl is not None else os.environ.get("GCPGPU_LEASE_TTL", TTL_SECONDS))
+        self.key = f"{KEY_PREFIX}{cluster}"
+        self.who = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+        self.since = time.time()
+        self.held = False
+        self.lost: str | None = None  # set when a renewal finds the lease taken
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ the item, read and swapped
+    def _read(self) -> tuple[str, list[dict[str, str]], dict[str, Any] | None]:
+        proj = retrying()(self.clients.compute("ProjectsClient").get)(project=self.project)
+        md = proj.common_instance_metadata
+        items = [{"key": i.key, "value": i.value} for i in md.items]
+        mine = next((i for i in items if i["key"] == self.key), None)
+        current = None
+        if mine is not None:
+            try:
+                current = json.loads(mine["value"])
+            except ValueError:
+                current = {"holder": "?", "who": "unreadable lease", "expires": 0}
+        return md.fingerprint, items, current
+
+    def _swap(self, change: Callable[[dict[str, Any] | None], dict[str, Any] | None | bool]) -> dict[str, Any] | None:
+        """Read, decide, write under the fingerprint; retry on a lost race. Returns the lease read last.
+
+        change(current) returns the new value, None to delete the item, or False to leave it alone.
+        """
+        from google.cloud import compute_v1
+
+        for _ in range(50):
+            fp, items, current = self._read()
+            new = change(current)
+            if new is False:
+                return current
+            rest = [i for i in items if i["key"] != self.key]
+            if new is not None:
+                rest.append({"key": self.key, "value": json.dumps(new, sort_keys=True)})
+            elif len(rest) == len(items):
+                return current  # nothing to delete
+            body = compute_v1.Metadata(fingerprint=fp, items=[compute_v1.Items(**i) for i in rest])
+            try:
+                op = call(self.clients.compute("ProjectsClient").set_common_instance_metadata,
+                          {"project": self.project, "metadata_resource": body})
+                wait(self.clients, self.project, op)
+                return current
+            except Exception as e:
+                if not _is_conflict(e):
+                    raise
+            time.sleep(0.05)
+        raise CloudError(f"could not update the lease of cluster {self.cluster}: project metadata keeps changing")
+
+    def _value(self) -> dict[str, Any]:
+        return {"holder": self.holder, "who": self.who, "op": self.op, "since": self.since,
+                "expires": time.time() + self.ttl}
+
+    # ------------------------------------------------------------------ acquire / renew / release
+    def try_acquire(self) -> dict[str, Any] | None:
+        """Take the lease if it is free, expired or ours; else return who holds it."""
+        blocker: dict[str, Any] = {}
+
+        def change(current: dict[str, Any] | None) -> Any:
+            blocker.clear()
+            if current and current.get("holder") != self.holder and float(current.get("expires", 0)) > time.time():
+                blocker.update(current)
+                return False
+            return self._value()
+
+        self._swap(change)
+        if blocker:
+            return blocker
+        self.held = True
+        return None
+
+    def acquire(self, wait_for_it: bool = True, on_wait: Callable[[dict[str, Any]], None] | None = None,
+                timeout: float = 3600.0) -> None:
+        """Take the lease, waiting (calling on_wait with the holder each round) or raising LeaseHeld."""
+        deadline = time.monotonic() + timeout
+        while True:
+            holder = self.try_acquire()
+            if holder is None:
+                self._start_renewing()
+                return
+            if not wait_for_it or time.monotonic() > deadline:
+                raise LeaseHeld(f"cluster {self.cluster} is busy: {describe(holder)}; try again later, or wait "
+                                "without --no-wait")
+            if on_wait:
+                on_wait(holder)
+            time.sleep(POLL_SECONDS)
+
+    def renew(self) -> bool:
+        """Push the expiry forward if the lease is still ours; False (and `lost` set) if it is not."""
+        taken: dict[str, Any] = {}
+
+        def change(current: dict[str, Any] | None) -> Any:
+            if current and current.get("holder") != self.holder:
+                taken.update(current)
+                return False
+            return self._value()
+
+        self._swap(change)
+        if taken:
+            self.lost = describe(taken)
+            return False
+        return True
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if not self.held:
+            return
+        self.held = False
+        self._swap(lambda current: None if current and current.get("holder") == self.holder else False)
+
+    def _start_renewing(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.ttl / 4):
+                with contextlib.suppress(Exception):  # a failed renewal is retried next round
+                    if not self.renew():
+                        return
+
+        self._thread = threading.Thread(target=loop, name=f"lease-{self.cluster}", daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise if the lease was lost (expired and taken over while this run was stalled)."""
+        if self.lost:
+            raise CloudError(f"lost the lease of cluster {self.cluster} to {self.lost}; stopping without "
+                             "touching what the other run does")
+
+
+@contextlib.contextmanager
+def holding(lease: Lease, wait_for_it: bool, on_wait: Callable[[dict[str, Any]], None] | None = None
+            ) -> Iterator[Lease]:
+    lease.acquire(wait_for_it, on_wait)
+    try:
+        yield lease
+    finally:
+        with contextlib.suppress(Exception):  # an expired lease is taken over; never hide the real error
+            lease.release()
+
+
+def current(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
+    """Who holds the cluster's lease now (None if nobody, or it expired)."""
+    got = Lease(clients, project, cluster, holder="-", op="status")._read()[2]
+    if got and float(got.get("expires", 0)) > time.time():
+        return got
+    return None

@@ -1,0 +1,174 @@
+"""Every bad input is refused before the first API call: exit 2, one line naming the field, no request.
+
+One table across the commands that reach the cloud (cluster up/plan/down/status, job submit) and
+their spec files. Each row runs the real CLI against the emulator and reads its request log.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from gcpgpu.cli import main
+
+P = ["--project", "test-proj"]
+UP = [*P, "cluster", "up", "--yes"]
+OK = ["c", "--machine-type", "a3-highgpu-8g", "--zone", "us-central1-a"]
+SUBMIT = [*P, "--region", "us-central1", "job", "submit"]
+VERTEX = [*SUBMIT, "--vertex", "--machine-type", "a3-highgpu-8g"]
+
+# (id, argv, {file name: contents (str or bytes)}, text the one line must contain)
+CASES: list[tuple[str, list[str], dict[str, str | bytes], str]] = [
+    # -- project ids by GCP's rules, and empty global options
+    ("project-too-short", ["--project", "ab", "cluster", "up", "--yes", *OK], {}, "--project 'ab'"),
+    ("project-too-long", ["--project", "a" * 31, "cluster", "up", "--yes", *OK], {}, "30"),
+    ("project-uppercase", ["--project", "My-Project", "cluster", "up", "--yes", *OK], {}, "lowercase letter"),
+    ("project-digit-first", ["--project", "1project", "cluster", "up", "--yes", *OK], {}, "--project '1project'"),
+    ("project-trailing-hyphen", ["--project", "project-", "cluster", "up", "--yes", *OK], {}, "hyphen"),
+    ("project-underscore", ["--project", "my_project", "cluster", "up", "--yes", *OK], {}, "lowercase letters"),
+    ("project-empty", ["--project", "", "cluster", "up", "--yes", *OK], {}, "--project is empty"),
+    ("project-bad-down", ["--project", "x", "cluster", "down", "c", "--yes"], {}, "--project 'x'"),
+    ("project-bad-status", ["--project", "Bad!", "cluster", "status", "c"], {}, "--project 'Bad!'"),
+    ("project-bad-list", ["--project", "no", "cluster", "list"], {}, "--project 'no'"),
+    ("project-bad-vertex", ["--project", "UPPER-CASE", "--region", "us-central1", "job", "submit", "--vertex",
+                            "--machine-type", "a3-highgpu-8g"], {}, "--project"),
+    ("global-region-empty", [*P, "--region", "", "cluster", "up", "--yes", *OK], {}, "--region is empty"),
+    ("global-zone-empty", [*P, "--zone", " ", "cluster", "status", "c"], {}, "--zone is empty"),
+    # -- zone against region, in every combination of global and command flags
+    ("zone-outside-region", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--region", "us-central1",
+                             "--zone", "europe-west4-b"], {}, "us-central1"),
+    ("global-region-vs-zone", [*P, "--region", "us-central1", "cluster", "up", "--yes", "c", "--machine-type",
+                               "a3-highgpu-8g", "--zone", "europe-west4-b"], {}, "--region us-central1"),
+    ("global-zone-vs-region", [*P, "--zone", "europe-west4-b", "cluster", "up", "--yes", "c", "--machine-type",
+                               "a3-highgpu-8g", "--region", "us-central1"], {}, "europe-west4-b"),
+    ("global-zone-vs-zone", [*P, "--zone", "us-central1-b", "cluster", "up", "--yes", *OK], {}, "us-central1-b"),
+    ("global-flags-disagree", [*P, "--region", "us-east4", "--zone", "us-central1-a", "cluster", "status", "c"], {},
+     "--zone us-central1-a"),
+    ("zones-outside-region", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--region", "us-central1",
+                              "--zones", "us-central1-a,us-east4-a"], {}, "us-east4-a"),
+    ("zone-and-zones", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--zone", "us-central1-a",
+                        "--zones", "us-central1-b"], {}, "--zones"),
+    ("zone-unknown", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--zone", "mars-north1-a"], {}, "--zone"),
+    ("region-unknown", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--region", "mars-north1"], {}, "--region"),
+    ("zone-twice", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--zones", "us-central1-a,us-central1-a"], {},
+     "--zones"),
+    # -- empty values of command options
+    ("flex-start-empty", [*UP, *OK, "--flex-start", ""], {}, "--flex-start is empty"),
+    ("zone-empty", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--zone", ""], {}, "--zone is empty"),
+    ("region-empty", [*UP, "c", "--machine-type", "a3-highgpu-8g", "--region", ""], {}, "--region is empty"),
+    ("machine-type-empty", [*UP, "c", "--machine-type", "", "--zone", "us-central1-a"], {}, "--machine-type is empty"),
+    ("reservation-empty", [*UP, *OK, "--reservation", ""], {}, "--reservation is empty"),
+    ("image-empty", [*UP, *OK, "--image", ""], {}, "--image is empty"),
+    ("network-empty", [*UP, *OK, "--network", " "], {}, "--network is empty"),
+    ("service-account-empty", [*UP, *OK, "--service-account", ""], {}, "--service-account is empty"),
+    ("label-empty", [*UP, *OK, "--label", ""], {}, "--label is empty"),
+    ("name-empty-up", [*UP, "", "--machine-type", "a3-highgpu-8g", "--zone", "us-central1-a"], {}, "NAME is empty"),
+    ("name-empty-down", [*P, "cluster", "down", "", "--yes"], {}, "NAME is empty"),
+    ("plan-zone-empty", [*P, "cluster", "plan", "c", "--machine-type", "a3-highgpu-8g", "--zone", ""], {},
+     "--zone is empty"),
+    ("job-timeout-empty", [*VERTEX, "--timeout", ""], {}, "--timeout is empty"),
+    ("job-max-wait-empty", [*VERTEX, "--flex-start", "--max-wait", ""], {}, "--max-wait is empty"),
+    ("job-cluster-empty", [*SUBMIT, "--cluster", ""], {}, "--cluster is empty"),
+    ("job-image-empty", [*VERTEX, "--image", ""], {}, "--image is empty"),
+    ("job-command-empty", [*VERTEX, "--command", " "], {}, "--command is empty"),
+    ("job-env-empty", [*VERTEX, "--env", ""], {}, "--env is empty"),
+    # -- values out of range or of the wrong shape
+    ("nodes-zero", [*UP, *OK, "--nodes", "0"], {}, "--nodes"),
+    ("nodes-negative", [*UP, *OK, "--nodes", "-3"], {}, "--nodes"),
+    ("nodes-too-many", [*UP, *OK, "--nodes", "5000"], {}, "--nodes"),
+    ("flex-start-bad", [*UP, *OK, "--flex-start", "soon"], {}, "--flex-start"),
+    ("flex-start-short", [*UP, *OK, "--flex-start", "1m", "--no-placement"], {}, "--flex-start"),
+    ("spot-and-flex", [*UP, *OK, "--spot", "--flex-start", "2h"], {}, "--spot"),
+    ("machine-unknown", [*UP, "c", "--machine-type", "a9-hugegpu-8g", "--zone", "us-central1-a"], {},
+     "a9-hugegpu-8g"),
+    ("name-uppercase", [*UP, "Cluster", "--machine-type", "a3-highgpu-8g", "--zone", "us-central1-a"], {}, "NAME"),
+    ("name-bad-down", [*P, "cluster", "down", "My_Cluster", "--yes"], {}, "NAME 'My_Cluster'"),
+    ("name-bad-status", [*P, "cluster", "status", "bad-"], {}, "NAME 'bad-'"),
+    ("label-no-equals", [*UP, *OK, "--label", "team"], {}, "--label"),
+    ("label-bad-key", [*UP, *OK, "--label", "Team=x"], {}, "--label"),
+    ("boot-disk-small", [*UP, *OK, "--boot-disk-gb", "5"], {}, "--boot-disk-gb"),
+    ("gpus-mismatch", [*UP, *OK, "--gpus", "4"], {}, "--gpus"),
+    ("reservation-and-create", [*UP, *OK, "--reservation", "r", "--create-reservation"], {}, "--reservation"),
+    ("spot-reservation", [*UP, *OK, "--spot", "--reservation", "r"], {}, "--spot"),
+    ("service-account-bad", [*UP, *OK, "--service-account", "nobody"], {}, "--service-account"),
+    ("emulator-bad", ["--emulator", "nowhere", *P, "cluster", "status", "c"], {}, "--emulator"),
+    ("job-no-target", [*SUBMIT], {}, "--vertex"),
+    ("job-vertex-and-cluster", [*SUBMIT, "--vertex", "--cluster", "c"], {}, "--vertex and --cluster"),
+    ("job-nodes-zero", [*VERTEX, "--nodes", "0"], {}, "--nodes"),
+    ("job-timeout-bad", [*VERTEX, "--timeout", "forever"], {}, "--timeout"),
+    ("job-env-bad", [*VERTEX, "--env", "1BAD=x"], {}, "--env"),
+    # -- cluster spec files: wrong YAML types, undecodable bytes, empty or unknown keys
+    ("file-name-list", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": "name: [a, b]\nmachine_type: a3-highgpu-8g\n"},
+     "name is a list"),
+    ("file-machine-type-map", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": "name: c\nmachine_type: {a: 1}\n"},
+     "machine_type is a mapping"),
+    ("file-nodes-string", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nnodes: four\n"}, "nodes is 'four'"),
+    ("file-nodes-bool", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nnodes: true\n"}, "nodes is True"),
+    ("file-nodes-float", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nnodes: 2.5\n"}, "whole number"),
+    ("file-zones-map", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: {a: b}\n"}, "zones is a mapping"),
+    ("file-zones-ints", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: [1, 2]\n"}, "list of strings"),
+    ("file-labels-list", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nlabels: [a]\n"}, "labels is a list"),
+    ("file-external-ip-string", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nexternal_ips: 'no'\n"},
+     "true or false"),
+    ("file-region-list", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nregion: [us-central1]\n"}, "region is a list"),
+    ("file-image-empty", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nimage: ''\n"}, "image is empty"),
+    ("file-flex-start-empty", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nflex_start: ''\n"}, "flex_start"),
+    ("file-flex-start-list", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nflex_start: [2h]\n"}, "flex_start"),
+    ("file-not-utf8", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": b"name: c\nmachine_type: \xff\xfe\n"}, "not UTF-8"),
+    ("file-latin1", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": "name: caf\u00e9\n".encode("latin-1")}, "not UTF-8"),
+    ("file-empty", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": ""}, "empty"),
+    ("file-a-list", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": "- name: c\n"}, "expected a mapping"),
+    ("file-bad-yaml", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": "name: [c\n"}, "not valid YAML"),
+    ("file-unknown-key", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": "name: c\nmachine: a3\n"}, "unknown field 'machine'"),
+    ("file-boot-disk-string", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nboot_disk_gb: big\n"}, "boot_disk_gb"),
+    ("plan-file-list", [*P, "cluster", "plan", "-f", "{d}/c.yaml"], {"c.yaml": "name: c\nmachine_type: [x]\n"},
+     "machine_type is a list"),
+    # -- job spec files
+    ("job-file-name-list", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": "vertex: true\nname: [a]\n"}, "name is a list"),
+    ("job-file-machine-map", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": "vertex: true\nmachine_type: {a: b}\n"},
+     "machine_type is a mapping"),
+    ("job-file-profile-string", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\nprofile: 'no'\n"}, "true or false"),
+    ("job-file-env-list", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\nenv: 3\n"}, "env"),
+    ("job-file-not-utf8", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": b"vertex: true\nname: \x80\x81\n"}, "not UTF-8"),
+    ("job-file-image-empty", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\nimage: ' '\n"}, "image is empty"),
+    ("job-file-timeout-list", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\ntimeout: [1h]\n"}, "timeout"),
+    ("job-file-restart-int", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\nrestart: 3\n"}, "restart"),
+]
+
+
+@pytest.mark.parametrize(("argv", "files", "expect"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_in_one_line_before_any_call(gcp, tmp_path, argv, files, expect):
+    for name, content in files.items():
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
+    gcp.requests.clear()
+    result = CliRunner().invoke(main, argv)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
+    assert expect in lines[0], lines[0]
+    assert gcp.requests.all() == [], [r.path for r in gcp.requests.all()]
+
+
+def test_the_table_covers_at_least_sixty_inputs_across_commands_and_spec_files():
+    assert len(CASES) >= 60
+    assert len({c[0] for c in CASES}) == len(CASES)
+    assert sum(1 for c in CASES if c[2]) >= 20  # spec files, not just flags

@@ -1,0 +1,369 @@
+"""cluster up/down stay safe when runs race, batches half-fail, state is edited by hand.
+
+Everything runs against the emulator through google-cloud-compute; races use threads, each with its
+own Cluster (its own attempt id and lease), against one emulator.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+from google.cloud import compute_v1
+
+from gcpgpu.cli import main
+from gcpgpu.cluster import lease as lease_mod
+from gcpgpu.cluster.apply import Cluster, Reporter
+from gcpgpu.cluster.lease import Lease, LeaseHeld
+from gcpgpu.cluster.plan import plan
+from gcpgpu.cluster.spec import ClusterSpec
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+
+PROJECT = "test-proj"
+
+
+def make_plan(**kw):
+    kw.setdefault("name", "c")
+    kw.setdefault("nodes", 2)
+    kw.setdefault("machine_type", "a3-highgpu-8g")
+    return plan(ClusterSpec(**kw).validate(default_region="us-central1"), PROJECT)
+
+
+def leftovers(gcp) -> dict[str, list[str]]:
+    """Everything in the emulated project that a fresh project does not have."""
+    p = gcp.compute.project(PROJECT)
+    gcp.compute._sweep(p)
+    out: dict[str, list[str]] = {}
+    for path, items in p.collections.items():
+        kind = path.rsplit("/", 1)[-1]
+        for name in items:
+            default = (kind in ("networks", "subnetworks") and name == "default") or name.startswith("default-")
+            if not default:
+                out.setdefault(kind, []).append(name)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def short_lease(monkeypatch):
+    """A lease that expires in 2 s and is polled every 0.1 s, so takeover tests finish quickly."""
+    monkeypatch.setenv("GCPGPU_LEASE_TTL", "2")
+    monkeypatch.setattr(lease_mod, "POLL_SECONDS", 0.1)
+
+
+def clients(gcp) -> Clients:
+    return Clients(emulator=gcp.address)
+
+
+def bulk_inserts(gcp) -> int:
+    return len(gcp.requests.all(method="POST", contains="/instances/bulkInsert"))
+
+
+def label(gcp, name: str, **labels: str) -> None:
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", name)
+    new = {k: v for k, v in {**inst["labels"], **labels}.items() if v is not None}
+    gcp.compute.set_labels(PROJECT, "us-central1-a", name, {"labels": new, "labelFingerprint": inst["labelFingerprint"]})
+
+
+def unlabel(gcp, name: str, key: str) -> None:
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", name)
+    new = {k: v for k, v in inst["labels"].items() if k != key}
+    gcp.compute.set_labels(PROJECT, "us-central1-a", name, {"labels": new, "labelFingerprint": inst["labelFingerprint"]})
+
+
+class Hook(Reporter):
+    """Runs a function when `up` reaches a phase."""
+
+    def __init__(self, key: str, fn) -> None:
+        self.key, self.fn = key, fn
+
+    def step(self, key: str, text: str) -> None:
+        if key == self.key:
+            self.fn()
+
+
+class Killed(BaseException):
+    """A kill -9 stand-in: no roll-back (BaseException), no lease release, no renewal."""
+
+
+def kill_at(cluster_ref: list, key: str) -> Hook:
+    def die() -> None:
+        c = cluster_ref[0]
+        c.lease._stop.set()  # the renewing thread dies with the process
+        c.lease.held = False  # ... and nothing releases the lease
+        raise Killed
+
+    return Hook(key, die)
+
+
+# ---------------------------------------------------------------- ownership and roll-back
+def test_half_failed_network_batch_rolls_back_its_own_members_and_never_a_foreign_one(gcp):
+    """4 GPU networks in parallel, 1 refused (a user's look-alike already has the name): the 3 that were
+    created and the placement policy go; the user's network stays."""
+    net = compute_v1.Network(name="c-gpunet-3", auto_create_subnetworks=False)
+    clients(gcp).compute("NetworksClient").insert(project=PROJECT, network_resource=net).result()
+    with pytest.raises(Exception, match="alreadyExists|already exists"):
+        Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2))
+    assert leftovers(gcp) == {"networks": ["c-gpunet-3"]}
+
+
+def test_every_created_resource_records_its_attempt(gcp):
+    c = Cluster(clients(gcp), PROJECT)
+    c.up(make_plan(nodes=2))
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "c-0")
+    assert inst["labels"]["gcpgpu-attempt"] == c.attempt
+    for path, name in [("regions/us-central1/resourcePolicies", "c-placement"), ("global/networks", "c-gpunet-1"),
+                       ("regions/us-central1/subnetworks", "c-gpusub-1"), ("global/firewalls", "c-internal")]:
+        assert gcp.compute.get(PROJECT, path, name)["description"].endswith(f" attempt={c.attempt}"), path
+
+
+# ---------------------------------------------------------------- down always finishes
+def test_down_of_a_cluster_with_a_node_relabelled_by_hand_leaves_nothing(gcp):
+    Cluster(clients(gcp), PROJECT).up(make_plan(nodes=4))
+    label(gcp, "c-2", **{"gcpgpu-cluster": "someone-elses"})
+    Cluster(clients(gcp), PROJECT).down("c")
+    assert leftovers(gcp) == {}
+
+
+def test_down_keeps_going_past_a_failure_and_names_each_leftover_in_one_line(gcp):
+    """A VM outside the cluster uses GPU network 1: everything else goes, and exactly that is reported."""
+    Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2))
+    vm = compute_v1.Instance(name="intruder", machine_type="zones/us-central1-a/machineTypes/a2-highgpu-1g",
+                             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=(
+                                 compute_v1.AttachedDiskInitializeParams(
+                                     source_image="projects/debian-cloud/global/images/family/debian-12")))],
+                             network_interfaces=[compute_v1.NetworkInterface(
+                                 network=f"projects/{PROJECT}/global/networks/c-gpunet-1",
+                                 subnetwork=f"projects/{PROJECT}/regions/us-central1/subnetworks/c-gpusub-1")],
+                             scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE"))
+    clients(gcp).compute("InstancesClient").insert(project=PROJECT, zone="us-central1-a",
+                                                   instance_resource=vm).result()
+    with pytest.raises(CloudError) as err:
+        Cluster(clients(gcp), PROJECT).down("c")
+    lines = err.value.message.splitlines()
+    assert "2 resource(s) could not be deleted" in lines[0]
+    assert sorted(line.split(":")[0].strip() for line in lines[1:]) == ["network c-gpunet-1",
+                                                                        "subnetwork c-gpusub-1 (us-central1)"]
+    assert all("resourceInUseByAnotherResource" in line for line in lines[1:])
+    assert leftovers(gcp) == {"instances": ["intruder"], "networks": ["c-gpunet-1"], "subnetworks": ["c-gpusub-1"]}
+    clients(gcp).compute("InstancesClient").delete(project=PROJECT, zone="us-central1-a", instance="intruder").result()
+    Cluster(clients(gcp), PROJECT).down("c")  # the second down finishes the job
+    assert leftovers(gcp) == {}
+
+
+def test_down_of_c_never_touches_cluster_c_x(gcp):
+    Cluster(clients(gcp), PROJECT).up(make_plan(name="c", nodes=1, machine_type="a2-highgpu-1g"))
+    Cluster(clients(gcp), PROJECT).up(make_plan(name="c-x", nodes=1, machine_type="a2-highgpu-1g"))
+    Cluster(clients(gcp), PROJECT).down("c")
+    assert sorted(leftovers(gcp)["instances"]) == ["c-x-0"]
+    Cluster(clients(gcp), PROJECT).down("c-x")
+    assert leftovers(gcp) == {}
+
+
+# ---------------------------------------------------------------- waits that notice
+@pytest.mark.parametrize("how", ["deleted", "stopped"])
+def test_wait_fails_fast_when_a_node_vanishes_and_the_attempt_leaves_nothing(gcp, how):
+    def vanish() -> None:
+        if how == "deleted":
+            gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", "c-1")
+        else:
+            gcp.compute.stop(PROJECT, "us-central1-a", "c-1")
+
+    with pytest.raises(CloudError, match="c-1") as err:
+        Cluster(clients(gcp), PROJECT, Hook("running", vanish)).up(make_plan(nodes=2))
+    assert "\n" not in err.value.message
+    assert leftovers(gcp) == {}
+
+
+# ---------------------------------------------------------------- repairs
+def test_rerun_repairs_missing_and_duplicate_rank_labels_and_status_flags_them(gcp, monkeypatch):
+    Cluster(clients(gcp), PROJECT).up(make_plan(nodes=4))
+    unlabel(gcp, "c-1", "gcpgpu-rank")
+    label(gcp, "c-3", **{"gcpgpu-rank": "2"})
+    gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", "c-0")
+    time.sleep(0.5)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    status = CliRunner().invoke(main, ["cluster", "status", "c"])
+    assert status.exit_code == 0, status.output
+    assert "problem: 1 of 4 node(s) missing: c-0" in status.output
+    assert "problem: node c-1 has no gcpgpu-rank label" in status.output
+    assert "problem: rank 2 is claimed by 2 nodes: c-2, c-3" in status.output
+
+    nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=4))
+    assert [(n.name, n.labels["gcpgpu-rank"]) for n in nodes] == [("c-0", "0"), ("c-1", "1"), ("c-2", "2"),
+                                                                  ("c-3", "3")]
+    status = CliRunner().invoke(main, ["cluster", "status", "c"])
+    assert "problem" not in status.output
+
+
+def test_rerun_after_a_kill_between_bulkinsert_and_rank_labels_labels_every_node(gcp):
+    ref: list = []
+    c = Cluster(clients(gcp), PROJECT, kill_at(ref, "labels"))
+    ref.append(c)
+    with pytest.raises(Killed):
+        c.up(make_plan(nodes=3))
+    assert all("gcpgpu-rank" not in i["labels"] for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"))
+    nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=3))  # waits out the dead run's lease
+    assert [n.labels.get("gcpgpu-rank") for n in nodes] == ["0", "1", "2"]
+
+
+# ---------------------------------------------------------------- the lease
+def test_a_second_run_with_no_wait_exits_1_in_one_line_naming_the_holder(gcp, monkeypatch):
+    held = Lease(clients(gcp), PROJECT, "c", holder="someone", op="up")
+    held.acquire()
+    try:
+        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+        for argv in (["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--zone", "us-central1-a", "--yes",
+                      "--no-wait"], ["cluster", "down", "c", "--yes", "--no-wait"]):
+            gcp.requests.clear()
+            result = CliRunner().invoke(main, argv)
+            assert result.exit_code == 1, result.output
+            errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+            assert len(errors) == 1 and result.output.strip().endswith(errors[0]), result.output  # one line, last
+            assert "cluster c is busy: up by " in result.output and "pid" in result.output
+            assert "lease expires in" in result.output
+            assert not gcp.requests.all(method="POST", contains="/instances")  # nothing was created
+    finally:
+        held.release()
+    assert leftovers(gcp) == {}
+
+
+def test_lease_is_renewed_while_held_and_released_at_the_end(gcp):
+    lease = Lease(clients(gcp), PROJECT, "c", holder="h1", op="up")
+    lease.acquire()
+    first = lease_mod.current(clients(gcp), PROJECT, "c")["expires"]
+    time.sleep(1.2)  # TTL 2 s: renewed every 0.5 s
+    assert lease_mod.current(clients(gcp), PROJECT, "c")["expires"] > first
+    assert Lease(clients(gcp), PROJECT, "c", holder="h2", op="up").try_acquire()["holder"] == "h1"
+    lease.release()
+    assert lease_mod.current(clients(gcp), PROJECT, "c") is None
+    assert "gcpgpu-lease-c" not in str(gcp.compute.project_resource(PROJECT)["commonInstanceMetadata"])
+
+
+def test_two_takers_of_an_expired_lease_never_both_win(gcp):
+    dead = Lease(clients(gcp), PROJECT, "c", holder="dead", op="up", ttl=0.2)
+    dead.try_acquire()
+    time.sleep(0.3)
+    takers = [Lease(clients(gcp), PROJECT, "c", holder=f"t{i}", op="up") for i in range(4)]
+    barrier = threading.Barrier(len(takers))
+    results: list = [None] * len(takers)
+
+    def take(i: int) -> None:
+        barrier.wait()
+        results[i] = takers[i].try_acquire()
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(takers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r is None for r in results) == 1
+    winner = next(t.holder for t, r in zip(takers, results, strict=True) if r is None)
+    assert {r["holder"] for r in results if r is not None} == {winner}
+
+
+# ---------------------------------------------------------------- two `up`s of one name
+def run_threads(*fns) -> list:
+    out: list = [None] * len(fns)
+
+    def wrap(i: int, fn) -> None:
+        try:
+            out[i] = fn()
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            out[i] = e
+
+    threads = [threading.Thread(target=wrap, args=(i, fn)) for i, fn in enumerate(fns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a run hung"
+    return out
+
+
+def test_race_both_start_together_one_creates_both_end_with_the_cluster(gcp):
+    barrier = threading.Barrier(2)
+    a, b = Cluster(clients(gcp), PROJECT), Cluster(clients(gcp), PROJECT)
+    p = make_plan(nodes=4)
+    out = run_threads(lambda: (barrier.wait(), a.up(p))[1], lambda: (barrier.wait(), b.up(p))[1])
+    assert all(isinstance(r, list) and [n.name for n in r] == ["c-0", "c-1", "c-2", "c-3"] for r in out), out
+    assert bulk_inserts(gcp) == 1  # at most one created the nodes
+    assert len(gcp.requests.all(method="POST", contains="/global/networks")) == 4  # and the networks, once
+    creators = {i["labels"]["gcpgpu-attempt"] for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")}
+    assert len(creators) == 1 and creators <= {a.attempt, b.attempt}
+    assert not gcp.requests.all(method="DELETE")  # neither deleted anything
+    Cluster(clients(gcp), PROJECT).down("c")
+    assert leftovers(gcp) == {}
+
+
+@pytest.mark.parametrize("second_waits", [True, False])
+def test_race_second_starts_mid_bulkinsert(gcp, second_waits):
+    p = make_plan(nodes=4)
+    b = Cluster(clients(gcp), PROJECT)
+    second: list = []
+
+    def start_second() -> None:
+        t = threading.Thread(target=lambda: second.append(_catch(lambda: b.up(p, wait_for_lease=second_waits))))
+        t.start()
+        second.append(t)
+        time.sleep(0.5)  # B is now blocked on (or refused by) the lease while A's bulkInsert runs
+
+    a = Cluster(clients(gcp), PROJECT, Hook("instances", start_second))
+    nodes = a.up(p)
+    second[0].join(timeout=120)
+    result = second[1]
+    assert [n.name for n in nodes] == ["c-0", "c-1", "c-2", "c-3"]
+    if second_waits:
+        assert [n.name for n in result] == ["c-0", "c-1", "c-2", "c-3"]
+    else:
+        assert isinstance(result, LeaseHeld) and "cluster c is busy: up by " in result.message
+        assert "\n" not in result.message
+    assert bulk_inserts(gcp) == 1
+    assert not gcp.requests.all(method="DELETE")
+    Cluster(clients(gcp), PROJECT).down("c")
+    assert leftovers(gcp) == {}
+
+
+@pytest.mark.parametrize("phase", ["networks", "instances", "running"])
+def test_race_first_killed_holding_the_lease_second_takes_over_and_completes(gcp, phase):
+    p = make_plan(nodes=4)
+    ref: list = []
+    a = Cluster(clients(gcp), PROJECT, kill_at(ref, phase))
+    ref.append(a)
+    with pytest.raises(Killed):
+        a.up(p)
+    assert lease_mod.current(clients(gcp), PROJECT, "c")["holder"] == a.attempt  # the dead run still holds it
+    b = Cluster(clients(gcp), PROJECT)
+    nodes = b.up(p)  # waits for the lease to expire, then completes what A left
+    assert [n.name for n in nodes] == ["c-0", "c-1", "c-2", "c-3"]
+    assert bulk_inserts(gcp) == 1
+    assert not gcp.requests.all(method="DELETE")  # B took over A's resources, it did not remove them
+    Cluster(clients(gcp), PROJECT).down("c")
+    assert leftovers(gcp) == {}
+
+
+def test_race_up_and_down_of_one_name_never_interleave(gcp):
+    p = make_plan(nodes=2)
+    down_result: list = []
+    d = Cluster(clients(gcp), PROJECT)
+
+    def start_down() -> None:
+        t = threading.Thread(target=lambda: down_result.append(_catch(lambda: d.down("c"))))
+        t.start()
+        down_result.append(t)
+        time.sleep(0.3)
+
+    nodes = Cluster(clients(gcp), PROJECT, Hook("instances", start_down)).up(p)
+    assert len(nodes) == 2  # the up finished whole: down waited for it
+    down_result[0].join(timeout=120)
+    assert down_result[1].count() > 0  # then down removed the complete cluster
+    assert leftovers(gcp) == {}
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - returned for the test to inspect
+        return e
