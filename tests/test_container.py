@@ -68,7 +68,6 @@ def test_base_image_is_pinned_and_nothing_is_latest(dockerfile):
 
 def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dockerfile):
     import tomllib
-
     import torch
 
     from gcpgpu import resources

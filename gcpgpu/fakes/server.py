@@ -105,6 +105,10 @@ class Emulator:
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
+        if self.state_file is not None:  # job outputs (buckets, node disks) outlive a restart, as the state does
+            from .jobs.storage import Storage
+
+            self.jobs.agent.storage = Storage(self.state_file.with_name(self.state_file.name + ".storage"))
         self._http = None
         self._http_thread: threading.Thread | None = None
         self._grpc = None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..activity import Activity
 from ..core import ApiError
 from .runner import LogLine, ReplicaSpec, Run, Runner, trainer_argv
+from .storage import Storage
 
 if TYPE_CHECKING:
     from werkzeug.wrappers import Request
@@ -82,6 +83,7 @@ class ClusterAgent:
         # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
         self.activity = activity
         self.simulated_run_s = SIMULATED_RUN_S
+        self.storage = Storage()  # where --output-dir folders live, across jobs
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
@@ -102,6 +104,7 @@ class ClusterAgent:
             self.node_runs.clear()
             self.metrics.clear()
             self.simulated_run_s = SIMULATED_RUN_S
+        self.storage.reset()
 
     def metrics_target(self, run_id: str) -> MetricsTarget | None:
         """The cluster a run's trainer reports its numbers for, when the run is rank 0 of a cluster job."""
@@ -138,7 +141,7 @@ class ClusterAgent:
             return
         try:
             job = json.loads(raw)
-            job_id = str(job["id"])
+            job_id = str(job.get("run") or job["id"])  # this attempt of the job (recoveries rerun it)
             rank = int(items.get("gcpgpu-node-rank", "0"))
             nnodes = int(items.get("gcpgpu-nnodes", "1"))
         except (ValueError, KeyError, TypeError):
@@ -193,7 +196,9 @@ class ClusterAgent:
             timer.start()
             return
         port = self.ports.setdefault((project, job_id), _free_port())
-        env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
+        # Output folders (gs:// buckets, node paths) as local folders that outlive the job, as on a node.
+        env = self.storage.localize_env({str(k): str(v) for k, v in (job.get("env") or {}).items()}, iid)
+        argv = [*argv[:3], *self.storage.localize_args(argv[3:], iid)]
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    GCPGPU_TRAINER_ALLOW_CPU="1")
         if argv[1:3] == ["-m", "gcpgpu.trainer"] and not job.get("command"):
