@@ -3,7 +3,7 @@
 One class over one shared state, put together from a mixin per resource family, as moto builds its
 EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (zones, regions,
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
-and reservations), `instance_spec` (an instance body checked and stored) and `instances`.
+and reservations), `instance_spec` (an instance body checked and stored), `instances` and `preemption` (losing a VM).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from .instances import InstancesMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
+from .preemption import PreemptionMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
 
 __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", "Project", "check_project", "last",
@@ -22,5 +23,5 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 
 
 class ComputeBackend(OperationsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin, InstanceSpecMixin,
-                     InstancesMixin, BackendBase):
+                     InstancesMixin, PreemptionMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""
