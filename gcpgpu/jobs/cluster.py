@@ -136,7 +136,8 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
     deliver(clients, project, record, chosen)
     jid = ids.JobId("cluster", cluster=cluster, job=job_id)
     return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
-                 "machine_type": machine.name, "master": f"{record['master_addr']}:{MASTER_PORT}", "image": image}
+                 "machine_type": machine.name, "master": f"{record['master_addr']}:{MASTER_PORT}", "image": image,
+                 "provisioning": chosen[0].scheduling.provisioning_model or "STANDARD"}
 
 
 def output_mounts(output_dir: str | None) -> tuple[list[str], list[str]]:
@@ -228,6 +229,11 @@ def run_of(job: dict) -> str:
     return str(job.get("run") or job["id"])
 
 
+def record_of(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    """The job's record as its nodes hold it (the newest attempt's, when nodes disagree)."""
+    return max((job for _i, job in _job_nodes(clients, project, jid)), key=lambda j: int(j.get("attempt") or 0))
+
+
 def _job_nodes(clients: Clients, project: str, jid: ids.JobId) -> list[tuple[Any, dict]]:
     nodes = nodes_of(clients, project, jid.cluster or "")
     if not nodes:
@@ -245,7 +251,8 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     mine = _job_nodes(clients, project, jid)
     reports = parallel(lambda pair: guest_attributes(clients, project, pair[0]), mine)
     rows = []
-    run = run_of(mine[0][1])
+    newest = max((j for _i, j in mine), key=lambda j: int(j.get("attempt") or 0))
+    run = run_of(newest)
     for (inst, _job), report in zip(mine, reports, strict=True):
         if isinstance(report, BaseException):
             raise report
@@ -268,7 +275,7 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
             "node_status": inst.status, "zone": _zone(inst),
         })
     rows.sort(key=lambda r: r["rank"])
-    job = mine[0][1]
+    job = newest
     overall = aggregate([r["state"] for r in rows])
     failed = next((r for r in rows if r["state"] == "FAILED"), None)
     error = None
@@ -304,11 +311,12 @@ def aggregate(states: list[str]) -> str:
     return "PENDING"
 
 
-def cancel(clients: Clients, project: str, jid: ids.JobId) -> None:
-    """Ask every node of the job to stop it (metadata gcpgpu-job-cancel); the agents do the stopping."""
+def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = False) -> None:
+    """Ask every node of the job to stop it (metadata gcpgpu-job-cancel); the agents do the stopping.
+    With only_running, the nodes that are RUNNING (a recovery stops the survivors of a lost node)."""
     from google.cloud import compute_v1
 
-    mine = _job_nodes(clients, project, jid)
+    mine = [(i, j) for i, j in _job_nodes(clients, project, jid) if not only_running or i.status == "RUNNING"]
 
     def put(pair: tuple[Any, dict]) -> Any:
         inst, _job = pair

@@ -205,7 +205,7 @@ class ClusterAgent:
         self.lost.discard(iid)  # running again (instances.start): its agent is back
         self.guest.pop(iid, None)
         self.report(iid, job_id=job_id, state="PENDING", rank=rank)
-        describe = self._describer(project, zone, inst, job_id, job.get("image", ""))
+        describe = self._describer(project, zone, inst, str(job.get("id") or job_id), job.get("image", ""))
         argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
         if argv is None or nnodes < 1:
             run = self.runner.record(run_id, describe)
