@@ -136,3 +136,53 @@ def test_recover_is_refused_for_vertex_before_any_call(gcp):
     bad = cli("job", "submit", "--cluster", "c", "--recover", "-1")
     assert bad.exit_code == 2 and "--recover" in bad.output
     assert len(gcp.requests) == 0
+
+
+def test_a_stocked_out_zone_moves_the_whole_cluster_to_the_next(gcp, monkeypatch):
+    """Recovery brings the cluster back where it was; when that zone has no capacity left, it moves."""
+    gcp.faults.preempt_grace_s = 0.5
+    gcp.jobs.agent.simulated_run_s = 4.0
+    up = cli("cluster", "up", "m", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
+             "--zones", "us-central1-a,us-central1-b", "--spot", "--yes")
+    assert up.exit_code == 0, up.output
+    gcp.faults.stockout("us-central1-a", "a2-highgpu-1g")  # nothing left where the cluster is
+    gcp.faults.preempt("m-1", after_s=0.5)
+    result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", "sleep 4", "--wait")
+    assert result.exit_code == 0, result.output
+    assert "no capacity" in result.output and "moving cluster m to us-central1-b" in result.output
+    nodes = json.loads(cli("cluster", "status", "m", fmt="json").stdout)["nodes"]
+    assert [(n["name"], n["zone"], n["status"]) for n in nodes] == [
+        ("m-0", "us-central1-b", "RUNNING"), ("m-1", "us-central1-b", "RUNNING")]
+    status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and status["history"][0]["lost"] == ["m-1"]
+    assert "--resume" not in json.dumps(status)  # not the bundled trainer: resubmitted as it was
+
+
+def test_ctrl_c_during_a_recovery_leaves_what_cluster_up_leaves(gcp, monkeypatch):
+    from gcpgpu.cluster import apply
+
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 30.0
+    assert cli("cluster", "up", "k", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    real_step = apply.ConsoleReporter.step
+
+    def step(self, key: str, text: str) -> None:
+        if key == "instances":  # the recovery's bulkInsert: interrupted right before it
+            raise KeyboardInterrupt
+        real_step(self, key, text)
+
+    monkeypatch.setattr(apply.ConsoleReporter, "step", step)
+    gcp.faults.preempt("k-1", after_s=0.2)
+    result = cli("job", "submit", "--cluster", "k", "--image", "busybox", "--command", "sleep 30", "--wait")
+    assert result.exit_code == 130, result.output
+    assert "is no longer followed" in result.output and "gcpgpu cluster up k" in result.output
+    monkeypatch.setattr(apply.ConsoleReporter, "step", real_step)
+    # Nothing half-made: the lost node is gone, the rest is whole and labelled; up completes it, down removes it.
+    nodes = json.loads(cli("cluster", "status", "k", fmt="json").stdout)["nodes"]
+    assert [(n["name"], n["status"]) for n in nodes] == [("k-0", "RUNNING")]
+    again = cli("cluster", "up", "k", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+                "--spot", "--yes")
+    assert again.exit_code == 0, again.output
+    assert cli("cluster", "down", "k", "--yes").exit_code == 0
+    assert cli("cluster", "status", "k").exit_code == 1
