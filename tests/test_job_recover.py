@@ -186,3 +186,20 @@ def test_ctrl_c_during_a_recovery_leaves_what_cluster_up_leaves(gcp, monkeypatch
     assert again.exit_code == 0, again.output
     assert cli("cluster", "down", "k", "--yes").exit_code == 0
     assert cli("cluster", "status", "k").exit_code == 1
+
+
+def test_job_follow_picks_up_an_unfollowed_spot_job_and_recovers_it(gcp):
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 5.0
+    assert cli("cluster", "up", "f", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    submitted = cli("job", "submit", "--cluster", "f", "--image", "busybox", "--command", "sleep 5")
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    assert f"'gcpgpu job follow {job_id}'" in submitted.output  # said, since nothing follows it
+    gcp.faults.preempt("f-0", after_s=0)
+    followed = cli("job", "follow", job_id)
+    assert followed.exit_code == 0, followed.output
+    assert "Recovery 1/3" in followed.output and f"Job {job_id} SUCCEEDED." in followed.output
+    status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    assert status["attempt"] == 1 and status["history"][0]["lost"] == ["f-0"]

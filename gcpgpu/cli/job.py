@@ -128,8 +128,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     follow = wait or recover is not None
     if not follow:
         if state.get("provisioning") in ("SPOT", "FLEX_START"):
-            info(f"note: cluster {state['cluster']} has {state['provisioning'].lower()} nodes: nothing follows this "
-                 "job now; add --wait (or --recover N) to recover it by itself when a node is lost")
+            info(f"note: cluster {state['cluster']} has {state['provisioning'].lower()} nodes and nothing follows "
+                 f"this job: 'gcpgpu job follow {jid}' (or --wait here) recovers it when a node is lost")
         if settings.format != "table":
             emit(state)
         return
@@ -243,9 +243,9 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> di
     try:
         return follower.run()
     except KeyboardInterrupt:
-        info(f"Interrupted: {jid} is no longer followed. What a recovery had created is named and labelled for "
-             f"cluster {jid.cluster}: 'gcpgpu cluster up {jid.cluster} ...' completes it, 'gcpgpu cluster down "
-             f"{jid.cluster}' removes it; resubmit with the trainer's --resume to go on from the last checkpoint.")
+        info(f"Interrupted: {jid} is no longer followed ('gcpgpu job follow {jid}' follows it again). What a "
+             f"recovery had created is named and labelled for cluster {jid.cluster}: 'gcpgpu cluster up "
+             f"{jid.cluster} ...' completes it, 'gcpgpu cluster down {jid.cluster}' removes it.")
         raise Interrupted() from None
 
 
@@ -278,6 +278,30 @@ def status(settings: Settings, job_id: str) -> None:
                                  ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
         if state.get("history"):
             emit(state["history"], HISTORY_COLUMNS, title="Recoveries")
+
+
+@job.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--recover", type=click.IntRange(0, 100), metavar="N",
+              help="Cluster: recover from lost nodes at most N times in all (counting earlier recoveries). "
+              "Default: 3 on a Spot or flex-start cluster, else 0.")
+@click.pass_obj
+def follow(settings: Settings, job_id: str, recover: int | None) -> None:
+    """Follow a job to its end (exit 1 unless it SUCCEEDED); a cluster job is recovered from lost nodes.
+
+    Picks up where an interrupted 'job submit --wait' (or one without --wait) left off."""
+    from gcpgpu.jobs import ids
+
+    jid = ids.parse(job_id)
+    if jid.target == "vertex":
+        if recover is not None:
+            raise UsageProblem("--recover applies to cluster jobs; Vertex AI restarts a job's workers itself")
+        final = _follow_state(settings, str(jid))
+    else:
+        final = _follow_cluster_job(settings, jid, recover)
+    if settings.format != "table":
+        emit(final)
+    _fail_unless_succeeded(final)
 
 
 @job.command("list")
