@@ -203,3 +203,19 @@ def test_job_follow_picks_up_an_unfollowed_spot_job_and_recovers_it(gcp):
     assert "Recovery 1/3" in followed.output and f"Job {job_id} SUCCEEDED." in followed.output
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
     assert status["attempt"] == 1 and status["history"][0]["lost"] == ["f-0"]
+
+
+def test_a_node_that_is_deleted_rather_than_stopped_is_recovered_too(gcp):
+    """Flex-start (and Spot set to DELETE) VMs vanish instead of going TERMINATED: the missing rank counts as lost."""
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 4.0
+    assert cli("cluster", "up", "x", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    inst = gcp.compute.projects["test-proj"].coll("zones/us-central1-a/instances")["x-1"]
+    inst["scheduling"]["instanceTerminationAction"] = "DELETE"  # as a flex-start node is made
+    gcp.faults.preempt("x-1", after_s=0.5)
+    result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", "sleep 4", "--recover", "1")
+    assert result.exit_code == 0, result.output
+    assert "lost x-1 (preempted)" in result.output
+    status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and [n["node"] for n in status["per_node"]] == ["x-0", "x-1"]

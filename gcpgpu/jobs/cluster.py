@@ -290,7 +290,8 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
         "ended": max(ended) if ended and overall in NODE_TERMINAL else None, "error": error,
         "nodes": len(rows), "machine_type": job.get("machine_type"), "cluster": jid.cluster,
         "master": f"{job.get('master_addr')}:{job.get('master_port')}", "image": job.get("image"),
-        "per_node": rows, "attempt": int(job.get("attempt") or 0), "recover": job.get("recover"),
+        "per_node": rows, "nnodes": int(job.get("nnodes") or len(rows)), "attempt": int(job.get("attempt") or 0),
+        "recover": job.get("recover"),
         "recoveries": len(job.get("history") or []), "history": list(job.get("history") or []),
         "output_dir": job.get("output_dir"),
     }

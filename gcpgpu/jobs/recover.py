@@ -72,7 +72,7 @@ class Follower:
                 self.on_state(state)
             if state["state"] in ("SUCCEEDED", "CANCELLED"):
                 return state
-            lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"]
+            lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"] + self._gone(state)
             if state["state"] == "FAILED" and not lost:
                 return state  # the job's own failure (a bug, bad data): running it again would fail again
             if lost:
@@ -89,6 +89,15 @@ class Follower:
                 last = None
                 continue
             time.sleep(self.poll_s)
+
+    def _gone(self, state: dict) -> list[dict]:
+        """Ranks of the job whose node no longer exists (a VM whose termination action is DELETE)."""
+        from gcpgpu.cluster.plan import node_name
+
+        present = {r["rank"] for r in state["per_node"]}
+        zone = state["per_node"][0]["zone"] if state["per_node"] else ""
+        return [{"node": node_name(self.jid.cluster or "", rank), "rank": rank, "node_status": "DELETED",
+                 "zone": zone, "state": "FAILED"} for rank in range(state["nnodes"]) if rank not in present]
 
     # -- one recovery ---------------------------------------------------------------------------
     def recover_once(self, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
@@ -162,7 +171,8 @@ class Follower:
         for inst in list_nodes(self.clients, self.project, f"labels.{LABEL_CLUSTER} = {self.jid.cluster}"):
             raw = {i.key: i.value for i in inst.metadata.items}.get("gcpgpu-spec")
             if raw:
-                return ClusterSpec(**json.loads(raw))
+                known = set(ClusterSpec.__dataclass_fields__)  # a newer or older gcpgpu's extra keys are left out
+                return ClusterSpec(**{k: v for k, v in json.loads(raw).items() if k in known})
         raise CloudError(f"cluster {self.jid.cluster}'s nodes do not carry their spec (made by an older gcpgpu): "
                          f"bring it back with 'gcpgpu cluster up {self.jid.cluster} ...' and resubmit with --resume")
 
