@@ -18,10 +18,13 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"
 BAD_ENDS = ("FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
 STATE_CHOICES = ("QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLING", "CANCELLED")
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
-               ("machine_type", "MACHINE TYPE"), ("created", "CREATED")]
+               ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
-                  ("error", "ERROR"), ("cause", "CAUSE"), ("note", "NOTE")]
+                  ("error", "ERROR"), ("cause", "CAUSE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
+                  ("recoveries", "RECOVERIES"), ("output_dir", "OUTPUT DIR")]
+HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("lost", "LOST NODE"), ("zone", "ZONE"), ("cause", "CAUSE"),
+                   ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("steps_redone", "STEPS REDONE")]
 
 
 def _poll_s(settings: Settings) -> float:
@@ -71,9 +74,14 @@ def job() -> None:
 @click.option("--region", "job_region", metavar="REGION", help="Vertex: the region (default: the global --region).")
 @click.option("--dry-run", is_flag=True, help="Print the request (Vertex) or the job (cluster) and stop.")
 @click.option("--wait", is_flag=True, help="Follow the job's state to its end; exit 1 unless it SUCCEEDED.")
+@click.option("--recover", type=click.IntRange(0, 100), metavar="N",
+              help="Cluster: follow the job and, when a node is lost (Spot preemption, host error), bring the "
+              "cluster back to size and resubmit with the trainer's --resume, at most N times. Default with "
+              "--wait: 3 on a Spot or flex-start cluster, else 0.")
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER_ARGS...]")
 @click.pass_obj
-def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wait: bool, **kw: Any) -> None:
+def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wait: bool, recover: int | None,
+           **kw: Any) -> None:
     """Submit a training job; prints its id.
 
     \b
@@ -84,7 +92,13 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     """
     from gcpgpu.jobs import spec as job_spec
 
+    if recover is not None and kw.get("vertex"):
+        raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
+                           "(see --restart)")
     valid = _validate(settings, trainer_args, kw)
+    if recover is not None and valid.target != "cluster":
+        raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
+                           "(see --restart)")
     for warning in valid.warnings:
         info(f"warning: {warning}")
     if valid.target == "vertex":
@@ -111,11 +125,18 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         click.echo(str(jid))
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
              f"follow it with 'gcpgpu job logs {jid} --follow'")
-    if not wait:
+    follow = wait or recover is not None
+    if not follow:
+        if state.get("provisioning") in ("SPOT", "FLEX_START"):
+            info(f"note: cluster {state['cluster']} has {state['provisioning'].lower()} nodes and nothing follows "
+                 f"this job: 'gcpgpu job follow {jid}' (or --wait here) recovers it when a node is lost")
         if settings.format != "table":
             emit(state)
         return
-    final = _follow_state(settings, str(jid))
+    if valid.target == "cluster":
+        final = _follow_cluster_job(settings, jid, recover)
+    else:
+        final = _follow_state(settings, str(jid))
     if settings.format != "table":
         emit(final)
     _fail_unless_succeeded(final)
@@ -208,6 +229,18 @@ def _failure_cause(settings: Settings, jid: Any) -> str | None:
         return None
 
 
+def _status_with_history(settings: Settings, job_id: str) -> dict:
+    """A job's status; for a cluster job that was recovered, its history with the steps each recovery redid."""
+    state = _status(settings, job_id)
+    if state.get("history"):
+        from gcpgpu.jobs import ids
+        from gcpgpu.jobs.recover import steps_redone
+
+        state["history"] = steps_redone(settings.clients, settings.project, ids.parse(job_id), state["history"])
+        state["steps_redone"] = sum(h["steps_redone"] or 0 for h in state["history"])
+    return state
+
+
 def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], None] | None = None) -> dict:
     """Poll the job until it ends, telling each change of state on stderr."""
     last = None
@@ -221,6 +254,32 @@ def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], N
         if state["state"] in TERMINAL:
             return _with_cause(settings, state)
         time.sleep(_poll_s(settings))
+
+
+def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> dict:
+    """Follow a cluster job to its end, recovering it from lost nodes (jobs/recover.py)."""
+    from gcpgpu.cluster.apply import ConsoleReporter
+    from gcpgpu.errors import Interrupted
+    from gcpgpu.jobs import recover as recovery
+
+    n = recover if recover is not None else recovery.default_recover(settings.clients, settings.project,
+                                                                        jid.cluster)
+    if n:
+        info(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes")
+
+    def said(state: dict) -> None:
+        info(f"{time.strftime('%H:%M:%S')} {jid}: {state['state']}"
+             + (f" (attempt {state['attempt']})" if state.get("attempt") else ""))
+
+    follower = recovery.Follower(settings.clients, settings.project, jid, n, ConsoleReporter(),
+                                 poll_s=_poll_s(settings), on_state=said)
+    try:
+        return follower.run()
+    except KeyboardInterrupt:
+        info(f"Interrupted: {jid} is no longer followed ('gcpgpu job follow {jid}' follows it again). What a "
+             f"recovery had created is named and labelled for cluster {jid.cluster}: 'gcpgpu cluster up "
+             f"{jid.cluster} ...' completes it, 'gcpgpu cluster down {jid.cluster}' removes it.")
+        raise Interrupted() from None
 
 
 def _fail_unless_succeeded(state: dict) -> None:
@@ -241,9 +300,11 @@ def status(settings: Settings, job_id: str) -> None:
     """Show a job's state, start and end, error, and each node's (cluster) or worker pool's (Vertex) detail.
 
     A failed job's CAUSE is the first error line its program printed (read from its log): the
-    trainer's own one-line error or an exception, not the launcher's ChildFailedError.
+    trainer's own one-line error or an exception, not the launcher's ChildFailedError. A cluster job
+    that was recovered from lost nodes also shows each recovery: when, which node, why, and how many
+    steps it redid (from the trainer's own log lines).
     """
-    state = _with_cause(settings, _status(settings, job_id))
+    state = _with_cause(settings, _status_with_history(settings, job_id))
     if settings.format != "table":
         emit(state)
         return
@@ -254,6 +315,32 @@ def status(settings: Settings, job_id: str) -> None:
     else:
         emit(state["per_node"], [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
                                  ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
+        if state.get("history"):
+            emit(state["history"], HISTORY_COLUMNS, title="Recoveries")
+
+
+@job.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--recover", type=click.IntRange(0, 100), metavar="N",
+              help="Cluster: recover from lost nodes at most N times in all (counting earlier recoveries). "
+              "Default: 3 on a Spot or flex-start cluster, else 0.")
+@click.pass_obj
+def follow(settings: Settings, job_id: str, recover: int | None) -> None:
+    """Follow a job to its end (exit 1 unless it SUCCEEDED); a cluster job is recovered from lost nodes.
+
+    Picks up where an interrupted 'job submit --wait' (or one without --wait) left off."""
+    from gcpgpu.jobs import ids
+
+    jid = ids.parse(job_id)
+    if jid.target == "vertex":
+        if recover is not None:
+            raise UsageProblem("--recover applies to cluster jobs; Vertex AI restarts a job's workers itself")
+        final = _follow_state(settings, str(jid))
+    else:
+        final = _follow_cluster_job(settings, jid, recover)
+    if settings.format != "table":
+        emit(final)
+    _fail_unless_succeeded(final)
 
 
 @job.command("list")

@@ -8,6 +8,7 @@ the cluster's name as a prefix and a marker in their description.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,6 +256,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             {"key": "startup-script", "value": startup},
             {"key": "gcpgpu-cluster", "value": name},
             {"key": "gcpgpu-nodes", "value": str(spec.nodes)},
+            # The spec itself, so a job's recovery can bring the cluster back to it from the nodes alone.
+            {"key": "gcpgpu-spec", "value": json.dumps(spec.to_dict(), sort_keys=True)},
         ]},
         "serviceAccounts": [{"email": spec.service_account or "default", "scopes": list(spec.scopes)}],
         "tags": {"items": [tag]},

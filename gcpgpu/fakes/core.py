@@ -14,6 +14,7 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,6 +182,12 @@ class Faults:
     error_methods:  HTTP methods the error rate applies to (mutations by default).
     latency_ms:     added to every API request.
     operation_seconds: how long an operation takes from PENDING to DONE (None: the world's default).
+    preemptions:    instances to take away (see `preempt`): each {instance, kind (preempt | host_error),
+                    after_s (seconds into a job running on it) or at (an emulator-clock time), armed}.
+                    Settable as `preempt` / `host_error`: "NAME@30s", "NAME@2026-11-23T05:00:00Z",
+                    "NAME" (now), or a list of them, from a faults file or `emulator faults --set`.
+    preempt_grace_s: a preempted VM's notice: SIGTERM to its job, SIGKILL and TERMINATED this much later
+                    (Compute Engine gives Spot VMs 30 s).
     """
 
     capacity: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -191,10 +198,36 @@ class Faults:
     latency_ms: float = 0.0
     operation_seconds: float | None = None
     seed: int = 0
+    preemptions: list[dict] = field(default_factory=list)
+    preempt_grace_s: float = 30.0
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
+        self.preemptions = [_preemption(p, "preempt") for p in self.preemptions]
+
+    # -- losing a node ------------------------------------------------------------------------
+    def preempt(self, instance: str, after_s: float | None = None, at: float | str | None = None) -> None:
+        """Preempt VM `instance` `after_s` seconds into the job running on it (counted from now if one
+        runs already), at emulator-clock time `at` (seconds or RFC 3339), or at once when neither is given."""
+        self._arm(instance, "preempt", after_s, at)
+
+    def fail_host(self, instance: str, after_s: float | None = None, at: float | str | None = None) -> None:
+        """A host error under VM `instance` (no notice: its processes die at once), timed as `preempt`."""
+        self._arm(instance, "host_error", after_s, at)
+
+    def _arm(self, instance: str, kind: str, after_s: float | None, at: float | str | None) -> None:
+        entry = _preemption({"instance": instance, "kind": kind, "after_s": after_s,
+                             "at": parse_rfc3339(at) if isinstance(at, str) else at}, kind)
+        with self._lock:
+            self.preemptions.append(entry)
+
+    def take_preemptions(self, due: Callable[[dict], bool]) -> list[dict]:
+        """Remove and return the armed losses `due(entry)` says have come (the emulator's fault clock asks)."""
+        with self._lock:
+            fired = [e for e in self.preemptions if due(e)]
+            self.preemptions = [e for e in self.preemptions if e not in fired]
+        return fired
 
     # -- knobs used from tests ------------------------------------------------------------
     def stockout(self, zone: str, machine_type: str) -> None:
@@ -244,19 +277,68 @@ class Faults:
             "latency_ms": self.latency_ms,
             "operation_seconds": self.operation_seconds,
             "seed": self.seed,
+            "preemptions": [dict(e) for e in self.preemptions],
+            "preempt_grace_s": self.preempt_grace_s,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> Faults:
+        data = dict(data)
+        # `preempt` and `host_error` add to what is armed (the short forms --set and faults files use).
+        extra = [_preemption(v, kind) for kind in ("preempt", "host_error") for v in _as_list(data.pop(kind, None))]
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown fault setting(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-        return cls(**data)
+            raise ValueError(f"unknown fault setting(s): {', '.join(sorted(unknown))}; known: "
+                             f"{', '.join(sorted(known | {'preempt', 'host_error'}))}")
+        faults = cls(**data)
+        faults.preemptions += extra
+        return faults
 
     def update(self, data: dict) -> None:
         fresh = Faults.from_dict({**self.to_dict(), **data})
         self.__dict__.update(fresh.__dict__)
+
+
+_WHEN = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h)?$")
+
+
+def _as_list(value: Any) -> list:
+    return [] if value in (None, "", []) else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _preemption(value: Any, kind: str) -> dict:
+    """An armed loss from "NAME", "NAME@30s" (into a running job), "NAME@<RFC 3339>" or a dict."""
+    if isinstance(value, str):
+        name, _, when = value.partition("@")
+        entry: dict[str, Any] = {"instance": name.strip(), "kind": kind, "after_s": None, "at": None}
+        when = when.strip()
+        if when:
+            m = _WHEN.match(when)
+            if m:
+                entry["after_s"] = float(m.group("n")) * {"s": 1, "m": 60, "h": 3600}[m.group("unit") or "s"]
+            else:
+                try:
+                    entry["at"] = parse_rfc3339(when)
+                except ValueError:
+                    raise ValueError(f"{kind}={value!r}: after '@' give a duration (30s, 2m) or an RFC 3339 "
+                                     "time (2026-11-23T05:00:00Z)") from None
+    elif isinstance(value, dict):
+        entry = {"instance": value.get("instance"), "kind": value.get("kind", kind),
+                 "after_s": value.get("after_s"), "at": value.get("at"), "armed": value.get("armed")}
+    else:
+        raise ValueError(f"{kind}: {value!r} is not NAME, NAME@30s or NAME@TIME")
+    if not isinstance(entry["instance"], str) or not RFC1035.match(entry["instance"]):
+        raise ValueError(f"{kind}: {entry['instance']!r} is not an instance name")
+    if entry["kind"] not in ("preempt", "host_error"):
+        raise ValueError(f"{kind}: kind {entry['kind']!r} is not preempt or host_error")
+    for key in ("after_s", "at"):
+        if entry.get(key) is not None:
+            entry[key] = float(entry[key])
+            if entry[key] < 0:
+                raise ValueError(f"{kind}: {key} {entry[key]} is negative")
+    entry.setdefault("armed", None)
+    return entry
 
 
 @dataclass

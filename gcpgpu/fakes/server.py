@@ -24,6 +24,7 @@ from .activity import Activity
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
+from .faults import FaultClock
 from .jobs import LocalJobs
 from .monitoring.backend import MonitoringBackend
 from .vertex.backend import VertexBackend
@@ -103,8 +104,14 @@ class Emulator:
         self.jobs.attach(self)  # its reporters send to this emulator, at the address it gets on start()
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity)
+        # Fires armed node losses (preemptions, host errors) while the emulator serves.
+        self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
+        if self.state_file is not None:  # job outputs (buckets, node disks) outlive a restart, as the state does
+            from .jobs.storage import Storage
+
+            self.jobs.agent.storage = Storage(self.state_file.with_name(self.state_file.name + ".storage"))
         self._http = None
         self._http_thread: threading.Thread | None = None
         self._grpc = None
@@ -281,6 +288,7 @@ class Emulator:
         self._http_thread.start()
         if GRPC_SERVICES or GRPC_SERVICE_FACTORIES:
             self._start_grpc()
+        self.fault_clock.start()
         return self
 
     def _start_grpc(self, port: int = 0) -> None:
@@ -295,6 +303,7 @@ class Emulator:
         self._grpc.start()
 
     def stop(self) -> None:
+        self.fault_clock.stop()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()

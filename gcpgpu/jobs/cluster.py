@@ -90,8 +90,6 @@ def guest_attributes(clients: Clients, project: str, inst: Any) -> dict[str, str
 
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[ids.JobId, dict]:
     """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan."""
-    from google.cloud import compute_v1
-
     nodes = nodes_of(clients, project, cluster)
     if not nodes:
         raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
@@ -108,7 +106,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
         from .spec import check_trainer_args
 
         trainer_args = job.command[3:] + job.args if job.command else job.args
-        check_trainer_args(trainer_args, world=want * machine.gpu_count, exact=True)
+        check_trainer_args(trainer_args, world=want * machine.gpu_count, exact=True, output_dir=job.spec.output_dir)
     not_running = [n.name for n in chosen if n.status != "RUNNING"]
     if not_running:
         raise CloudError(f"node(s) {', '.join(not_running)} of cluster {cluster} are not RUNNING; see "
@@ -120,9 +118,6 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
                          f"cluster:{cluster}:{other}') or wait for it to end")
 
     job_id = f"{job.name}-{secrets.token_hex(3)}"
-    master = chosen[0].network_interfaces[0].network_i_p if chosen[0].network_interfaces else ""
-    if not master:
-        raise CloudError(f"node {chosen[0].name} has no internal IP yet; try again in a moment")
     env = job_env(job, machine, "vm")
     profile = nccl.profile_for(machine)
     # Host support the plugin needs (devices, sockets, a host-installed plugin); /usr/local is the image's own.
@@ -130,18 +125,59 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
     image = job.image
     if job.spec.image is None:  # the default image, from the Artifact Registry of the cluster's region
         image = DEFAULT_IMAGE.format(region=_zone(chosen[0]).rsplit("-", 1)[0], project=project.replace(":", "/"))
+    buckets, node_dirs = output_mounts(job.spec.output_dir)
     record = {
         "id": job_id, "name": job.name, "cluster": cluster, "image": image, "command": job.command,
-        "args": job.args, "env": env, "nnodes": want, "master_addr": master, "master_port": MASTER_PORT,
+        "args": job.args, "env": env, "nnodes": want, "master_port": MASTER_PORT,
         "machine_type": machine.name, "gpus_per_node": machine.gpu_count, "timeout": job.spec.timeout,
-        "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "mounts": mounts, "gcs_buckets": buckets, "node_dirs": node_dirs, "output_dir": job.spec.output_dir,
+        "bundled_trainer": job.bundled_trainer, "attempt": 0, "run": job_id, "history": [],
     }
+    deliver(clients, project, record, chosen)
+    jid = ids.JobId("cluster", cluster=cluster, job=job_id)
+    return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
+                 "machine_type": machine.name, "master": f"{record['master_addr']}:{MASTER_PORT}", "image": image,
+                 "provisioning": chosen[0].scheduling.provisioning_model or "STANDARD"}
+
+
+def output_mounts(output_dir: str | None) -> tuple[list[str], list[str]]:
+    """What a node mounts for the job's --output-dir: ([bucket], []) for gs://BUCKET/..., ([], [path]) for a path.
+
+    A bucket is mounted by the node with Cloud Storage FUSE at /gcs/BUCKET and bind-mounted into the
+    container at the same path, where Vertex AI puts it, so AIP_CHECKPOINT_DIR=gs://... reads the same way.
+    """
+    if not output_dir:
+        return [], []
+    if output_dir.startswith("gs://"):
+        return [output_dir[len("gs://"):].split("/", 1)[0]], []
+    return [], [output_dir.rstrip("/")]
+
+
+def run_key(job_id: str, attempt: int) -> str:
+    """What the nodes' agents run and report (gcpgpu-job-id): the job id, and -rN for its Nth recovery."""
+    return job_id if attempt == 0 else f"{job_id}-r{attempt}"
+
+
+def deliver(clients: Clients, project: str, record: dict, chosen: list[Any]) -> None:
+    """Put `record` (a job attempt) on `chosen` in rank order: metadata with the agent, rank and rendezvous."""
+    from google.cloud import compute_v1
+
+    master = chosen[0].network_interfaces[0].network_i_p if chosen[0].network_interfaces else ""
+    if not master:
+        raise CloudError(f"node {chosen[0].name} has no internal IP yet; try again in a moment")
+    record["master_addr"] = master
+    record["submitted"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record.setdefault("created", record["submitted"])
+    run = str(record.get("run") or record["id"])
+    want = int(record["nnodes"])
 
     def put(pair: tuple[int, Any]) -> Any:
         rank, inst = pair
-        agent = render("job_agent.sh.j2", job_id=job_id, container=container_name(job_id), rank=rank, nnodes=want,
-                       master_addr=master, master_port=MASTER_PORT, image=image, command=job.command,
-                       args=job.args, env=env, mounts=mounts, timeout=job.spec.timeout or 0)
+        agent = render("job_agent.sh.j2", job_id=run, container=container_name(str(record["id"])), rank=rank,
+                       nnodes=want, master_addr=master, master_port=MASTER_PORT, image=record["image"],
+                       command=record["command"], args=record["args"], env=record["env"], mounts=record["mounts"],
+                       gcs_buckets=record.get("gcs_buckets") or [], node_dirs=record.get("node_dirs") or [],
+                       timeout=record.get("timeout") or 0)
         items = {k: v for k, v in _items(inst).items() if k not in JOB_KEYS}
         items.update({
             "enable-guest-attributes": "TRUE",  # how the agent reports its state
@@ -152,7 +188,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
             "gcpgpu-master-addr": master,
             "gcpgpu-master-port": str(MASTER_PORT),
             # Last: the node's watcher wakes on this key and then reads the others.
-            "gcpgpu-job-id": job_id,
+            "gcpgpu-job-id": run,
         })
         metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
                                        items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
@@ -160,9 +196,6 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
             "project": project, "zone": _zone(inst), "instance": inst.name, "metadata_resource": metadata})
 
     _apply(clients, project, list(enumerate(chosen)), put)
-    jid = ids.JobId("cluster", cluster=cluster, job=job_id)
-    return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
-                 "machine_type": machine.name, "master": f"{master}:{MASTER_PORT}", "image": image}
 
 
 def _apply(clients: Clients, project: str, work: list[Any], fn: Any) -> None:
@@ -184,10 +217,21 @@ def _busy(clients: Clients, project: str, nodes: list[Any]) -> tuple[str, str] |
     for (inst, job), report in zip(holding, reports, strict=True):
         if isinstance(report, BaseException):
             raise report
-        cancelled = _items(inst).get("gcpgpu-job-cancel") == job["id"]
-        if report.get("job-id") == job["id"] and report.get("state") in ACTIVE and not cancelled:
+        run = run_of(job)
+        cancelled = _items(inst).get("gcpgpu-job-cancel") == run
+        if report.get("job-id") == run and report.get("state") in ACTIVE and not cancelled:
             return inst.name, str(job["id"])
     return None
+
+
+def run_of(job: dict) -> str:
+    """The run key of a job record (its current attempt), as the agents report it."""
+    return str(job.get("run") or job["id"])
+
+
+def record_of(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    """The job's record as its nodes hold it (the newest attempt's, when nodes disagree)."""
+    return max((job for _i, job in _job_nodes(clients, project, jid)), key=lambda j: int(j.get("attempt") or 0))
 
 
 def _job_nodes(clients: Clients, project: str, jid: ids.JobId) -> list[tuple[Any, dict]]:
@@ -207,24 +251,31 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     mine = _job_nodes(clients, project, jid)
     reports = parallel(lambda pair: guest_attributes(clients, project, pair[0]), mine)
     rows = []
+    newest = max((j for _i, j in mine), key=lambda j: int(j.get("attempt") or 0))
+    run = run_of(newest)
     for (inst, _job), report in zip(mine, reports, strict=True):
         if isinstance(report, BaseException):
             raise report
-        ours = report.get("job-id") == jid.job
+        ours = report.get("job-id") == run
         state = report.get("state") if ours else None
         if state is None:
-            cancelled = _items(inst).get("gcpgpu-job-cancel") == jid.job
+            cancelled = _items(inst).get("gcpgpu-job-cancel") == run
             state = "CANCELLED" if cancelled and inst.status != "RUNNING" else "UNKNOWN"
+        lost = inst.status != "RUNNING" and state in ("PENDING", "RUNNING", "UNKNOWN")
+        if lost:  # the node went away under the job (preempted, host error, deleted): its agent went with it
+            state = "FAILED"
         code = report.get("exit-code") if ours else None
         rows.append({
             "node": inst.name, "rank": int(_items(inst).get("gcpgpu-node-rank", "-1")), "state": state,
             "exit_code": int(code) if code not in (None, "") and code.lstrip("-").isdigit() else None,
             "started": report.get("started") if ours else None, "ended": report.get("ended") if ours else None,
-            "message": (report.get("message") or None) if ours else
+            "message": f"node is {inst.status}: lost while the job ran" if lost else
+            (report.get("message") or None) if ours else
             ("no report from the node's job agent yet" if inst.status == "RUNNING" else f"node is {inst.status}"),
+            "node_status": inst.status, "zone": _zone(inst),
         })
     rows.sort(key=lambda r: r["rank"])
-    job = mine[0][1]
+    job = newest
     overall = aggregate([r["state"] for r in rows])
     failed = next((r for r in rows if r["state"] == "FAILED"), None)
     error = None
@@ -235,11 +286,14 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     ended = [r["ended"] for r in rows if r["ended"]]
     return {
         "id": str(jid), "target": "cluster", "name": job.get("name"), "state": overall,
-        "created": job.get("submitted"), "started": min(started) if started else None,
+        "created": job.get("created") or job.get("submitted"), "started": min(started) if started else None,
         "ended": max(ended) if ended and overall in NODE_TERMINAL else None, "error": error,
         "nodes": len(rows), "machine_type": job.get("machine_type"), "cluster": jid.cluster,
         "master": f"{job.get('master_addr')}:{job.get('master_port')}", "image": job.get("image"),
-        "per_node": rows,
+        "per_node": rows, "nnodes": int(job.get("nnodes") or len(rows)), "attempt": int(job.get("attempt") or 0),
+        "recover": job.get("recover"),
+        "recoveries": len(job.get("history") or []), "history": list(job.get("history") or []),
+        "output_dir": job.get("output_dir"),
     }
 
 
@@ -258,16 +312,17 @@ def aggregate(states: list[str]) -> str:
     return "PENDING"
 
 
-def cancel(clients: Clients, project: str, jid: ids.JobId) -> None:
-    """Ask every node of the job to stop it (metadata gcpgpu-job-cancel); the agents do the stopping."""
+def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = False) -> None:
+    """Ask every node of the job to stop it (metadata gcpgpu-job-cancel); the agents do the stopping.
+    With only_running, the nodes that are RUNNING (a recovery stops the survivors of a lost node)."""
     from google.cloud import compute_v1
 
-    mine = _job_nodes(clients, project, jid)
+    mine = [(i, j) for i, j in _job_nodes(clients, project, jid) if not only_running or i.status == "RUNNING"]
 
     def put(pair: tuple[Any, dict]) -> Any:
         inst, _job = pair
         items = _items(inst)
-        items["gcpgpu-job-cancel"] = jid.job
+        items["gcpgpu-job-cancel"] = run_of(_job)
         metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
                                        items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
         return call(clients.compute("InstancesClient").set_metadata, {
@@ -291,9 +346,10 @@ def list_jobs(clients: Clients, project: str) -> list[dict]:
         reports = parallel(lambda inst: guest_attributes(clients, project, inst), insts_)
         states = []
         for report in reports:
-            ok = not isinstance(report, BaseException) and report.get("job-id") == job_id
+            ok = not isinstance(report, BaseException) and report.get("job-id") == run_of(job)
             states.append(report.get("state", "UNKNOWN") if ok else "UNKNOWN")  # type: ignore[union-attr]
         rows.append({"id": f"cluster:{cluster}:{job_id}", "target": "cluster", "name": job.get("name"),
                      "state": aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),
-                     "created": job.get("submitted")})
+                     "created": job.get("created") or job.get("submitted"),
+                     "recoveries": len(job.get("history") or [])})
     return rows

@@ -197,6 +197,11 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         if target == "cluster" and not (GCS.match(spec.output_dir) or spec.output_dir.startswith("/")):
             raise UsageProblem(f"--output-dir {spec.output_dir!r} must be gs://BUCKET/PATH or an absolute path on "
                                "the nodes (e.g. a shared filesystem)")
+        if target == "cluster" and not GCS.match(spec.output_dir) and (
+                re.search(r"[:,\s]", spec.output_dir) or spec.output_dir.rstrip("/") in ("", "/gcs")):
+            # Docker's --volume splits on ':' (and ',' in --mount); / and /gcs would hide the node's own files.
+            raise UsageProblem(f"--output-dir {spec.output_dir!r}: a node path without ':', ',' or spaces, below / "
+                               "and outside /gcs (e.g. /mnt/shared/runs/exp1)")
     if spec.service_account is not None:
         if target != "vertex":
             raise UsageProblem("--service-account applies to --vertex jobs; cluster jobs run as the nodes' "
@@ -239,7 +244,7 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
     if valid.bundled_trainer:
         trainer_args = command[3:] + args if command else args
         check_trainer_args(trainer_args, world=(nodes or 1) * (machine.gpu_count if machine else 1),
-                           exact=nodes is not None and machine is not None)
+                           exact=nodes is not None and machine is not None, output_dir=spec.output_dir)
     return valid
 
 
@@ -278,7 +283,7 @@ def _reservation(spec: JobSpec, target: str, project: str | None, region: str | 
             "values": [full]}
 
 
-def check_trainer_args(args: list[str], *, world: int, exact: bool) -> None:
+def check_trainer_args(args: list[str], *, world: int, exact: bool, output_dir: str | None = None) -> None:
     """Refuse trainer arguments the trainer itself would refuse at start-up, before anything is submitted.
 
     Uses the trainer's own parser and checks (they import no torch). What only the remote machine
@@ -300,6 +305,8 @@ def check_trainer_args(args: list[str], *, world: int, exact: bool) -> None:
     names = {f.name for f in fields(tconfig.TrainConfig)}
     values = {k: v for k, v in ns.items() if k in names}
     values["data"] = "synthetic"  # the data file lives where the job runs, not here
+    if values.get("ckpt_dir") is None and output_dir:
+        values["ckpt_dir"] = output_dir.rstrip("/") + "/checkpoints/"  # AIP_CHECKPOINT_DIR, the trainer's default
     try:
         cfg = tconfig.TrainConfig(**values)
         tconfig.check(cfg)

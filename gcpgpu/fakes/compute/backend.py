@@ -3,7 +3,8 @@
 One class over one shared state, put together from a mixin per resource family, as moto builds its
 EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (zones, regions,
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
-and reservations), `instance_spec` (an instance body checked and stored), `instances` and `templates`.
+and reservations), `instance_spec` (an instance body checked and stored), `instances`, `templates` and
+`preemption` (losing a VM).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .instances import InstancesMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
+from .preemption import PreemptionMixin
 from .projects import ProjectsMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
 from .templates import TemplatesMixin
@@ -24,5 +26,5 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 
 
 class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin,
-                     InstanceSpecMixin, InstancesMixin, TemplatesMixin, BackendBase):
+                     InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

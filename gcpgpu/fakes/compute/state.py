@@ -119,6 +119,8 @@ class BackendBase:
         self.projects: dict[str, Project] = {}
         # Called as f(project, zone, name) after an instance's metadata changes (the emulated job agent).
         self.metadata_observers: list[Callable[[str, str, str], None]] = []
+        # Called as f(project, zone, name, instance id, kind, notice seconds) when a VM is lost (preempted, host error).
+        self.loss_observers: list[Callable[[str, str, str, str, str, float], None]] = []
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:

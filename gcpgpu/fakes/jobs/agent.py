@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..activity import Activity
 from ..core import ApiError
 from .runner import LogLine, ReplicaSpec, Run, Runner, trainer_argv
+from .storage import Storage
 
 if TYPE_CHECKING:
     from werkzeug.wrappers import Request
@@ -82,15 +83,20 @@ class ClusterAgent:
         # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
         self.activity = activity
         self.simulated_run_s = SIMULATED_RUN_S
+        self.storage = Storage()  # where --output-dir folders live, across jobs
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
         self.metrics: dict[str, MetricsTarget] = {}  # run id of a rank-0 node that runs locally -> its cluster
+        self.lost: set[str] = set()  # instance ids taken away (preempted, host error): their agents died with them
         self._timers: list[threading.Timer] = []
         self._lock = threading.RLock()
         observers = getattr(compute, "metadata_observers", None)
         if observers is not None:
             observers.append(self.on_metadata)
+        losses = getattr(compute, "loss_observers", None)
+        if losses is not None:
+            losses.append(self.on_lost)
 
     def reset(self) -> None:
         with self._lock:
@@ -101,7 +107,9 @@ class ClusterAgent:
             self.ports.clear()
             self.node_runs.clear()
             self.metrics.clear()
+            self.lost.clear()
             self.simulated_run_s = SIMULATED_RUN_S
+        self.storage.reset()
 
     def metrics_target(self, run_id: str) -> MetricsTarget | None:
         """The cluster a run's trainer reports its numbers for, when the run is rank 0 of a cluster job."""
@@ -138,7 +146,7 @@ class ClusterAgent:
             return
         try:
             job = json.loads(raw)
-            job_id = str(job["id"])
+            job_id = str(job.get("run") or job["id"])  # this attempt of the job (recoveries rerun it)
             rank = int(items.get("gcpgpu-node-rank", "0"))
             nnodes = int(items.get("gcpgpu-nnodes", "1"))
         except (ValueError, KeyError, TypeError):
@@ -163,7 +171,26 @@ class ClusterAgent:
                 return
             self._start(project, zone, inst, job, job_id, rank, nnodes, run_id)
 
+    def on_lost(self, project: str, zone: str, name: str, instance_id: str, kind: str, notice_s: float) -> None:
+        """A loss observer: the VM was preempted (SIGTERM, then SIGKILL after the notice) or its host failed
+        (SIGKILL now). The node's agent goes with it, so it reports nothing more."""
+        with self._lock:
+            self.lost.add(str(instance_id))
+            run_id = self.node_runs.get(str(instance_id))
+        if run_id is None:
+            return
+        run = self.runner.get(run_id)
+        why = "preempted" if kind == "preempt" else "lost to a host error"
+        if run is not None and run.replicas and not run.done:
+            run.log("", "stderr", f"gcpgpu emulator: node {name} was {why}"
+                                  + (f": SIGTERM now, SIGKILL in {notice_s:g}s" if notice_s > 0 else ": killed"))
+            self.runner.lose(run_id, notice_s, f"node {name} was {why}")
+        elif self.activity is not None:  # a simulated job stops being busy with its node
+            self.activity.end(instance_id, run_id)
+
     def _cancel(self, instance_id: str, run_id: str) -> None:
+        if instance_id in self.lost:
+            return  # nobody on that node to hear it
         run = self.runner.get(run_id)
         if run is not None and run.replicas and not run.done:
             self.runner.cancel(run_id)  # CANCELLED reported when its processes are gone
@@ -175,9 +202,10 @@ class ClusterAgent:
     def _start(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int,
                run_id: str) -> None:
         iid = inst["id"]
+        self.lost.discard(iid)  # running again (instances.start): its agent is back
         self.guest.pop(iid, None)
         self.report(iid, job_id=job_id, state="PENDING", rank=rank)
-        describe = self._describer(project, zone, inst, job_id, job.get("image", ""))
+        describe = self._describer(project, zone, inst, str(job.get("id") or job_id), job.get("image", ""))
         argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
         if argv is None or nnodes < 1:
             run = self.runner.record(run_id, describe)
@@ -193,7 +221,9 @@ class ClusterAgent:
             timer.start()
             return
         port = self.ports.setdefault((project, job_id), _free_port())
-        env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
+        # Output folders (gs:// buckets, node paths) as local folders that outlive the job, as on a node.
+        env = self.storage.localize_env({str(k): str(v) for k, v in (job.get("env") or {}).items()}, iid)
+        argv = [*argv[:3], *self.storage.localize_args(argv[3:], iid)]
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    GCPGPU_TRAINER_ALLOW_CPU="1")
         if argv[1:3] == ["-m", "gcpgpu.trainer"] and not job.get("command"):
@@ -211,7 +241,7 @@ class ClusterAgent:
 
     def _simulated_end(self, instance_id: str, run_id: str) -> None:
         with self._lock:
-            if self.node_runs.get(instance_id) != run_id:
+            if self.node_runs.get(instance_id) != run_id or instance_id in self.lost:
                 return
             if self.attributes(instance_id).get(f"{NAMESPACE}/state") == "RUNNING":
                 self.report(instance_id, state="SUCCEEDED", exit_code=0, ended=_stamp(time.time()),
@@ -227,8 +257,8 @@ class ClusterAgent:
                 elif run.done:
                     self.activity.end(instance_id, run.id)
             with self._lock:
-                if self.node_runs.get(instance_id) != run.id:
-                    return
+                if self.node_runs.get(instance_id) != run.id or instance_id in self.lost:
+                    return  # a newer job owns the node, or the node (and its agent) is gone
                 replica = run.replicas[0]
                 if run.state == "running":
                     self.report(instance_id, state="RUNNING", started=_stamp(run.started or time.time()))

@@ -96,6 +96,7 @@ class Run:
         self.started: float | None = None
         self.ended: float | None = None
         self.failure: tuple[str, int, str] | None = None  # (task, exit code, last error line)
+        self.kill_after_s: float | None = None  # the SIGTERM -> SIGKILL grace when it is not the runner's own
         self.lines: list[LogLine] = []
         self._lock = threading.Lock()
         self._cancel = threading.Event()
@@ -195,6 +196,18 @@ class Runner:
         run = self.get(run_id)
         if run is not None and not run.done:
             run._cancel.set()
+
+    def lose(self, run_id: str, grace_s: float, reason: str) -> None:
+        """The machine under a run went away: it fails with `reason`; SIGTERM now and SIGKILL after
+        `grace_s` (a preemption notice), or SIGKILL at once when `grace_s` is 0 (a host error)."""
+        run = self.get(run_id)
+        if run is None or run.done:
+            return
+        run.kill_after_s = grace_s
+        if run.failure is None:
+            run.failure = (run.replicas[0].spec.task if run.replicas else "?", -1, reason)
+        if grace_s <= 0:
+            self._stop(run, signal.SIGKILL)
 
     def reset(self) -> None:
         """Kill every run at once and forget them (the emulator's reset)."""
@@ -327,7 +340,8 @@ class Runner:
                 if run._cancel.is_set():
                     self._signal_sidecars(run, signal.SIGTERM)  # a cancel stops them with the replicas
                 stop_sent = time.monotonic()
-            elif stop_sent is not None and time.monotonic() - stop_sent > self.stop_grace_s:
+            elif stop_sent is not None and time.monotonic() - stop_sent > (
+                    self.stop_grace_s if run.kill_after_s is None else run.kill_after_s):
                 self._stop(run, signal.SIGKILL)
             time.sleep(0.05)
         # The job's processes are gone: its sidecars end now, before the run is seen to end (the

@@ -1,0 +1,80 @@
+"""Where a cluster job's outputs live in the emulator: folders that outlive the job, as buckets and disks do.
+
+On a real node a job's --output-dir is gs://BUCKET/PATH (the node mounts the bucket with Cloud
+Storage FUSE at /gcs/BUCKET) or a path on the node. Here:
+
+    gs://BUCKET/PATH, /gcs/BUCKET/PATH  ->  ROOT/gcs/BUCKET/PATH               one per emulator: every node,
+                                                                                every job sees the same bucket
+    /any/node/path                      ->  ROOT/nodes/INSTANCE_ID/any/node/path  that node's own disk: gone
+                                                                                with the instance, never shared
+
+ROOT is a folder kept for the emulator's life (next to its --state-file when it has one, so it
+outlives a restart too); reset empties it. A second job on the same cluster therefore finds the
+first one's checkpoints, and a node that is deleted and created again starts with an empty disk.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+# The variables that carry an output folder into a job (job_env sets them from --output-dir).
+OUTPUT_VARS = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR", "GCPGPU_OUTPUT_DIR")
+
+
+class Storage:
+    """Maps the paths a job names to local folders that outlive it."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self._root = Path(root) if root else None
+        self._made: Path | None = None  # a temporary root this object created (removed on cleanup)
+        self._lock = threading.Lock()
+
+    @property
+    def root(self) -> Path:
+        with self._lock:
+            if self._root is None:
+                self._root = self._made = Path(tempfile.mkdtemp(prefix="gcpgpu-emulator-storage-"))
+                atexit.register(self.cleanup)
+            return self._root
+
+    def local(self, value: str, instance_id: str) -> str:
+        """The local folder for a gs:// URI, a /gcs/ path or a node path; anything else unchanged."""
+        keep_slash = "/" if value.endswith("/") else ""
+        if value.startswith("gs://"):
+            rel = value[len("gs://"):].strip("/")
+            return str(self.root / "gcs" / rel) + keep_slash
+        if value.startswith("/gcs/"):
+            return str(self.root / "gcs" / value[len("/gcs/"):].strip("/")) + keep_slash
+        if value.startswith("/") and ".." not in Path(value).parts:
+            return str(self.root / "nodes" / str(instance_id) / value.strip("/")) + keep_slash
+        return value
+
+    def localize_env(self, env: dict[str, str], instance_id: str) -> dict[str, str]:
+        """The job's environment with its output folders made local (the folders are created)."""
+        out = dict(env)
+        for key in OUTPUT_VARS:
+            if out.get(key):
+                out[key] = self.local(out[key], instance_id)
+                Path(out[key]).mkdir(parents=True, exist_ok=True)
+        return out
+
+    def localize_args(self, args: list[str], instance_id: str) -> list[str]:
+        """Trainer arguments naming a bucket (gs://, or /gcs/ as the container sees it) point at its folder."""
+        return [self.local(a, instance_id) if a.startswith(("gs://", "/gcs/")) else a for a in args]
+
+    def reset(self) -> None:
+        """Empty every bucket and disk (the emulator's reset)."""
+        with self._lock:
+            root = self._root
+        if root is not None and root.exists():
+            for child in root.iterdir():
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+
+    def cleanup(self) -> None:
+        """Remove a temporary root at exit; a root given by the caller stays."""
+        if self._made is not None:
+            shutil.rmtree(self._made, ignore_errors=True)

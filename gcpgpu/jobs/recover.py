@@ -1,0 +1,235 @@
+"""Following a cluster job and recovering it when a node is lost (`job submit --cluster NAME --recover N`).
+
+The loop, as SkyPilot's managed jobs run it on their controller (here the submitting process follows):
+
+    watch the job's state (guest attributes) and its nodes' status (one aggregatedList per poll)
+    -> SUCCEEDED or CANCELLED: done; FAILED with every node RUNNING: the job's own failure, not recovered
+    -> a node not RUNNING (preempted, host error, deleted):
+       1. why: the zone's system operations (compute.instances.preempted / hostError) for that node
+       2. stop the job on the nodes that are left (their trainers save a checkpoint on SIGTERM)
+       3. bring the cluster back to its size: delete the lost nodes, then the same `Cluster.up` as
+          `gcpgpu cluster up` (same zone first; on a stockout the whole cluster moves to the spec's
+          next zones, each tried with `up`'s own failover and clean-up)
+       4. put the same job back on the nodes as attempt N+1, with the trainer's --resume: it starts
+          from the newest complete checkpoint in its --output-dir (or --ckpt-dir)
+    -> after N recoveries: stop with one line naming the lost node and the cause.
+
+Each recovery is recorded in the job's record on its nodes (history: attempt, when, node, zone,
+cause, last step logged), so `job status` from any machine tells the story; steps redone are read
+from the job's log (the trainer says where it resumed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gcpgpu.cluster.apply import Cluster, NoCapacity, Reporter
+from gcpgpu.cluster.observe import observe_nodes
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+
+from . import cluster as cluster_jobs
+from . import ids
+from . import logs as job_logs
+
+SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
+STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
+STEP_LINE = re.compile(r"^step\s+(\d+) \| loss ")
+RESUMED = re.compile(r"resumed from \S+ at step (\d+)|no checkpoint in .*: starting from step (0)")
+CAUSES = {"compute.instances.preempted": "preempted", "compute.instances.hostError": "host error"}
+
+
+def default_recover(clients: Clients, project: str, cluster: str) -> int:
+    """3 for a cluster of Spot or flex-start nodes (losing them is routine), else 0."""
+    nodes = observe_nodes(clients, project, cluster)
+    return SPOT_DEFAULT if any(n.provisioning in ("SPOT", "FLEX_START") for n in nodes) else 0
+
+
+class Follower:
+    """Follows one cluster job to its end, recovering it from lost nodes up to `recover` times."""
+
+    def __init__(self, clients: Clients, project: str, jid: ids.JobId, recover: int, reporter: Reporter | None = None,
+                 poll_s: float = 15.0, on_state: Callable[[dict], None] | None = None) -> None:
+        self.clients = clients
+        self.project = project
+        self.jid = jid
+        self.recover = recover
+        self.report = reporter or Reporter()
+        self.poll_s = poll_s
+        self.on_state = on_state or (lambda _s: None)
+
+    def run(self) -> dict:
+        """The job's final state; CloudError when it lost a node once more than it may recover."""
+        last = None
+        while True:
+            state = cluster_jobs.status(self.clients, self.project, self.jid)
+            if state["state"] != last:
+                last = state["state"]
+                self.on_state(state)
+            if state["state"] in ("SUCCEEDED", "CANCELLED"):
+                return state
+            lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"] + self._gone(state)
+            if state["state"] == "FAILED" and not lost:
+                return state  # the job's own failure (a bug, bad data): running it again would fail again
+            if lost:
+                used = state["recoveries"]
+                causes = self._causes(lost)
+                what = ", ".join(f"{r['node']} ({causes[r['node']]})" for r in lost)
+                if used >= self.recover:
+                    self._stop_survivors()
+                    limit = "recovery is off (--recover 0)" if self.recover == 0 else \
+                        f"after {used} recover{'y' if used == 1 else 'ies'} (--recover {self.recover})"
+                    raise CloudError(f"job {self.jid} lost node {what}; {limit}: giving up; its checkpoints stay in "
+                                     f"{state.get('output_dir') or 'its --ckpt-dir'}")
+                self.recover_once(state, lost, causes)
+                last = None
+                continue
+            time.sleep(self.poll_s)
+
+    def _gone(self, state: dict) -> list[dict]:
+        """Ranks of the job whose node no longer exists (a VM whose termination action is DELETE)."""
+        from gcpgpu.cluster.plan import node_name
+
+        present = {r["rank"] for r in state["per_node"]}
+        zone = state["per_node"][0]["zone"] if state["per_node"] else ""
+        return [{"node": node_name(self.jid.cluster or "", rank), "rank": rank, "node_status": "DELETED",
+                 "zone": zone, "state": "FAILED"} for rank in range(state["nnodes"]) if rank not in present]
+
+    # -- one recovery ---------------------------------------------------------------------------
+    def recover_once(self, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
+        names = [r["node"] for r in lost]
+        attempt = state["attempt"] + 1
+        self.report.step("recover", f"Recovery {state['recoveries'] + 1}/{self.recover} of job {self.jid}: lost "
+                                    + ", ".join(f"{n} ({causes[n]})" for n in names))
+        record = cluster_jobs.record_of(self.clients, self.project, self.jid)
+        self._stop_survivors()
+        last_step = self.last_step()
+        spec = self._cluster_spec()
+        zone = lost[0]["zone"]
+        self._rebuild(spec, names, zone)
+        nodes = cluster_jobs.nodes_of(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
+        if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
+            raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
+                             f"see 'gcpgpu cluster status {self.jid.cluster}'")
+        args = list(record["args"])
+        if record.get("bundled_trainer") and "--resume" not in args and "--no-resume" not in args:
+            args.append("--resume")  # from the newest complete checkpoint; a fresh start if there is none
+        history = list(record.get("history") or [])
+        history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "lost": names, "zone": zone, "cause": ", ".join(sorted({causes[n] for n in names})),
+                        "last_step": last_step})
+        record.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
+                      history=history, recover=self.recover)
+        self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {attempt} on {len(nodes)} node(s)"
+                                     + (" with --resume" if "--resume" in args else ""))
+        cluster_jobs.deliver(self.clients, self.project, record, nodes)
+
+    def _causes(self, lost: list[dict]) -> dict[str, str]:
+        """Why each node went: its zone's system operation (as Google's preemption-history sample reads it)."""
+        ops = self.clients.compute("ZoneOperationsClient")
+        out = {}
+        for row in lost:
+            link = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{row['zone']}/instances/{row['node']}"
+            out[row["node"]] = f"node {row['node_status'].lower()}" if row["node_status"] != "RUNNING" else "lost"
+            for op_type, cause in CAUSES.items():
+                found = list(ops.list(request={"project": self.project, "zone": row["zone"],
+                                               "filter": f'operationType="{op_type}" AND targetLink="{link}"'}))
+                if found:
+                    out[row["node"]] = cause
+                    break
+        return out
+
+    def _stop_survivors(self) -> None:
+        """Cancel the job on the nodes still RUNNING and wait until their agents report it stopped."""
+        try:
+            cluster_jobs.cancel(self.clients, self.project, self.jid, only_running=True)
+        except CloudError:
+            return  # nothing of the job is left on the cluster
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        with self.report.waiting("stopping the job on the nodes that are left") as update:
+            while time.monotonic() < deadline:
+                rows = cluster_jobs.status(self.clients, self.project, self.jid)["per_node"]
+                busy = [r["node"] for r in rows if r["node_status"] == "RUNNING"
+                        and r["state"] not in cluster_jobs.NODE_TERMINAL]
+                if not busy:
+                    return
+                update(f"waiting for {', '.join(busy)} to stop the job")
+                time.sleep(min(self.poll_s, 2.0))
+        raise CloudError(f"job {self.jid}: node(s) did not stop it within {STOP_TIMEOUT_S:.0f}s; cancel it with "
+                         f"'gcpgpu job cancel {self.jid}'")
+
+    def _cluster_spec(self) -> Any:
+        """The spec the cluster was brought up with, as its nodes carry it (metadata gcpgpu-spec)."""
+        from gcpgpu.cluster.observe import list_nodes
+        from gcpgpu.cluster.plan import LABEL_CLUSTER
+        from gcpgpu.cluster.spec import ClusterSpec
+
+        for inst in list_nodes(self.clients, self.project, f"labels.{LABEL_CLUSTER} = {self.jid.cluster}"):
+            raw = {i.key: i.value for i in inst.metadata.items}.get("gcpgpu-spec")
+            if raw:
+                known = set(ClusterSpec.__dataclass_fields__)  # a newer or older gcpgpu's extra keys are left out
+                return ClusterSpec(**{k: v for k, v in json.loads(raw).items() if k in known})
+        raise CloudError(f"cluster {self.jid.cluster}'s nodes do not carry their spec (made by an older gcpgpu): "
+                         f"bring it back with 'gcpgpu cluster up {self.jid.cluster} ...' and resubmit with --resume")
+
+    def _rebuild(self, spec: Any, lost: list[str], zone: str) -> None:
+        """Delete the lost nodes and bring the cluster back to size: same zone first, then the spec's next zones."""
+        from gcpgpu.cluster.plan import plan
+
+        up = Cluster(self.clients, self.project, self.report)
+        gone = [n for n in observe_nodes(self.clients, self.project, spec.name) if n.name in lost]
+        if gone:
+            self.report.step("delete", f"Deleting lost node(s) {', '.join(n.name for n in gone)}")
+            up._delete_instances([(n.zone, n.name) for n in gone])
+        zones = list(spec.zones)
+        later = zones[zones.index(zone) + 1:] if zone in zones else []
+        try:
+            up.up(plan(spec, self.project))
+            return
+        except NoCapacity:
+            if not later:
+                raise
+        # The zone has no capacity left for the lost nodes: the whole cluster moves (compact placement
+        # keeps a cluster in one zone); its checkpoints are in Cloud Storage, not on the nodes.
+        rest = observe_nodes(self.clients, self.project, spec.name)
+        self.report.step("move", f"{zone} has no capacity: moving cluster {spec.name} to {', '.join(later)}")
+        up._delete_instances([(n.zone, n.name) for n in rest])
+        spec.zones = later
+        up.up(plan(spec, self.project))
+
+    # -- what the log says -------------------------------------------------------------------------
+    def last_step(self) -> int | None:
+        """The last step the trainer logged (rank 0's step lines), or None if it logged none."""
+        steps = [int(m.group(1)) for text in self._messages() if (m := STEP_LINE.match(text))]
+        return max(steps) if steps else None
+
+    def _messages(self) -> list[str]:
+        flt = cluster_jobs.log_filter(self.project, self.jid)
+        return [job_logs.message(e) for e in job_logs.entries(self.clients, self.project, flt)]
+
+
+def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[dict]) -> list[dict]:
+    """The history with `resumed_at` and `steps_redone` filled in from the job's log, where it says so.
+
+    Attempt k's trainer logs where it resumed ("resumed from ... at step S", or a fresh start at 0);
+    the steps redone are those the lost attempt had logged past S.
+    """
+    if not history:
+        return history
+    follower = Follower(clients, project, jid, 0)
+    resumed = [int(m.group(1) or m.group(2)) for text in follower._messages() if (m := RESUMED.search(text))]
+    out = []
+    for i, entry in enumerate(history):
+        entry = dict(entry)
+        # Attempt 0 resumes too when its args asked for --resume: count from the end, one line per attempt.
+        k = len(resumed) - len(history) + i
+        at = resumed[k] if 0 <= k < len(resumed) else None
+        entry["resumed_at"] = at
+        last = entry.get("last_step")
+        entry["steps_redone"] = None if at is None or last is None else max(0, last + 1 - at)
+        out.append(entry)
+    return out

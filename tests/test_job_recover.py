@@ -1,0 +1,221 @@
+"""A Spot cluster job that loses a node recovers by itself: preempt -> recover -> finish, on CPU.
+
+The emulator preempts the second node mid-run (after the job's first checkpoints are in its
+gs:// output dir); `job submit --recover` brings the cluster back to two nodes, resubmits with
+--resume, and the job ends SUCCEEDED with the same final step and loss as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from gcpgpu.cli import main
+
+pytest.importorskip("torch")
+
+GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
+STEPS = 40
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def trainer(run: str) -> list[str]:
+    return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
+            str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
+            "--log-every", "1", "--ckpt-every", "10", "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+
+
+def last_step(path) -> dict:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in records if "loss" in r][-1]
+
+
+@pytest.fixture
+def spot_cluster(gcp):
+    gcp.faults.preempt_grace_s = 3.0  # the notice a Spot VM gets (30 s on Compute Engine)
+    up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+             "--spot", "--yes")
+    assert up.exit_code == 0, up.output
+    return gcp
+
+
+@pytest.mark.slow
+def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_cluster):
+    gcp = spot_cluster
+    bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
+    env = ["--env", "GCPGPU_METRICS=0"]
+
+    base = cli("job", "submit", "--cluster", "c", "--output-dir", "gs://bkt/base", "--recover", "0", *env, "--",
+               *trainer("base"))
+    assert base.exit_code == 0, base.output
+    c1_before = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "c-1")["id"]
+
+    # Preempt c-1 once the run has saved its second checkpoint, well before its last step.
+    def preempt_mid_run() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (bucket / "run" / "checkpoints" / "step_00000020").is_dir():
+            time.sleep(0.05)
+        gcp.faults.preempt("c-1")
+
+    threading.Thread(target=preempt_mid_run, daemon=True).start()
+    run = cli("job", "submit", "--cluster", "c", "--output-dir", "gs://bkt/run", "--wait", *env, "--",
+              *trainer("run"))
+    assert run.exit_code == 0, run.output
+    job_id = run.stdout.splitlines()[0]
+    assert "Recovery 1/3" in run.output and "preempted" in run.output
+
+    # c-1 really was lost and replaced: a new VM of the same name, the cluster back to two nodes.
+    c1_after = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "c-1")
+    assert c1_after["id"] != c1_before and c1_after["status"] == "RUNNING"
+    ops = gcp.compute.list_operations("test-proj", "zones/us-central1-a",
+                                      'operationType="compute.instances.preempted"')
+    assert len(ops) == 1 and ops[0]["targetLink"].endswith("/instances/c-1")
+
+    # Same end as the uninterrupted run: the last step and its loss, bit for bit.
+    base_end, run_end = last_step(bucket / "base" / "log.jsonl"), last_step(bucket / "run" / "log.jsonl")
+    assert run_end["step"] == base_end["step"] == STEPS - 1
+    assert run_end["loss"] == base_end["loss"]
+    # The log shows the interruption: steps before the resume point logged once, the job went past 20.
+    steps = [json.loads(line)["step"] for line in (bucket / "run" / "log.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    assert steps[0] == 0 and max(steps) == STEPS - 1 and len(steps) >= STEPS
+
+    status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and status["attempt"] == 1 and status["recoveries"] == 1
+    (entry,) = status["history"]
+    assert entry["lost"] == ["c-1"] and entry["cause"] == "preempted" and entry["zone"] == "us-central1-a"
+    # Resumed from the newest complete checkpoint: a periodic one, or the one the trainers saved on the
+    # preemption notice (SIGTERM), right after the last step they logged.
+    assert entry["resumed_at"] >= 20
+    assert entry["resumed_at"] % 10 == 0 or entry["resumed_at"] == entry["last_step"] + 1
+    redone = len(steps) - STEPS  # steps the JSON log holds twice
+    assert entry["steps_redone"] == redone == status["steps_redone"]
+    table = cli("job", "status", job_id).output
+    assert "Recoveries" in table and "preempted" in table
+    listed = {j["id"]: j for j in json.loads(cli("job", "list", "--clusters", fmt="json").stdout)}
+    assert listed[job_id]["recoveries"] == 1
+
+
+@pytest.mark.slow
+def test_gives_up_after_n_recoveries_with_one_line(spot_cluster):
+    gcp = spot_cluster
+    gcp.faults.preempt("c-1", after_s=0)  # as soon as a job runs on c-1
+    result = cli("job", "submit", "--cluster", "c", "--recover", "0", "--env", "GCPGPU_METRICS=0", "--",
+                 "--model", "tiny", "--data", "synthetic", "--steps", "100000", "--batch-size", "8", "--seq-len", "32")
+    assert result.exit_code == 1
+    last = result.output.strip().splitlines()[-1]
+    assert "lost node c-1 (preempted)" in last and "recovery is off (--recover 0): giving up" in last
+    # Nothing of the job keeps running on the node that is left.
+    runs = [r for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/")]
+    assert runs and all(r.wait(30) for r in runs)
+
+
+def test_steps_redone_come_from_the_trainer_s_own_lines(monkeypatch):
+    from gcpgpu.jobs import ids, recover
+
+    lines = ["no checkpoint in /gcs/b/c: starting from step 0", "step      9 | loss 1.0",
+             "resumed from /gcs/b/c/step_00000010 at step 10", "step     17 | loss 0.9",
+             "resumed from /gcs/b/c/step_00000015 at step 15"]
+    monkeypatch.setattr(recover.Follower, "_messages", lambda self: lines)
+    history = [{"attempt": 1, "last_step": 12}, {"attempt": 2, "last_step": 17}]
+    got = recover.steps_redone(None, "p", ids.parse("cluster:c:train-abc123"), history)
+    assert [(h["resumed_at"], h["steps_redone"]) for h in got] == [(10, 3), (15, 3)]
+
+
+def test_recover_is_refused_for_vertex_before_any_call(gcp):
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--recover", "2", "--",
+                 "--model", "tiny")
+    assert result.exit_code == 2 and "--recover applies to --cluster jobs" in result.output
+    bad = cli("job", "submit", "--cluster", "c", "--recover", "-1")
+    assert bad.exit_code == 2 and "--recover" in bad.output
+    assert len(gcp.requests) == 0
+
+
+def test_a_stocked_out_zone_moves_the_whole_cluster_to_the_next(gcp, monkeypatch):
+    """Recovery brings the cluster back where it was; when that zone has no capacity left, it moves."""
+    gcp.faults.preempt_grace_s = 0.5
+    gcp.jobs.agent.simulated_run_s = 4.0
+    up = cli("cluster", "up", "m", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
+             "--zones", "us-central1-a,us-central1-b", "--spot", "--yes")
+    assert up.exit_code == 0, up.output
+    gcp.faults.stockout("us-central1-a", "a2-highgpu-1g")  # nothing left where the cluster is
+    gcp.faults.preempt("m-1", after_s=0.5)
+    result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", "sleep 4", "--wait")
+    assert result.exit_code == 0, result.output
+    assert "no capacity" in result.output and "moving cluster m to us-central1-b" in result.output
+    nodes = json.loads(cli("cluster", "status", "m", fmt="json").stdout)["nodes"]
+    assert [(n["name"], n["zone"], n["status"]) for n in nodes] == [
+        ("m-0", "us-central1-b", "RUNNING"), ("m-1", "us-central1-b", "RUNNING")]
+    status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and status["history"][0]["lost"] == ["m-1"]
+    assert "--resume" not in json.dumps(status)  # not the bundled trainer: resubmitted as it was
+
+
+def test_ctrl_c_during_a_recovery_leaves_what_cluster_up_leaves(gcp, monkeypatch):
+    from gcpgpu.cluster import apply
+
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 30.0
+    assert cli("cluster", "up", "k", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    real_step = apply.ConsoleReporter.step
+
+    def step(self, key: str, text: str) -> None:
+        if key == "instances":  # the recovery's bulkInsert: interrupted right before it
+            raise KeyboardInterrupt
+        real_step(self, key, text)
+
+    monkeypatch.setattr(apply.ConsoleReporter, "step", step)
+    gcp.faults.preempt("k-1", after_s=0.2)
+    result = cli("job", "submit", "--cluster", "k", "--image", "busybox", "--command", "sleep 30", "--wait")
+    assert result.exit_code == 130, result.output
+    assert "is no longer followed" in result.output and "gcpgpu cluster up k" in result.output
+    monkeypatch.setattr(apply.ConsoleReporter, "step", real_step)
+    # Nothing half-made: the lost node is gone, the rest is whole and labelled; up completes it, down removes it.
+    nodes = json.loads(cli("cluster", "status", "k", fmt="json").stdout)["nodes"]
+    assert [(n["name"], n["status"]) for n in nodes] == [("k-0", "RUNNING")]
+    again = cli("cluster", "up", "k", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+                "--spot", "--yes")
+    assert again.exit_code == 0, again.output
+    assert cli("cluster", "down", "k", "--yes").exit_code == 0
+    assert cli("cluster", "status", "k").exit_code == 1
+
+
+def test_job_follow_picks_up_an_unfollowed_spot_job_and_recovers_it(gcp):
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 5.0
+    assert cli("cluster", "up", "f", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    submitted = cli("job", "submit", "--cluster", "f", "--image", "busybox", "--command", "sleep 5")
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    assert f"'gcpgpu job follow {job_id}'" in submitted.output  # said, since nothing follows it
+    gcp.faults.preempt("f-0", after_s=0)
+    followed = cli("job", "follow", job_id)
+    assert followed.exit_code == 0, followed.output
+    assert "Recovery 1/3" in followed.output and f"Job {job_id} SUCCEEDED." in followed.output
+    status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    assert status["attempt"] == 1 and status["history"][0]["lost"] == ["f-0"]
+
+
+def test_a_node_that_is_deleted_rather_than_stopped_is_recovered_too(gcp):
+    """Flex-start (and Spot set to DELETE) VMs vanish instead of going TERMINATED: the missing rank counts as lost."""
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 4.0
+    assert cli("cluster", "up", "x", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    inst = gcp.compute.projects["test-proj"].coll("zones/us-central1-a/instances")["x-1"]
+    inst["scheduling"]["instanceTerminationAction"] = "DELETE"  # as a flex-start node is made
+    gcp.faults.preempt("x-1", after_s=0.5)
+    result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", "sleep 4", "--recover", "1")
+    assert result.exit_code == 0, result.output
+    assert "lost x-1 (preempted)" in result.output
+    status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and [n["node"] for n in status["per_node"]] == ["x-0", "x-1"]
