@@ -14,7 +14,7 @@ install: $(STAMP)
 # torch==$(TORCH_VERSION) first: it resolves to the CPU build on local disk, which then satisfies the
 # [trainer] extra; a bare `torch` requirement would pull several GB of CUDA wheels instead. torchao at
 # the image's version (--no-deps: it needs only torch) so the fp8 layer selection is tested, not skipped.
-$(STAMP): pyproject.toml setup.py containers/versions.env
+$(STAMP): pyproject.toml setup.py containers/versions.env Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
