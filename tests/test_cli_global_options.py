@@ -46,7 +46,7 @@ def test_global_options_before_between_and_after_the_subcommand(demo, args):
     assert [node["name"] for node in status["nodes"]] == ["demo-0"]
     # The project given after the command is the one the API calls went to.
     paths = [r.path for r in demo.requests.all()]
-    assert paths and all(f"/projects/{PROJECT}/" in p for p in paths), paths
+    assert paths and all(f"/projects/{PROJECT}/" in p + "/" for p in paths), paths
 
 
 def test_cluster_list_with_the_project_after_the_command(demo):

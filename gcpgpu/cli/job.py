@@ -274,7 +274,7 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> di
     follower = recovery.Follower(settings.clients, settings.project, jid, n, ConsoleReporter(),
                                  poll_s=_poll_s(settings), on_state=said)
     try:
-        return follower.run()
+        return _with_cause(settings, follower.run())
     except KeyboardInterrupt:
         info(f"Interrupted: {jid} is no longer followed ('gcpgpu job follow {jid}' follows it again). What a "
              f"recovery had created is named and labelled for cluster {jid.cluster}: 'gcpgpu cluster up "
