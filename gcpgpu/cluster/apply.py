@@ -116,6 +116,8 @@ class Cluster:
         if not obs.empty:
             self.report.note(f"found {obs.summary()}: creating only what is missing")
         self._check_compatible(plan, obs)
+        if plan.spec.reservation:
+            self._adopt_reservation(plan)
         created = Created()
         try:
             self._ensure_shared(plan, obs, created, compute_v1)
@@ -153,6 +155,27 @@ class Cluster:
         if extra:
             self.report.note(f"note: {len(extra)} node(s) beyond --nodes {plan.spec.nodes} exist and are left alone: "
                              f"{', '.join(extra[:5])}")
+
+    def _adopt_reservation(self, plan: Plan) -> None:
+        """A reservation that carries a placement policy imposes it: find the reservation (zonal) in the
+        candidate zones, keep only its zone, and let the nodes take its policies instead of ours."""
+        for zone in plan.zones:
+            try:
+                res = self.c("ReservationsClient").get(project=self.project, zone=zone,
+                                                       reservation=str(plan.spec.reservation).rsplit("/", 1)[-1])
+            except Exception as e:
+                if is_not_found(e):
+                    continue
+                raise
+            plan.spec.zones = [zone]
+            links = list(dict(res.resource_policies).values())
+            if links:
+                plan.adopt_reservation_policies(links)
+                self.report.note(f"reservation {res.name} ({zone}) carries placement policy "
+                                 f"{', '.join(x.rsplit('/', 1)[-1] for x in links)}: the nodes use it")
+            return
+        raise CloudError(f"--reservation {plan.spec.reservation}: no such reservation in "
+                         f"{', '.join(plan.zones)} of project {self.project}")
 
     def _ensure_shared(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> None:
         """Placement policy, networks, subnets and firewalls: regional/global, shared by every zone attempt."""

@@ -87,6 +87,15 @@ class Plan:
             "instanceProperties": self.instance_properties,
         }
 
+    def adopt_reservation_policies(self, links: list[str]) -> None:
+        """Consume a reservation that carries its own placement policy: the VMs take exactly the
+        reservation's policies and no policy of our own is created (Cluster Toolkit
+        `update_reservation_props`; dstack: no own placement policy inside a reservation)."""
+        self.policy = None
+        self.instance_properties["resourcePolicies"] = [link.rsplit("/", 1)[-1] for link in links]
+        self.notes.append(f"reservation {self.spec.reservation} carries placement policy "
+                          f"{', '.join(x.rsplit('/', 1)[-1] for x in links)}: the nodes use it, gcpgpu creates none")
+
     def reservation_body(self) -> dict | None:
         return self.reservation
 
@@ -112,7 +121,7 @@ class Plan:
                          "details": f"{self.reservation['specificReservation']['count']} x {self.machine.name}"})
         elif self.spec.reservation:
             rows.append({"kind": "reservation (use)", "name": self.spec.reservation, "where": "existing",
-                         "details": "SPECIFIC_RESERVATION"})
+                         "details": "SPECIFIC_RESERVATION; its own placement policy, if it has one, replaces ours"})
         nics = self.instance_properties["networkInterfaces"]
         gpu_nics = len(nics) - 1
         nic_text = f"{len(nics)} NIC" + (f"s (1 host + {gpu_nics} GPU, gVNIC)" if gpu_nics else "")

@@ -60,9 +60,17 @@ class InstancesMixin:
         if reservation is not None:
             for inst in insts:
                 inst["_reservation"] = reservation["selfLink"]
-            # A reservation's own placement policy applies to what consumes it.
-            for link in (reservation.get("resourcePolicies") or {}).values():
-                for inst in insts:
+            # A reservation's own placement policy applies to what consumes it; a VM that names
+            # another placement policy is refused (a VM has at most one; dstack: "cannot use our own
+            # placement policies when provisioning in a reservation"; error wording unverified).
+            res_links = list((reservation.get("resourcePolicies") or {}).values())
+            for inst in insts:
+                own = [x for x in inst["resourcePolicies"] if x not in res_links and self._is_placement(p, region, x)]
+                if res_links and own:
+                    raise invalid("resource.resourcePolicies", own[0],
+                                  f"Reservation '{reservation['name']}' carries placement policy "
+                                  f"'{last(res_links[0])}'; a VM consuming it cannot name another placement policy.")
+                for link in res_links:
                     if link not in inst["resourcePolicies"]:
                         inst["resourcePolicies"].append(link)
 
@@ -91,6 +99,10 @@ class InstancesMixin:
                 return 0, _stockout_error(zone, mt)
             return got, None
         return len(insts), None
+
+    def _is_placement(self, p: Project, region: str, link: str) -> bool:
+        pol = p.coll(f"regions/{region}/resourcePolicies").get(last(link)) or {}
+        return "groupPlacementPolicy" in pol
 
     def _place(self, p: Project, project: str, zone: str, inst: dict) -> None:
         now = self.now()
