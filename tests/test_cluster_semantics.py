@@ -82,3 +82,54 @@ def test_reservation_without_a_policy_still_gets_ours(gcp, cli):
         "--reservation", "plain", "--yes")
     inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "p-0")
     assert [x.rsplit("/", 1)[-1] for x in inst["resourcePolicies"]] == ["p-placement"]
+
+
+# ---------------------------------------------------------------------------------- item 4
+def test_cluster_grows_2_to_4_and_shrinks_back_in_one_placement_policy(gcp, cli):
+    args = ("cluster", "up", "g", "--machine-type", "a3-highgpu-8g", "--zone", "us-central1-a", "--yes")
+    cli(*args, "--nodes", "2")
+    cli(*args, "--nodes", "4")
+    insts = {i["name"]: i for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")}
+    assert sorted(insts) == ["g-0", "g-1", "g-2", "g-3"]
+    assert {i["labels"]["gcpgpu-rank"] for i in insts.values()} == {"0", "1", "2", "3"}
+    assert all([x.rsplit("/", 1)[-1] for x in i["resourcePolicies"]] == ["g-placement"] for i in insts.values())
+    assert len(gcp.compute.list(PROJECT, "regions/us-central1/resourcePolicies")) == 1
+
+    shrunk = cli("--format", "json", "cluster", "down", "g", "--nodes", "2", "--yes")
+    assert '"g-2"' in shrunk.stdout and '"g-3"' in shrunk.stdout
+    left = sorted(i["name"] for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")
+                  if i.get("_gone_at") is None)
+    assert left == ["g-0", "g-1"]
+    assert "resourcePolicies" in leftovers(gcp) and "firewalls" in leftovers(gcp)
+    status = cli("cluster", "status", "g")
+    assert "2 VM(s), no vmCount" in status.output
+    cli(*args, "--nodes", "3")  # a replaced or added node joins the same policy
+    cli("cluster", "down", "g", "--yes")
+    assert leftovers(gcp) == {}
+
+
+def test_a_policy_with_a_vm_count_cannot_take_more_nodes_in_the_emulator(gcp):
+    """What the old plan (vmCount = first --nodes) ran into on growing: the API refuses the extra VMs."""
+    from gcpgpu.cluster.apply import Cluster
+    from gcpgpu.cluster.plan import plan
+    from gcpgpu.cluster.spec import ClusterSpec
+
+    c = Cluster(Clients(emulator=gcp.address), PROJECT)
+
+    def old_plan(nodes: int):
+        p = plan(ClusterSpec(name="g", machine_type="a3-highgpu-8g", nodes=nodes,
+                             zones=["us-central1-a"]).validate(), PROJECT)
+        p.policy["groupPlacementPolicy"]["vmCount"] = 2
+        return p
+
+    c.up(old_plan(2))
+    with pytest.raises(Exception, match="vmCount 2"):
+        c.up(old_plan(4))
+
+
+def test_plan_states_placement_limits_and_down_nodes_is_checked(gcp, cli):
+    out = cli("cluster", "plan", "l", "--machine-type", "a3-megagpu-8g", "--nodes", "4", "--region", "us-central1")
+    assert "no vmCount" in out.stdout and "at most 1500 a3-mega VMs per policy" in out.stdout
+    bad = cli("cluster", "down", "l", "--nodes", "0", "--yes", code=2)
+    assert "--nodes 0" in bad.output
+    assert len(gcp.requests) == 0

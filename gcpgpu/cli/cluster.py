@@ -176,9 +176,11 @@ def up(settings: Settings, dry_run: bool, yes: bool, **kw: Any) -> None:
 @cluster.command()
 @click.argument("name")
 @click.option("--keep-reservation", is_flag=True, help="Keep the reservation the cluster created.")
+@click.option("--nodes", "keep_nodes", type=int, metavar="N",
+              help="Shrink instead: keep ranks 0..N-1, delete the other nodes, keep everything else.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
-def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> None:
+def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int | None, yes: bool) -> None:
     """Delete a cluster: nodes, then reservation, placement policy, firewall rules and networks.
 
     Finds everything from GCP itself (labels and names), so it works from any machine, after an
@@ -189,7 +191,12 @@ def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> No
 
     if not RFC1035.match(name):
         raise UsageProblem(f"NAME {name!r} is not a cluster name (lowercase letters, digits and dashes)")
+    if keep_nodes is not None and keep_nodes < 1:
+        raise UsageProblem(f"--nodes {keep_nodes} must be at least 1 (to delete the whole cluster, leave --nodes out)")
     project = settings.project
+    if keep_nodes is not None:
+        _shrink(settings, project, name, keep_nodes, yes)
+        return
     _confirm(yes, f"Delete cluster {name} in project {project}?")
     try:
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation)
@@ -202,6 +209,21 @@ def down(settings: Settings, name: str, keep_reservation: bool, yes: bool) -> No
               "dashboards_deleted": dashboards})
     elif not found.empty:
         info(f"Cluster {name} is gone ({found.summary()} deleted).")
+
+
+def _shrink(settings: Settings, project: str, name: str, nodes: int, yes: bool) -> None:
+    from gcpgpu.cluster.apply import Cluster, ConsoleReporter
+
+    _confirm(yes, f"Delete the nodes of cluster {name} with rank {nodes} and above?")
+    try:
+        gone = Cluster(settings.clients, project, ConsoleReporter()).shrink(name, nodes)
+    except KeyboardInterrupt:
+        info(f"Interrupted. Run 'gcpgpu cluster down {name} --nodes {nodes}' again to finish.")
+        raise Interrupted() from None
+    if settings.format != "table":
+        emit({"cluster": name, "nodes": nodes, "deleted": [n.name for n in gone]})
+    else:
+        info(f"Cluster {name}: deleted {len(gone)} node(s); {nodes} kept.")
 
 
 def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]:
@@ -242,7 +264,8 @@ def status(settings: Settings, name: str) -> None:
     emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
     for p in obs.policies:
         used = sum(1 for n in obs.nodes)
-        info(f"placement policy {p['name']} ({p['region']}): COLLOCATED, {used}/{p['vm_count']} VMs")
+        room = f"{used}/{p['vm_count']} VMs" if p["vm_count"] else f"{used} VM(s), no vmCount"
+        info(f"placement policy {p['name']} ({p['region']}): COLLOCATED, {room}")
     for r in obs.reservations:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
     if obs.networks:

@@ -116,6 +116,7 @@ class Cluster:
         if not obs.empty:
             self.report.note(f"found {obs.summary()}: creating only what is missing")
         self._check_compatible(plan, obs)
+        self._check_policy_room(plan, obs)
         if plan.spec.reservation:
             self._adopt_reservation(plan)
         created = Created()
@@ -156,6 +157,14 @@ class Cluster:
             self.report.note(f"note: {len(extra)} node(s) beyond --nodes {plan.spec.nodes} exist and are left alone: "
                              f"{', '.join(extra[:5])}")
 
+    def _check_policy_room(self, plan: Plan, obs: Observed) -> None:
+        """Policies are immutable: one made with a vmCount (older gcpgpu) cannot take more nodes."""
+        for p in obs.policies:
+            if p["vm_count"] and plan.policy and p["name"] == plan.policy["name"] and p["vm_count"] < plan.spec.nodes:
+                raise CloudError(f"--nodes {plan.spec.nodes}: placement policy {p['name']} was made with vmCount "
+                                 f"{p['vm_count']} and policies cannot change; take cluster {plan.name} down and "
+                                 "bring it up again at the new size")
+
     def _adopt_reservation(self, plan: Plan) -> None:
         """A reservation that carries a placement policy imposes it: find the reservation (zonal) in the
         candidate zones, keep only its zone, and let the nodes take its policies instead of ours."""
@@ -182,8 +191,7 @@ class Cluster:
         region = plan.region
         ops = []
         if plan.policy and plan.policy["name"] not in {p["name"] for p in obs.policies}:
-            self.report.step("policy", f"Creating compact placement policy {plan.policy['name']} "
-                                       f"(vmCount {plan.spec.nodes}) in {region}")
+            self.report.step("policy", f"Creating compact placement policy {plan.policy['name']} in {region}")
             ops.append(call(self.c("ResourcePoliciesClient").insert, {
                 "project": self.project, "region": region,
                 "resource_policy_resource": _msg(cv1.ResourcePolicy, plan.policy)}))
@@ -392,6 +400,19 @@ class Cluster:
         if not left.empty:
             raise CloudError(f"cluster {name}: {left.summary()} still exist after down; run it again")
         return obs
+
+    def shrink(self, name: str, nodes: int) -> list[Node]:
+        """Keep ranks 0..nodes-1 and delete the rest; the shared resources stay. Returns the nodes deleted."""
+        found = observe_nodes(self.clients, self.project, name)
+        gone = [n for n in found if n.rank is None or n.rank >= nodes]
+        if not gone:
+            self.report.note(f"cluster {name} has {len(found)} node(s): nothing to remove for --nodes {nodes}")
+            return []
+        self.report.step("instances", f"Deleting {len(gone)} node(s) beyond --nodes {nodes}: "
+                                      f"{', '.join(n.name for n in gone[:5])}{' ...' if len(gone) > 5 else ''}")
+        with self.report.waiting("waiting for nodes to be deleted"):
+            self._delete_instances([(n.zone, n.name) for n in gone])
+        return gone
 
     def _delete_instances(self, items: list[tuple[str, str]]) -> None:
         self._delete_all("InstancesClient", items, "zone", "instance")

@@ -41,6 +41,14 @@ def network_tag(cluster: str) -> str:
     return f"gcpgpu-{cluster}"
 
 
+def placement_details(gpp: dict, mt: catalog.MachineType) -> str:
+    """The plan row for a compact policy: vmCount (or none: the cluster can grow) and the family's limit."""
+    count = f"vmCount {gpp['vmCount']}" if gpp.get("vmCount") else "no vmCount (grow with 'up --nodes N')"
+    limit = f"at most {mt.compact_max_vms} {mt.family} VMs per policy" + (
+        "" if mt.compact_max_vms_verified else " (Cluster Toolkit's cap with maxDistance unset; Google's figure unverified)")
+    return f"{gpp['collocation']}, {count}, {limit}"
+
+
 @dataclass
 class Plan:
     """What `up` creates, in the order GCP needs it."""
@@ -105,7 +113,7 @@ class Plan:
         if self.policy:
             gpp = self.policy["groupPlacementPolicy"]
             rows.append({"kind": "placement policy", "name": self.policy["name"], "where": self.region,
-                         "details": f"{gpp['collocation']}, vmCount {gpp['vmCount']}"})
+                         "details": placement_details(gpp, self.machine)})
         for net in self.networks:
             rows.append({"kind": "network", "name": net["name"], "where": "global", "details": f"MTU {net['mtu']}"})
         for sub in self.subnets:
@@ -165,7 +173,12 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
         policy = {
             "name": f"{name}-placement",
             "description": f"{mark} compact placement for {spec.nodes} x {mt.name}",
-            "groupPlacementPolicy": {"collocation": "COLLOCATED", "vmCount": spec.nodes},
+            # No vmCount: the API field doc calls it "not recommended unless you want the policy to work
+            # only with exactly this number of VMs", and a policy is immutable, so a vmCount would stop
+            # the cluster from growing or replacing a node. Cluster Toolkit (Slurm resume.py
+            # create_placement_request) and gcloud (`--vm-count` optional) leave it out too. maxDistance
+            # stays unset: it is in the beta API only.
+            "groupPlacementPolicy": {"collocation": "COLLOCATED"},
         }
 
     primary_net = spec.network
