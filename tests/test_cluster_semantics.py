@@ -133,3 +133,35 @@ def test_plan_states_placement_limits_and_down_nodes_is_checked(gcp, cli):
     bad = cli("cluster", "down", "l", "--nodes", "0", "--yes", code=2)
     assert "--nodes 0" in bad.output
     assert len(gcp.requests) == 0
+
+
+# ---------------------------------------------------------------------------------- item 9
+def test_ranks_follow_sub_blocks_when_the_emulator_spreads_a_cluster_over_two(gcp, cli):
+    gcp.faults.subblock_hosts = 2  # 4 nodes need two sub-blocks; the emulator deals them round-robin
+    cli("cluster", "up", "t", "--machine-type", "a3-megagpu-8g", "--nodes", "4", "--zone", "us-central1-a", "--yes")
+    insts = {i["name"]: i for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")}
+    sub = {n: i["resourceStatus"]["physicalHostTopology"]["subblock"] for n, i in insts.items()}
+    assert sub["t-0"] == sub["t-2"] != sub["t-1"] == sub["t-3"], {n: (s, insts[n]["resourceStatus"]) for n, s in sub.items()}
+    ranks = {n: int(i["labels"]["gcpgpu-rank"]) for n, i in insts.items()}
+    by_rank = [n for n, _ in sorted(ranks.items(), key=lambda kv: kv[1])]
+    assert by_rank[0] == "t-0"
+    assert sub[by_rank[0]] == sub[by_rank[1]] and sub[by_rank[2]] == sub[by_rank[3]]
+    status = cli("--format", "json", "cluster", "status", "t")
+    import json
+
+    rows = json.loads(status.stdout)["nodes"]
+    assert [r["name"] for r in rows] == by_rank
+    assert [r["subblock"] for r in rows] == [sub[n] for n in by_rank]
+    table = cli("cluster", "status", "t")
+    assert "SUB-BLOCK" in table.stdout
+
+
+def test_up_warns_when_a_cluster_spans_blocks_and_a2_reports_no_topology(gcp, cli):
+    gcp.faults.subblock_hosts, gcp.faults.block_subblocks = 1, 2
+    up = cli("cluster", "up", "w", "--machine-type", "a3-highgpu-8g", "--nodes", "3", "--zone", "us-central1-a",
+             "--yes")
+    assert "spans 2 blocks" in up.output
+    a2 = cli("cluster", "up", "n", "--machine-type", "a2-highgpu-8g", "--nodes", "2", "--zone", "us-central1-a",
+             "--yes")
+    assert "spans" not in a2.output
+    assert "resourceStatus" not in gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "n-0")

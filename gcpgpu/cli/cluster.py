@@ -13,7 +13,7 @@ from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
 
 NODE_COLUMNS = [("name", "NAME"), ("zone", "ZONE"), ("internal_ip", "INTERNAL IP"), ("status", "STATUS"),
-                ("gpus", "GPUS"), ("rank", "RANK")]
+                ("gpus", "GPUS"), ("rank", "RANK"), ("block", "BLOCK"), ("subblock", "SUB-BLOCK")]
 
 
 def _spec_options(fn: Callable) -> Callable:

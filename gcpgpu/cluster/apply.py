@@ -24,6 +24,7 @@ from gcpgpu.gcp.operations import call, parallel, wait, wait_all
 
 from .observe import Node, Observed, list_nodes, observe, observe_nodes
 from .plan import LABEL_CLUSTER, LABEL_RANK, Plan, rank_of
+from .topology import rank_by_topology
 
 RUNNING_TIMEOUT = 1800.0
 POLL_SECONDS = 1.0
@@ -130,7 +131,8 @@ class Cluster:
                 self._label_ranks(plan, zone, missing)
             else:
                 self.report.note(f"all {len(plan.node_names)} node(s) already exist")
-            return self._wait_running(plan)
+            nodes = self._wait_running(plan)
+            return rank_by_topology(self, plan, nodes) if missing else nodes
         except (QuotaExceeded, NoCapacity):
             self._rollback(created)
             raise

@@ -32,10 +32,14 @@ class Node:
     label_fingerprint: str
     provisioning: str
     reservation: str | None
+    block: str | None = None  # resourceStatus.physicalHostTopology, where the API reports it
+    subblock: str | None = None
+    host: str | None = None
 
     def row(self) -> dict[str, Any]:
         return {"name": self.name, "zone": self.zone, "internal_ip": self.internal_ip, "status": self.status,
-                "gpus": self.gpus, "rank": self.rank, "machine_type": self.machine_type, "provisioning": self.provisioning}
+                "gpus": self.gpus, "rank": self.rank, "machine_type": self.machine_type, "provisioning": self.provisioning,
+                "block": self.block, "subblock": self.subblock}
 
 
 @dataclass
@@ -85,7 +89,15 @@ def _node(cluster: str, inst: Any) -> Node:
         provisioning=inst.scheduling.provisioning_model or "STANDARD",
         reservation=(list(inst.reservation_affinity.values) or [None])[0]
         if inst.reservation_affinity.consume_reservation_type == "SPECIFIC_RESERVATION" else None,
+        **_topology(inst),
     )
+
+
+def _topology(inst: Any) -> dict[str, str | None]:
+    """Block / sub-block / host from resourceStatus.physicalHostTopology (A3 8-GPU and A4 families in a
+    compact placement; absent elsewhere, and where the account lacks access to the field)."""
+    topo = inst.resource_status.physical_host_topology
+    return {"block": topo.block or None, "subblock": topo.subblock or None, "host": topo.host or None}
 
 
 def list_nodes(clients: Clients, project: str, label_filter: str) -> list[Any]:

@@ -179,6 +179,8 @@ class Faults:
                     the backend (as a flaky front end would).
     error_methods:  HTTP methods the error rate applies to (mutations by default).
     latency_ms:     added to every API request.
+    subblock_hosts / block_subblocks: the emulated fabric compact-placed A3/A4 VMs report
+                    (resourceStatus.physicalHostTopology); see compute/topology.py.
     operation_seconds: how long an operation takes from PENDING to DONE (None: the world's default).
     """
 
@@ -190,6 +192,8 @@ class Faults:
     latency_ms: float = 0.0
     operation_seconds: float | None = None
     seed: int = 0
+    subblock_hosts: int = 16  # hosts per sub-block of the emulated fabric (real size unverified)
+    block_subblocks: int = 4  # sub-blocks per block (unverified)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -243,6 +247,8 @@ class Faults:
             "latency_ms": self.latency_ms,
             "operation_seconds": self.operation_seconds,
             "seed": self.seed,
+            "subblock_hosts": self.subblock_hosts,
+            "block_subblocks": self.block_subblocks,
         }
 
     @classmethod

@@ -16,11 +16,12 @@ from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
+from .topology import TopologyMixin
 
 __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", "Project", "check_project", "last",
            "public"]
 
 
 class ComputeBackend(OperationsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin, InstanceSpecMixin,
-                     InstancesMixin, BackendBase):
+                     InstancesMixin, TopologyMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

@@ -124,6 +124,7 @@ class InstancesMixin:
         if err is not None:
             return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, error=err))
         self._place(p, p.name, zone, inst)
+        self._assign_topology(p, zone, region, [inst])
         return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, inst["id"]))
 
     @_mutation()
@@ -167,6 +168,7 @@ class InstancesMixin:
             return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link, error=err))
         for inst in insts[:got]:
             self._place(p, p.name, zone, inst)
+        self._assign_topology(p, zone, region, insts[:got])
         return self.render_op(self._new_op(p.name, f"zones/{zone}", "bulkInsert", link))
 
     @_mutation()
