@@ -165,3 +165,79 @@ def test_up_warns_when_a_cluster_spans_blocks_and_a2_reports_no_topology(gcp, cl
              "--yes")
     assert "spans" not in a2.output
     assert "resourceStatus" not in gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "n-0")
+
+
+# ---------------------------------------------------------------------------------- item 3
+def _run_in_thread(fn):
+    import threading
+
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.setdefault("result", fn()), daemon=True)
+    t.start()
+    return t, box
+
+
+def _wait_for(predicate, seconds: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_flex_start_waits_for_capacity_shows_it_and_comes_up(gcp, cli):
+    gcp.faults.set_capacity("us-central1-a", "a3-highgpu-8g", 0)
+    t, box = _run_in_thread(lambda: cli("cluster", "up", "f", "--machine-type", "a3-highgpu-8g", "--nodes", "2",
+                                        "--zone", "us-central1-a", "--flex-start", "4h", "--flex-wait", "30m",
+                                        "--yes"))
+
+    def pending() -> list[dict]:
+        return [i for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances") if i["status"] == "PENDING"]
+
+    _wait_for(lambda: len(pending()) == 2)
+    inst = pending()[0]
+    assert inst["scheduling"]["provisioningModel"] == "FLEX_START"
+    assert inst["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert inst["scheduling"]["maxRunDuration"] == {"seconds": "14400"}
+    assert inst["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    # The documented queueing path: one instances.insert per VM, not a bulkInsert.
+    assert gcp.requests.all(method="POST", contains="/instances/bulkInsert") == []
+    assert len(gcp.requests.all(method="POST", contains="/zones/us-central1-a/instances")) == 2
+    assert t.is_alive()  # still waiting
+    gcp.faults.set_capacity("us-central1-a", "a3-highgpu-8g", 2)
+    t.join(120)
+    assert not t.is_alive()
+    out = box["result"].output
+    assert "waiting for capacity: 2/2 flex-start VM(s) PENDING in us-central1-a" in out
+    assert "f-1" in out and "RUNNING" in out
+    cli("cluster", "down", "f", "--yes")
+    assert leftovers(gcp) == {}
+
+
+def test_flex_start_window_that_ends_unfilled_fails_over_and_leaves_nothing(gcp, cli):
+    from gcpgpu import catalog
+
+    for zone in catalog.zones_offering("a3-highgpu-8g", "us-central1"):
+        gcp.faults.set_capacity(zone, "a3-highgpu-8g", 0)
+    # --flex-wait 0: only if capacity is there now; each zone answers at once with a stockout.
+    out = cli("cluster", "up", "x", "--machine-type", "a3-highgpu-8g", "--nodes", "2", "--region", "us-central1",
+              "--flex-start", "2h", "--flex-wait", "0", "--yes", code=1)
+    assert "no capacity" in out.output
+    assert leftovers(gcp) == {}
+    bad = cli("cluster", "plan", "x", "--machine-type", "a3-highgpu-8g", "--flex-start", "2h", "--flex-wait", "3h",
+              "--region", "us-central1", code=2)
+    assert "--flex-wait" in bad.output
+
+
+def test_emulator_expires_a_queued_flex_start_vm(gcp):
+    from gcpgpu.cluster.plan import plan
+    from gcpgpu.cluster.spec import ClusterSpec
+
+    gcp.faults.set_capacity("us-central1-a", "a2-highgpu-8g", 0)
+    p = plan(ClusterSpec(name="e", machine_type="a2-highgpu-8g", provisioning="flex-start", max_run_duration=3600,
+                         flex_wait=90, zones=["us-central1-a"]).validate(), PROJECT)
+    gcp.compute.insert_instance(PROJECT, "us-central1-a", p.flex_insert_body("e-0", "us-central1-a"))
+    assert gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "e-0")["status"] == "PENDING"
+    gcp.compute.clock.advance(91)  # the 90 s window ends with no capacity: GCP deletes the VM
+    assert gcp.compute.list(PROJECT, "zones/us-central1-a/instances") == []

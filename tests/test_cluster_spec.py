@@ -72,7 +72,8 @@ def test_defaults_fill_region_zones_and_placement():
     assert (one.region, one.zones, one.placement) == ("us-east4", ["us-east4-b"], "none")
     flex = ClusterSpec(name="c", machine_type="a3-highgpu-8g", nodes=4, provisioning="flex-start",
                        max_run_duration=7200).validate(default_region="us-central1")
-    assert flex.placement == "none"  # GCP refuses placement policies with flex-start
+    # Compact placement is allowed with flex-start VMs (AI Hypercomputer guide; gcp-facts section 10).
+    assert (flex.placement, flex.flex_wait) == ("compact", 3600)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("2h", 7200), ("1d", 86400), ("600", 600), ("30s", 30)])
@@ -121,7 +122,7 @@ def test_scheduling_per_provisioning_model():
     flex = _plan(machine_type="a3-highgpu-8g", provisioning="flex-start", max_run_duration=3600).instance_properties
     assert flex["scheduling"]["maxRunDuration"] == {"seconds": "3600"}
     assert flex["scheduling"]["instanceTerminationAction"] == "DELETE"
-    assert "resourcePolicies" not in flex
+    assert flex["resourcePolicies"] == ["c-placement"]
 
 
 def test_created_reservation_carries_the_placement_policy_and_is_consumed():

@@ -30,6 +30,8 @@ def _spec_options(fn: Callable) -> Callable:
         click.option("--spot", is_flag=True, default=None, help="Spot VMs (preemptible, much cheaper)."),
         click.option("--flex-start", metavar="DURATION",
                      help="DWS flex-start VMs that run at most DURATION (10m..7d, e.g. 4h)."),
+        click.option("--flex-wait", metavar="DURATION",
+                     help="How long a --flex-start request waits for capacity (0, or 90s..2h; default 1h)."),
         click.option("--reservation", help="Consume this existing specific reservation."),
         click.option("--create-reservation", is_flag=True, default=None,
                      help="Create a reservation for the nodes (placement policy attached) and consume it."),
@@ -88,6 +90,8 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     if kw.get("flex_start"):
         flags["provisioning"] = "flex-start"
         flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
+    if kw.get("flex_wait") is not None:
+        flags["flex_wait"] = parse_duration(kw["flex_wait"], "--flex-wait")
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
 

@@ -271,6 +271,10 @@ class Cluster:
                     raise
                 return classify(e, from_operation=True)
 
+        if plan.flex_start:
+            from .flex import place_flex
+
+            return place_flex(self, plan, missing, zone, created)
         self.report.step("instances", f"Creating {len(missing)} x {plan.machine.name} in {zone} "
                                       "(one instances.bulkInsert)")
         body = _msg(cv1.BulkInsertInstanceResource, plan.bulk_insert_body(missing))

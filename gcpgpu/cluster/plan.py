@@ -95,6 +95,29 @@ class Plan:
             "instanceProperties": self.instance_properties,
         }
 
+    @property
+    def flex_start(self) -> bool:
+        return self.spec.provisioning == "flex-start"
+
+    def flex_insert_body(self, name: str, zone: str) -> dict:
+        """instances.insert for one flex-start node. The documented way to queue for flex-start capacity
+        is per-instance insert with params.requestValidForDuration ("Relevant only for Instances.Insert
+        API", Compute v1 InstanceParams); bulkInsert's InstanceProperties has no such field."""
+        props = self.instance_properties
+        disks = []
+        for d in props["disks"]:
+            init = dict(d.get("initializeParams") or {})
+            if init.get("diskType") and "/" not in init["diskType"]:
+                init["diskType"] = f"zones/{zone}/diskTypes/{init['diskType']}"  # insert takes a URL
+            disks.append({**d, "initializeParams": init})
+        body = {**props, "name": name, "disks": disks,
+                "machineType": f"zones/{zone}/machineTypes/{props['machineType']}",
+                "params": {"requestValidForDuration": {"seconds": str(self.spec.flex_wait or 0)}}}
+        if props.get("resourcePolicies"):
+            body["resourcePolicies"] = [f"regions/{self.region}/resourcePolicies/{x.rsplit('/', 1)[-1]}"
+                                        for x in props["resourcePolicies"]]
+        return body
+
     def adopt_reservation_policies(self, links: list[str]) -> None:
         """Consume a reservation that carries its own placement policy: the VMs take exactly the
         reservation's policies and no policy of our own is created (Cluster Toolkit
@@ -134,10 +157,15 @@ class Plan:
         gpu_nics = len(nics) - 1
         nic_text = f"{len(nics)} NIC" + (f"s (1 host + {gpu_nics} GPU, gVNIC)" if gpu_nics else "")
         sched = self.instance_properties["scheduling"]
+        queue = ""
+        if self.flex_start:
+            wait = self.spec.flex_wait or 0
+            queue = (f", instances.insert waiting up to {wait // 60}m for capacity, deleted after "
+                     f"{int(sched['maxRunDuration']['seconds']) // 60}m") if wait else ", only if capacity is there now"
         for n in self.node_names:
             rows.append({"kind": "instance", "name": n, "where": " > ".join(self.zones),
                          "details": f"{self.machine.name}, {self.machine.gpu_count} x {self.machine.gpu.model}, "
-                                    f"{sched['provisioningModel']}, {nic_text}"})
+                                    f"{sched['provisioningModel']}, {nic_text}{queue}"})
         return rows
 
     def to_dict(self) -> dict:
@@ -156,7 +184,8 @@ class Plan:
             "subnetworks": self.subnets,
             "firewalls": self.firewalls,
             "reservation": self.reservation,
-            "bulkInsert": self.bulk_insert_body(self.node_names),
+            **({"flexStartInserts": [self.flex_insert_body(n, self.zones[0]) for n in self.node_names]}
+               if self.flex_start else {"bulkInsert": self.bulk_insert_body(self.node_names)}),
             "notes": self.notes,
         }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .catalog import CatalogMixin
 from .crud import CrudMixin
+from .flex import FlexStartMixin
 from .instance_spec import InstanceSpecMixin
 from .instances import InstancesMixin
 from .networks import NetworksMixin
@@ -23,5 +24,5 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 
 
 class ComputeBackend(OperationsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin, InstanceSpecMixin,
-                     InstancesMixin, TopologyMixin, BackendBase):
+                     InstancesMixin, TopologyMixin, FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

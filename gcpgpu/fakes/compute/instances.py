@@ -120,7 +120,11 @@ class InstancesMixin:
         if inst["name"] in p.coll(path):
             raise already_exists(f"projects/{p.name}/{path}/{inst['name']}")
         link = self.link(p.name, f"{path}/{inst['name']}")
+        window = self._flex_window(body, "resource")
         _, err = self._admit(p, p.name, zone, region, [inst], 1)
+        if err is not None and window and err.reason.startswith("ZONE_RESOURCE_POOL_EXHAUSTED"):
+            self._queue_flex(p, zone, inst, window)  # flex-start: wait for capacity
+            return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, inst["id"]))
         if err is not None:
             return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, error=err))
         self._place(p, p.name, zone, inst)
