@@ -241,3 +241,52 @@ def test_emulator_expires_a_queued_flex_start_vm(gcp):
     assert gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "e-0")["status"] == "PENDING"
     gcp.compute.clock.advance(91)  # the 90 s window ends with no capacity: GCP deletes the VM
     assert gcp.compute.list(PROJECT, "zones/us-central1-a/instances") == []
+
+
+# ---------------------------------------------------------------------------------- item 10
+def test_cluster_ssh_goes_through_iap_with_the_command_quoted_once(gcp, cli, monkeypatch):
+    import shlex
+
+    from gcpgpu.cluster import ssh
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(ssh.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(ssh.subprocess, "call", lambda argv: calls.append(argv) or 3)
+    cli("cluster", "up", "s", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+        "--iap-ssh", "--yes")
+    fw = gcp.compute.get(PROJECT, "global/firewalls", "s-iap-ssh")
+    assert fw["sourceRanges"] == ["35.235.240.0/20"]
+    assert fw["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
+    assert fw["targetTags"] == ["gcpgpu-s"]
+
+    tricky = ["bash", "-c", 'echo "$HOME"; ls \'a b\'']
+    out = cli("cluster", "ssh", "s", "--node", "1", "--", *tricky, code=3)  # gcloud's exit status is ours
+    argv = calls[-1]
+    assert argv[:7] == ["gcloud", "compute", "ssh", "s-1", "--zone=us-central1-a", f"--project={PROJECT}",
+                        "--tunnel-through-iap"]
+    assert shlex.split(argv[7].removeprefix("--command=")) == tricky
+    assert "no gcpgpu firewall rule" not in out.output
+    cli("cluster", "ssh", "s", code=3)
+    assert calls[-1][3] == "s-0" and len(calls[-1]) == 7  # an interactive shell on rank 0
+
+    cli("cluster", "down", "s", "--yes")
+    assert leftovers(gcp) == {}  # the IAP rule goes with the cluster
+
+
+def test_ssh_rule_is_opt_in_and_ssh_warns_without_it(gcp, cli, monkeypatch):
+    from gcpgpu.cluster import ssh
+
+    monkeypatch.setattr(ssh.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(ssh.subprocess, "call", lambda argv: 0)
+    plan = cli("cluster", "plan", "o", "--machine-type", "a2-highgpu-1g", "--region", "us-central1", "--iap-ssh")
+    assert "35.235.240.0/20" in plan.stdout and "tcp:22" in plan.stdout
+    cli("cluster", "up", "o", "--machine-type", "a2-highgpu-1g", "--zone", "us-central1-a", "--yes")
+    assert [f["name"] for f in gcp.compute.list(PROJECT, "global/firewalls") if f["name"].startswith("o-")] == \
+        ["o-internal"]
+    out = cli("cluster", "ssh", "o")
+    assert "no gcpgpu firewall rule for IAP" in out.output
+    bad = cli("cluster", "ssh", "o", "--node", "5", code=2)
+    assert "--node 5" in bad.output
+    # Re-running up with --iap-ssh adds just the rule.
+    cli("cluster", "up", "o", "--machine-type", "a2-highgpu-1g", "--zone", "us-central1-a", "--iap-ssh", "--yes")
+    assert gcp.compute.get(PROJECT, "global/firewalls", "o-iap-ssh")["sourceRanges"] == ["35.235.240.0/20"]

@@ -47,6 +47,8 @@ def _spec_options(fn: Callable) -> Callable:
         click.option("--subnetwork", help="Primary subnetwork (default: the network's in the region)."),
         click.option("--external-ip", "external_ips", is_flag=True, default=None,
                      help="Give nodes external IPs (default: none; nodes stay internal)."),
+        click.option("--iap-ssh", is_flag=True, default=None,
+                     help="Add a firewall rule so 'cluster ssh' can reach port 22 through IAP (35.235.240.0/20)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -84,6 +86,7 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "network": kw.get("network"),
         "subnetwork": kw.get("subnetwork"),
         "external_ips": kw.get("external_ips"),
+        "iap_ssh": kw.get("iap_ssh"),
     }
     if kw.get("spot"):
         flags["provisioning"] = "spot"
@@ -285,3 +288,28 @@ def list_cmd(settings: Settings) -> None:
     rows = list_clusters(settings.clients, settings.project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
                 ("zones", "ZONE"), ("status", "STATUS")], empty="No gcpgpu clusters in this project.")
+
+
+@cluster.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.option("--node", "rank", type=int, default=0, show_default=True, help="The node's rank.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> None:
+    """A shell (or `-- CMD ...`) on a node through IAP TCP forwarding; nodes need no external IP.
+
+    Runs `gcloud compute ssh NODE --tunnel-through-iap`. The cluster needs a firewall rule that lets
+    IAP's range reach port 22: bring it up with --iap-ssh (re-running `up` adds just that rule).
+    """
+    from gcpgpu.cluster import ssh as node_ssh
+    from gcpgpu.cluster.spec import RFC1035
+
+    if not RFC1035.match(name):
+        raise UsageProblem(f"NAME {name!r} is not a cluster name (lowercase letters, digits and dashes)")
+    if rank < 0:
+        raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
+    args = list(command[1:] if command[:1] == ("--",) else command)
+    argv, warning = node_ssh.gcloud_argv(settings.clients, settings.project, name, rank, args)
+    if warning:
+        info(f"note: {warning}")
+    sys.exit(node_ssh.run(argv))

@@ -21,6 +21,9 @@ LABEL_RANK = "gcpgpu-rank"
 LABEL_MANAGED = "gcpgpu-managed"
 MARK = "gcpgpu:cluster="
 GPU_NIC_CIDR = "10.{base}.{i}.0/24"  # one /24 per GPU NIC network (SkyPilot uses 10.129.i.0/24 likewise)
+# The range IAP TCP forwarding connects from (Google's IAP guide "Using IAP for TCP forwarding",
+# section "create a firewall rule"; read here through public Terraform that cites it).
+IAP_RANGE = "35.235.240.0/20"
 
 
 def marker(cluster: str) -> str:
@@ -39,6 +42,19 @@ def rank_of(cluster: str, instance_name: str) -> int | None:
 
 def network_tag(cluster: str) -> str:
     return f"gcpgpu-{cluster}"
+
+
+def iap_ssh_firewall(cluster: str, project: str, network: str) -> dict:
+    """Opt-in (`up --iap-ssh`): IAP's range may reach port 22 of this cluster's nodes, nothing else."""
+    return {
+        "name": f"{cluster}-iap-ssh",
+        "description": f"{marker(cluster)} ssh through IAP TCP forwarding (gcpgpu cluster ssh)",
+        "network": f"projects/{project}/global/networks/{network}",
+        "direction": "INGRESS", "priority": 1000,
+        "sourceRanges": [IAP_RANGE],
+        "targetTags": [network_tag(cluster)],
+        "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
+    }
 
 
 def placement_details(gpp: dict, mt: catalog.MachineType) -> str:
@@ -143,10 +159,11 @@ class Plan:
             rows.append({"kind": "subnetwork", "name": sub["name"], "where": self.region,
                          "details": f"{sub['ipCidrRange']} on {sub['network'].rsplit('/', 1)[-1]}"})
         for fw in self.firewalls:
-            allowed = ",".join(a["IPProtocol"] for a in fw["allowed"])
+            allowed = ",".join(a["IPProtocol"] + "".join(f":{p}" for p in a.get("ports", [])) for a in fw["allowed"])
             src = ", ".join(fw.get("sourceRanges") or [f"tag {t}" for t in fw.get("sourceTags", [])])
+            scope = "IAP TCP forwarding only" if fw.get("sourceRanges") == [IAP_RANGE] else "internal only"
             rows.append({"kind": "firewall", "name": fw["name"], "where": fw["network"].rsplit("/", 1)[-1],
-                         "details": f"allow {allowed} from {src} (internal only)"})
+                         "details": f"allow {allowed} from {src} ({scope})"})
         if self.reservation:
             rows.append({"kind": "reservation", "name": self.reservation["name"], "where": "first zone that has capacity",
                          "details": f"{self.reservation['specificReservation']['count']} x {self.machine.name}"})
@@ -233,6 +250,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
         "targetTags": [tag],
         "allowed": [{"IPProtocol": "tcp"}, {"IPProtocol": "udp"}, {"IPProtocol": "icmp"}],
     }]
+    if spec.iap_ssh:
+        firewalls.append(iap_ssh_firewall(name, project, primary_net))
     if mt.gpudirect in ("tcpx", "tcpxo") and mt.gpu_nics:
         # A3 High/Edge (4) and Mega (8): one VPC + subnet per GPU NIC, gVNIC, MTU 8244, internal only.
         for i in range(1, mt.gpu_nics + 1):

@@ -56,6 +56,7 @@ class ClusterSpec:
     network: str = "default"
     subnetwork: str | None = None
     external_ips: bool = False
+    iap_ssh: bool = False  # a firewall rule letting IAP TCP forwarding reach port 22 (cluster ssh)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
