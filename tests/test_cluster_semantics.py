@@ -290,3 +290,23 @@ def test_ssh_rule_is_opt_in_and_ssh_warns_without_it(gcp, cli, monkeypatch):
     # Re-running up with --iap-ssh adds just the rule.
     cli("cluster", "up", "o", "--machine-type", "a2-highgpu-1g", "--zone", "us-central1-a", "--iap-ssh", "--yes")
     assert gcp.compute.get(PROJECT, "global/firewalls", "o-iap-ssh")["sourceRanges"] == ["35.235.240.0/20"]
+
+
+def test_up_explains_that_a_policy_made_with_a_vm_count_cannot_grow(gcp):
+    from gcpgpu.cluster.apply import Cluster
+    from gcpgpu.cluster.plan import plan
+    from gcpgpu.cluster.spec import ClusterSpec
+    from gcpgpu.errors import CloudError
+
+    c = Cluster(Clients(emulator=gcp.address), PROJECT)
+
+    def make(nodes: int):
+        return plan(ClusterSpec(name="v", machine_type="a2-highgpu-8g", nodes=nodes,
+                                zones=["us-central1-a"]).validate(), PROJECT)
+
+    old = make(2)
+    old.policy["groupPlacementPolicy"]["vmCount"] = 2  # as gcpgpu made policies before
+    c.up(old)
+    with pytest.raises(CloudError, match="made with vmCount 2 and policies cannot change"):
+        c.up(make(3))
+    assert len(gcp.compute.list(PROJECT, "zones/us-central1-a/instances")) == 2  # nothing was added
