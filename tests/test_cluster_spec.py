@@ -72,7 +72,8 @@ def test_defaults_fill_region_zones_and_placement():
     assert (one.region, one.zones, one.placement) == ("us-east4", ["us-east4-b"], "none")
     flex = ClusterSpec(name="c", machine_type="a3-highgpu-8g", nodes=4, provisioning="flex-start",
                        max_run_duration=7200).validate(default_region="us-central1")
-    assert flex.placement == "none"  # GCP refuses placement policies with flex-start
+    # Compact placement is allowed with flex-start VMs (AI Hypercomputer guide; gcp-facts section 10).
+    assert (flex.placement, flex.flex_wait) == ("compact", 3600)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("2h", 7200), ("1d", 86400), ("600", 600), ("30s", 30)])
@@ -91,7 +92,7 @@ def test_a2_plan_has_no_gpu_networks():
     assert p.networks == [] and p.subnets == []
     assert [f["name"] for f in p.firewalls] == ["c-internal"]
     assert len(p.instance_properties["networkInterfaces"]) == 1
-    assert p.policy["groupPlacementPolicy"] == {"collocation": "COLLOCATED", "vmCount": 2}
+    assert p.policy["groupPlacementPolicy"] == {"collocation": "COLLOCATED"}  # no vmCount: the cluster can grow
 
 
 @pytest.mark.parametrize(("machine_type", "nics"), [("a3-highgpu-8g", 4), ("a3-edgegpu-8g", 4), ("a3-megagpu-8g", 8)])
@@ -121,7 +122,7 @@ def test_scheduling_per_provisioning_model():
     flex = _plan(machine_type="a3-highgpu-8g", provisioning="flex-start", max_run_duration=3600).instance_properties
     assert flex["scheduling"]["maxRunDuration"] == {"seconds": "3600"}
     assert flex["scheduling"]["instanceTerminationAction"] == "DELETE"
-    assert "resourcePolicies" not in flex
+    assert flex["resourcePolicies"] == ["c-placement"]
 
 
 def test_created_reservation_carries_the_placement_policy_and_is_consumed():

@@ -13,7 +13,7 @@ from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
 
 NODE_COLUMNS = [("name", "NAME"), ("zone", "ZONE"), ("internal_ip", "INTERNAL IP"), ("status", "STATUS"),
-                ("gpus", "GPUS"), ("rank", "RANK")]
+                ("gpus", "GPUS"), ("rank", "RANK"), ("block", "BLOCK"), ("subblock", "SUB-BLOCK")]
 
 
 def _spec_options(fn: Callable) -> Callable:
@@ -30,6 +30,8 @@ def _spec_options(fn: Callable) -> Callable:
         click.option("--spot", is_flag=True, default=None, help="Spot VMs (preemptible, much cheaper)."),
         click.option("--flex-start", metavar="DURATION",
                      help="DWS flex-start VMs that run at most DURATION (10m..7d, e.g. 4h)."),
+        click.option("--flex-wait", metavar="DURATION",
+                     help="How long a --flex-start request waits for capacity (0, or 90s..2h; default 1h)."),
         click.option("--reservation", help="Consume this existing specific reservation."),
         click.option("--create-reservation", is_flag=True, default=None,
                      help="Create a reservation for the nodes (placement policy attached) and consume it."),
@@ -45,6 +47,8 @@ def _spec_options(fn: Callable) -> Callable:
         click.option("--subnetwork", help="Primary subnetwork (default: the network's in the region)."),
         click.option("--external-ip", "external_ips", is_flag=True, default=None,
                      help="Give nodes external IPs (default: none; nodes stay internal)."),
+        click.option("--iap-ssh", is_flag=True, default=None,
+                     help="Add a firewall rule so 'cluster ssh' can reach port 22 through IAP (35.235.240.0/20)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -83,12 +87,15 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "network": kw.get("network"),
         "subnetwork": kw.get("subnetwork"),
         "external_ips": kw.get("external_ips"),
+        "iap_ssh": kw.get("iap_ssh"),
     }
     if kw.get("spot"):
         flags["provisioning"] = "spot"
     if kw.get("flex_start"):
         flags["provisioning"] = "flex-start"
         flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
+    if kw.get("flex_wait") is not None:
+        flags["flex_wait"] = parse_duration(kw["flex_wait"], "--flex-wait")
     _check_global_location(settings, flags)
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
@@ -208,10 +215,13 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -
 @cluster.command()
 @click.argument("name")
 @click.option("--keep-reservation", is_flag=True, help="Keep the reservation the cluster created.")
+@click.option("--nodes", "keep_nodes", type=int, metavar="N",
+              help="Shrink instead: keep ranks 0..N-1, delete the other nodes, keep everything else.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
 @click.pass_obj
-def down(settings: Settings, name: str, keep_reservation: bool, yes: bool, no_wait: bool) -> None:
+def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int | None, yes: bool,
+         no_wait: bool) -> None:
     """Delete a cluster: nodes, then reservation, placement policy, firewall rules and networks.
 
     Finds everything from GCP itself (labels and names), so it works from any machine, after an
@@ -222,7 +232,12 @@ def down(settings: Settings, name: str, keep_reservation: bool, yes: bool, no_wa
 
     refuse_empty_options(click.get_current_context())
     _check_name(name)
+    if keep_nodes is not None and keep_nodes < 1:
+        raise UsageProblem(f"--nodes {keep_nodes} must be at least 1 (to delete the whole cluster, leave --nodes out)")
     project = settings.project
+    if keep_nodes is not None:
+        _shrink(settings, project, name, keep_nodes, yes, no_wait)
+        return
     _confirm(yes, f"Delete cluster {name} in project {project}?")
     try:
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
@@ -236,6 +251,21 @@ def down(settings: Settings, name: str, keep_reservation: bool, yes: bool, no_wa
               "dashboards_deleted": dashboards})
     elif not found.empty:
         info(f"Cluster {name} is gone ({found.summary()} deleted).")
+
+
+def _shrink(settings: Settings, project: str, name: str, nodes: int, yes: bool, no_wait: bool) -> None:
+    from gcpgpu.cluster.apply import Cluster, ConsoleReporter
+
+    _confirm(yes, f"Delete the nodes of cluster {name} with rank {nodes} and above?")
+    try:
+        gone = Cluster(settings.clients, project, ConsoleReporter()).shrink(name, nodes, wait_for_lease=not no_wait)
+    except KeyboardInterrupt:
+        info(f"Interrupted. Run 'gcpgpu cluster down {name} --nodes {nodes}' again to finish.")
+        raise Interrupted() from None
+    if settings.format != "table":
+        emit({"cluster": name, "nodes": nodes, "deleted": [n.name for n in gone]})
+    else:
+        info(f"Cluster {name}: deleted {len(gone)} node(s); {nodes} kept.")
 
 
 def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]:
@@ -282,7 +312,8 @@ def status(settings: Settings, name: str) -> None:
     emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
     for p in obs.policies:
         used = sum(1 for n in obs.nodes)
-        info(f"placement policy {p['name']} ({p['region']}): COLLOCATED, {used}/{p['vm_count']} VMs")
+        room = f"{used}/{p['vm_count']} VMs" if p["vm_count"] else f"{used} VM(s), no vmCount"
+        info(f"placement policy {p['name']} ({p['region']}): COLLOCATED, {room}")
     for r in obs.reservations:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
     if obs.networks:
@@ -304,3 +335,26 @@ def list_cmd(settings: Settings) -> None:
     rows = list_clusters(settings.clients, settings.project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
                 ("zones", "ZONE"), ("status", "STATUS")], empty="No gcpgpu clusters in this project.")
+
+
+@cluster.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.option("--node", "rank", type=int, default=0, show_default=True, help="The node's rank.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> None:
+    """A shell (or `-- CMD ...`) on a node through IAP TCP forwarding; nodes need no external IP.
+
+    Runs `gcloud compute ssh NODE --tunnel-through-iap`. The cluster needs a firewall rule that lets
+    IAP's range reach port 22: bring it up with --iap-ssh (re-running `up` adds just that rule).
+    """
+    from gcpgpu.cluster import ssh as node_ssh
+
+    _check_name(name)
+    if rank < 0:
+        raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
+    args = list(command[1:] if command[:1] == ("--",) else command)
+    argv, warning = node_ssh.gcloud_argv(settings.clients, settings.project, name, rank, args)
+    if warning:
+        info(f"note: {warning}")
+    sys.exit(node_ssh.run(argv))

@@ -28,6 +28,7 @@ from .lease import Lease, describe
 from .observe import LABEL_ATTEMPT, Node, Observed, list_nodes, observe, observe_nodes, observe_nodes_by_name
 from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, Plan, marker, rank_of
 from .teardown import delete_observed, one_line
+from .topology import rank_by_topology
 
 RUNNING_TIMEOUT = 1800.0
 POLL_SECONDS = 1.0
@@ -96,6 +97,33 @@ def new_attempt_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def repair_ranks(plan: Plan, labelled: dict[str, str | None]) -> dict[str, int]:
+    """The rank each existing planned node should carry, given its current `gcpgpu-rank` label: a unique
+    in-range rank is kept (a node whose rank is its name's number wins a duplicate), the others get their
+    name's number if free, else the lowest free rank."""
+    size = len(plan.node_names)
+    out: dict[str, int] = {}
+    taken: set[int] = set()
+    current = {n: int(r) if r is not None and r.isdigit() and int(r) < size else None for n, r in labelled.items()}
+    for name, rank in current.items():
+        if rank is not None and rank == rank_of(plan.name, name):
+            out[name] = rank
+            taken.add(rank)
+    for name in sorted(current):
+        rank = current[name]
+        if name not in out and rank is not None and rank not in taken:
+            out[name] = rank
+            taken.add(rank)
+    free = sorted(set(range(size)) - taken)
+    for name in sorted(current):
+        if name not in out:
+            own = rank_of(plan.name, name)
+            rank = own if own in free else free[0]
+            free.remove(rank)
+            out[name] = rank
+    return out
+
+
 class Cluster:
     """Operations on one project's clusters through the Compute API."""
 
@@ -111,8 +139,9 @@ class Cluster:
         if body is None:
             return None
         out = copy.deepcopy(body)
-        if "instanceProperties" in out:  # a bulkInsert: the VMs it makes
-            props = out["instanceProperties"]
+        # A bulkInsert (the VMs it makes) or one instance (a flex-start insert).
+        props = out["instanceProperties"] if "instanceProperties" in out else out if "machineType" in out else None
+        if props is not None:
             props["labels"] = {**props.get("labels", {}), LABEL_ATTEMPT: self.attempt}
             props["description"] = f"{marker(str(props['labels'].get(LABEL_CLUSTER)))} node attempt={self.attempt}"
         else:
@@ -158,6 +187,9 @@ class Cluster:
         if not obs.empty:
             self.report.note(f"found {obs.summary()}: creating only what is missing")
         self._check_compatible(plan, obs)
+        self._check_policy_room(plan, obs)
+        if plan.spec.reservation:
+            self._adopt_reservation(plan)
         created = Created()
         try:
             self._ensure_shared(plan, obs, created, compute_v1)
@@ -169,8 +201,10 @@ class Cluster:
                 self._label_ranks(plan, zone, missing)
             else:
                 self.report.note(f"all {len(plan.node_names)} node(s) already exist")
-            self._repair_labels(plan)
-            return self._wait_running(plan)
+            repaired = self._repair_labels(plan)
+            nodes = self._wait_running(plan)
+            # Fabric order only when the set of nodes or their ranks changed: never under a running job's feet.
+            return rank_by_topology(self, plan, nodes) if missing or repaired else nodes
         except KeyboardInterrupt:
             raise  # everything is marked: a re-run resumes it, `down` removes it
         except Exception:
@@ -194,13 +228,41 @@ class Cluster:
             self.report.note(f"note: {len(extra)} node(s) beyond --nodes {plan.spec.nodes} exist and are left alone: "
                              f"{', '.join(extra[:5])}")
 
+    def _check_policy_room(self, plan: Plan, obs: Observed) -> None:
+        """Policies are immutable: one made with a vmCount (older gcpgpu) cannot take more nodes."""
+        for p in obs.policies:
+            if p["vm_count"] and plan.policy and p["name"] == plan.policy["name"] and p["vm_count"] < plan.spec.nodes:
+                raise CloudError(f"--nodes {plan.spec.nodes}: placement policy {p['name']} was made with vmCount "
+                                 f"{p['vm_count']} and policies cannot change; take cluster {plan.name} down and "
+                                 "bring it up again at the new size")
+
+    def _adopt_reservation(self, plan: Plan) -> None:
+        """A reservation that carries a placement policy imposes it: find the reservation (zonal) in the
+        candidate zones, keep only its zone, and let the nodes take its policies instead of ours."""
+        for zone in plan.zones:
+            try:
+                res = self.c("ReservationsClient").get(project=self.project, zone=zone,
+                                                       reservation=str(plan.spec.reservation).rsplit("/", 1)[-1])
+            except Exception as e:
+                if is_not_found(e):
+                    continue
+                raise
+            plan.spec.zones = [zone]
+            links = list(dict(res.resource_policies).values())
+            if links:
+                plan.adopt_reservation_policies(links)
+                self.report.note(f"reservation {res.name} ({zone}) carries placement policy "
+                                 f"{', '.join(x.rsplit('/', 1)[-1] for x in links)}: the nodes use it")
+            return
+        raise CloudError(f"--reservation {plan.spec.reservation}: no such reservation in "
+                         f"{', '.join(plan.zones)} of project {self.project}")
+
     def _ensure_shared(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> None:
         """Placement policy, networks, subnets and firewalls: regional/global, shared by every zone attempt."""
         region = plan.region
         ops = []
         if plan.policy and plan.policy["name"] not in {p["name"] for p in obs.policies}:
-            self.report.step("policy", f"Creating compact placement policy {plan.policy['name']} "
-                                       f"(vmCount {plan.spec.nodes}) in {region}")
+            self.report.step("policy", f"Creating compact placement policy {plan.policy['name']} in {region}")
             ops.append(call(self.c("ResourcePoliciesClient").insert, {
                 "project": self.project, "region": region,
                 "resource_policy_resource": _msg(cv1.ResourcePolicy, self._own(plan.policy))}))
@@ -278,6 +340,10 @@ class Cluster:
                     raise
                 return classify(e, from_operation=True)
 
+        if plan.flex_start:
+            from .flex import place_flex
+
+            return place_flex(self, plan, missing, zone, created)
         self.report.step("instances", f"Creating {len(missing)} x {plan.machine.name} in {zone} "
                                       "(one instances.bulkInsert)")
         body = _msg(cv1.BulkInsertInstanceResource, self._own(plan.bulk_insert_body(missing)))
@@ -419,6 +485,45 @@ class Cluster:
                              f"'gcpgpu cluster down {name}' again once the cause is fixed:\n  " + "\n  ".join(lines))
         return obs
 
+    def shrink(self, name: str, nodes: int, wait_for_lease: bool = True) -> list[Node]:
+        """Keep ranks 0..nodes-1 and delete the rest; the shared resources stay. Returns the nodes deleted.
+        Under the cluster's lease, like `up` and `down`."""
+        self.attempt = new_attempt_id()
+        with self._holding(name, "down", wait_for_lease):
+            return self._shrink(name, nodes)
+
+    def _shrink(self, name: str, nodes: int) -> list[Node]:
+        found = observe_nodes(self.clients, self.project, name)
+        gone = [n for n in found if n.rank is None or n.rank >= nodes]
+        if not gone:
+            self.report.note(f"cluster {name} has {len(found)} node(s): nothing to remove for --nodes {nodes}")
+            return []
+        self.report.step("instances", f"Deleting {len(gone)} node(s) beyond --nodes {nodes}: "
+                                      f"{', '.join(n.name for n in gone[:5])}{' ...' if len(gone) > 5 else ''}")
+        with self.report.waiting("waiting for nodes to be deleted"):
+            self._delete_instances([(n.zone, n.name) for n in gone])
+        self._set_size([n for n in found if n not in gone], nodes)
+        return gone
+
+    def _set_size(self, kept: list[Node], nodes: int) -> None:
+        """The kept nodes' `gcpgpu-nodes` metadata says the new size, so `status` does not report the
+        removed nodes as missing."""
+        from google.cloud import compute_v1
+
+        client = self.c("InstancesClient")
+
+        def put(n: Node) -> Any:
+            inst = client.get(project=self.project, zone=n.zone, instance=n.name)
+            items = [compute_v1.Items(key=i.key, value=i.value) for i in inst.metadata.items if i.key != "gcpgpu-nodes"]
+            items.append(compute_v1.Items(key="gcpgpu-nodes", value=str(nodes)))
+            return call(client.set_metadata, {"project": self.project, "zone": n.zone, "instance": n.name,
+                                              "metadata_resource": compute_v1.Metadata(
+                                                  fingerprint=inst.metadata.fingerprint, items=items)})
+
+        ops = parallel(put, kept)
+        self._raise_first(ops)
+        self._wait_all_or_raise(ops)
+
     def _delete_instances(self, items: list[tuple[str, str]]) -> None:
         self._delete_all("InstancesClient", items, "zone", "instance")
 
@@ -464,22 +569,27 @@ class Cluster:
         for line in delete_observed(self.clients, self.project, mine):
             self.report.note(f"cleanup incomplete: {line}")
 
-    def _repair_labels(self, plan: Plan) -> None:
-        """Every planned node carries the cluster's labels and its own rank (after a kill between bulkInsert and
-        the rank labels, a hand edit, or two nodes claiming one rank)."""
+    def _repair_labels(self, plan: Plan) -> bool:
+        """Every planned node carries the cluster's labels and a rank of its own (after a kill between
+        bulkInsert and the rank labels, a hand edit, or two nodes claiming one rank). Ranks that already
+        form a valid set are kept, whatever their order (topology order differs from names); a node
+        without a usable rank gets its name's number if free, else the lowest free rank. True if any
+        label changed."""
         from google.cloud import compute_v1
 
         found = {n.name: n for n in observe_nodes(self.clients, self.project, plan.name)}
         found.update({n.name: n for n in observe_nodes_by_name(self.clients, self.project, plan.name)
                       if n.name not in found})
+        ranks = repair_ranks(plan, {name: found[name].labels.get(LABEL_RANK) for name in plan.node_names
+                                    if name in found})
         todo = []
-        for name in plan.node_names:
-            node = found.get(name)
-            want = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true", LABEL_RANK: str(rank_of(plan.name, name))}
-            if node is not None and any(node.labels.get(k) != v for k, v in want.items()):
+        for name, rank in ranks.items():
+            node = found[name]
+            want = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true", LABEL_RANK: str(rank)}
+            if any(node.labels.get(k) != v for k, v in want.items()):
                 todo.append((node, {**node.labels, **want}))
         if not todo:
-            return
+            return False
         self.report.step("repair", f"Repairing the labels of {len(todo)} node(s): "
                                    + ", ".join(n.name for n, _ in todo[:5]))
         ops = parallel(lambda item: call(self.c("InstancesClient").set_labels, {
@@ -487,6 +597,8 @@ class Cluster:
             "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
                 labels=item[1], label_fingerprint=item[0].label_fingerprint)}), todo)
         self._raise_first(ops)
+        self._wait_all_or_raise(ops)
+        return True
         self._wait_all_or_raise(ops)
 
     # ------------------------------------------------------------------ status

@@ -55,10 +55,14 @@ class Node:
     provisioning: str
     reservation: str | None
     expected_nodes: int | None = None  # the cluster's size as `up` wrote it in the node's metadata
+    block: str | None = None  # resourceStatus.physicalHostTopology, where the API reports it
+    subblock: str | None = None
+    host: str | None = None
 
     def row(self) -> dict[str, Any]:
         return {"name": self.name, "zone": self.zone, "internal_ip": self.internal_ip, "status": self.status,
-                "gpus": self.gpus, "rank": self.rank, "machine_type": self.machine_type, "provisioning": self.provisioning}
+                "gpus": self.gpus, "rank": self.rank, "machine_type": self.machine_type, "provisioning": self.provisioning,
+                "block": self.block, "subblock": self.subblock}
 
 
 @dataclass
@@ -123,7 +127,15 @@ def _node(cluster: str, inst: Any) -> Node:
         if inst.reservation_affinity.consume_reservation_type == "SPECIFIC_RESERVATION" else None,
         expected_nodes=next((int(i.value) for i in inst.metadata.items if i.key == "gcpgpu-nodes"
                              and i.value.isdigit()), None),
+        **_topology(inst),
     )
+
+
+def _topology(inst: Any) -> dict[str, str | None]:
+    """Block / sub-block / host from resourceStatus.physicalHostTopology (A3 8-GPU and A4 families in a
+    compact placement; absent elsewhere, and where the account lacks access to the field)."""
+    topo = inst.resource_status.physical_host_topology
+    return {"block": topo.block or None, "subblock": topo.subblock or None, "host": topo.host or None}
 
 
 def list_nodes(clients: Clients, project: str, label_filter: str) -> list[Any]:
@@ -234,9 +246,14 @@ def problems(obs: Observed) -> list[str]:
     expected = max([n.expected_nodes or 0 for n in obs.nodes] + [int(p.get("vm_count") or 0) for p in obs.policies]
                    + [0])
     have = {n.name for n in obs.nodes}
-    missing = [f"{obs.cluster}-{r}" for r in range(expected) if f"{obs.cluster}-{r}" not in have]
-    if missing:
-        out.append(f"{len(missing)} of {expected} node(s) missing: {', '.join(missing[:8])}")
+    if len(have) < expected:
+        # Name the ranks nobody holds (ranks follow the fabric, so after a shrink names need not be 0..N-1);
+        # names when the rank labels cannot tell.
+        held = {n.labels.get(LABEL_RANK) for n in obs.nodes}
+        ranks = [r for r in range(expected) if str(r) not in held]
+        names = [f"{obs.cluster}-{r}" for r in range(expected) if f"{obs.cluster}-{r}" not in have]
+        which = names if len(names) == expected - len(have) else [f"rank {r}" for r in ranks]
+        out.append(f"{expected - len(have)} of {expected} node(s) missing: {', '.join(which[:8])}")
     by_rank: dict[str, list[str]] = {}
     for n in obs.nodes:
         rank = n.labels.get(LABEL_RANK)

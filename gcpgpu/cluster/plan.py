@@ -22,6 +22,9 @@ LABEL_RANK = "gcpgpu-rank"
 LABEL_MANAGED = "gcpgpu-managed"
 MARK = "gcpgpu:cluster="
 GPU_NIC_CIDR = "10.{base}.{i}.0/24"  # one /24 per GPU NIC network (SkyPilot uses 10.129.i.0/24 likewise)
+# The range IAP TCP forwarding connects from (Google's IAP guide "Using IAP for TCP forwarding",
+# section "create a firewall rule"; read here through public Terraform that cites it).
+IAP_RANGE = "35.235.240.0/20"
 
 
 def marker(cluster: str) -> str:
@@ -40,6 +43,27 @@ def rank_of(cluster: str, instance_name: str) -> int | None:
 
 def network_tag(cluster: str) -> str:
     return f"gcpgpu-{cluster}"
+
+
+def iap_ssh_firewall(cluster: str, project: str, network: str) -> dict:
+    """Opt-in (`up --iap-ssh`): IAP's range may reach port 22 of this cluster's nodes, nothing else."""
+    return {
+        "name": f"{cluster}-iap-ssh",
+        "description": f"{marker(cluster)} ssh through IAP TCP forwarding (gcpgpu cluster ssh)",
+        "network": f"projects/{project}/global/networks/{network}",
+        "direction": "INGRESS", "priority": 1000,
+        "sourceRanges": [IAP_RANGE],
+        "targetTags": [network_tag(cluster)],
+        "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
+    }
+
+
+def placement_details(gpp: dict, mt: catalog.MachineType) -> str:
+    """The plan row for a compact policy: vmCount (or none: the cluster can grow) and the family's limit."""
+    count = f"vmCount {gpp['vmCount']}" if gpp.get("vmCount") else "no vmCount (grow with 'up --nodes N')"
+    limit = f"at most {mt.compact_max_vms} {mt.family} VMs per policy" + (
+        "" if mt.compact_max_vms_verified else " (Cluster Toolkit's cap with maxDistance unset; Google's figure unverified)")
+    return f"{gpp['collocation']}, {count}, {limit}"
 
 
 @dataclass
@@ -88,6 +112,38 @@ class Plan:
             "instanceProperties": self.instance_properties,
         }
 
+    @property
+    def flex_start(self) -> bool:
+        return self.spec.provisioning == "flex-start"
+
+    def flex_insert_body(self, name: str, zone: str) -> dict:
+        """instances.insert for one flex-start node. The documented way to queue for flex-start capacity
+        is per-instance insert with params.requestValidForDuration ("Relevant only for Instances.Insert
+        API", Compute v1 InstanceParams); bulkInsert's InstanceProperties has no such field."""
+        props = self.instance_properties
+        disks = []
+        for d in props["disks"]:
+            init = dict(d.get("initializeParams") or {})
+            if init.get("diskType") and "/" not in init["diskType"]:
+                init["diskType"] = f"zones/{zone}/diskTypes/{init['diskType']}"  # insert takes a URL
+            disks.append({**d, "initializeParams": init})
+        body = {**props, "name": name, "disks": disks,
+                "machineType": f"zones/{zone}/machineTypes/{props['machineType']}",
+                "params": {"requestValidForDuration": {"seconds": str(self.spec.flex_wait or 0)}}}
+        if props.get("resourcePolicies"):
+            body["resourcePolicies"] = [f"regions/{self.region}/resourcePolicies/{x.rsplit('/', 1)[-1]}"
+                                        for x in props["resourcePolicies"]]
+        return body
+
+    def adopt_reservation_policies(self, links: list[str]) -> None:
+        """Consume a reservation that carries its own placement policy: the VMs take exactly the
+        reservation's policies and no policy of our own is created (Cluster Toolkit
+        `update_reservation_props`; dstack: no own placement policy inside a reservation)."""
+        self.policy = None
+        self.instance_properties["resourcePolicies"] = [link.rsplit("/", 1)[-1] for link in links]
+        self.notes.append(f"reservation {self.spec.reservation} carries placement policy "
+                          f"{', '.join(x.rsplit('/', 1)[-1] for x in links)}: the nodes use it, gcpgpu creates none")
+
     def reservation_body(self) -> dict | None:
         return self.reservation
 
@@ -97,31 +153,37 @@ class Plan:
         if self.policy:
             gpp = self.policy["groupPlacementPolicy"]
             rows.append({"kind": "placement policy", "name": self.policy["name"], "where": self.region,
-                         "details": f"{gpp['collocation']}, vmCount {gpp['vmCount']}"})
+                         "details": placement_details(gpp, self.machine)})
         for net in self.networks:
             rows.append({"kind": "network", "name": net["name"], "where": "global", "details": f"MTU {net['mtu']}"})
         for sub in self.subnets:
             rows.append({"kind": "subnetwork", "name": sub["name"], "where": self.region,
                          "details": f"{sub['ipCidrRange']} on {sub['network'].rsplit('/', 1)[-1]}"})
         for fw in self.firewalls:
-            allowed = ",".join(a["IPProtocol"] for a in fw["allowed"])
+            allowed = ",".join(a["IPProtocol"] + "".join(f":{p}" for p in a.get("ports", [])) for a in fw["allowed"])
             src = ", ".join(fw.get("sourceRanges") or [f"tag {t}" for t in fw.get("sourceTags", [])])
+            scope = "IAP TCP forwarding only" if fw.get("sourceRanges") == [IAP_RANGE] else "internal only"
             rows.append({"kind": "firewall", "name": fw["name"], "where": fw["network"].rsplit("/", 1)[-1],
-                         "details": f"allow {allowed} from {src} (internal only)"})
+                         "details": f"allow {allowed} from {src} ({scope})"})
         if self.reservation:
             rows.append({"kind": "reservation", "name": self.reservation["name"], "where": "first zone that has capacity",
                          "details": f"{self.reservation['specificReservation']['count']} x {self.machine.name}"})
         elif self.spec.reservation:
             rows.append({"kind": "reservation (use)", "name": self.spec.reservation, "where": "existing",
-                         "details": "SPECIFIC_RESERVATION"})
+                         "details": "SPECIFIC_RESERVATION; its own placement policy, if it has one, replaces ours"})
         nics = self.instance_properties["networkInterfaces"]
         gpu_nics = len(nics) - 1
         nic_text = f"{len(nics)} NIC" + (f"s (1 host + {gpu_nics} GPU, gVNIC)" if gpu_nics else "")
         sched = self.instance_properties["scheduling"]
+        queue = ""
+        if self.flex_start:
+            wait = self.spec.flex_wait or 0
+            queue = (f", instances.insert waiting up to {wait // 60}m for capacity, deleted after "
+                     f"{int(sched['maxRunDuration']['seconds']) // 60}m") if wait else ", only if capacity is there now"
         for n in self.node_names:
             rows.append({"kind": "instance", "name": n, "where": " > ".join(self.zones),
                          "details": f"{self.machine.name}, {self.machine.gpu_count} x {self.machine.gpu.model}, "
-                                    f"{sched['provisioningModel']}, {nic_text}"})
+                                    f"{sched['provisioningModel']}, {nic_text}{queue}"})
         return rows
 
     def to_dict(self) -> dict:
@@ -140,7 +202,8 @@ class Plan:
             "subnetworks": self.subnets,
             "firewalls": self.firewalls,
             "reservation": self.reservation,
-            "bulkInsert": self.bulk_insert_body(self.node_names),
+            **({"flexStartInserts": [self.flex_insert_body(n, self.zones[0]) for n in self.node_names]}
+               if self.flex_start else {"bulkInsert": self.bulk_insert_body(self.node_names)}),
             "notes": self.notes,
         }
 
@@ -157,7 +220,12 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
         policy = {
             "name": f"{name}-placement",
             "description": f"{mark} compact placement for {spec.nodes} x {mt.name}",
-            "groupPlacementPolicy": {"collocation": "COLLOCATED", "vmCount": spec.nodes},
+            # No vmCount: the API field doc calls it "not recommended unless you want the policy to work
+            # only with exactly this number of VMs", and a policy is immutable, so a vmCount would stop
+            # the cluster from growing or replacing a node. Cluster Toolkit (Slurm resume.py
+            # create_placement_request) and gcloud (`--vm-count` optional) leave it out too. maxDistance
+            # stays unset: it is in the beta API only.
+            "groupPlacementPolicy": {"collocation": "COLLOCATED"},
         }
 
     primary_net = spec.network
@@ -183,6 +251,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
         "targetTags": [tag],
         "allowed": [{"IPProtocol": "tcp"}, {"IPProtocol": "udp"}, {"IPProtocol": "icmp"}],
     }]
+    if spec.iap_ssh:
+        firewalls.append(iap_ssh_firewall(name, project, primary_net))
     if mt.gpudirect in ("tcpx", "tcpxo") and mt.gpu_nics:
         # A3 High/Edge (4) and Mega (8): one VPC + subnet per GPU NIC, gVNIC, MTU 8244, internal only.
         for i in range(1, mt.gpu_nics + 1):

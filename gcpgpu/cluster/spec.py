@@ -22,6 +22,11 @@ LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 # The longest suffix we add to a cluster's name is "-gpunet-8" / "-internal" (9 chars) or "-NNNN".
 MAX_NAME = 40
 FLEX_START_SECONDS = (600, 604800)  # Cluster Toolkit's bounds for maxRunDuration: 10 min .. 7 days
+# How long a flex-start request may wait for capacity (Instance.params.requestValidForDuration):
+# 0 = only if capacity is there now, else 90 s .. 2 h (gcp-facts section 10; the API field doc
+# gives no bounds: unverified beyond that record).
+FLEX_WAIT_SECONDS = (90, 7200)
+DEFAULT_FLEX_WAIT = 3600
 PROVISIONING = ("standard", "spot", "flex-start")
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11"
 DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -38,6 +43,7 @@ class ClusterSpec:
     zones: list[str] = field(default_factory=list)
     provisioning: str = "standard"
     max_run_duration: int | None = None  # seconds, flex-start only
+    flex_wait: int | None = None  # seconds a flex-start request waits for capacity (default 1 h)
     reservation: str | None = None
     create_reservation: bool = False
     placement: str | None = None  # "compact" | "none"; None = compact when it applies
@@ -51,6 +57,7 @@ class ClusterSpec:
     network: str = "default"
     subnetwork: str | None = None
     external_ips: bool = False
+    iap_ssh: bool = False  # a firewall rule letting IAP TCP forwarding reach port 22 (cluster ssh)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,14 +156,21 @@ class ClusterSpec:
             if not lo <= int(self.max_run_duration) <= hi:
                 raise UsageProblem(f"--flex-start {self.max_run_duration}s is out of range: "
                                    "the run duration must be between 10m and 7d")
-            if self.placement == "compact":
-                raise UsageProblem("--flex-start can't be combined with a compact placement policy: use --no-placement")
+            if self.flex_wait is None:
+                self.flex_wait = DEFAULT_FLEX_WAIT
+            lo, hi = FLEX_WAIT_SECONDS
+            if not isinstance(self.flex_wait, int) or not (self.flex_wait == 0 or lo <= self.flex_wait <= hi):
+                raise UsageProblem(f"--flex-wait {self.flex_wait!r}s must be 0 (only if capacity is there now) "
+                                   "or between 90s and 2h")
         elif self.max_run_duration is not None:
             raise UsageProblem("a max run duration applies to --flex-start only")
+        elif self.flex_wait is not None:
+            raise UsageProblem("--flex-wait applies to --flex-start only")
 
         if self.placement is None:
-            # Compact by default wherever it applies: several nodes, and not flex-start (GCP refuses it).
-            self.placement = "compact" if self.nodes > 1 and self.provisioning != "flex-start" else "none"
+            # Compact by default wherever it applies: several nodes (flex-start VMs included: the AI
+            # Hypercomputer guide creates them with compact placement).
+            self.placement = "compact" if self.nodes > 1 else "none"
         if self.placement not in ("compact", "none"):
             raise UsageProblem(f"--placement {self.placement!r} must be compact or none")
         if self.placement == "compact" and self.nodes > mt.compact_max_vms:
@@ -193,8 +207,8 @@ def _load_file(path: str) -> dict[str, Any]:
         out["max_run_duration"] = parse_duration(value, f"{path}: flex_start")
 
     def convert(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
-        if k == "max_run_duration" and value is not None:
-            return parse_duration(value, f"{path}: max_run_duration")
+        if k in ("max_run_duration", "flex_wait") and value is not None:
+            return parse_duration(value, f"{path}: {k}")
         if k in ("zones", "scopes") and isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]  # one string: comma-separated, like --zones
         if isinstance(value, str) and not value.strip():

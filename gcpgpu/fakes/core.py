@@ -181,6 +181,8 @@ class Faults:
                     the backend (as a flaky front end would).
     error_methods:  HTTP methods the error rate applies to (mutations by default).
     latency_ms:     added to every API request.
+    subblock_hosts / block_subblocks: the emulated fabric compact-placed A3/A4 VMs report
+                    (resourceStatus.physicalHostTopology); see compute/topology.py.
     operation_seconds: how long an operation takes from PENDING to DONE (None: the world's default).
     preemptions:    instances to take away (see `preempt`): each {instance, kind (preempt | host_error),
                     after_s (seconds into a job running on it) or at (an emulator-clock time), armed}.
@@ -200,6 +202,8 @@ class Faults:
     seed: int = 0
     preemptions: list[dict] = field(default_factory=list)
     preempt_grace_s: float = 30.0
+    subblock_hosts: int = 16  # hosts per sub-block of the emulated fabric (real size unverified)
+    block_subblocks: int = 4  # sub-blocks per block (unverified)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -279,6 +283,8 @@ class Faults:
             "seed": self.seed,
             "preemptions": [dict(e) for e in self.preemptions],
             "preempt_grace_s": self.preempt_grace_s,
+            "subblock_hosts": self.subblock_hosts,
+            "block_subblocks": self.block_subblocks,
         }
 
     @classmethod

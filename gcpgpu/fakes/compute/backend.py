@@ -3,14 +3,16 @@
 One class over one shared state, put together from a mixin per resource family, as moto builds its
 EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (zones, regions,
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
-and reservations), `instance_spec` (an instance body checked and stored), `instances`, `templates` and
-`preemption` (losing a VM).
+and reservations), `instance_spec` (an instance body checked and stored), `instances`, `templates`,
+`preemption` (losing a VM), `topology` (where a compact-placed VM sits) and `flex` (flex-start
+requests that wait for capacity).
 """
 
 from __future__ import annotations
 
 from .catalog import CatalogMixin
 from .crud import CrudMixin
+from .flex import FlexStartMixin
 from .instance_spec import InstanceSpecMixin
 from .instances import InstancesMixin
 from .networks import NetworksMixin
@@ -20,11 +22,13 @@ from .preemption import PreemptionMixin
 from .projects import ProjectsMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
 from .templates import TemplatesMixin
+from .topology import TopologyMixin
 
 __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", "Project", "check_project", "last",
            "public"]
 
 
 class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin,
-                     InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin, BackendBase):
+                     InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin, TopologyMixin,
+                     FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

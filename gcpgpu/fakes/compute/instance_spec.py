@@ -57,9 +57,15 @@ class InstanceSpecMixin:
             if not FLEX_START_RANGE[0] <= secs <= FLEX_START_RANGE[1]:
                 raise invalid(f"{field}.scheduling.maxRunDuration.seconds", secs,
                               f"Must be between {FLEX_START_RANGE[0]} and {FLEX_START_RANGE[1]} for FLEX_START.")
-            if sched.get("instanceTerminationAction") != "DELETE":
+            # Flex-start (Instance schema / Google's flex-start guide): STOP or DELETE at the end of the
+            # run duration, and never from a reservation.
+            if sched.get("instanceTerminationAction") not in ("STOP", "DELETE"):
                 raise invalid(f"{field}.scheduling.instanceTerminationAction", sched.get("instanceTerminationAction"),
-                              "FLEX_START VMs must use DELETE.")
+                              "FLEX_START VMs must set STOP or DELETE.")
+            kind = (body.get("reservationAffinity") or {}).get("consumeReservationType")
+            if kind != "NO_RESERVATION":
+                raise invalid(f"{field}.reservationAffinity.consumeReservationType", kind,
+                              "FLEX_START VMs must use NO_RESERVATION.")
 
         disks = body.get("disks") or []
         if not disks:
@@ -91,9 +97,8 @@ class InstanceSpecMixin:
         policies = []
         for link in body.get("resourcePolicies") or []:
             policies.append(self._policy_for(p, region, link, f"{field}.resourcePolicies")["selfLink"])
-        if policies and model == "FLEX_START":
-            raise ApiError(400, "UNSUPPORTED_OPERATION",
-                           "Placement policies are not supported with FLEX_START provisioning.")
+        # Compact placement is allowed with flex-start VMs (AI Hypercomputer guide "create VMs",
+        # gcp-facts section 10), unlike flex-start through MIG resize requests.
 
         affinity = body.get("reservationAffinity") or {"consumeReservationType": "ANY_RESERVATION"}
         meta_items = (body.get("metadata") or {}).get("items") or []

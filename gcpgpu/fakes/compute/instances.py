@@ -61,9 +61,17 @@ class InstancesMixin:
         if reservation is not None:
             for inst in insts:
                 inst["_reservation"] = reservation["selfLink"]
-            # A reservation's own placement policy applies to what consumes it.
-            for link in (reservation.get("resourcePolicies") or {}).values():
-                for inst in insts:
+            # A reservation's own placement policy applies to what consumes it; a VM that names
+            # another placement policy is refused (a VM has at most one; dstack: "cannot use our own
+            # placement policies when provisioning in a reservation"; error wording unverified).
+            res_links = list((reservation.get("resourcePolicies") or {}).values())
+            for inst in insts:
+                own = [x for x in inst["resourcePolicies"] if x not in res_links and self._is_placement(p, region, x)]
+                if res_links and own:
+                    raise invalid("resource.resourcePolicies", own[0],
+                                  f"Reservation '{reservation['name']}' carries placement policy "
+                                  f"'{last(res_links[0])}'; a VM consuming it cannot name another placement policy.")
+                for link in res_links:
                     if link not in inst["resourcePolicies"]:
                         inst["resourcePolicies"].append(link)
 
@@ -95,6 +103,10 @@ class InstancesMixin:
             return got, None
         return len(insts), None
 
+    def _is_placement(self, p: Project, region: str, link: str) -> bool:
+        pol = p.coll(f"regions/{region}/resourcePolicies").get(last(link)) or {}
+        return "groupPlacementPolicy" in pol
+
     def _place(self, p: Project, project: str, zone: str, inst: dict) -> None:
         now = self.now()
         dur = self._op_seconds()
@@ -114,10 +126,15 @@ class InstancesMixin:
         if inst["name"] in p.coll(path):
             raise already_exists(f"projects/{p.name}/{path}/{inst['name']}")
         link = self.link(p.name, f"{path}/{inst['name']}")
+        window = self._flex_window(body, "resource")
         _, err = self._admit(p, p.name, zone, region, [inst], 1)
+        if err is not None and window and err.reason.startswith("ZONE_RESOURCE_POOL_EXHAUSTED"):
+            self._queue_flex(p, zone, inst, window)  # flex-start: wait for capacity
+            return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, inst["id"]))
         if err is not None:
             return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, error=err))
         self._place(p, p.name, zone, inst)
+        self._assign_topology(p, zone, region, [inst])
         return self.render_op(self._new_op(p.name, f"zones/{zone}", "insert", link, inst["id"]))
 
     @_mutation()
@@ -204,6 +221,7 @@ class InstancesMixin:
         for inst in insts[got:]:
             self._new_op(p.name, scope, "insert", self.link(p.name, f"{scope}/instances/{inst['name']}"),
                          str(self.ids.next()), error=err, group=group)
+        self._assign_topology(p, zone, region, insts[:got])
         summary = None
         if err is not None and got < min_count:
             summary = ApiError(err.code, "VM_MIN_COUNT_NOT_REACHED",
