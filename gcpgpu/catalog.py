@@ -199,3 +199,61 @@ def region_of(zone: str) -> str | None:
 def zones_offering(machine_type: str, region: str) -> list[str]:
     """The zones of `region` where the catalog says `machine_type` is offered, in order."""
     return [z for z, offered in availability().get(region, {}).items() if machine_type in offered]
+
+
+@dataclass(frozen=True)
+class NodeSetup:
+    """What a node of one machine family boots and installs (the catalog's `nodes` entry)."""
+
+    family: str
+    image: str
+    driver: str  # dlvm-metadata | baked | apt
+    boot_disk_type: str
+    boot_disk_types: tuple[str, ...]
+    source: str
+    verified: bool
+
+
+@dataclass(frozen=True)
+class GpuDirectHost:
+    """The host side of a GPUDirect flavour: the receive-datapath manager and the plugin installer."""
+
+    flavor: str
+    rxdm_image: str
+    rxdm_entrypoint: str | None
+    rxdm_args: tuple[str, ...]
+    rxdm_volumes: tuple[str, ...]
+    rxdm_env: MappingProxyType[str, str]
+    ready: str  # uds | health-file
+    installer_image: str
+    source: str
+    verified: bool
+
+
+@functools.cache
+def node_setups() -> MappingProxyType[str, NodeSetup]:
+    """Per machine family: image, driver, boot disk types, with their source."""
+    out = {}
+    for family, e in _raw()["nodes"].items():
+        out[family] = NodeSetup(family=family, image=e["image"], driver=e["driver"],
+                                boot_disk_type=e["boot_disk_type"], boot_disk_types=tuple(e["boot_disk_types"]),
+                                source=e["source"], verified=bool(e.get("verified", False)))
+        if out[family].boot_disk_type not in out[family].boot_disk_types:
+            raise ValueError(f"machines.yaml: nodes.{family}.boot_disk_type is not in its boot_disk_types")
+    return MappingProxyType(out)
+
+
+def node_setup(machine: MachineType) -> NodeSetup:
+    return node_setups()[machine.family]
+
+
+def gpudirect_host(flavor: str) -> GpuDirectHost | None:
+    """The receive-datapath manager a flavour needs on the host (tcpx, tcpxo), or None."""
+    e = _raw().get("gpudirect_host", {}).get(flavor)
+    if not e:
+        return None
+    return GpuDirectHost(flavor=flavor, rxdm_image=e["rxdm_image"], rxdm_entrypoint=e.get("rxdm_entrypoint"),
+                         rxdm_args=tuple(str(a) for a in e["rxdm_args"]), rxdm_volumes=tuple(e["rxdm_volumes"]),
+                         rxdm_env=MappingProxyType({k: str(v) for k, v in e["rxdm_env"].items()}),
+                         ready=e["ready"], installer_image=e["installer_image"], source=e["source"],
+                         verified=bool(e.get("verified", False)))

@@ -7,7 +7,7 @@ emulator depends on nothing above it.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -35,6 +35,8 @@ class World:
     global_quotas: dict[str, float]
     images: dict[str, dict[str, str]]      # image project -> family -> image
     timings: dict[str, float]
+    # machine type -> {"boot_disk_types": [...], "rdma_nics": N (MRDMA NICs it takes), "gvnics": N or None}
+    machine_rules: dict[str, dict] = field(default_factory=dict)
 
     def region_of(self, zone: str) -> str | None:
         for region, zones in self.regions.items():
@@ -79,4 +81,19 @@ def default_world() -> World:
         global_quotas={k: float(v) for k, v in data["default_global_quotas"].items()},
         images=data["images"],
         timings={k: float(v) for k, v in data["timings"].items()},
+        machine_rules=_machine_rules(catalog),
     )
+
+
+def _machine_rules(catalog: dict) -> dict[str, dict]:
+    """What the API checks per GPU machine type: boot disk types, and RDMA NICs (A3 Ultra, A4)."""
+    rules = {}
+    for name, m in catalog["machine_types"].items():
+        fam = {**catalog["families"][m["family"]], **m}
+        rdma = fam.get("gpudirect") == "rdma"
+        rules[name] = {
+            "boot_disk_types": list(catalog.get("nodes", {}).get(m["family"], {}).get("boot_disk_types", [])),
+            "rdma_nics": int(fam["gpu_nics"]) if rdma else 0,
+            "gvnics": int(fam.get("gvnic_networks", 0)) if rdma else None,
+        }
+    return rules
