@@ -35,9 +35,9 @@ def _spec_options(fn: Callable) -> Callable:
                      help="Create a reservation for the nodes (placement policy attached) and consume it."),
         click.option("--no-placement", is_flag=True, default=None, help="No compact placement policy."),
         click.option("--gpus", type=int, help="Check: GPUs per node you expect (the machine type fixes it)."),
-        click.option("--image", help="Boot image path (default: a Deep Learning VM image with CUDA)."),
+        click.option("--image", help="Boot image path (default: the family's, see gcpgpu/data/machines.yaml `nodes`)."),
         click.option("--boot-disk-gb", type=int, help="Boot disk size in GB (default 200)."),
-        click.option("--boot-disk-type", help="Boot disk type (default pd-balanced)."),
+        click.option("--boot-disk-type", help="Boot disk type (default: the family's, e.g. pd-ssd on A3 High/Mega, hyperdisk-balanced on A3 Ultra/A4)."),
         click.option("--service-account", help="Service account e-mail for the nodes (default: the project's)."),
         click.option("--scope", "scopes", multiple=True, help="OAuth scope for the nodes (repeatable)."),
         click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label for the nodes (repeatable)."),
@@ -247,6 +247,28 @@ def status(settings: Settings, name: str) -> None:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
     if obs.networks:
         info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
+
+
+@cluster.command()
+@click.argument("name")
+@click.pass_obj
+def doctor(settings: Settings, name: str) -> None:
+    """Check every node is ready to train: driver, GPUs, GPU NICs and links, GPUDirect pieces.
+
+    Reads what each node's startup script reported (guest attributes); exit 1 if a node is not ready.
+    """
+    from gcpgpu.cluster import doctor as doc
+    from gcpgpu.errors import CloudError
+
+    checks = doc.check(settings.clients, settings.project, name)
+    if not checks:
+        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+    rows = [c.row() for c in checks]
+    emit(rows, doc.COLUMNS, title=f"Cluster {name}: node health")
+    bad = [c for c in checks if c.problems()]
+    if bad:
+        raise CloudError(f"{len(bad)} of {len(checks)} node(s) not ready: "
+                         + "; ".join(f"{c.node}: {', '.join(c.problems())}" for c in bad))
 
 
 @cluster.command("list")

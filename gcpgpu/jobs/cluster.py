@@ -28,6 +28,7 @@ from . import ids
 from .spec import DEFAULT_IMAGE, ValidJob, job_env
 
 MASTER_PORT = 29500
+RXDM_WAIT_S = 180  # the TCPXO RxDM takes ~30 s to initialise (container-engine-accelerators README); headroom
 LOG_NAME = "gcplogs-docker-driver"  # Docker's gcplogs driver writes the containers' output here
 # Metadata keys a job owns on a node; a new job replaces them all.
 JOB_KEYS = ("gcpgpu-job", "gcpgpu-job-id", "gcpgpu-job-agent", "gcpgpu-job-cancel", "gcpgpu-node-rank",
@@ -76,16 +77,17 @@ def nodes_of(clients: Clients, project: str, cluster: str) -> list[Any]:
     return [inst for _r, inst in sorted(ranked, key=lambda p: p[0])]
 
 
-def guest_attributes(clients: Clients, project: str, inst: Any) -> dict[str, str]:
-    """What the node's agent reported under gcpgpu/ ({} when it reported nothing)."""
+def guest_attributes(clients: Clients, project: str, inst: Any, namespace: str = "gcpgpu") -> dict[str, str]:
+    """What the node reported under NAMESPACE/ (gcpgpu: its job agent; gcpgpu-node: its startup
+    script), {} when it reported nothing."""
     from google.api_core import exceptions
 
     try:
         got = clients.compute("InstancesClient").get_guest_attributes(
-            request={"project": project, "zone": _zone(inst), "instance": inst.name, "query_path": "gcpgpu/"})
+            request={"project": project, "zone": _zone(inst), "instance": inst.name, "query_path": f"{namespace}/"})
     except (exceptions.NotFound, exceptions.BadRequest):
         return {}  # nothing reported yet (or guest attributes off on an old node)
-    return {item.key: item.value for item in got.query_value.items if item.namespace == "gcpgpu"}
+    return {item.key: item.value for item in got.query_value.items if item.namespace == namespace}
 
 
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[ids.JobId, dict]:
@@ -127,6 +129,8 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
     profile = nccl.profile_for(machine)
     # Host support the plugin needs (devices, sockets, a host-installed plugin); /usr/local is the image's own.
     mounts = [p for p in (*profile.required_paths, *profile.advised_paths) if not p.startswith("/usr/local")]
+    # TCPX/TCPXO: the agent starts Google's receive-datapath manager before the trainer.
+    rxdm = catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
     image = job.image
     if job.spec.image is None:  # the default image, from the Artifact Registry of the cluster's region
         image = DEFAULT_IMAGE.format(region=_zone(chosen[0]).rsplit("-", 1)[0], project=project.replace(":", "/"))
@@ -135,13 +139,15 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
         "args": job.args, "env": env, "nnodes": want, "master_addr": master, "master_port": MASTER_PORT,
         "machine_type": machine.name, "gpus_per_node": machine.gpu_count, "timeout": job.spec.timeout,
         "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rxdm": rxdm.rxdm_image if rxdm else None,
     }
 
     def put(pair: tuple[int, Any]) -> Any:
         rank, inst = pair
         agent = render("job_agent.sh.j2", job_id=job_id, container=container_name(job_id), rank=rank, nnodes=want,
                        master_addr=master, master_port=MASTER_PORT, image=image, command=job.command,
-                       args=job.args, env=env, mounts=mounts, timeout=job.spec.timeout or 0)
+                       args=job.args, env=env, mounts=mounts, timeout=job.spec.timeout or 0, rxdm=rxdm,
+                       rxdm_wait=RXDM_WAIT_S)
         items = {k: v for k, v in _items(inst).items() if k not in JOB_KEYS}
         items.update({
             "enable-guest-attributes": "TRUE",  # how the agent reports its state
