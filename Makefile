@@ -4,17 +4,19 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# TORCH_VERSION and the rest of the image's PyTorch pairing, declared once.
+include containers/versions.env
 
 .PHONY: install test demo lint bench clean
 
 install: $(STAMP)
 
-# torch==2.13.0 first: it resolves to the CPU build on local disk, which then satisfies the
+# torch==$(TORCH_VERSION) first: it resolves to the CPU build on local disk, which then satisfies the
 # [trainer] extra; a bare `torch` requirement would pull several GB of CUDA wheels instead.
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py containers/versions.env
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[dev,trainer]'
 	touch $(STAMP)
 

@@ -178,6 +178,7 @@ def render_cloudbuild(image: str, flavor: str, region: str) -> str:
         "cloudbuild.yaml.j2",
         image=image,
         flavor=flavor,
+        build_args=build_args(flavor),
         region=region,
         builder=BUILDER,
         dockerfile=DOCKERFILE,
@@ -216,9 +217,17 @@ def docker_engine() -> tuple[bool, str]:
     return True, f"Docker engine {done.stdout.strip() or '(version unknown)'}"
 
 
+def build_args(flavor: str) -> list[str]:
+    """KEY=VALUE build args: the flavour and containers/versions.env (the one PyTorch pairing)."""
+    # TORCH_MIN is the trainer's floor, read at run time; every other key is an ARG of the Dockerfile.
+    pins = {k: v for k, v in resources.image_versions().items() if k != "TORCH_MIN"}
+    return [f"FLAVOR={flavor}", *(f"{k}={v}" for k, v in pins.items())]
+
+
 def docker_commands(image: str, flavor: str, push: bool) -> list[list[str]]:
     """The docker command lines a local build runs (the context goes to `docker build -` on stdin)."""
-    commands = [["docker", "build", "--build-arg", f"FLAVOR={flavor}", "--file", DOCKERFILE, "--tag", image, "-"]]
+    args = [part for arg in build_args(flavor) for part in ("--build-arg", arg)]
+    commands = [["docker", "build", *args, "--file", DOCKERFILE, "--tag", image, "-"]]
     if push:
         commands.append(["docker", "push", image])
     return commands

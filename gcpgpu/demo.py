@@ -101,15 +101,16 @@ def main() -> None:
             quiet=True)
         run([gcpgpu, "cluster", "list"], env)
 
+        say("A fresh cluster runs nothing yet: idle GPUs, near-zero traffic")
+        run([gcpgpu, "metrics", "tail", "--cluster", "demo", "--once"], env)
+
         if shutil.which("gcloud"):
             say("gcloud, pointed at the same emulator, sees the same VMs")
-            for cmd in (
-                ["gcloud", "config", "set", "auth/disable_credentials", "true"],
-                ["gcloud", "config", "set", "api_endpoint_overrides/compute", f"http://{address}/compute/v1/"],
-                ["gcloud", "config", "set", "core/project", "demo-project"],
-                ["gcloud", "config", "set", "component_manager/disable_update_check", "true"],
-            ):
-                subprocess.run([*cmd, "--quiet"], env=env, capture_output=True, check=True)
+            # Every API the emulator serves (compute, aiplatform, logging, monitoring), in a scratch config.
+            print(f'{DIM}${RESET} eval "$({gcpgpu} emulator gcloud-env)"', flush=True)
+            setup = subprocess.run([gcpgpu, "emulator", "gcloud-env", "--config-dir", str(scratch / "gcloud")], env=env,
+                                   capture_output=True, text=True, check=True).stdout
+            subprocess.run(["bash", "-c", setup], env=env, capture_output=True, check=True)
             run(["gcloud", "compute", "instances", "list", "--filter=labels.gcpgpu-cluster=demo"], env)
 
         say("The NCCL settings the training image applies on this machine family (GPUDirect-TCPX)")
@@ -140,7 +141,10 @@ def main() -> None:
         say("Which node is behind? Network and GPU metrics from Cloud Monitoring next to the trainer's throughput")
         # Slow one emulated node down, then train on the cluster with a metrics log the job's reporter
         # sends to Cloud Monitoring; `metrics tail` joins both in one view.
-        run([sys.executable, "-m", "gcpgpu.fakes.monitoring", "straggler", "demo-3", "0.5"], env, quiet=True)
+        # The job runs on ranks 0 and 1 (demo-0, demo-1): slow demo-1 down; demo-2 and demo-3 stay idle.
+        # The nodes' Ops Agent collects every 10 s here (its collection_interval), so a short job shows.
+        run([sys.executable, "-m", "gcpgpu.fakes.monitoring", "straggler", "demo-1", "0.5"], env, quiet=True)
+        run([sys.executable, "-m", "gcpgpu.fakes.monitoring", "agents", "--interval", "10"], env, quiet=True)
         log = scratch / "train.jsonl"
         run([gcpgpu, "job", "submit", "--cluster", "demo", "--nodes", "2", "--wait", "--", *trainer,
              "--steps", "30", "--batch-size", "16", "--log-json", str(log)], env)

@@ -28,6 +28,18 @@ def containers_dir() -> Path:
 
 
 @cache
+def image_versions() -> dict[str, str]:
+    """containers/versions.env: the PyTorch/torchao/CUDA pairing the image and the tests share."""
+    out = {}
+    for line in (containers_dir() / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+@cache
 def _env() -> Any:
     import jinja2
 

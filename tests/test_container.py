@@ -45,11 +45,11 @@ def dockerfile() -> list[tuple[str, str]]:
     return instructions(DOCKERFILE.read_text())
 
 
-def test_base_image_is_pinned_ngc_pytorch_and_nothing_is_latest(dockerfile):
+def test_base_image_is_pinned_and_nothing_is_latest(dockerfile):
     text = DOCKERFILE.read_text()
     assert "latest" not in text.lower()
     args = dict(rest.split("=", 1) for word, rest in dockerfile if word == "ARG" and "=" in rest)
-    assert re.fullmatch(r"nvcr\.io/nvidia/pytorch:\d\d\.\d\d-py3", args["BASE_IMAGE"])
+    assert re.fullmatch(r"nvidia/cuda:\d+\.\d+\.\d+-cudnn-runtime-ubuntu\d\d\.\d\d", args["CUDA_BASE_IMAGE"])
     stages = set()
     for word, rest in dockerfile:
         if word != "FROM":
@@ -57,10 +57,43 @@ def test_base_image_is_pinned_ngc_pytorch_and_nothing_is_latest(dockerfile):
         image, _, alias = rest.partition(" AS ")
         image = image.replace("--platform=$BUILDPLATFORM ", "").strip()
         # Every FROM is a pinned tag, the pinned base, or an earlier stage of this file.
-        assert image in ("${BASE_IMAGE}", "plugin-${FLAVOR}") or image in stages or re.search(r":v?\d[\w.-]*$", image), image
+        assert image in ("${CUDA_BASE_IMAGE}", "plugin-${FLAVOR}") or image in stages or re.search(r":v?\d[\w.-]*$", image), image
         if alias:
             stages.add(alias.strip())
     assert {"plugin-none", "plugin-tcpx", "plugin-tcpxo", "plugin-rdma", "plugin", "wheel"} <= stages
+
+
+# --- one PyTorch: containers/versions.env is the pairing everything else follows -------------------------
+
+
+def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dockerfile):
+    import tomllib
+
+    import torch
+
+    from gcpgpu import resources
+    from gcpgpu.trainer.config import MIN_TORCH, _release
+
+    pins = resources.image_versions()
+    # The Dockerfile's defaults (a bare `docker build`) equal the file; `container build` passes the file.
+    args = dict(rest.split("=", 1) for word, rest in dockerfile if word == "ARG" and "=" in rest)
+    for key in ("CUDA_BASE_IMAGE", "TORCH_VERSION", "TORCH_CUDA", "TORCHAO_VERSION", "NSYS_PACKAGE"):
+        assert args[key] == pins[key], key
+    assert set(container.build_args("tcpx")) >= {f"TORCH_VERSION={pins['TORCH_VERSION']}",
+                                                  f"TORCHAO_VERSION={pins['TORCHAO_VERSION']}"}
+    # The tests run that very release (make install pins it from the same file).
+    assert torch.__version__.split("+")[0] == pins["TORCH_VERSION"]
+    assert "include containers/versions.env" in (REPO / "Makefile").read_text()
+    assert "torch==$(TORCH_VERSION)" in (REPO / "Makefile").read_text()
+    # The trainer's floor and the [trainer] extra admit that release line and no older one.
+    assert MIN_TORCH == pins["TORCH_MIN"] and _release(pins["TORCH_VERSION"])[:2] == _release(MIN_TORCH)
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["trainer"]
+    (torch_req,) = [r for r in extra if r.startswith("torch")]
+    major, minor = _release(MIN_TORCH)
+    assert torch_req == f"torch>={major}.{minor},<{major}.{minor + 1}", torch_req
+    # torchao is installed in the image, at the pinned version, and the build proves what it installed.
+    text = DOCKERFILE.read_text()
+    assert '"torchao==${TORCHAO_VERSION}"' in text and "assert v == '${TORCH_VERSION}'" in text
 
 
 def test_plugin_stages_use_the_images_the_profiles_name(dockerfile):
@@ -151,6 +184,8 @@ def test_cloudbuild_template_is_a_valid_build_for_the_image():
     (step,) = build.steps
     assert step.name == "gcr.io/cloud-builders/docker" and "DOCKER_BUILDKIT=1" in step.env
     assert step.args[:3] == ["build", "--build-arg", "FLAVOR=tcpx"]
+    built_with = {step.args[i + 1] for i, a in enumerate(step.args) if a == "--build-arg"}
+    assert built_with == set(container.build_args("tcpx"))  # the image's PyTorch pairing travels with it
     assert step.args[step.args.index("--tag") + 1] == image and step.args[-1] == "."
     assert build.timeout.total_seconds() == 3600
 
@@ -237,7 +272,9 @@ def test_with_an_engine_builds_locally_and_pushes(tmp_path):
     image = f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:t1"
     assert result.output.strip().splitlines()[-1] == image
     calls = [json.loads(line) for line in (tmp_path / "docker.jsonl").read_text().splitlines()]
-    assert calls[0]["argv"] == ["build", "--build-arg", "FLAVOR=none", "--file", "containers/Dockerfile", "--tag", image, "-"]
+    pins = [part for arg in container.build_args("none") for part in ("--build-arg", arg)]
+    assert pins[:2] == ["--build-arg", "FLAVOR=none"] and "TORCH_VERSION=2.13.0" in pins
+    assert calls[0]["argv"] == ["build", *pins, "--file", "containers/Dockerfile", "--tag", image, "-"]
     assert calls[0]["buildkit"] == "1"
     assert calls[1]["argv"] == ["push", image]
     assert "containers/Dockerfile" in members((tmp_path / "context.tgz").read_bytes())

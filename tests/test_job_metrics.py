@@ -94,7 +94,14 @@ def test_a_cluster_jobs_trainer_numbers_reach_monitoring(gcp, tmp_path):
     tail = CliRunner().invoke(main, ["--project", "test-proj", "metrics", "tail", "--cluster", "m", "--once",
                                      "--format", "json"])
     assert tail.exit_code == 0, tail.output
-    assert json.loads(tail.stdout.splitlines()[-1])["tokens_per_s"] > 0
+    shown = json.loads(tail.stdout.splitlines()[-1])["tokens_per_s"]
+    measured = [r["tokens_per_s"] for r in steps if r.get("tokens_per_s")]
+    assert measured and min(measured) * 0.999 <= shown <= max(measured) * 1.001  # the trainer's own, not made up
+
+    # While the trainer ran, the agent recorded its node busy, and only then (Monitoring reads this).
+    node = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "m-0")
+    ((began, ended),) = gcp.activity.spans(node["id"])
+    assert ended is not None and began < ended
 
 
 def test_a_vertex_jobs_reporter_writes_for_its_numeric_job_id(gcp):

@@ -69,7 +69,8 @@ def test_report_makes_one_call_per_metric_type(env, tmp_path):
     env.requests.clear()
     assert report("-o", str(tmp_path / "r.png")).exit_code == 0
     monitoring = env.requests.all(api="monitoring")
-    assert len(monitoring) == 15 and len({r.path for r in monitoring}) == 1  # 10 node metrics + 5 trainer ones
+    # 11 node metrics (GPU memory used and free apart) + 5 trainer ones
+    assert len(monitoring) == 16 and len({r.path for r in monitoring}) == 1
     assert len(env.requests.all(api="compute")) == 1
 
 

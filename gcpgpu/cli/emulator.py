@@ -19,13 +19,21 @@ from gcpgpu.settings import Settings
 DEFAULT_PORT = 8085
 
 
-def _gcloud_commands(address: str, config_dir: str) -> list[str]:
+PROJECT = "emulator-project"  # the project gcloud-env gives gcloud; any name works in the emulator
+
+
+def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | None = None,
+                     project: str | None = None) -> list[str]:
+    """Shell lines that point gcloud at the emulator: a scratch config, no credentials, every API it serves."""
     base = f"http://{address}"
+    overrides = overrides or {"compute": f"{base}/compute/v1/"}
     return [
         f"export CLOUDSDK_CONFIG={shlex.quote(config_dir)}",
-        "gcloud config set auth/disable_credentials true",
-        f"gcloud config set api_endpoint_overrides/compute {base}/compute/v1/",
-        "gcloud config set core/project emulator-project",
+        "gcloud config set auth/disable_credentials true --quiet",
+        *[f"gcloud config set api_endpoint_overrides/{api} {shlex.quote(url)} --quiet"
+          for api, url in sorted(overrides.items())],
+        f"gcloud config set core/project {shlex.quote(project or PROJECT)} --quiet",
+        "gcloud config set component_manager/disable_update_check true --quiet",
     ]
 
 
@@ -47,7 +55,7 @@ def _announce(emu: Any, state_file: str | None) -> None:
         "  (or let gcpgpu.gcp.clients.Clients(emulator=...) build them: it also redirects operation polling)",
         "",
         "Point gcloud at it (a scratch config, so your real one is untouched):",
-        *[f"  {c}" for c in _gcloud_commands(address, "/tmp/gcpgpu-emulator-gcloud")],
+        *[f"  {c}" for c in _gcloud_commands(address, "/tmp/gcpgpu-emulator-gcloud", emu.info()["gcloud_overrides"])],
         "",
         "Stop with Ctrl-C (or SIGTERM).",
     ]
@@ -170,5 +178,7 @@ def reset(settings: Settings) -> None:
 def gcloud_env(settings: Settings, config_dir: str) -> None:
     """Print the shell commands that point gcloud at a running emulator (eval them)."""
     address = _address(settings)
-    _control(address, "info")  # fail early, with one line, if nothing is listening there
-    sys.stdout.write("\n".join(_gcloud_commands(address, config_dir)) + "\n")
+    served = _control(address, "info")  # fail early, with one line, if nothing is listening there
+    # gcloud gets the project gcpgpu would use (flag or environment), else a placeholder name.
+    project = settings.optional("project")
+    sys.stdout.write("\n".join(_gcloud_commands(address, config_dir, served.get("gcloud_overrides"), project)) + "\n")

@@ -7,6 +7,7 @@ formats. Nothing here knows about a particular API.
 from __future__ import annotations
 
 import base64
+import calendar
 import hashlib
 import json
 import random
@@ -119,6 +120,23 @@ def rfc3339(ts: float) -> str:
     """Compute's timestamps: RFC 3339 with milliseconds and a -07:00 style offset (we use UTC)."""
     t = time.gmtime(ts)
     return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int((ts % 1) * 1000):03d}-00:00"
+
+
+def proto_timestamp(ts: float) -> str:
+    """protobuf Timestamp JSON (what Monitoring, Logging and Vertex AI write): UTC with nanoseconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1e9):09d}Z"
+
+
+def parse_rfc3339(text: str) -> float:
+    """Seconds since the epoch from an RFC 3339 timestamp (Z or an offset, any fraction); ValueError if not one."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text.strip())
+    if not match:
+        raise ValueError(text)
+    base = calendar.timegm(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S"))
+    frac = float(match.group(2) or 0)
+    tz = match.group(3)
+    offset = 0 if tz == "Z" else (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
+    return base + frac - offset
 
 
 def fingerprint(value: Any) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from .activity import Activity
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
@@ -40,6 +41,7 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
     (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
     (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),
+    (r"^/monitoring/v[13]/", "gcpgpu.fakes.monitoring.rest:MonitoringRest.for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -96,10 +98,11 @@ class Emulator:
         self.requests = RequestLog()
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
-        self.jobs = LocalJobs(self.compute)  # local processes for Vertex and cluster jobs
+        self.activity = Activity(self.clock)  # what runs where: the job agent writes it, Monitoring reads it
+        self.jobs = LocalJobs(self.compute, self.activity)  # local processes for Vertex and cluster jobs
         self.jobs.attach(self)  # its reporters send to this emulator, at the address it gets on start()
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
-        self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute)
+        self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity)
         self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
         self._http = None
@@ -118,6 +121,7 @@ class Emulator:
         self.vertex.reset()
         self.jobs.reset()
         self.monitoring.reset()
+        self.activity.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
         self.clock.unfreeze()
@@ -160,7 +164,15 @@ class Emulator:
                 "aiplatform": f"{self.url}/v1/ and grpc",
                 "logging": f"{self.url}/v2/",
                 "cloudbuild": "grpc",
-                "monitoring": "grpc",
+                "monitoring": f"{self.url}/monitoring/ and grpc",
+            },
+            # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
+            # (Cloud Build is served over gRPC only, which gcloud does not speak).
+            "gcloud_overrides": {
+                "compute": f"{self.url}/compute/v1/",
+                "aiplatform": f"{self.url}/",
+                "logging": f"{self.url}/",
+                "monitoring": f"{self.url}/monitoring/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }

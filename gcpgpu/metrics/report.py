@@ -59,15 +59,16 @@ def panels(target: Target, fetched: Fetched, metrics: list[Metric]) -> list[Pane
             pts = rows.get(JOB_KEY, [])
             lines[target.name] = sorted(pts)
         else:
-            per_member: dict[str, dict[float, list[float]]] = {}
-            for (key, _gpu), pts in rows.items():
-                bucket = per_member.setdefault(target.member(key).name, {})
-                for t, v in pts:
-                    bucket.setdefault(t, []).append(v)
-            summed = metric.reducer == "REDUCE_SUM"
-            for name, bucket in per_member.items():
-                lines[name] = sorted((t, sum(vs) if summed else statistics.fmean(vs)) for t, vs in bucket.items())
-        if metric.key == "gpu_mem_bytes":
+            lines = _per_member(target, rows, metric.reducer == "REDUCE_SUM")
+        if metric.key == "gpu_mem_free_bytes":
+            continue  # drawn inside "GPU memory used"
+        if metric.key == "gpu_mem_bytes" and fetched.data.get("gpu_mem_free_bytes"):
+            # used / (used + free) per node, as the Ops Agent reports both states.
+            free = {n: dict(p) for n, p in _per_member(target, fetched.data["gpu_mem_free_bytes"], True).items()}
+            lines = {n: [(t, v / (v + free[n][t]) * 100) for t, v in pts if free.get(n, {}).get(t) is not None
+                         and v + free[n][t] > 0] for n, pts in lines.items()}
+            title, unit = "GPU memory used", "% of GPU memory"
+        elif metric.key == "gpu_mem_bytes":
             if machine is not None and machine.gpu_count:
                 total = machine.gpu_count * machine.gpu.memory_gib * 2**30
                 lines = {n: [(t, v / total * 100) for t, v in pts] for n, pts in lines.items()}
@@ -80,6 +81,17 @@ def panels(target: Target, fetched: Fetched, metrics: list[Metric]) -> list[Pane
             unit = "%"
         out.append(Panel(metric, title, unit, {n: p for n, p in sorted(lines.items()) if p}))
     return [p for p in out if p.lines]
+
+
+def _per_member(target: Target, rows: dict, summed: bool) -> dict[str, list[tuple[float, float]]]:
+    """One line per node: its GPUs' (or NICs') series joined per timestamp, summed or averaged."""
+    per_member: dict[str, dict[float, list[float]]] = {}
+    for (key, _gpu), pts in rows.items():
+        bucket = per_member.setdefault(target.member(key).name, {})
+        for t, v in pts:
+            bucket.setdefault(t, []).append(v)
+    return {name: sorted((t, sum(vs) if summed else statistics.fmean(vs)) for t, vs in bucket.items())
+            for name, bucket in per_member.items()}
 
 
 def stragglers(panel_list: list[Panel]) -> dict[str, str]:

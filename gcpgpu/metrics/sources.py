@@ -51,9 +51,13 @@ CLUSTER: tuple[Metric, ...] = (
            "REDUCE_SUM", 1.0, "packets/s"),
     Metric("gpu_util_pct", "GPU utilization", AGENT + "utilization", "ops_agent", "ALIGN_MEAN", "REDUCE_MEAN", 1.0, "%",
            per_gpu=True, history=True),
-    # Bytes summed per node (or per GPU) and shown as a share of the catalog's GPU memory.
+    # The agent writes bytes_used per memory_state (used, free): summing every series gives the total,
+    # so used and free are asked apart, summed per node (or GPU), and shown as used / (used + free)
+    # (gcp-facts sections 7 and 10; Google's GPU dashboards filter memory_state = "used").
     Metric("gpu_mem_bytes", "GPU memory used", AGENT + "memory/bytes_used", "ops_agent", "ALIGN_MEAN", "REDUCE_SUM", 1.0,
-           "bytes", per_gpu=True),
+           "bytes", per_gpu=True, extra_filter='metric.labels.memory_state = "used"'),
+    Metric("gpu_mem_free_bytes", "GPU memory free", AGENT + "memory/bytes_used", "ops_agent", "ALIGN_MEAN", "REDUCE_SUM",
+           1.0, "bytes", per_gpu=True, extra_filter='metric.labels.memory_state = "free"'),
     Metric("sm_active_pct", "SM activity", DCGM + "sm_utilization", "dcgm", "ALIGN_MEAN", "REDUCE_MEAN", 100.0, "%",
            per_gpu=True),
     Metric("tensor_active_pct", "tensor pipe activity", DCGM + "pipe_utilization", "dcgm", "ALIGN_MEAN", "REDUCE_MEAN",

@@ -18,6 +18,8 @@ from .sources import HINTS, Metric
 from .target import Target
 
 STRAGGLER_SHARE = 0.8  # below 80% of the peers' median is "well below"
+IDLE_GPU_PCT = 5.0  # GPUs this quiet run no job: such a node is idle, never a straggler
+IDLE_NET_GBPS = 0.1  # a cluster moving less than this per node is not training: no network stragglers
 SPARK = "▁▂▃▄▅▆▇█"
 DCGM_KEYS = ("sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s")
 # Flat record fields, in column order (JSON and CSV carry all of them).
@@ -27,7 +29,7 @@ FIELDS = (
     "pcie_gbytes_per_s", "tokens_per_s", "mfu", "straggler", "straggler_reasons",
 )  # fmt: skip
 _SUMMED = {"net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "nvlink_gbytes_per_s",
-           "pcie_gbytes_per_s", "gpu_mem_bytes"}
+           "pcie_gbytes_per_s", "gpu_mem_bytes", "gpu_mem_free_bytes"}
 
 
 @dataclass
@@ -187,8 +189,17 @@ def _derive(values: dict[str, float | None], machine: Any, gpus: int | None, gpu
     else:
         values.setdefault("link_share_pct", None)
     if "gpu_mem_bytes" in values:
-        used = values.pop("gpu_mem_bytes")
-        values["gpu_mem_pct"] = used / (gpu_bytes * (gpus or 1)) * 100 if used is not None and gpu_bytes else None
+        values["gpu_mem_pct"] = memory_pct(values.pop("gpu_mem_bytes"), values.pop("gpu_mem_free_bytes", None),
+                                           gpu_bytes * (gpus or 1) if gpu_bytes else None)
+
+
+def memory_pct(used: float | None, free: float | None, total: float | None) -> float | None:
+    """GPU memory used, in percent: used / (used + free) as the agent reports both, else of the catalog's total."""
+    if used is None:
+        return None
+    if free is not None and used + free > 0:
+        return used / (used + free) * 100
+    return used / total * 100 if total else None
 
 
 def _gpu_rows(key: str, node: str, rank: int | None, data: dict, metrics: Sequence[Metric], fetched: Fetched,
@@ -230,9 +241,13 @@ def _mark(rows: list[Row]) -> None:
         ("gpu_util_pct", "GPU", lambda v: f"{v:.0f}%"),
         ("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),
     )
+    # A node no job runs on is idle, not slow: compared with nothing. Below a floor there is nothing to compare.
+    idle = {id(r) for r in rows if (r.values.get("gpu_util_pct") is not None and r.values["gpu_util_pct"] < IDLE_GPU_PCT)}
     for key, label, fmt in checks:
         vals = {}
         for r in rows:
+            if id(r) in idle:
+                continue
             if key == "net_gbps":
                 parts = [r.values.get("net_sent_gbps"), r.values.get("net_recv_gbps")]
                 v = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
@@ -243,7 +258,7 @@ def _mark(rows: list[Row]) -> None:
         if len(vals) < 2:
             continue
         median = statistics.median(vals.values())
-        if median <= 0:
+        if median <= (IDLE_NET_GBPS if key == "net_gbps" else 0):
             continue
         for r in rows:
             v = vals.get(id(r))

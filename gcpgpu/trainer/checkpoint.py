@@ -1,12 +1,19 @@
 """Checkpoints through torch.distributed.checkpoint: each rank writes its own shards, in parallel.
 
-A save goes to step_NNNNNNNN.tmp and is renamed when every rank has finished, so a run killed mid-save
-never leaves a half checkpoint that --resume would pick. Saved: model and optimizer (sharded as they are
-trained, re-shardable on load), the loss scaler, the data position, and each rank's RNG states.
+A save writes straight into its final folder, step_NNNNNNNN/, and is complete when DCP's `.metadata`
+file exists: DCP writes it last, on rank 0, after every rank's shard files are written and synced. No
+folder is renamed, because on a Cloud Storage FUSE mount of an ordinary bucket (Vertex's /gcs, a
+cluster's --output-dir) a folder rename copies and deletes every object, slowly and not atomically,
+while one small object appears all at once. --resume takes the newest folder with `.metadata` and
+ignores half-written ones; the next save removes them.
+
+Saved: model and optimizer (sharded as they are trained, re-shardable on load), the loss scaler, the
+data position, and each rank's RNG states.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -18,6 +25,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 _NAME = re.compile(r"^step_(\d{8})$")
+_COMMIT = ".metadata"  # DCP's metadata file: written last, so its presence marks a complete checkpoint
+# Test hook: "STEP" makes rank 0 die abruptly (os._exit) during the save of that step, after the shard
+# files are written and before `.metadata` is: a run killed mid-save.
+DIE_IN_SAVE_ENV = "GCPGPU_TRAINER_TEST_DIE_IN_SAVE"
 
 
 def _barrier() -> None:
@@ -30,8 +41,23 @@ def latest(ckpt_dir: str | Path) -> Path | None:
     root = Path(ckpt_dir)
     if not root.is_dir():
         return None
-    done = [p for p in root.iterdir() if _NAME.match(p.name) and (p / ".metadata").is_file()]
+    done = [p for p in root.iterdir() if _NAME.match(p.name) and _complete(p)]
     return max(done, key=lambda p: p.name) if done else None
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / _COMMIT).is_file()
+
+
+def _writer(path: Path, step: int) -> dcp.FileSystemWriter:
+    """DCP's own file writer (shard files synced to storage before `.metadata` is written)."""
+    if os.environ.get(DIE_IN_SAVE_ENV) == str(step):
+        class _DiesBeforeCommit(dcp.FileSystemWriter):
+            def finish(self, metadata, results) -> None:
+                os._exit(3)  # after every rank's shards, before the commit mark
+
+        return _DiesBeforeCommit(path, sync_files=True)
+    return dcp.FileSystemWriter(path, sync_files=True)
 
 
 def _rng_state(device_type: str) -> dict[str, torch.Tensor]:
@@ -46,10 +72,9 @@ def save(ckpt_dir: str | Path, step: int, *, model: torch.nn.Module, optimizer: 
     """Save the state after `step` steps on every rank (a collective); returns the checkpoint folder."""
     root = Path(ckpt_dir)
     final = root / f"step_{step:08d}"
-    tmp = root / f"step_{step:08d}.tmp"
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(final)  # a half-written save of this step by a run that was killed, or an older copy
     _barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {
@@ -59,20 +84,30 @@ def save(ckpt_dir: str | Path, step: int, *, model: torch.nn.Module, optimizer: 
         # Per-rank keys: RNG streams differ by rank and DCP would otherwise keep only rank 0's copy.
         f"rng_rank{rank}": _rng_state(device_type),
     }
-    dcp.save(state, checkpoint_id=tmp)
-    _barrier()
+    # Every rank writes its shards; rank 0 then writes `.metadata` (the commit) and dcp.save returns
+    # on every rank only after that.
+    dcp.save(state, storage_writer=_writer(final, step))
     if rank == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        _prune(root, keep)
+        _prune(root, keep, just_saved=final)
     _barrier()
     return final
 
 
-def _prune(root: Path, keep: int) -> None:
-    done = sorted(p for p in root.iterdir() if _NAME.match(p.name))
-    for old in done[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+def _remove(folder: Path) -> None:
+    """Uncommit first, then delete: a kill midway leaves an incomplete folder, never a damaged complete one."""
+    (folder / _COMMIT).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _prune(root: Path, keep: int, just_saved: Path) -> None:
+    """Keep the newest `keep` complete checkpoints; remove older ones and every incomplete folder
+    (half-written by a killed run; the legacy step_N.tmp folders too)."""
+    folders = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and p != just_saved]
+    complete = sorted([p for p in folders if _NAME.match(p.name) and _complete(p)] + [just_saved])
+    for old in complete[:-keep]:
+        _remove(old)
+    for half in (p for p in folders if not (_NAME.match(p.name) and _complete(p))):
+        _remove(half)
 
 
 def load(path: str | Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,6 +22,9 @@ PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 # Set by the offline emulator (or a user who means it): GPU-only options run on CPU instead of failing.
 ALLOW_CPU_ENV = "GCPGPU_TRAINER_ALLOW_CPU"
 PROG = "gcpgpu.trainer"
+# The oldest torch the trainer runs on: the release line the tests and the image use. It equals
+# TORCH_MIN in containers/versions.env (a test checks; the trainer imports nothing outside itself).
+MIN_TORCH = "2.13"
 
 
 class ConfigError(Exception):
@@ -296,13 +300,22 @@ def check(cfg: TrainConfig) -> None:
             raise ConfigError("--vocab-size: required with --data-dtype uint32 (the vocabulary is not in the file)")
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """'2.13.0+cu130' or '2.6.0a0+git...' -> (2, 13, 0) / (2, 6, 0): the release numbers only."""
+    m = re.match(r"(\d+(?:\.\d+)*)", version)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
+
+
 def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, cuda_available: bool,
                   cuda_capability: tuple[int, int] | None, torchao_available: bool, allow_cpu: bool,
-                  numpy_available: bool = True) -> str:
+                  numpy_available: bool = True, torch_version: str | None = None) -> str:
     """Checks that depend on the launch and the machine; returns the device type to use ('cuda' or 'cpu').
 
     GPU-only requests on a machine without a GPU are errors, unless allow_cpu (the emulator's opt-in).
     """
+    if torch_version is not None and _release(torch_version) < _release(MIN_TORCH):
+        raise ConfigError(f"torch {torch_version}: the trainer needs torch >= {MIN_TORCH} (the release the image "
+                          f"and the tests use, containers/versions.env); pip install 'torch>={MIN_TORCH}'")
     if cfg.device == "cuda" and not cuda_available and not allow_cpu:
         raise ConfigError(f"--device cuda: this machine has no CUDA GPU; use --device cpu (or set {ALLOW_CPU_ENV}=1)")
     device = "cuda" if cuda_available and cfg.device != "cpu" else "cpu"
@@ -323,12 +336,16 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
             raise ConfigError("--precision fp8: needs torchao (pip install torchao); it is not installed; use bf16")
     if cfg.compile_mode != "default" and not cfg.compile:
         raise ConfigError(f"--compile-mode {cfg.compile_mode}: has no effect without --compile; add --compile")
-    if cfg.compile_mode == "reduce-overhead":
+    # max-autotune turns on CUDA graphs exactly as reduce-overhead does (torch.compile's mode table);
+    # max-autotune-no-cudagraphs is the same search without them.
+    if cfg.compile_mode in ("reduce-overhead", "max-autotune"):
         if device != "cuda" and not allow_cpu:
-            raise ConfigError("--compile-mode reduce-overhead: CUDA graphs need a GPU; use --compile-mode default")
+            raise ConfigError(f"--compile-mode {cfg.compile_mode}: CUDA graphs need a GPU; use --compile-mode default")
         if cfg.parallel != "none":
-            raise ConfigError(f"--compile-mode reduce-overhead: CUDA graphs only with --parallel none, "
-                              f"not {cfg.parallel}")
+            # FSDP2 frees and re-gathers weights every step and DDP all-reduces from hooks: the
+            # addresses a captured graph replays go stale.
+            raise ConfigError(f"--compile-mode {cfg.compile_mode}: uses CUDA graphs, which work only with "
+                              f"--parallel none, not {cfg.parallel}; use max-autotune-no-cudagraphs")
     if cfg.fsdp_shard_size is not None:
         if cfg.parallel != "fsdp":
             raise ConfigError(f"--fsdp-shard-size: only applies to --parallel fsdp, not {cfg.parallel}")

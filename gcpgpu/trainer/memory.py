@@ -85,7 +85,8 @@ class MemoryPlan:
             ("batch", f"{self.batch_size} global, {self.micro_batch_per_gpu} per GPU micro-batch x {self.seq_len} tokens"),
             ("setup", f"{self.parallel} on {self.gpus} GPU(s), {self.precision}, grad-accum {self.grad_accum}"),
             ("parameters (fp32 master)", g(self.params_bytes)),
-            ("gradients (fp32)", g(self.grads_bytes)),
+            ("gradients (fp32" + (", sharded: FSDP reduce-scatters every micro-step" if self.parallel == "fsdp"
+                                  and self.grad_accum > 1 else "") + ")", g(self.grads_bytes)),
             ("optimizer state (AdamW, 2 x fp32)", g(self.optimizer_bytes)),
             ("working weight copies", g(self.working_params_bytes)),
             ("activations", g(self.activations_bytes)),

@@ -96,10 +96,14 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def grad_sync(model: torch.nn.Module, parallel: str, sync: bool):
-    """Skip the gradient all-reduce / reduce-scatter on all but the last micro-step of an accumulation."""
-    if parallel == "fsdp":
-        model.set_requires_gradient_sync(sync)
-    elif parallel == "ddp" and not sync:
+    """DDP: skip the all-reduce on all but the last micro-step of an accumulation.
+
+    FSDP keeps reduce-scattering every micro-step, as torchtitan does: skipping it
+    (set_requires_gradient_sync(False)) would hold full, unsharded fp32 gradients on every GPU until
+    the last micro-step (about 5 GB for 1.3b), which is what sharding is for avoiding. The memory
+    planner counts sharded gradients for that reason.
+    """
+    if parallel == "ddp" and not sync:
         return model.no_sync()
     return contextlib.nullcontext()
 
@@ -390,7 +394,7 @@ def _machine_facts() -> dict:
     except ImportError:
         has_np = False
     return {"cuda_available": cuda, "cuda_capability": torch.cuda.get_device_capability() if cuda else None,
-            "torchao_available": has_ao, "numpy_available": has_np}
+            "torchao_available": has_ao, "numpy_available": has_np, "torch_version": torch.__version__}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -294,3 +294,18 @@ def test_knobs_can_be_turned_from_another_process(gcp, capsys):
     assert knobs_main(["--emulator", gcp.address, "agents", "--no-dcgm"]) == 0
     assert json.loads(capsys.readouterr().out)["dcgm"] is False
     assert gcp.monitoring.knobs.dcgm is False
+
+
+def test_the_agents_collection_interval_sets_how_often_gpu_samples_come(client, gcp, capsys):
+    (vm,) = emulated_cluster(gcp, "iv", 1, project=PROJECT, running_minutes=10)
+    flt = f'metric.type = "{UTIL}" AND resource.labels.instance_id = "{vm["id"]}" AND metric.labels.gpu_number = "0"'
+    now = gcp.clock.now()
+    (before,) = ask(client, flt, start=now - 120, end=now)
+    assert knobs_main(["--emulator", gcp.address, "agents", "--interval", "10"]) == 0
+    assert json.loads(capsys.readouterr().out)["agent_interval_s"] == 10
+    (after,) = ask(client, flt, start=now - 120, end=now)
+    assert len(before.points) in (2, 3) and len(after.points) in (12, 13)  # every 60 s, then every 10 s
+    (net,) = ask(client, f'metric.type = "{SENT}" AND resource.labels.instance_id = "{vm["id"]}"', start=now - 120, end=now)
+    assert len(net.points) in (2, 3)  # Compute's own counters keep their minute
+    with pytest.raises(ValueError, match="between 10 s and 1 h"):
+        gcp.monitoring.agents(interval_s=1)

@@ -34,7 +34,8 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                         "CLUSTER_SPEC", "AIP_CHECKPOINT_DIR", "GCPGPU_TRAINER_ALLOW_CPU",
-                        "GCPGPU_NPROC_PER_NODE", "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT")}
+                        "GCPGPU_NPROC_PER_NODE", "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT",
+                        "GCPGPU_TRAINER_TEST_DIE_IN_SAVE")}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"  # 2 ranks on 2 cores; also the same thread count for every run compared
     env.update(extra or {})

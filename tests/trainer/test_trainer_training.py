@@ -180,6 +180,31 @@ def test_external_sigterm_mid_run_then_resume_matches(small_text, tmp_path):
 
 
 @pytest.mark.multiprocess
+def test_a_save_killed_midway_is_ignored_by_resume_and_removed_by_the_next_save(small_text, tmp_path):
+    """2 ranks of FSDP save every 2 steps; rank 0 dies in the save of step 4 after both ranks wrote their
+    shards but before DCP's .metadata (the commit): resume takes step 2, the half folder is removed."""
+    pytest.importorskip("numpy", reason="multi-rank torch.distributed.checkpoint needs numpy")
+    common = [*TINY, "--data", str(small_text), "--steps", "7", "--quiet", "--parallel", "fsdp",
+              "--dist-timeout", "60"]
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt = ["--ckpt-dir", str(ckpt_dir), "--ckpt-every", "2", "--log-json", str(tmp_path / "resumed.jsonl")]
+    killed = run(2, [*common, *ckpt], env={"GCPGPU_TRAINER_TEST_DIE_IN_SAVE": "4"}, check=False, timeout=150)
+    assert killed[0].returncode == 3 and killed[1].returncode != 0, killed[1].stderr
+    half = ckpt_dir / "step_00000004"
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_00000002", "step_00000004"]
+    assert any(half.glob("*.distcp")) and not (half / ".metadata").exists()  # shards written, not committed
+    assert (ckpt_dir / "step_00000002" / ".metadata").is_file()
+
+    run(2, [*common, *ckpt, "--resume"], timeout=150)
+    steps = [r["step"] for r in read_log(tmp_path / "resumed.jsonl") if "loss" in r]
+    assert steps == [0, 1, 2, 3, 2, 3, 4, 5, 6]  # killed in step 4's save; resumed after step 2's
+    # The half folder went with the next save; the newest two complete ones stay (--ckpt-keep 2).
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_00000006", "step_00000007"]
+    run(2, [*common, "--log-json", str(tmp_path / "straight.jsonl")], timeout=150)
+    assert losses(tmp_path / "resumed.jsonl") == losses(tmp_path / "straight.jsonl")
+
+
+@pytest.mark.multiprocess
 def test_dead_rank_brings_the_others_down_with_a_clear_message(small_text):
     t0 = time.time()
     procs = run(2, [*TINY, "--data", str(small_text), "--steps", "20", "--parallel", "ddp", "--quiet",

@@ -28,6 +28,7 @@ from .agent import ClusterAgent, MetricsTarget
 from .runner import Replica, Run, Runner
 
 if TYPE_CHECKING:
+    from ..activity import Activity
     from ..compute.backend import ComputeBackend
 
 __all__ = ["ClusterAgent", "LocalJobs", "Runner"]
@@ -46,9 +47,9 @@ def trainer_args(argv: list[str]) -> list[str]:
 class LocalJobs:
     """The emulator's `jobs`: one process runner shared by Vertex AI jobs and cluster jobs, and the agent."""
 
-    def __init__(self, compute: ComputeBackend) -> None:
+    def __init__(self, compute: ComputeBackend, activity: Activity | None = None) -> None:
         self.runner = Runner()
-        self.agent = ClusterAgent(compute, self.runner)
+        self.agent = ClusterAgent(compute, self.runner, activity)
         self.emulator: Any = None  # the Emulator these jobs run for (attach); its address is the reporters'
         self.runner.sidecar = self.reporter_argv
 

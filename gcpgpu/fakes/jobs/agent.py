@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..activity import Activity
 from ..core import ApiError
 from .node import NodeHealth
 from .runner import LogLine, ReplicaSpec, Run, Runner, trainer_argv
@@ -76,9 +77,11 @@ def container_name(job_id: str) -> str:
 class ClusterAgent:
     """Runs cluster jobs on emulated nodes and keeps their guest attributes."""
 
-    def __init__(self, compute: ComputeBackend, runner: Runner) -> None:
+    def __init__(self, compute: ComputeBackend, runner: Runner, activity: Activity | None = None) -> None:
         self.compute = compute
         self.runner = runner
+        # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
+        self.activity = activity
         self.simulated_run_s = SIMULATED_RUN_S
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
@@ -154,6 +157,8 @@ class ClusterAgent:
                 return  # the same job again (e.g. a retried setMetadata): already handled
             if current is not None:
                 self.runner.cancel(current)  # a new job replaces the node's old one, as the real agent does
+                if self.activity is not None:
+                    self.activity.end(inst["id"], current)
             self.node_runs[inst["id"]] = run_id
             if inst.get("status") != "RUNNING":
                 self.report(inst["id"], job_id=job_id, state="PENDING", rank=rank,
@@ -167,6 +172,8 @@ class ClusterAgent:
             self.runner.cancel(run_id)  # CANCELLED reported when its processes are gone
         elif self.attributes(instance_id).get(f"{NAMESPACE}/state") not in ("SUCCEEDED", "FAILED", "CANCELLED"):
             self.report(instance_id, state="CANCELLED", ended=_stamp(time.time()), message="cancelled")
+        if self.activity is not None and (run is None or not run.replicas):  # a simulated job stops being busy here
+            self.activity.end(instance_id, run_id)
 
     def _start(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int,
                run_id: str) -> None:
@@ -191,6 +198,8 @@ class ClusterAgent:
             run.log("", "stdout", f"gcpgpu emulator: this job is simulated on node {inst['name']}, nothing runs: "
                                   f"{why} is not the bundled trainer.")
             self.report(iid, state="RUNNING", started=_stamp(time.time()), message="simulated by the emulator")
+            if self.activity is not None:
+                self.activity.begin(iid, run_id)
             timer = threading.Timer(self.simulated_run_s, self._simulated_end, args=(iid, run_id))
             timer.daemon = True
             self._timers.append(timer)
@@ -220,9 +229,16 @@ class ClusterAgent:
             if self.attributes(instance_id).get(f"{NAMESPACE}/state") == "RUNNING":
                 self.report(instance_id, state="SUCCEEDED", exit_code=0, ended=_stamp(time.time()),
                             message="simulated by the emulator: nothing ran")
+            if self.activity is not None:
+                self.activity.end(instance_id, run_id)
 
     def _on_change(self, instance_id: str) -> Callable[[Run], None]:
         def changed(run: Run) -> None:
+            if self.activity is not None:  # the node was busy while the job's process ran, whoever stopped it
+                if run.state == "running":
+                    self.activity.begin(instance_id, run.id)
+                elif run.done:
+                    self.activity.end(instance_id, run.id)
             with self._lock:
                 if self.node_runs.get(instance_id) != run.id:
                     return

@@ -33,7 +33,7 @@ def _timestamp(ts: float) -> str:
 
 
 def _parse_time(text: str) -> float:
-    from ..vertex.backend import parse_rfc3339
+    from ..core import parse_rfc3339
 
     return parse_rfc3339(text)
 

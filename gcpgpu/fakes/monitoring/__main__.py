@@ -2,6 +2,7 @@
 
     python -m gcpgpu.fakes.monitoring straggler demo-2 0.5      # demo-2 at half its peers' pace
     python -m gcpgpu.fakes.monitoring agents --no-dcgm          # no DCGM profiling metrics
+    python -m gcpgpu.fakes.monitoring agents --interval 10      # the agents collect every 10 s
     python -m gcpgpu.fakes.monitoring job 1234567890 --replicas 4
 
 The emulator is found from --emulator HOST:PORT or GCPGPU_EMULATOR (its REST address).
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--ops-agent", dest="ops_agent", action=argparse.BooleanOptionalAction, default=None)
     a.add_argument("--dcgm", action=argparse.BooleanOptionalAction, default=None)
     a.add_argument("--instance", action="append", dest="instances")
+    a.add_argument("--interval", type=float, dest="interval_s",
+                   help="the agents' collection_interval in seconds (the Ops Agent's default: 60)")
     j = sub.add_parser("job", help="a Vertex AI job whose cloudml_job metrics to make up")
     j.add_argument("job_id")
     j.add_argument("--replicas", type=int, default=2)
@@ -42,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "straggler":
         settings: dict = {"stragglers": [{"instance": args.instance, "factor": args.factor, "gpu": args.gpu}]}
     elif args.what == "agents":
-        settings = {"agents": {"ops_agent": args.ops_agent, "dcgm": args.dcgm, "instances": args.instances}}
+        settings = {"agents": {"ops_agent": args.ops_agent, "dcgm": args.dcgm, "instances": args.instances,
+                               "interval_s": args.interval_s}}
     else:
         settings = {"jobs": [{"job_id": args.job_id, "replicas": args.replicas, "machine_type": args.machine_type}]}
     json.dump(configure(grpc_address, settings), sys.stdout)

@@ -9,28 +9,21 @@ REST API would use; the gRPC layer maps them to status codes.
 
 from __future__ import annotations
 
-import base64
 import copy
-import hashlib
 import json
 import threading
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import ApiError, Clock, Faults, fingerprint
-from . import aggregate, filters
-from .synthetic import BUILTIN, Generator, Knobs, Vm
+from ..activity import Activity
+from ..core import ApiError, Clock, Faults
+from . import aggregate, filters, observed
+from .catalog import BUILTIN, RESOURCE_LABELS, metric_descriptor, resource_descriptor
+from .dashboards import DashboardsMixin
+from .paging import invalid_argument, page
+from .synthetic import Generator, Knobs, Vm
 
 WRITABLE_PREFIXES = ("custom.googleapis.com/", "workload.googleapis.com/", "external.googleapis.com/")
-# Monitored resource types a user may write to, with the labels each requires.
-RESOURCE_LABELS = {
-    "global": ("project_id",),
-    "generic_task": ("project_id", "location", "namespace", "job", "task_id"),
-    "generic_node": ("project_id", "location", "namespace", "node_id"),
-    "gce_instance": ("project_id", "instance_id", "zone"),
-    "cloudml_job": ("project_id", "job_id", "task_name"),
-}
 MAX_SERIES_PER_WRITE = 200
 MAX_PAGE = 100_000
 MIN_ALIGNMENT_S = 60.0
@@ -56,17 +49,15 @@ def _key(project: str, metric_type: str, metric_labels: dict, resource_type: str
             tuple(sorted(resource_labels.items())))
 
 
-def invalid_argument(message: str) -> ApiError:
-    return ApiError(400, "badRequest", message)
-
-
-class MonitoringBackend:
+class MonitoringBackend(DashboardsMixin):
     """The Monitoring API's behaviour over in-memory state."""
 
-    def __init__(self, faults: Faults, clock: Clock, compute: Any | None = None) -> None:
+    def __init__(self, faults: Faults, clock: Clock, compute: Any | None = None, activity: Activity | None = None) -> None:
         self.faults = faults
         self.clock = clock
         self.compute = compute
+        # What runs on which VM (written by the job agent): busy minutes look busy, the rest idle.
+        self.activity = activity if activity is not None else Activity(clock)
         self.vertex: Any = None  # the emulator's Vertex AI backend, when it has one: its jobs get cloudml_job metrics
         self._lock = threading.RLock()
         self.knobs = Knobs()
@@ -97,9 +88,13 @@ class MonitoringBackend:
             self.knobs.stragglers.clear()
 
     def agents(self, *, ops_agent: bool | None = None, dcgm: bool | None = None,
-               instances: list[str] | None = None) -> None:
-        """Say which agents report GPU metrics: for every VM, or only for the named ones."""
+               instances: list[str] | None = None, interval_s: float | None = None) -> None:
+        """Say which agents report GPU metrics (for every VM, or only the named ones), and how often they collect."""
+        if interval_s is not None and not 10 <= interval_s <= 3600:
+            raise ValueError("the agents' collection interval must be between 10 s and 1 h")
         with self._lock:
+            if interval_s is not None:
+                self.knobs.agent_interval_s = float(interval_s)
             for which, on in (("ops_agent", ops_agent), ("dcgm", dcgm)):
                 if on is None:
                     continue
@@ -130,7 +125,8 @@ class MonitoringBackend:
             self.straggler(s["instance"], float(s.get("factor", 0.5)), s.get("gpu"))
         if "agents" in settings:
             a = settings["agents"]
-            self.agents(ops_agent=a.get("ops_agent"), dcgm=a.get("dcgm"), instances=a.get("instances"))
+            self.agents(ops_agent=a.get("ops_agent"), dcgm=a.get("dcgm"), instances=a.get("instances"),
+                        interval_s=a.get("interval_s"))
         if "synthetic" in settings:
             self.synthetic(bool(settings["synthetic"]))
         for j in settings.get("jobs", []):
@@ -139,73 +135,20 @@ class MonitoringBackend:
         if "min_point_spacing_s" in settings:
             self.min_point_spacing_s = float(settings["min_point_spacing_s"])
         return {"stragglers": {k: list(v) for k, v in self.knobs.stragglers.items()}, "ops_agent": self.knobs.ops_agent,
-                "dcgm": self.knobs.dcgm, "synthetic": self.knobs.enabled, "jobs": sorted(self.knobs.jobs)}
+                "dcgm": self.knobs.dcgm, "agent_interval_s": self.knobs.agent_interval_s,
+                "synthetic": self.knobs.enabled, "jobs": sorted(self.knobs.jobs)}
 
-    # ------------------------------------------------------------------ VMs from the Compute backend
+    # ------------------------------------------------------------------ what runs, observed
     def _vms(self, project: str) -> list[Vm]:
-        compute = self.compute
-        if compute is None or not self.knobs.enabled:
-            return []
-        out: list[Vm] = []
-        with compute._lock:
-            p = compute.projects.get(project)
-            if p is None:
-                return []
-            for _path, inst in p.iter_kind("instances"):
-                spans: list[tuple[float, float | None]] = []
-                began: float | None = None
-                for t, status in inst.get("_phases", []):
-                    if status == "RUNNING" and began is None:
-                        began = float(t)
-                    elif status != "RUNNING" and began is not None:
-                        spans.append((began, float(t)))
-                        began = None
-                if began is not None:
-                    gone = inst.get("_gone_at")
-                    spans.append((began, float(gone) if gone is not None else None))
-                if spans:
-                    out.append(Vm(project, str(inst["id"]), inst["name"], inst["zone"].rsplit("/", 1)[-1],
-                                  inst["machineType"].rsplit("/", 1)[-1], dict(inst.get("labels", {})), tuple(spans)))
-        return out
+        return observed.vms(self.compute, self.activity, project) if self.knobs.enabled else []
 
     def _vertex_jobs(self, project: str) -> dict[str, dict]:
-        """The emulator's Vertex AI custom jobs that have run in `project`, as synthetic job entries."""
-        vertex = self.vertex
-        if vertex is None or not hasattr(vertex, "jobs"):
-            return {}
-        out: dict[str, dict] = {}
-        with getattr(vertex, "_lock", threading.RLock()):
-            jobs = list(vertex.jobs.items())
-        for name, job in jobs:
-            if job.get("_project_id") != project:
-                continue
-            phases = job.get("_phases") or []
-            start = next((float(t) for t, state in phases if state == "JOB_STATE_RUNNING"), None)
-            if start is None:
-                continue
-            end = next((float(t) for t, state in phases if float(t) > start and state != "JOB_STATE_RUNNING"), None)
-            pools = (job.get("jobSpec") or {}).get("workerPoolSpecs") or []
-            replicas = sum(int((p or {}).get("replicaCount") or 0) for p in pools[:2])
-            machine = ((pools[0] or {}).get("machineSpec") or {}).get("machineType", "") if pools else ""
-            if replicas:
-                out[name.rsplit("/", 1)[-1]] = {"project": project, "replicas": replicas, "machine_type": machine,
-                                                "start": start, "end": end, "stragglers": {}}
-        return out
+        return observed.vertex_jobs(self.vertex, project)
 
     # ------------------------------------------------------------------ descriptors
     def _descriptor(self, project: str, metric_type: str) -> dict | None:
         custom = self.descriptors.get(project, {}).get(metric_type)
-        if custom is not None:
-            return custom
-        builtin = BUILTIN.get(metric_type)
-        if builtin is None:
-            return None
-        kind, value_type, unit, labels, description = builtin
-        return {
-            "name": f"projects/{project}/metricDescriptors/{metric_type}", "type": metric_type,
-            "metricKind": kind, "valueType": value_type, "unit": unit, "description": description,
-            "labels": [{"key": k, "valueType": "STRING"} for k in labels], "displayName": metric_type.rsplit("/", 1)[-1],
-        }
+        return custom if custom is not None else metric_descriptor(project, metric_type)
 
     def create_metric_descriptor(self, project: str, desc: dict) -> dict:
         mtype = desc.get("type", "")
@@ -242,7 +185,20 @@ class MonitoringBackend:
             if node is None or filters.matcher(node, project=project, metric_type=t, metric_labels={},
                                                resource_type="", resource_labels={}):
                 out.append(d)
-        return _page(out, page_size or 1000, page_token, ("descriptors", project, flt))
+        return page(out, page_size or 1000, page_token, ("descriptors", project, flt))
+
+    def list_resource_descriptors(self, project: str, flt: str, page_size: int, page_token: str) -> tuple[list[dict], str]:
+        node = self._parse(flt) if flt else None
+        out = [d for t in sorted(RESOURCE_LABELS) if (d := resource_descriptor(project, t)) is not None
+               and (node is None or filters.matcher(node, project=project, metric_type="", metric_labels={},
+                                                    resource_type=t, resource_labels={}))]
+        return page(out, page_size or 1000, page_token, ("resources", project, flt))
+
+    def get_resource_descriptor(self, project: str, resource_type: str) -> dict:
+        d = resource_descriptor(project, resource_type)
+        if d is None:
+            raise ApiError(404, "notFound", f"The monitored resource descriptor {resource_type!r} does not exist.")
+        return d
 
     # ------------------------------------------------------------------ writing
     def create_time_series(self, project: str, series: list[dict]) -> None:
@@ -269,6 +225,9 @@ class MonitoringBackend:
             raise invalid_argument(f"The metric type {mtype!r} cannot be written: user-defined metric types start with "
                                    + " or ".join(WRITABLE_PREFIXES))
         rtype = ts["resource_type"]
+        # Cloud Monitoring fills the resource's project_id from the request's name when it is missing.
+        if "project_id" in RESOURCE_LABELS.get(rtype, ()) and not ts["resource_labels"].get("project_id"):
+            ts["resource_labels"] = {**ts["resource_labels"], "project_id": project}
         if rtype not in RESOURCE_LABELS:
             raise invalid_argument(f"Unsupported monitored resource type {rtype!r} for user-defined metrics: "
                                    f"use one of {', '.join(sorted(RESOURCE_LABELS))}.")
@@ -394,13 +353,18 @@ class MonitoringBackend:
         if headers_only:
             for r in result:
                 r["points"] = []
-        return _page(result, min(page_size or MAX_PAGE, MAX_PAGE), page_token,
+        return page(result, min(page_size or MAX_PAGE, MAX_PAGE), page_token,
                      ("series", project, flt, start, end, json.dumps(agg, sort_keys=True), headers_only))
 
     @staticmethod
     def _group_field(name: str) -> str:
         if name in ("metric.type", "resource.type"):
             return name
+        # The shorthand Google's samples use: "resource.zone" is "resource.labels.zone", "metric.x" likewise.
+        for prefix in ("resource.", "metric."):
+            rest = name[len(prefix):]
+            if name.startswith(prefix) and rest and "." not in rest and rest not in ("labels", "label"):
+                return f"{prefix}labels.{rest}"
         try:
             return filters.normalize_selector(name)
         except filters.FilterError as e:
@@ -435,8 +399,8 @@ class MonitoringBackend:
             assert builtin is not None
             if len(samples[1]):
                 out.append({"metric_labels": syn.metric_labels, "resource_type": syn.resource_type,
-                            "resource_labels": syn.resource_labels, "kind": builtin[0], "value_type": builtin[1],
-                            "unit": builtin[2], "arrays": samples})
+                            "resource_labels": syn.resource_labels, "kind": builtin.kind,
+                            "value_type": builtin.value_type, "unit": builtin.unit, "arrays": samples})
         return out
 
     def _aggregate(self, found: list[dict], aligner: str, reducer: str, period: float, group_by: list[str],
@@ -480,92 +444,6 @@ class MonitoringBackend:
             out.append(_with_points(head, results[g], period))
         return out
 
-    # ------------------------------------------------------------------ dashboards
-    def create_dashboard(self, project: str, dashboard: dict, validate_only: bool = False) -> dict:
-        self._check_dashboard(dashboard)
-        name = dashboard.get("name") or ""
-        if name and not name.startswith(f"projects/{project}/dashboards/"):
-            dash_id = name.rsplit("/", 1)[-1]
-            name = f"projects/{project}/dashboards/{dash_id}"
-        if not name:
-            name = f"projects/{project}/dashboards/{uuid.uuid4()}"
-        with self._lock:
-            existing = self.dashboards.setdefault(project, {})
-            if name in existing:
-                raise ApiError(409, "alreadyExists", f"Dashboard {name} already exists.")
-            stored = {**dashboard, "name": name}
-            stored["etag"] = fingerprint({k: v for k, v in stored.items() if k != "etag"})
-            if not validate_only:
-                existing[name] = stored
-            return copy.deepcopy(stored)
-
-    def get_dashboard(self, name: str) -> dict:
-        project = _dashboard_project(name)
-        with self._lock:
-            d = self.dashboards.get(project, {}).get(name)
-            if d is None:
-                raise ApiError(404, "notFound", f"Requested entity was not found: dashboard {name}.")
-            return copy.deepcopy(d)
-
-    def list_dashboards(self, project: str, page_size: int, page_token: str) -> tuple[list[dict], str]:
-        with self._lock:
-            items = [copy.deepcopy(d) for _n, d in sorted(self.dashboards.get(project, {}).items())]
-        return _page(items, min(page_size or 1000, 1000), page_token, ("dashboards", project))
-
-    def delete_dashboard(self, name: str) -> None:
-        project = _dashboard_project(name)
-        with self._lock:
-            if name not in self.dashboards.get(project, {}):
-                raise ApiError(404, "notFound", f"Requested entity was not found: dashboard {name}.")
-            del self.dashboards[project][name]
-
-    def update_dashboard(self, dashboard: dict, validate_only: bool = False) -> dict:
-        name = dashboard.get("name", "")
-        current = self.get_dashboard(name)
-        self._check_dashboard(dashboard)
-        if dashboard.get("etag") and dashboard["etag"] != current["etag"]:
-            raise ApiError(409, "aborted", "The dashboard's etag does not match: someone changed it since you read it.")
-        stored = {k: v for k, v in dashboard.items() if k != "etag"}
-        stored["etag"] = fingerprint(stored)
-        with self._lock:
-            if not validate_only:
-                self.dashboards[_dashboard_project(name)][name] = stored
-        return copy.deepcopy(stored)
-
-    def _check_dashboard(self, d: dict) -> None:
-        if not d.get("displayName"):
-            raise invalid_argument("Field dashboard.displayName is required.")
-        layouts = [k for k in ("gridLayout", "mosaicLayout", "rowLayout", "columnLayout") if k in d]
-        if len(layouts) != 1:
-            raise invalid_argument("A dashboard needs exactly one layout (gridLayout, mosaicLayout, rowLayout or columnLayout).")
-        # Every chart's filter must parse, as the real API checks on create.
-        for flt in _filters_in(d):
-            try:
-                filters.parse(flt)
-            except filters.FilterError as e:
-                raise invalid_argument(f"Widget filter {flt!r} is invalid: {e}") from e
-
-
-def _filters_in(value: Any) -> list[str]:
-    out: list[str] = []
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k == "filter" and isinstance(v, str):
-                out.append(v)
-            else:
-                out.extend(_filters_in(v))
-    elif isinstance(value, list):
-        for v in value:
-            out.extend(_filters_in(v))
-    return out
-
-
-def _dashboard_project(name: str) -> str:
-    parts = name.split("/")
-    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "dashboards":
-        raise invalid_argument(f"Field name had an invalid value of {name!r}: expected projects/PROJECT/dashboards/ID.")
-    return parts[1]
-
 
 def _field(series: dict, f: str) -> str | None:
     if f == "resource.type":
@@ -583,21 +461,3 @@ def _with_points(head: dict, values: dict[float, float], period: float) -> dict:
     delta = head["kind"] == "DELTA"
     pts = [((t - period) if delta else t, t, v) for t, v in sorted(values.items(), key=lambda kv: -kv[0])]
     return {k: v for k, v in head.items() if k != "aligned"} | {"points": pts}
-
-
-def _page(items: list, size: int, token: str, request: tuple) -> tuple[list, str]:
-    """One page and the token for the next; a token only works with the request that made it."""
-    tag = hashlib.sha256(repr(request).encode()).hexdigest()[:12]
-    offset = 0
-    if token:
-        try:
-            raw = base64.urlsafe_b64decode(token.encode()).decode()
-            got_tag, _, number = raw.partition(":")
-            offset = int(number)
-            if got_tag != tag or offset < 0:
-                raise ValueError
-        except ValueError as e:
-            raise invalid_argument("Field pageToken had an invalid value: it does not belong to this request.") from e
-    page = items[offset:offset + size]
-    nxt = offset + size
-    return page, base64.urlsafe_b64encode(f"{tag}:{nxt}".encode()).decode() if nxt < len(items) else ""

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.api import metric_pb2
+from google.api import metric_pb2, monitored_resource_pb2
 from google.cloud import monitoring_dashboard_v1 as dash
 from google.cloud import monitoring_v3 as m
 from google.protobuf import empty_pb2, json_format
 
 from ..core import ApiError
 from ..grpc_service import EmulatedService, json_request, json_response
-from .backend import RESOURCE_LABELS, MonitoringBackend
+from .backend import MonitoringBackend
 
 if TYPE_CHECKING:
     from ..server import Emulator
@@ -34,7 +34,7 @@ _PB = {name: getattr(m, name).pb() for name in (
     "ListTimeSeriesRequest", "ListTimeSeriesResponse", "CreateTimeSeriesRequest", "TimeSeries",
     "ListMetricDescriptorsRequest", "ListMetricDescriptorsResponse", "GetMetricDescriptorRequest",
     "CreateMetricDescriptorRequest", "DeleteMetricDescriptorRequest", "ListMonitoredResourceDescriptorsRequest",
-    "ListMonitoredResourceDescriptorsResponse",
+    "ListMonitoredResourceDescriptorsResponse", "GetMonitoredResourceDescriptorRequest",
 )}  # fmt: skip
 _DPB = {name: getattr(dash, name).pb() for name in (
     "Dashboard", "CreateDashboardRequest", "GetDashboardRequest", "ListDashboardsRequest", "ListDashboardsResponse",
@@ -85,6 +85,8 @@ class MonitoringService(EmulatedService):
                 self._delete_desc, _PB["DeleteMetricDescriptorRequest"].FromString, "DELETE", "monitoring"),
             f"/{METRICS}/ListMonitoredResourceDescriptors": (
                 self._list_resources, _PB["ListMonitoredResourceDescriptorsRequest"].FromString, "GET", "monitoring"),
+            f"/{METRICS}/GetMonitoredResourceDescriptor": (
+                self._get_resource, _PB["GetMonitoredResourceDescriptorRequest"].FromString, "GET", "monitoring"),
             f"/{DASHBOARDS}/CreateDashboard": (
                 self._create_dash, _DPB["CreateDashboardRequest"].FromString, "POST", "dashboards"),
             f"/{DASHBOARDS}/GetDashboard": (self._get_dash, _DPB["GetDashboardRequest"].FromString, "GET", "dashboards"),
@@ -193,15 +195,19 @@ class MonitoringService(EmulatedService):
         return empty_pb2.Empty()
 
     def _list_resources(self, req: Any) -> Any:
-        project = _project(req.name)
+        items, token = self.backend.list_resource_descriptors(_project(req.name), req.filter, req.page_size,
+                                                              req.page_token)
         resp = _PB["ListMonitoredResourceDescriptorsResponse"]()
-        for rtype, labels in sorted(RESOURCE_LABELS.items()):
-            d = resp.resource_descriptors.add()
-            d.name = f"projects/{project}/monitoredResourceDescriptors/{rtype}"
-            d.type = rtype
-            for key in labels:
-                d.labels.add().key = key
+        resp.resource_descriptors.extend(_resource_pb(d) for d in items)
+        resp.next_page_token = token
         return resp
+
+    def _get_resource(self, req: Any) -> Any:
+        marker = "/monitoredResourceDescriptors/"
+        if marker not in req.name:
+            raise ApiError(400, "badRequest", f"Field name had an invalid value of {req.name!r}: "
+                           "expected projects/PROJECT/monitoredResourceDescriptors/TYPE.")
+        return _resource_pb(self.backend.get_resource_descriptor(_project(req.name), req.name.split(marker, 1)[1]))
 
     # ------------------------------------------------------------------ dashboards
     @staticmethod
@@ -229,6 +235,10 @@ class MonitoringService(EmulatedService):
     def _update_dash(self, req: Any) -> Any:
         d = json_format.MessageToDict(req.dashboard)
         return self._dash_pb(self.backend.update_dashboard(d, req.validate_only))
+
+
+def _resource_pb(d: dict) -> Any:
+    return json_format.ParseDict(d, monitored_resource_pb2.MonitoredResourceDescriptor(), ignore_unknown_fields=True)
 
 
 def _descriptor_type(name: str) -> str:

@@ -1,8 +1,10 @@
 """Plausible metrics for emulated VMs and Vertex jobs, made up deterministically from a seed.
 
-Nothing runs on an emulated VM, so the emulator invents what Cloud Monitoring would hold for it:
-network counters that grow while it runs (a share of the machine's bandwidth), GPU utilization and
-memory per GPU from the Ops Agent, DCGM profiling rates, and Vertex AI's training metrics. The same
+No GPU exists here, so the emulator invents what Cloud Monitoring would hold for a VM, following
+what runs on it (fakes/activity.py, written by the job agent): while a job runs, network counters
+at a share of the machine's bandwidth, busy GPUs (Ops Agent utilization, memory per memory_state,
+DCGM profiling rates) and CPUs; the rest of a RUNNING VM's time, idle ones. Vertex AI's training
+metrics follow its jobs. The same
 seed, VM and time give the same value in every process. Samples come every 60 s from the moment the
 VM is RUNNING, as the agents' default collection interval does; values drift slowly (a 7-minute
 wave) so a sparkline has something to show, plus a little per-sample noise.
@@ -23,36 +25,15 @@ import numpy as np
 import yaml
 
 from ..core import stable_number
+from .catalog import AGENT, BUILTIN, COMPUTE, NET, VERTEX
 
 Samples = tuple["np.ndarray", "np.ndarray", "np.ndarray"]  # start times, end times, values
 SAMPLE_S = 60.0
 WAVE_S = 420.0
 
-NET = "compute.googleapis.com/instance/network/"
-AGENT = "agent.googleapis.com/gpu/"
-DCGM = "workload.googleapis.com/dcgm.gpu.profiling."
-VERTEX = "ml.googleapis.com/training/"
-
-# metric type -> (kind, value type, unit, metric label keys, description); what ListMetricDescriptors shows.
-BUILTIN: dict[str, tuple[str, str, str, tuple[str, ...], str]] = {
-    NET + "sent_bytes_count": ("DELTA", "INT64", "By", ("instance_name", "loadbalanced"), "Bytes sent over the network."),
-    NET + "received_bytes_count": ("DELTA", "INT64", "By", ("instance_name", "loadbalanced"), "Bytes received from the network."),
-    NET + "sent_packets_count": ("DELTA", "INT64", "{packet}", ("instance_name", "loadbalanced"), "Packets sent over the network."),
-    NET + "received_packets_count": ("DELTA", "INT64", "{packet}", ("instance_name", "loadbalanced"), "Packets received from the network."),
-    AGENT + "utilization": ("GAUGE", "DOUBLE", "%", ("gpu_number", "model", "uuid"), "Percent of time a kernel ran on the GPU (NVML)."),
-    AGENT + "memory/bytes_used": ("GAUGE", "DOUBLE", "By", ("gpu_number", "model", "uuid"), "GPU memory in use (NVML)."),
-    DCGM + "sm_utilization": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid"), "Fraction of time at least one warp was active on an SM."),
-    DCGM + "sm_occupancy": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid"), "Fraction of resident warps over the maximum."),
-    DCGM + "pipe_utilization": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid", "pipe"), "Fraction of cycles a pipe was active."),
-    DCGM + "dram_utilization": ("GAUGE", "DOUBLE", "1", ("gpu_number", "model", "uuid"), "Fraction of cycles device memory was busy."),
-    DCGM + "nvlink_traffic_rate": ("GAUGE", "INT64", "By/s", ("gpu_number", "model", "uuid", "direction"), "NVLink traffic."),
-    DCGM + "pcie_traffic_rate": ("GAUGE", "INT64", "By/s", ("gpu_number", "model", "uuid", "direction"), "PCIe traffic."),
-    VERTEX + "accelerator/utilization": ("GAUGE", "DOUBLE", "1", (), "Fraction of the allocated accelerators in use."),
-    VERTEX + "accelerator/memory/utilization": ("GAUGE", "DOUBLE", "1", (), "Fraction of accelerator memory in use."),
-    VERTEX + "cpu/utilization": ("GAUGE", "DOUBLE", "1", (), "Fraction of the allocated CPU in use."),
-    VERTEX + "network/sent_bytes_count": ("DELTA", "INT64", "By", (), "Bytes sent by the training job."),
-    VERTEX + "network/received_bytes_count": ("DELTA", "INT64", "By", (), "Bytes received by the training job."),
-}  # fmt: skip
+IDLE_BPS = 2.0e3  # bytes/s an idle VM still moves (metadata server, agents' uploads)
+IDLE_MEMORY = 0.006  # share of GPU memory NVML reports used with no process (driver reservations)
+VM_OWN = (COMPUTE + "cpu/utilization", COMPUTE + "uptime", COMPUTE + "uptime_total")
 PIPES = {"tensor": 0.62, "fp16": 0.35, "fp32": 0.12, "fp64": 0.01}
 
 
@@ -98,6 +79,9 @@ class Knobs:
     dcgm: bool = True
     agent_overrides: dict[str, dict[str, bool]] = field(default_factory=dict)  # VM name -> {"ops_agent": b}
     jobs: dict[str, dict] = field(default_factory=dict)  # job id -> {project, replicas, machine_type, start}
+    # The Ops Agent's collection_interval for GPU metrics: its nvml receiver takes the hostmetrics
+    # receiver's (ops-agent apps/hostmetrics.go), 60 s unless the agent's config sets another.
+    agent_interval_s: float = SAMPLE_S
 
     def agent(self, name: str, which: str) -> bool:
         return self.agent_overrides.get(name, {}).get(which, getattr(self, which))
@@ -114,6 +98,7 @@ class Vm:
     machine_type: str
     labels: dict[str, str]
     running: tuple[tuple[float, float | None], ...]  # [start, end) spans in RUNNING state
+    busy: tuple[tuple[float, float | None], ...] = ()  # [start, end) spans a job ran on it (fakes/activity.py)
 
 
 @dataclass
@@ -134,19 +119,20 @@ class Synthetic:
     gpu: tuple | None = None  # (vm, gpu number, variant labels, slowdown, memory bytes): generated per VM in one go
 
 
-def _sample_times(spans: tuple[tuple[float, float | None], ...], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
-    """(sample indexes, times) of the 60 s samples inside [start, end] while running."""
+def _sample_times(spans: tuple[tuple[float, float | None], ...], start: float, end: float,
+                  period: float = SAMPLE_S) -> tuple[np.ndarray, np.ndarray]:
+    """(sample indexes, times) of the samples every `period` s inside [start, end] while running."""
     ks, ts = [], []
     for s0, s1 in spans:
         hi = end if s1 is None else min(end, s1)
         if hi < s0:
             continue
-        k0 = max(0, math.ceil((start - s0) / SAMPLE_S))
-        k1 = math.floor((hi - s0) / SAMPLE_S)
+        k0 = max(0, math.ceil((start - s0) / period))
+        k1 = math.floor((hi - s0) / period)
         if k1 >= k0:
             k = np.arange(k0, k1 + 1, dtype=np.int64)
             ks.append(k)
-            ts.append(s0 + k * SAMPLE_S)
+            ts.append(s0 + k * period)
     if not ks:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     return (ks[0], ts[0]) if len(ks) == 1 else (np.concatenate(ks), np.concatenate(ts))
@@ -161,6 +147,23 @@ def _uuid(seed: int, vm_id: str, gpu: int) -> str:
 def _seed_of(text: str) -> int:
     # sha256 per series is the slow part of a 64-node query; the same series come back every refresh.
     return stable_number(text, 2**62)
+
+
+def _busy_share(busy: tuple[tuple[float, float | None], ...], t: np.ndarray) -> np.ndarray:
+    """For each DELTA sample ending at t, the share of its minute (t - 60 s, t] in which a job ran on the VM."""
+    out = np.zeros(len(t))
+    for b0, b1 in busy:
+        hi = t if b1 is None else np.minimum(t, b1)
+        out += np.clip(hi - np.maximum(t - SAMPLE_S, b0), 0.0, None)
+    return np.clip(out / SAMPLE_S, 0.0, 1.0)
+
+
+def _busy_at(busy: tuple[tuple[float, float | None], ...], t: np.ndarray) -> np.ndarray:
+    """For each GAUGE sample at t, 1 where a job ran on the VM at that instant (NVML reads the moment), else 0."""
+    out = np.zeros(len(t))
+    for b0, b1 in busy:
+        out = np.maximum(out, ((t >= b0) & (t < (np.inf if b1 is None else b1))).astype(float))
+    return out
 
 
 def _wave(seed: int, t: np.ndarray) -> np.ndarray:
@@ -179,14 +182,19 @@ class Generator:
     def _series_seed(self, *parts: object) -> int:
         return _seed_of("/".join(str(p) for p in (self.seed, *parts)))
 
-    def _times(self, vm: Vm, start: float, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # A VM's series share sample times and its slow wave: computed once per VM and query.
-        key = (vm.id, vm.running, start, end)
+    def _times(self, vm: Vm, start: float, end: float, delta: bool = False,
+               period: float = SAMPLE_S) -> tuple[np.ndarray, ...]:
+        """(sample indexes, times, slow wave, busy) of a VM's samples: computed once per VM and query.
+
+        busy: for a gauge, whether a job ran at the sample's instant; for a DELTA counter, the share of
+        the minute it counts.
+        """
+        key = (vm.id, vm.running, vm.busy, start, end, delta, period)
         cached = self._time_cache.get(key)
         if cached is None:
-            k, t = _sample_times(vm.running, start, min(end, self.now))
+            k, t = _sample_times(vm.running, start, min(end, self.now), period)
             # The whole job speeds up and slows down together (synchronous training): one phase for all VMs.
-            cached = (k, t, _wave(self.seed, t))
+            cached = (k, t, _wave(self.seed, t), (_busy_share if delta else _busy_at)(vm.busy, t))
             self._time_cache[key] = cached
         return cached
 
@@ -199,6 +207,12 @@ class Generator:
             resource = {"project_id": vm.project, "instance_id": vm.id, "zone": vm.zone}
             system = {"name": vm.name, "machine_type": vm.machine_type}
             factor, slow_gpu = self.knobs.stragglers.get(vm.name, (1.0, None))
+            if metric_type in VM_OWN:
+                out.append(Synthetic(metric_type, {"instance_name": vm.name}, "gce_instance", resource, vm.labels,
+                                     system, self._vm_own(vm, metric_type, factor if slow_gpu is None else 1.0)))
+                continue
+            if metric_type.startswith(COMPUTE) and not metric_type.startswith(NET):
+                continue  # a descriptor without made-up data (disks, firewall, GPU NICs...)
             if metric_type.startswith(NET):
                 for lb in ("false",):
                     out.append(Synthetic(metric_type, {"instance_name": vm.name, "loadbalanced": lb}, "gce_instance",
@@ -238,6 +252,8 @@ class Generator:
             return [{"pipe": p} for p in PIPES]
         if metric_type.endswith("traffic_rate"):
             return [{"direction": "tx"}, {"direction": "rx"}]
+        if metric_type.endswith("memory/bytes_used"):
+            return [{"memory_state": "used"}, {"memory_state": "free"}]
         return [{}]
 
     def _network(self, vm: Vm, metric_type: str, gbps: float, gpu_nics: bool, factor: float) -> Callable[[float, float], Samples]:
@@ -249,27 +265,54 @@ class Generator:
         per_sample = SAMPLE_S / (8192.0 if gpu_nics else 1460.0) if "packets" in metric_type else SAMPLE_S
 
         def sample(start: float, end: float) -> Samples:
-            k, t, w = self._times(vm, start, end)
-            bps = rate * (1 + 0.12 * w + 0.03 * _mix(seed, k))
+            k, t, w, busy = self._times(vm, start, end, delta=True)
+            # A job's all-reduce traffic while one runs; an idle VM only talks to the metadata server and agents.
+            bps = rate * (1 + 0.12 * w + 0.03 * _mix(seed, k)) * busy + IDLE_BPS * (1 + 0.3 * _mix(seed + 1, k))
             return t - SAMPLE_S, t, np.floor(bps * per_sample)  # DELTA: what was counted in the last minute
+
+        return sample
+
+    def _vm_own(self, vm: Vm, metric_type: str, factor: float) -> Callable[[float, float], Samples]:
+        """Compute Engine's own per-VM series: CPU utilization (busy while a job runs) and uptime."""
+        seed = self._series_seed(vm.id, metric_type)
+        first = vm.running[0][0] if vm.running else 0.0
+
+        def sample(start: float, end: float) -> Samples:
+            k, t, w, busy = self._times(vm, start, end)
+            if metric_type.endswith("cpu/utilization"):  # a fraction: data loaders and NCCL threads while training
+                busy_level = 0.32 * factor * (1 + 0.1 * w)
+                return t, t, np.clip(0.012 + 0.004 * _mix(seed, k) + busy_level * busy, 0.0, 1.0)
+            if metric_type.endswith("uptime"):  # DELTA: seconds it ran in the last minute
+                return t - SAMPLE_S, t, np.full(len(t), SAMPLE_S)
+            return t, t, np.floor(t - first)  # uptime_total: seconds since it started
 
         return sample
 
     def _gpu(self, vm: Vm, g: int, metric_type: str, extra: dict[str, str], mem_bytes: float,
              factor: float) -> Callable[[float, float], Samples]:
-        return lambda start, end: self._gpu_batch(metric_type, [(vm, g, extra, factor, mem_bytes)], start, end)[0]
+        # Vertex AI's own metrics, every 60 s whatever the Ops Agent's interval.
+        return lambda start, end: self._gpu_batch(metric_type, [(vm, g, extra, factor, mem_bytes)], start, end,
+                                                  SAMPLE_S)[0]
 
-    def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float) -> list[Samples]:
+    def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float,
+                   period: float | None = None) -> list[Samples]:
         """Samples of several GPU series of one VM: rows of one array, sharing its sample times and wave."""
         vm = specs[0][0]
-        k, t, w = self._times(vm, start, end)
+        k, t, w, busy = self._times(vm, start, end, period=period or self.knobs.agent_interval_s)
         name = metric_type.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
         seeds = [self._series_seed(vm.id, g, metric_type, *extra.values()) for _vm, g, extra, _f, _m in specs]
         mix = _mix(np.array(seeds, dtype=np.uint64), k)
         if name == "bytes_used":
-            used = np.array([m * (0.70 + 0.06 * (self._series_seed(vm.id, g, "mem") % 1000) / 1000.0)
-                             for _vm, g, _e, _f, m in specs])
-            values = np.floor(used[:, None] * (1 + 0.002 * mix))
+            # NVML's memory by state: what the job's process holds while it runs, a driver's sliver when idle.
+            share = np.array([0.70 + 0.06 * (self._series_seed(vm.id, g, "mem") % 1000) / 1000.0
+                              for _vm, g, _e, _f, _m in specs])
+            total = np.array([m for _vm, _g, _e, _f, m in specs])[:, None]
+            # One noise per GPU, not per state: a GPU's used and free add up to its memory.
+            gpu_mix = _mix(np.array([self._series_seed(vm.id, g, metric_type) for _vm, g, _e, _f, _m in specs],
+                                    dtype=np.uint64), k)
+            used = total * (IDLE_MEMORY + (share[:, None] * (1 + 0.002 * gpu_mix) - IDLE_MEMORY) * busy[None, :])
+            free_rows = np.array([e.get("memory_state") == "free" for _vm, _g, e, _f, _m in specs])[:, None]
+            values = np.floor(np.where(free_rows, total - used, used))
         else:
             # Everything else follows the GPU's utilization u (percent), scaled into its own unit.
             base = {"utilization": 1.0, "sm_utilization": 0.0086, "sm_occupancy": 0.0041, "dram_utilization": 0.0048,
@@ -277,7 +320,9 @@ class Generator:
             scales = np.array([PIPES.get(extra.get("pipe", ""), 0.0) / 100 if name == "pipe_utilization" else base
                                for _vm, _g, extra, _f, _m in specs])
             factors = np.array([f for _vm, _g, _e, f, _m in specs])
-            values = np.clip((94.0 + 2.5 * w[None, :] + 1.5 * mix) * factors[:, None], 0.0, 100.0) * scales[:, None]
+            # Busy while a job's process runs on the VM (the share of each sample's minute), 0 when idle.
+            busy_pct = (94.0 + 2.5 * w[None, :] + 1.5 * mix) * factors[:, None] * busy[None, :]
+            values = np.clip(busy_pct, 0.0, 100.0) * scales[:, None]
             if name.endswith("traffic_rate"):
                 values = np.floor(values)
         return [(t, t, values[i]) for i in range(len(specs))]
@@ -296,7 +341,7 @@ class Generator:
             for r in range(int(job["replicas"])):
                 task = f"workerpool0-{r}" if r == 0 else f"workerpool1-{r - 1}"
                 factor = job.get("stragglers", {}).get(task, 1.0)
-                vm = Vm(project, f"{job_id}{r}", task, "", job["machine_type"], {}, spans)
+                vm = Vm(project, f"{job_id}{r}", task, "", job["machine_type"], {}, spans, spans)  # busy while it runs
                 labels = {"project_id": project, "job_id": job_id, "task_name": task}
                 if metric_type.startswith(VERTEX + "network/"):
                     kind = NET + ("sent_bytes_count" if "sent" in metric_type else "received_bytes_count")

@@ -1,8 +1,8 @@
 """Test and benchmark helpers: a labelled GPU cluster that has been running for a while, in one call.
 
 `cluster up` builds networks, placement and all; metrics tests only need the VMs, with the labels
-gcpgpu puts on them and some minutes of history (their RUNNING time backdated), so the synthetic
-series have something to show.
+gcpgpu puts on them and some minutes of history (their RUNNING time backdated, and by default a
+job running on them all along), so the synthetic series have something to show.
 """
 
 from __future__ import annotations
@@ -26,8 +26,13 @@ def emulated_cluster(
     project: str = "metrics-test",
     zone: str = "us-central1-a",
     running_minutes: float = 20.0,
+    busy: bool = True,
 ) -> list[dict]:
-    """`nodes` VMs NAME-0..N-1 labelled gcpgpu-cluster=NAME, gcpgpu-rank=N, RUNNING for `running_minutes`."""
+    """`nodes` VMs NAME-0..N-1 labelled gcpgpu-cluster=NAME, gcpgpu-rank=N, RUNNING for `running_minutes`.
+
+    busy: a job has run on every node all that time (recorded as the job agent records one), so GPUs
+    and NICs are busy; False leaves the cluster idle, as a fresh one with no job is.
+    """
     region = zone.rsplit("-", 1)[0]
     gpu = emu.world.machine_types[machine_type].gpu
     for metric in ("CPUS", "INSTANCES", *([emu.world.gpus[gpu]["quota_metric"]] if gpu else [])):
@@ -52,4 +57,7 @@ def emulated_cluster(
             inst["_phases"] = [[began - 2, "PROVISIONING"], [began - 1, "STAGING"], [began, "RUNNING"]]
             inst["creationTimestamp"] = rfc3339(began - 2)
             made.append(inst)
+    if busy:
+        for inst in made:
+            emu.activity.begin(inst["id"], f"cluster/{project}/{name}-job/{inst['name']}", at=began)
     return made

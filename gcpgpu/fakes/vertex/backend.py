@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from ..core import Clock, IdSource, stable_number
+from ..core import Clock, IdSource, parse_rfc3339, stable_number
 from ..jobs import filters
 from ..jobs.runner import LogLine, ReplicaSpec, Run, Runner, trainer_argv
 
@@ -134,19 +134,6 @@ def _seconds(value: Any, field: str, problems: list[tuple[str, str]]) -> float |
 def rfc3339(ts: float) -> str:
     """protobuf Timestamp JSON: UTC with nanoseconds."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1e9):09d}Z"
-
-
-def parse_rfc3339(text: str) -> float:
-    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text.strip())
-    if not match:
-        raise ValueError(text)
-    import calendar
-
-    base = calendar.timegm(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S"))
-    frac = float(match.group(2) or 0)
-    tz = match.group(3)
-    offset = 0 if tz == "Z" else (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
-    return base + frac - offset
 
 
 def _free_port() -> int:
