@@ -207,9 +207,10 @@ class NodeSetup:
 
     family: str
     image: str
-    driver: str  # dlvm-metadata | baked | apt
+    driver: str  # dlvm-metadata | baked
     boot_disk_type: str
     boot_disk_types: tuple[str, ...]
+    requires: str  # what gcpgpu does not install and the family needs ("" when nothing)
     source: str
     verified: bool
 
@@ -224,10 +225,30 @@ class GpuDirectHost:
     rxdm_args: tuple[str, ...]
     rxdm_volumes: tuple[str, ...]
     rxdm_env: MappingProxyType[str, str]
-    ready: str  # uds | health-file
+    rxdm_docker_flags: tuple[str, ...]
+    ready: str  # uds | log
+    ready_log: str
     installer_image: str
+    installer_args: tuple[str, ...]
     source: str
     verified: bool
+
+    @property
+    def uds_path(self) -> str | None:
+        """The directory the RxDM serves its sockets in (TCPX's --uds_path), or None."""
+        args = self.rxdm_args
+        return args[args.index("--uds_path") + 1] if "--uds_path" in args else None
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """What a node with no external IP needs to reach Google's APIs, and the GPU metrics agent."""
+
+    private_google_access_source: str
+    cloud_nat_source: str
+    ops_agent_repo_script: str
+    ops_agent_source: str
+    ops_agent_verified: bool
 
 
 @functools.cache
@@ -237,7 +258,8 @@ def node_setups() -> MappingProxyType[str, NodeSetup]:
     for family, e in _raw()["nodes"].items():
         out[family] = NodeSetup(family=family, image=e["image"], driver=e["driver"],
                                 boot_disk_type=e["boot_disk_type"], boot_disk_types=tuple(e["boot_disk_types"]),
-                                source=e["source"], verified=bool(e.get("verified", False)))
+                                requires=str(e.get("requires") or ""), source=e["source"],
+                                verified=bool(e.get("verified", False)))
         if out[family].boot_disk_type not in out[family].boot_disk_types:
             raise ValueError(f"machines.yaml: nodes.{family}.boot_disk_type is not in its boot_disk_types")
     return MappingProxyType(out)
@@ -255,5 +277,16 @@ def gpudirect_host(flavor: str) -> GpuDirectHost | None:
     return GpuDirectHost(flavor=flavor, rxdm_image=e["rxdm_image"], rxdm_entrypoint=e.get("rxdm_entrypoint"),
                          rxdm_args=tuple(str(a) for a in e["rxdm_args"]), rxdm_volumes=tuple(e["rxdm_volumes"]),
                          rxdm_env=MappingProxyType({k: str(v) for k, v in e["rxdm_env"].items()}),
-                         ready=e["ready"], installer_image=e["installer_image"], source=e["source"],
-                         verified=bool(e.get("verified", False)))
+                         rxdm_docker_flags=tuple(str(a) for a in e["rxdm_docker_flags"]),
+                         ready=e["ready"], ready_log=str(e.get("ready_log") or ""),
+                         installer_image=e["installer_image"], installer_args=tuple(e["installer_args"]),
+                         source=e["source"], verified=bool(e.get("verified", False)))
+
+
+@functools.cache
+def outbound() -> Outbound:
+    raw = _raw()
+    return Outbound(private_google_access_source=raw["egress"]["private_google_access"]["source"],
+                    cloud_nat_source=raw["egress"]["cloud_nat"]["source"],
+                    ops_agent_repo_script=raw["ops_agent"]["repo_script"], ops_agent_source=raw["ops_agent"]["source"],
+                    ops_agent_verified=bool(raw["ops_agent"].get("verified", False)))

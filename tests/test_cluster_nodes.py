@@ -52,7 +52,10 @@ def test_each_family_boots_its_image_and_disk_type(machine_type, disk, image_fam
     assert meta(p.instance_properties)["enable-guest-attributes"] == "TRUE"
     rows = {r["kind"]: r for r in p.resources()}
     assert rows["boot disk"]["name"] == disk and catalog.node_setup(p.machine).source in rows["boot disk"]["details"]
-    assert "Ops Agent with the DCGM receiver" in rows["node setup"]["details"]
+    assert "docker credentials for us-" in rows["node setup"]["details"]
+    assert "dcgm receiver" in rows["metrics agent"]["name"] and "third-party-nvidia" in rows["metrics agent"]["details"]
+    # No external IPs: a Cloud NAT on the primary network, as Cluster Toolkit's vpc module makes one.
+    assert rows["cloud NAT"]["name"] == "c-nat / c-nat" and "enable_cloud_nat" in rows["cloud NAT"]["details"]
     assert "Private Google Access" in rows["egress"]["name"]
 
 
@@ -200,3 +203,58 @@ def test_tcpxo_job_starts_the_datapath_manager_and_fails_in_one_line_without_it(
     status = _wait_state(failed.stdout.splitlines()[0], ("FAILED",))
     messages = {n["node"]: n.get("message", "") for n in status["per_node"]}
     assert messages["c-1"] == (f"receive-datapath manager ({rxdm.rxdm_image}) exited: missing /dev/aperture_devices")
+
+
+# --- outbound: Cloud NAT on the primary network ----------------------------------------------
+
+def _routers(gcp, region: str = "us-central1") -> list[dict]:
+    return gcp.compute.list(PROJECT, f"regions/{region}/routers")
+
+
+def test_up_makes_a_cloud_nat_for_internal_nodes_and_down_removes_it(gcp):
+    up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+             "--yes")
+    assert up.exit_code == 0, up.output
+    [router] = _routers(gcp)
+    assert router["name"] == "c-nat" and router["network"].endswith("/global/networks/default")
+    assert router["nats"] == [{"name": "c-nat", "natIpAllocateOption": "AUTO_ONLY",
+                               "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}]
+    assert cli("cluster", "down", "c", "--yes").exit_code == 0
+    assert _routers(gcp) == []
+
+
+def test_a_second_cluster_uses_the_network_nat_and_no_nat_or_external_ip_make_none(gcp):
+    assert cli("cluster", "up", "a", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    # The API refuses a second NAT for all subnetworks on the same network and region, so `up` uses the first.
+    second = cli("cluster", "up", "b", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+                 "--yes")
+    assert second.exit_code == 0, second.output
+    assert "already has Cloud NAT a-nat/a-nat in us-central1: using it" in second.output
+    assert [r["name"] for r in _routers(gcp)] == ["a-nat"]
+    for flag in ("--no-nat", "--external-ip"):
+        p = json.loads(cli("cluster", "plan", "x", "--machine-type", "a2-highgpu-1g", "--zone", "us-central1-a", flag,
+                           fmt="json").stdout)
+        assert p["routers"] == []
+
+
+def test_emulator_refuses_a_second_nat_for_all_subnetworks(gcp):
+    from google.api_core import exceptions
+    from google.cloud import compute_v1
+
+    from gcpgpu.gcp.clients import Clients
+
+    routers = Clients(emulator=gcp.address).compute("RoutersClient")
+
+    def router(name: str) -> compute_v1.Router:
+        return compute_v1.Router(name=name, network="global/networks/default", nats=[compute_v1.RouterNat(
+            name=name, nat_ip_allocate_option="AUTO_ONLY",
+            source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES")])
+
+    routers.insert(project=PROJECT, region="us-central1", router_resource=router("one")).result()
+    with pytest.raises(exceptions.BadRequest, match="only NAT of the network"):
+        routers.insert(project=PROJECT, region="us-central1", router_resource=router("two"))
+    # Another region is another matter.
+    routers.insert(project=PROJECT, region="us-east5", router_resource=router("two")).result()
+    with pytest.raises(exceptions.BadRequest, match="resourceInUseByAnotherResource|already being used"):
+        Clients(emulator=gcp.address).compute("NetworksClient").delete(project=PROJECT, network="default")

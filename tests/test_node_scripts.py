@@ -114,6 +114,7 @@ def metadata() -> Iterator[Metadata]:
 
 
 # docker as the agent uses it: every call logged; the RxDM's behaviour set by STUB_RXDM (ok | dead).
+# A healthy RxDM logs its ready line from its third `docker logs` on, as a real one takes a while.
 DOCKER = """#!{python}
 import json, os, sys
 args = sys.argv[1:]
@@ -123,8 +124,13 @@ mode = os.environ.get("STUB_RXDM", "ok")
 if args[:1] == ["inspect"]:
     fmt, name = args[2], args[3]
     print("0" if "ExitCode" in fmt else ("true" if name == "gcpgpu-rxdm" and mode == "ok" else "false"))
-elif args[:1] == ["exec"]:
-    sys.exit(0 if mode == "ok" else 1)
+elif args[:1] == ["logs"] and mode == "ok":
+    seen = os.environ["STUB_LOG"] + ".logs"
+    n = int(open(seen).read()) + 1 if os.path.exists(seen) else 1
+    open(seen, "w").write(str(n))
+    print("I1123 rxdm.cc:40] waiting for NICs")
+    if n >= 3:
+        print("I1123 rxdm.cc:90] Buffer manager initialization complete")
 elif args[:1] == ["logs"]:
     print("F1123 rxdm.cc:88] cannot open /dev/aperture_devices")
 """
@@ -161,11 +167,14 @@ def test_agent_starts_the_rxdm_before_the_trainer_and_removes_it_after(tmp_path,
     runs = [c for c in calls if c[0] == "run"]
     rxdm = catalog.gpudirect_host("tcpxo")
     assert runs[0][runs[0].index("--name") + 1] == "gcpgpu-rxdm" and rxdm.rxdm_image in runs[0]
-    assert runs[0][-4:] == list(rxdm.rxdm_args)
-    assert "--privileged" in runs[0] and "--gpus" in runs[0] and "HEALTH_CHECK_LOG_FILE=/run/health-check" in runs[0]
+    # The flags slurm-gcp's receive-data-path-manager-mega passes (catalog gpudirect_host.tcpxo).
+    assert runs[0][-5:] == [rxdm.rxdm_image, "--num_hops=2", "--num_nics=8", "--uid=", "--alsologtostderr"]
+    assert {"--privileged", "--cap-add=NET_ADMIN", "--network=host", "--pull=always"} <= set(runs[0])
+    assert runs[0][runs[0].index("--gpus") + 1] == "all" and "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu" in runs[0]
     assert runs[1][runs[1].index("--name") + 1] == "gcpgpu-job-train-abc123"
-    # Ready (its health file exists) before the trainer starts; removed when the agent ends.
-    assert calls.index(["exec", "gcpgpu-rxdm", "test", "-e", "/run/health-check"]) < calls.index(runs[1])
+    # Ready (its log says so, on the third look) before the trainer starts; removed when the agent ends.
+    logs = [i for i, c in enumerate(calls) if c[:2] == ["logs", "gcpgpu-rxdm"]]
+    assert len(logs) == 3 and logs[-1] < calls.index(runs[1])
     assert calls[-1] == ["rm", "-f", "gcpgpu-rxdm"]
     # User strings reach docker as single arguments, never through a shell.
     assert runs[1][-3:] == ["--steps", "3", "a b; rm -rf /"] and "X=$(id)" in runs[1]

@@ -45,6 +45,9 @@ def _spec_options(fn: Callable) -> Callable:
         click.option("--subnetwork", help="Primary subnetwork (default: the network's in the region)."),
         click.option("--external-ip", "external_ips", is_flag=True, default=None,
                      help="Give nodes external IPs (default: none; nodes stay internal)."),
+        click.option("--no-nat", "no_nat", is_flag=True, default=None,
+                     help="No Cloud NAT for the nodes (default: one on the primary network unless it has one or "
+                          "--external-ip; without it, nodes reach Google only through Private Google Access)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -82,6 +85,7 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "network": kw.get("network"),
         "subnetwork": kw.get("subnetwork"),
         "external_ips": kw.get("external_ips"),
+        "cloud_nat": False if kw.get("no_nat") else None,
     }
     if kw.get("spot"):
         flags["provisioning"] = "spot"

@@ -20,7 +20,7 @@ from typing import Any
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import Failure, classify, is_not_found
-from gcpgpu.gcp.operations import call, parallel, wait, wait_all
+from gcpgpu.gcp.operations import call, parallel, retrying, wait, wait_all
 
 from .observe import Node, Observed, list_nodes, observe, observe_nodes
 from .plan import LABEL_CLUSTER, LABEL_RANK, Plan, rank_of
@@ -81,6 +81,7 @@ class Created:
     firewalls: list[str] = field(default_factory=list)
     reservations: list[tuple[str, str]] = field(default_factory=list)  # (zone, name)
     instances: list[tuple[str, str]] = field(default_factory=list)  # (zone, name)
+    routers: list[tuple[str, str]] = field(default_factory=list)  # (region, name)
 
 
 def _msg(cls: Any, body: dict) -> Any:
@@ -119,6 +120,7 @@ class Cluster:
         created = Created()
         try:
             self._ensure_shared(plan, obs, created, compute_v1)
+            self._ensure_nat(plan, obs, created, compute_v1)
             existing = {n.name: n for n in obs.nodes}
             missing = [n for n in plan.node_names if n not in existing]
             zones = sorted({n.zone for n in obs.nodes}) or plan.zones
@@ -192,6 +194,26 @@ class Cluster:
         created.firewalls += [f["name"] for f in new_fws]
         with self.report.waiting("waiting for subnetworks and firewall rules"):
             self._wait_all_or_raise(sub_ops + fw_ops)
+
+    def _ensure_nat(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> None:
+        """The nodes' Cloud NAT, unless the cluster has it or the network already has a NAT in the region."""
+        have = {r["name"] for r in obs.routers}
+        todo = [r for r in plan.routers if r["name"] not in have]
+        if not todo:
+            return
+        network = todo[0]["network"].rsplit("/", 1)[-1]
+        pager = retrying()(self.c("RoutersClient").list)(request={"project": self.project, "region": plan.region})
+        serving = [f"{r.name}/{n.name}" for r in pager if r.network.rsplit("/", 1)[-1] == network for n in r.nats]
+        if serving:
+            self.report.note(f"network {network} already has Cloud NAT {serving[0]} in {plan.region}: using it")
+            return
+        self.report.step("nat", f"Creating Cloud Router {todo[0]['name']} with a Cloud NAT on {network} in "
+                                f"{plan.region} (nodes have no external IP)")
+        op = call(self.c("RoutersClient").insert, {"project": self.project, "region": plan.region,
+                                                   "router_resource": _msg(cv1.Router, todo[0])})
+        created.routers.append((plan.region, todo[0]["name"]))
+        with self.report.waiting("waiting for the Cloud NAT"):
+            self._wait(op)
 
     @staticmethod
     def _raise_first(results: list[Any]) -> None:
@@ -353,6 +375,7 @@ class Cluster:
         steps = [
             ("ReservationsClient", "zone", "reservation", [(r["zone"], r["name"]) for r in reservations]),
             ("ResourcePoliciesClient", "region", "resource_policy", [(p["region"], p["name"]) for p in policies]),
+            ("RoutersClient", "region", "router", [(r["region"], r["name"]) for r in obs.routers]),
             ("FirewallsClient", None, "firewall", [(None, f) for f in obs.firewalls]),
             ("SubnetworksClient", "region", "subnetwork", [(s["region"], s["name"]) for s in obs.subnets]),
             ("NetworksClient", None, "network", [(None, n) for n in obs.networks]),
@@ -400,7 +423,7 @@ class Cluster:
     def _rollback(self, created: Created) -> None:
         """Take back exactly what this run created, newest first (best effort, reported)."""
         if not (created.instances or created.reservations or created.policy or created.networks or created.subnets
-                or created.firewalls):
+                or created.firewalls or created.routers):
             return
         self.report.step("rollback", "Removing what this attempt created")
         try:
@@ -410,6 +433,7 @@ class Cluster:
             self._delete_all("ReservationsClient", list(created.reservations), "zone", "reservation")
             if created.policy:
                 self._delete_all("ResourcePoliciesClient", [created.policy], "region", "resource_policy")
+            self._delete_all("RoutersClient", list(created.routers), "region", "router")
             self._delete_all("FirewallsClient", [(None, f) for f in created.firewalls], None, "firewall")
             self._delete_all("SubnetworksClient", list(created.subnets), "region", "subnetwork")
             self._delete_all("NetworksClient", [(None, n) for n in created.networks], None, "network")

@@ -49,20 +49,22 @@ class Observed:
     networks: list[str] = field(default_factory=list)
     subnets: list[dict] = field(default_factory=list)  # {name, region}
     firewalls: list[str] = field(default_factory=list)
+    routers: list[dict] = field(default_factory=list)  # {name, region}: the nodes' Cloud NAT
 
     @property
     def empty(self) -> bool:
-        return not (self.nodes or self.policies or self.reservations or self.networks or self.subnets or self.firewalls)
+        return not (self.nodes or self.policies or self.reservations or self.networks or self.subnets or self.firewalls
+                    or self.routers)
 
     def count(self) -> int:
         return (len(self.nodes) + len(self.policies) + len(self.reservations) + len(self.networks) + len(self.subnets)
-                + len(self.firewalls))
+                + len(self.firewalls) + len(self.routers))
 
     def summary(self) -> str:
         parts = [f"{len(self.nodes)} node(s)"]
         for what, items in (("placement polic(ies)", self.policies), ("reservation(s)", self.reservations),
                             ("network(s)", self.networks), ("subnetwork(s)", self.subnets),
-                            ("firewall rule(s)", self.firewalls)):
+                            ("firewall rule(s)", self.firewalls), ("Cloud NAT router(s)", self.routers)):
             if items:
                 parts.append(f"{len(items)} {what}")
         return ", ".join(parts)
@@ -102,7 +104,7 @@ def observe_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
 
 
 def observe(clients: Clients, project: str, cluster: str) -> Observed:
-    """Find every resource of `cluster`: six list calls in parallel, whatever its size."""
+    """Find every resource of `cluster`: seven list calls in parallel, whatever its size."""
     mark = marker(cluster)
     name_re = f"{cluster}-.*"
 
@@ -128,6 +130,7 @@ def observe(clients: Clients, project: str, cluster: str) -> Observed:
         "subnets": lambda: [{"name": s.name, "region": _last(s.region)}
                             for _s, s in aggregated("SubnetworksClient", "subnetworks")],
         "firewalls": lambda: [f.name for f in listed("FirewallsClient")],
+        "routers": lambda: [{"name": r.name, "region": _last(r.region)} for _s, r in aggregated("RoutersClient", "routers")],
     }
     results = parallel(lambda fn: fn(), list(jobs.values()))
     for r in results:

@@ -55,6 +55,7 @@ class Plan:
     instance_properties: dict
     node_names: list[str]
     notes: list[str] = field(default_factory=list)
+    routers: list[dict] = field(default_factory=list)  # a Cloud Router with the nodes' Cloud NAT (0 or 1)
 
     @property
     def name(self) -> str:
@@ -136,28 +137,42 @@ class Plan:
         driver = {"dlvm-metadata": "NVIDIA driver by the Deep Learning VM (install-nvidia-driver=True)",
                   "baked": "NVIDIA driver in the image", "apt": "NVIDIA driver from NVIDIA's apt repository"}[setup.driver]
         installs = [driver, "docker + NVIDIA container toolkit", "docker credentials for "
-                    f"{self.region}-docker.pkg.dev and us-docker.pkg.dev (gcloud auth configure-docker)",
-                    "Ops Agent with the DCGM receiver"]
+                    f"{self.region}-docker.pkg.dev and us-docker.pkg.dev (gcloud auth configure-docker)"]
         host = catalog.gpudirect_host(self.machine.gpudirect) if self.machine.gpu_nics else None
         if host:
             installs.append(f"NCCL plugin ({host.installer_image.rsplit('/', 1)[-1]}); "
-                            f"receive-datapath manager per job ({host.rxdm_image.rsplit('/', 1)[-1]})")
+                            f"receive-datapath manager per job ({host.rxdm_image.rsplit('/', 1)[-1]}; source: {host.source})")
         elif self.machine.gpudirect == "rdma":
             installs.append("gIB NCCL plugin in the training image; RDMA NICs via /dev/infiniband")
+        out = catalog.outbound()
         rows = [
             {"kind": "boot disk", "name": disk["diskType"], "where": "each node",
              "details": f"{disk['diskSizeGb']} GB from {disk['sourceImage'].rsplit('/', 1)[-1]} "
                         f"(source: {setup.source}){unverified}"},
             {"kind": "node setup", "name": "startup script", "where": "each node", "details": "; ".join(installs)},
+            {"kind": "metrics agent", "name": "Ops Agent + dcgm receiver", "where": "each node",
+             "details": "GPU metrics (NVML by default, DCGM when nvidia-dcgm runs) for `gcpgpu metrics` "
+                        f"(source: {out.ops_agent_source})" + ("" if out.ops_agent_verified else " (unverified)")},
         ]
+        if setup.requires:
+            rows.append({"kind": "node needs", "name": "not installed by gcpgpu", "where": "each node",
+                         "details": setup.requires})
         external = any(n.get("accessConfigs") for n in self.instance_properties["networkInterfaces"])
+        for router in self.routers:
+            nat = router["nats"][0]
+            rows.append({"kind": "cloud NAT", "name": f"{router['name']} / {nat['name']}", "where": self.region,
+                         "details": f"outbound for nodes with no external IP on '{self.spec.network}' "
+                                    f"({nat['sourceSubnetworkIpRangesToNat']}, {nat['natIpAllocateOption']}); "
+                                    "skipped when the network already has a NAT in the region "
+                                    f"(source: {out.cloud_nat_source})"})
         if not external:
             created = [s["name"] for s in self.subnets if s.get("privateIpGoogleAccess")]
             rows.append({"kind": "egress", "name": "Private Google Access", "where": self.spec.network,
                          "details": ("on for " + ", ".join(created) + "; " if created else "")
-                         + f"no external IPs: the primary subnet of '{self.spec.network}' needs Private Google Access "
-                           "(Artifact Registry, Cloud Storage, Monitoring) or Cloud NAT (NVIDIA and Ubuntu package "
-                           "mirrors), as Cluster Toolkit's vpc module sets both (not created by gcpgpu)"})
+                         + f"the primary subnet of '{self.spec.network}' is left as it is"
+                         + ("" if self.routers else ": with --no-nat it needs Private Google Access for Artifact "
+                            "Registry, Cloud Storage and Monitoring, and the startup script's package installs fail")
+                         + f" (source: {out.private_google_access_source})"})
         return rows
 
     def to_dict(self) -> dict:
@@ -175,6 +190,7 @@ class Plan:
             "networks": self.networks,
             "subnetworks": self.subnets,
             "firewalls": self.firewalls,
+            "routers": self.routers,
             "reservation": self.reservation,
             "bulkInsert": self.bulk_insert_body(self.node_names),
             "notes": self.notes,
@@ -278,7 +294,9 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     gpu_nics = sum(1 for n in nics[1:] if n.get("nicType") == "MRDMA") if mt.gpudirect == "rdma" else len(nics) - 1
     startup = render("startup.sh.j2", cluster=name, nodes=spec.nodes, machine_type=mt.name, gpus_per_node=mt.gpu_count,
                      gpu_nics=gpu_nics, project=project, region=region, driver=setup.driver, flavor=mt.gpudirect,
-                     installer_image=host.installer_image if host else "")
+                     installer_image=host.installer_image if host else "",
+                     installer_args=host.installer_args if host else (),
+                     ops_agent_repo_script=catalog.outbound().ops_agent_repo_script)
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",
@@ -304,9 +322,30 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     }
     if policy:
         props["resourcePolicies"] = [policy["name"]]
+    setup_needs = catalog.node_setup(mt).requires
+    if setup_needs and spec.image == catalog.node_setup(mt).image:
+        notes.append(f"{mt.name}: {setup_needs}.")
     return Plan(spec=spec, machine=mt, policy=policy, networks=networks, subnets=subnets, firewalls=firewalls,
                 reservation=reservation, instance_properties=props,
-                node_names=[node_name(name, r) for r in range(spec.nodes)], notes=notes)
+                node_names=[node_name(name, r) for r in range(spec.nodes)], notes=notes,
+                routers=_nat_routers(spec, project))
+
+
+def nat_router_name(cluster: str) -> str:
+    return f"{cluster}-nat"
+
+
+def _nat_routers(spec: ClusterSpec, project: str) -> list[dict]:
+    """A Cloud Router with one Cloud NAT on the primary network, for nodes with no external IP (Cluster
+    Toolkit's vpc module makes one per region by default). `up` skips it when the network already
+    has a NAT in the region: a NAT for all subnetworks must be the network's only one there."""
+    if spec.external_ips or not spec.cloud_nat:
+        return []
+    name = nat_router_name(spec.name)
+    return [{"name": name, "description": f"{marker(spec.name)} Cloud NAT for the nodes",
+             "network": f"projects/{project}/global/networks/{spec.network}",
+             "nats": [{"name": name, "natIpAllocateOption": "AUTO_ONLY",
+                       "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}]}]
 
 
 RDMA_CIDR = "10.131.{i}.0/24"  # one /24 per MRDMA subnet of the RoCE VPC (Cluster Toolkit splits one /18 likewise)

@@ -50,6 +50,7 @@ class ClusterSpec:
     network: str = "default"
     subnetwork: str | None = None
     external_ips: bool = False
+    cloud_nat: bool = True  # a Cloud Router + NAT on the primary network when nodes have no external IP
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -3,7 +3,7 @@
 One class over one shared state, put together from a mixin per resource family, as moto builds its
 EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (zones, regions,
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
-and reservations), `instance_spec` (an instance body checked and stored) and `instances`.
+and reservations), `routers` (Cloud Router + NAT), `instance_spec` (an instance body checked and stored) and `instances`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from .instances import InstancesMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
+from .routers import RoutersMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
 
 __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", "Project", "check_project", "last",
            "public"]
 
 
-class ComputeBackend(OperationsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin, InstanceSpecMixin,
-                     InstancesMixin, BackendBase):
+class ComputeBackend(OperationsMixin, CatalogMixin, CrudMixin, NetworksMixin, RoutersMixin, PlacementMixin,
+                     InstanceSpecMixin, InstancesMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

@@ -38,7 +38,7 @@ FLEX_START_RANGE = (600, 604800)
 
 # Zone-scoped, region-scoped and global collections this backend serves.
 ZONAL = ("instances", "reservations", "disks")
-REGIONAL = ("subnetworks", "resourcePolicies")
+REGIONAL = ("subnetworks", "resourcePolicies", "routers")
 GLOBAL = ("networks", "firewalls")
 
 
@@ -220,7 +220,8 @@ def check_project(name: str) -> None:
 
 def _kind_word(kind: str) -> str:
     return {"resourcePolicies": "resource policy", "subnetworks": "subnetwork", "networks": "network",
-            "firewalls": "firewall", "reservations": "reservation", "instances": "instance"}.get(kind, kind)
+            "firewalls": "firewall", "reservations": "reservation", "instances": "instance",
+            "routers": "router"}.get(kind, kind)
 
 
 def _check_labels(labels: dict, field_name: str) -> None:
