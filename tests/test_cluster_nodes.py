@@ -258,3 +258,20 @@ def test_emulator_refuses_a_second_nat_for_all_subnetworks(gcp):
     routers.insert(project=PROJECT, region="us-east5", router_resource=router("two")).result()
     with pytest.raises(exceptions.BadRequest, match="resourceInUseByAnotherResource|already being used"):
         Clients(emulator=gcp.address).compute("NetworksClient").delete(project=PROJECT, network="default")
+
+
+def test_a3_high_plan_names_the_tcpx_kernel_it_cannot_install_unless_an_image_is_given():
+    assert any("linux-gcp-tcpx" in n for n in make("a3-highgpu-8g").notes)
+    custom = "projects/p/global/images/family/a3-tcpx"
+    assert not any("linux-gcp-tcpx" in n for n in make("a3-highgpu-8g", image=custom).notes)
+    assert not any("linux-gcp-tcpx" in n for n in make("a3-megagpu-8g").notes)
+
+
+@pytest.mark.parametrize(("machine_type", "image", "args"), [
+    ("a3-highgpu-8g", "gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9", "install"),
+    ("a3-megagpu-8g", "gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17", "install --install-nccl"),
+])
+def test_startup_script_runs_the_flavours_plugin_installer_as_slurm_gcp_does(machine_type, image, args):
+    script = meta(make(machine_type).instance_properties)["startup-script"]
+    assert f"INSTALLER_IMAGE=us-docker.pkg.dev/gce-ai-infra/{image}\n" in script
+    assert f'docker run --rm --network=host --volume /var/lib:/var/lib "$INSTALLER_IMAGE" {args} \\\n' in script

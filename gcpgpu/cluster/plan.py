@@ -154,9 +154,6 @@ class Plan:
              "details": "GPU metrics (NVML by default, DCGM when nvidia-dcgm runs) for `gcpgpu metrics` "
                         f"(source: {out.ops_agent_source})" + ("" if out.ops_agent_verified else " (unverified)")},
         ]
-        if setup.requires:
-            rows.append({"kind": "node needs", "name": "not installed by gcpgpu", "where": "each node",
-                         "details": setup.requires})
         external = any(n.get("accessConfigs") for n in self.instance_properties["networkInterfaces"])
         for router in self.routers:
             nat = router["nats"][0]
