@@ -194,6 +194,10 @@ def test_tcpxo_job_starts_the_datapath_manager_and_fails_in_one_line_without_it(
     # The agent's script starts Google's RxDM (catalog image) before the trainer's container.
     rxdm = catalog.gpudirect_host("tcpxo")
     assert agent.index(f"RXDM_IMAGE={rxdm.rxdm_image}") < agent.index('docker run "${run_args[@]}"')
+    # The trainer sees the host installer's whole plugin dir (one version) and the aperture devices.
+    assert "run_args+=(--volume /var/lib/tcpxo/lib64:/var/lib/tcpxo/lib64)" in agent
+    assert "run_args+=(--volume /dev/aperture_devices:/dev/aperture_devices)" in agent
+    assert "/var/lib/tcpxo/lib64/libnccl-net.so:" not in agent
     doctor = json.loads(cli("cluster", "doctor", "c", fmt="json").stdout)
     assert [r["rxdm"] for r in doctor] == ["up", "up"]
     assert cli("job", "cancel", job_id, "--wait").exit_code == 0

@@ -129,6 +129,9 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
     profile = nccl.profile_for(machine)
     # Host support the plugin needs (devices, sockets, a host-installed plugin); /usr/local is the image's own.
     mounts = [p for p in (*profile.required_paths, *profile.advised_paths) if not p.startswith("/usr/local")]
+    host_lib = profile.lib_dir if profile.lib_dir and profile.lib_dir.startswith("/var/lib/") else None
+    if host_lib:  # the host installer's whole plugin dir (one version), as Cluster Toolkit's nccl-tests mount it
+        mounts = [host_lib, *(p for p in mounts if not p.startswith(host_lib + "/"))]
     # TCPX/TCPXO: the agent starts Google's receive-datapath manager before the trainer.
     rxdm = catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
     image = job.image
