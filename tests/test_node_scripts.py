@@ -146,7 +146,8 @@ esac
 def stubs(tmp_path: Path, metadata: Metadata) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("docker", DOCKER.format(python=sys.executable)), ("nvidia-smi", NVIDIA_SMI)):
+    uname = '#!/bin/sh\necho "${STUB_KERNEL:-6.8.0-1021-gcp-tcpx}"\n'
+    for name, text in (("docker", DOCKER.format(python=sys.executable)), ("nvidia-smi", NVIDIA_SMI), ("uname", uname)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(tmp_path / "docker.log"),
@@ -241,3 +242,12 @@ def test_node_report_counts_rdma_devices_and_their_port_state(tmp_path, metadata
         (port / "state").write_text("4: ACTIVE\n" if i != 3 else "1: DOWN\n")
     got = _node_report(tmp_path, metadata, "rdma", 8, 8, {**stubs(tmp_path, metadata), "GCPGPU_SYSROOT": str(root)})
     assert got["gpu-nics"] == "8/8" and got["links"] == "down:mlx5_3" and got["gpudirect"] == "ready"
+
+
+def test_node_report_names_a_kernel_without_gpudirect_tcpx(tmp_path, metadata):
+    nics = {"enp0s12": "up", **{f"enp{i}s0": "up" for i in (6, 12, 134, 140)}}
+    root = fake_sysroot(tmp_path, nics, ["var/lib/tcpx/lib64/libnccl-net.so"])
+    env = {**stubs(tmp_path, metadata), "GCPGPU_SYSROOT": str(root)}
+    assert _node_report(tmp_path, metadata, "tcpx", 8, 4, env)["gpudirect"] == "ready"
+    got = _node_report(tmp_path, metadata, "tcpx", 8, 4, {**env, "STUB_KERNEL": "5.10.0-32-cloud-amd64"})
+    assert got["gpudirect"] == "kernel 5.10.0-32-cloud-amd64 is not linux-gcp-tcpx (boot an A3 High TCPX image, --image)"

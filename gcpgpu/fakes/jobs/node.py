@@ -4,7 +4,9 @@ On a real node, templates/node_report.sh.j2 (part of the startup script) writes 
 the GPUs nvidia-smi lists, the GPU NICs and their links, and whether the GPUDirect host pieces are
 in place. Here the values follow the machine type, for every RUNNING node gcpgpu made (its
 metadata carries the bootstrap), so `gcpgpu cluster doctor` sees a healthy node; `lack(name, what)`
-makes a node miss something, as a broken real one would.
+makes a node miss something, as a broken real one would. Difference from real GCP: an emulated A3
+High/Edge node always has a GPUDirect-TCPX kernel, while the catalog's default image (the Deep
+Learning VM) has none; `cluster plan` warns about that, and a real node's report names its kernel.
 """
 
 from __future__ import annotations
