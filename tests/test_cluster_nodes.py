@@ -271,6 +271,12 @@ def test_a3_high_plan_names_the_tcpx_kernel_it_cannot_install_unless_an_image_is
     assert not any("linux-gcp-tcpx" in n for n in make("a3-megagpu-8g").notes)
 
 
+def test_gpu_nic_families_on_the_default_network_are_told_its_mtu_is_not_cluster_toolkits():
+    assert any("MTU-8244 VPC" in n for n in make("a3-megagpu-8g").notes)
+    assert not any("MTU-8244 VPC" in n for n in make("a3-megagpu-8g", network="sysnet").notes)
+    assert not any("MTU" in n for n in make("a2-highgpu-8g").notes)
+
+
 @pytest.mark.parametrize(("machine_type", "image", "args"), [
     ("a3-highgpu-8g", "gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9", "install"),
     ("a3-megagpu-8g", "gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17", "install --install-nccl"),

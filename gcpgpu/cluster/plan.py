@@ -251,6 +251,9 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             nics.append({"network": f"projects/{project}/global/networks/{net_name}",
                          "subnetwork": f"projects/{project}/regions/{region}/subnetworks/{sub_name}",
                          "nicType": "GVNIC"})
+        if spec.network == "default":  # CT a3high/a3mega-slurm-blueprint.yaml: sysnet mtu 8244
+            notes.append(f"{mt.name}: Cluster Toolkit runs the primary (system) network at MTU 8244 too; the "
+                         "project's 'default' network keeps 1460 (pass --network with an MTU-8244 VPC).")
     elif mt.gpudirect == "rdma":
         _rdma_networks(spec, project, mt, networks, subnets, firewalls, nics, notes)
 
