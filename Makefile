@@ -7,16 +7,18 @@ PYTEST_ARGS ?=
 # TORCH_VERSION and the rest of the image's PyTorch pairing, declared once.
 include containers/versions.env
 
-.PHONY: install test demo lint bench clean
+.PHONY: install test demo lint bench gpu-check clean
 
 install: $(STAMP)
 
 # torch==$(TORCH_VERSION) first: it resolves to the CPU build on local disk, which then satisfies the
-# [trainer] extra; a bare `torch` requirement would pull several GB of CUDA wheels instead.
+# [trainer] extra; a bare `torch` requirement would pull several GB of CUDA wheels instead. torchao at
+# the image's version (--no-deps: it needs only torch) so the fp8 layer selection is tested, not skipped.
 $(STAMP): pyproject.toml setup.py containers/versions.env
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
+	$(BIN)/python -m pip install -q --no-deps torchao==$(TORCHAO_VERSION)
 	$(BIN)/python -m pip install -q -e '.[dev,trainer]'
 	touch $(STAMP)
 
@@ -31,6 +33,11 @@ lint: install
 
 bench: install
 	@for f in tests/bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# On a machine with NVIDIA GPUs (or inside the training image: python -m gcpgpu.trainer.gpu_check):
+# measures the trainer and prints one table; without a GPU it says so in one line and exits 0.
+gpu-check: install
+	$(BIN)/python -m gcpgpu.trainer.gpu_check
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

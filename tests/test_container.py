@@ -68,7 +68,6 @@ def test_base_image_is_pinned_and_nothing_is_latest(dockerfile):
 
 def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dockerfile):
     import tomllib
-
     import torch
 
     from gcpgpu import resources
@@ -94,6 +93,11 @@ def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dock
     # torchao is installed in the image, at the pinned version, and the build proves what it installed.
     text = DOCKERFILE.read_text()
     assert '"torchao==${TORCHAO_VERSION}"' in text and "assert v == '${TORCH_VERSION}'" in text
+    # ...and the tests run that torchao too (make install pins it from the same file).
+    from importlib.metadata import version
+
+    assert "torchao==$(TORCHAO_VERSION)" in (REPO / "Makefile").read_text()
+    assert version("torchao") == pins["TORCHAO_VERSION"]
 
 
 def test_plugin_stages_use_the_images_the_profiles_name(dockerfile):

@@ -25,6 +25,9 @@ PROG = "gcpgpu.trainer"
 # The oldest torch the trainer runs on: the release line the tests and the image use. It equals
 # TORCH_MIN in containers/versions.env (a test checks; the trainer imports nothing outside itself).
 MIN_TORCH = "2.13"
+# Set to the exact torch version in use to run on an older torch anyway, for a measurement on a machine
+# whose torch cannot be changed (gpu_check --accept-torch does this, and says so in its report).
+ACCEPT_TORCH_ENV = "GCPGPU_TRAINER_ACCEPT_TORCH"
 
 
 class ConfigError(Exception):
@@ -68,6 +71,7 @@ class TrainConfig:
     fsdp_shard_size: int | None = None
     fp16_init_scale: float = 2.0**16
     fp8_recipe: str = "tensorwise"
+    fp8_filter: str = "auto"
     device: str = "auto"
     ckpt_dir: str | None = None
     ckpt_every: int = 0
@@ -77,6 +81,7 @@ class TrainConfig:
     profile_dir: str = "profile"
     log_json: str | None = None
     log_every: int = 10
+    stop_check_every: int = 5
     timing_warmup: int | None = None
     dist_timeout: float = 600.0
     quiet: bool = False
@@ -169,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPUs per shard group; fewer than the world gives HSDP (default: GPUs per node when multi-node)")
     g.add_argument("--fp16-init-scale", type=float, help="initial loss scale for fp16 (default 65536)")
     g.add_argument("--fp8-recipe", help="torchao float8 recipe: tensorwise or rowwise")
+    g.add_argument("--fp8-filter", help="which block linears go fp8: auto (torchao's size thresholds, default) or all")
     g = p.add_argument_group("speed")
     _bool(g, "compile", "torch.compile each block (default off)")
     g.add_argument("--compile-mode", help="default, max-autotune, max-autotune-no-cudagraphs or reduce-overhead (CUDA graphs)")
@@ -186,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--profile-steps", help="A:B profile steps A..B (nsys capture range on CUDA, torch.profiler on CPU)")
     g.add_argument("--profile-dir", help="where torch.profiler traces go (default ./profile)")
     g.add_argument("--dist-timeout", type=float, help="seconds before a stuck collective fails (default 600)")
+    g.add_argument("--stop-check-every", type=int,
+                   help="ranks agree on a SIGTERM every N steps (and on log and checkpoint steps; default 5): "
+                        "keep N x step time + a save under the notice a preemption gives (30 s on GCE spot)")
     _bool(g, "quiet", "print only the summary")
     return p
 
@@ -260,12 +269,17 @@ def check(cfg: TrainConfig) -> None:
     _choice("--optimizer-impl", cfg.optimizer_impl, ("auto", "fused", "foreach", "for"))
     _choice("--ddp-comm-hook", cfg.ddp_comm_hook, ("none", "bf16", "fp16", "powersgd"))
     _choice("--fp8-recipe", cfg.fp8_recipe, ("tensorwise", "rowwise"))
+    _choice("--fp8-filter", cfg.fp8_filter, ("auto", "all"))
+    if cfg.precision == "fp8" and not cfg.compile:
+        # torchao's float8 is slower than bf16 in eager mode: compile fuses its scale and cast kernels.
+        raise ConfigError("--precision fp8: needs --compile to be faster than bf16 (torchao's float8 relies on "
+                          "torch.compile to fuse its casts); add --compile or use bf16")
     _choice("--compile-mode", cfg.compile_mode,
             ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"))
     for opt, value in (("--steps", cfg.steps), ("--batch-size", cfg.batch_size), ("--seq-len", cfg.seq_len),
                        ("--grad-accum", cfg.grad_accum), ("--log-every", cfg.log_every),
                        ("--ckpt-keep", cfg.ckpt_keep), ("--ddp-bucket-mb", cfg.ddp_bucket_mb),
-                       ("--powersgd-rank", cfg.powersgd_rank)):
+                       ("--powersgd-rank", cfg.powersgd_rank), ("--stop-check-every", cfg.stop_check_every)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{opt}: must be a whole number of at least 1, got {value!r}")
     for opt, value in (("--ckpt-every", cfg.ckpt_every), ("--warmup-steps", cfg.warmup_steps),
@@ -313,7 +327,8 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
 
     GPU-only requests on a machine without a GPU are errors, unless allow_cpu (the emulator's opt-in).
     """
-    if torch_version is not None and _release(torch_version) < _release(MIN_TORCH):
+    if (torch_version is not None and _release(torch_version) < _release(MIN_TORCH)
+            and os.environ.get(ACCEPT_TORCH_ENV) != torch_version):
         raise ConfigError(f"torch {torch_version}: the trainer needs torch >= {MIN_TORCH} (the release the image "
                           f"and the tests use, containers/versions.env); pip install 'torch>={MIN_TORCH}'")
     if cfg.device == "cuda" and not cuda_available and not allow_cpu:

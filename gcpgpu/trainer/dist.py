@@ -101,6 +101,14 @@ def torchrun_args_from_cluster_spec(spec: str, nproc_per_node: int) -> list[str]
             f"--master-addr={rdzv.master_addr}", f"--master-port={port}"]
 
 
+# How a stuck or failed NCCL collective ends. torch's default (3: tear down) has the watchdog thread
+# abort the process: SIGABRT and a C++ trace on every rank. 2 (clean up only, documented beside it in
+# torch.distributed's environment variables) aborts the communicators instead, which ends the stuck
+# kernels, and the failure surfaces in the training loop as an exception: main() then prints one line
+# and exits 1, as for a lost gloo peer. Never run on a GPU here: unverified in practice.
+NCCL_ENV_DEFAULTS = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+
+
 def init_process_group(env: DistEnv, device_type: str, timeout_s: float) -> None:
     """Join the job's process group: NCCL for CUDA tensors plus gloo for CPU ones, or gloo alone on CPU."""
     import torch
@@ -116,8 +124,8 @@ def init_process_group(env: DistEnv, device_type: str, timeout_s: float) -> None
         os.environ.setdefault("MASTER_PORT", str(env.master_port))
         kwargs = {"rank": env.rank, "world_size": env.world_size}
     if device_type == "cuda":
-        # Fail a stuck collective with an error rather than hang forever (the default since 2.2, made explicit).
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+        for key, value in NCCL_ENV_DEFAULTS.items():
+            os.environ.setdefault(key, value)  # a value the user set wins
         device = torch.device("cuda", env.local_rank)
         torch.cuda.set_device(device)
         # cpu:gloo lets small host-side agreements (the SIGTERM flag) avoid a GPU sync.

@@ -10,13 +10,22 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 # Dense (not 2:4 sparse) bf16 tensor-core peaks in FLOP/s, matched on torch.cuda.get_device_name().
-# Order matters: the more specific names first. Anything else gets no MFU rather than a guess.
+# Order matters: the more specific names first ("GB200" contains "B200", "GH200" contains "H200").
+# Anything else gets no MFU rather than a guess. NVIDIA's datasheets print the sparse figure; these are
+# half of it. Sources: NVIDIA H100/H200/A100/L4 datasheets; B200 (HGX, 1000 W) and GB200 (1200 W) from
+# NVIDIA's Blackwell figures as tabulated in glennklockwood.com/garden/processors/B200 (unverified
+# against a datasheet PDF). MFU under --precision fp8 is divided by these bf16 peaks too, so runs of
+# one model compare by MFU across precisions (torchtitan reports it the same way).
 PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("GB200", 2.5e15),
+    ("B200", 2.25e15),
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
+    ("GH200", 989e12),  # Grace + an H100-class GPU
     ("H100", 989e12),  # SXM, e.g. "NVIDIA H100 80GB HBM3"
     ("H200", 989e12),  # the same chip as H100 SXM with more memory
     ("A100", 312e12),
+    ("L4", 121e12),  # G2 VMs; "NVIDIA L4" (242 TFLOP/s is the sparse figure)
 )
 
 
@@ -43,13 +52,25 @@ def busbw(algbw: float, world_size: int) -> float:
 
 
 def peak_memory(device_type: str) -> tuple[int, str]:
-    """(bytes, kind): CUDA's peak allocated bytes, or the process's peak RSS on CPU (not comparable)."""
+    """(bytes, kind): CUDA's peak RESERVED bytes (what the caching allocator took from the GPU, which is
+    what runs out), or the process's peak RSS on CPU (not comparable)."""
     if device_type == "cuda":
         import torch
 
-        return torch.cuda.max_memory_allocated(), "cuda_allocated"
+        return torch.cuda.max_memory_reserved(), "cuda_reserved"
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return (rss if sys.platform == "darwin" else rss * 1024), "cpu_rss"
+
+
+def cuda_memory_detail() -> dict[str, int]:
+    """Beside the reserved peak, as torchtitan logs it: the allocated peak and the allocator's retries
+    (cudaMalloc failed, the cache was flushed and the call retried: a sign of running near the limit)."""
+    import torch
+
+    stats = torch.cuda.memory_stats()
+    return {"peak_allocated_bytes": int(stats.get("allocated_bytes.all.peak", 0)),
+            "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+            "ooms": int(stats.get("num_ooms", 0))}
 
 
 @dataclass

@@ -14,25 +14,37 @@ from gcpgpu.trainer.dist import DistEnv
 from gcpgpu.trainer.model import GPT
 
 
-def apply_fp8(model: GPT, recipe: str, fsdp: bool) -> int:
-    """Swap the block linears for torchao Float8Linear; returns how many were converted.
+def fp8_filter(recipe: str, which: str = "auto"):
+    """The module_filter_fn for torchao's convert_to_float8_training.
 
-    The output layer stays in bf16 (its softmax is precision-sensitive) and so do linears whose sides
-    are not multiples of 16, which the fp8 matmul cannot take.
+    Always: block linears only (the output layer stays bf16: its softmax is precision-sensitive) whose
+    sides are multiples of 16 (the fp8 matmul's requirement). With which="auto", also torchao's own
+    size thresholds for the recipe (from its H100 benchmarks, the filter torchtitan's auto_filter_small_kn
+    uses): smaller linears lose more time to the casts than the fp8 matmul saves.
     """
+    def eligible(mod: nn.Module, fqn: str) -> bool:
+        return (isinstance(mod, nn.Linear) and fqn.startswith("blocks.")
+                and mod.in_features % 16 == 0 and mod.out_features % 16 == 0)
+
+    if which == "all":
+        return eligible
+    from torchao.float8.float8_linear_utils import _auto_filter_for_recipe  # experimental API (torchao 0.18)
+
+    by_size = _auto_filter_for_recipe(recipe, filter_fqns=["lm_head"])
+    return lambda mod, fqn: eligible(mod, fqn) and by_size(mod, fqn)
+
+
+def apply_fp8(model: GPT, recipe: str, fsdp: bool, which: str = "auto") -> tuple[int, int]:
+    """Swap block linears for torchao Float8Linear; returns (converted, block linears in all)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     config = Float8LinearConfig.from_recipe_name(recipe)
     if fsdp and recipe == "tensorwise":
         # Cast weights to fp8 before FSDP's all-gather: half the bytes on the wire.
         config = _replace(config, enable_fsdp_float8_all_gather=True)
-
-    def eligible(mod: nn.Module, fqn: str) -> bool:
-        return (isinstance(mod, nn.Linear) and fqn.startswith("blocks.")
-                and mod.in_features % 16 == 0 and mod.out_features % 16 == 0)
-
-    convert_to_float8_training(model, config=config, module_filter_fn=eligible)
-    return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+    total = sum(isinstance(m, nn.Linear) and n.startswith("blocks.") for n, m in model.named_modules())
+    convert_to_float8_training(model, config=config, module_filter_fn=fp8_filter(recipe, which))
+    return sum(type(m).__name__ == "Float8Linear" for m in model.modules()), total
 
 
 def _replace(config, **changes):
@@ -71,7 +83,12 @@ def build_mesh(env: DistEnv, device_type: str, shard_size: int | None) -> Device
 
 
 def apply_fsdp(model: GPT, mesh: DeviceMesh, param_dtype: torch.dtype | None, reshard_after_forward: bool) -> None:
-    """FSDP2: shard each block, then the root (embeddings, final norm, head)."""
+    """FSDP2: shard each block, then the root (embeddings, final norm, head).
+
+    The root gets fully_shard's default (reshard_after_forward=None: False for the root, as torchtitan
+    leaves it): backward starts with the head and the tied embedding, so re-gathering them there would
+    be an all-gather that nothing overlaps.
+    """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # Reduce in fp32 always: summing bf16 gradients over many ranks loses bits we need.
@@ -80,7 +97,7 @@ def apply_fsdp(model: GPT, mesh: DeviceMesh, param_dtype: torch.dtype | None, re
     for i, block in enumerate(model.blocks):
         # The last block's weights are needed again at once by backward: keep them gathered.
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward and i < last)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
 
 
 def apply_ddp(model: GPT, device: torch.device, bucket_mb: int, static_graph: bool, comm_hook: str,

@@ -27,7 +27,16 @@ from gcpgpu.trainer.config import (
 from gcpgpu.trainer.data import Batches, TokenSource, open_source
 from gcpgpu.trainer.dist import DistEnv, destroy_process_group, init_process_group, read_env
 from gcpgpu.trainer.memory import plan_memory
-from gcpgpu.trainer.metrics import JsonLog, SpeedWindow, fmt_bytes, fmt_rate, mfu, peak_flops, peak_memory
+from gcpgpu.trainer.metrics import (
+    JsonLog,
+    SpeedWindow,
+    cuda_memory_detail,
+    fmt_bytes,
+    fmt_rate,
+    mfu,
+    peak_flops,
+    peak_memory,
+)
 from gcpgpu.trainer.model import GPT, GPTConfig
 from gcpgpu.trainer.parallel import apply_fp8, parallelize
 from gcpgpu.trainer.profiling import Ranges, StepProfiler
@@ -55,6 +64,7 @@ class RunResult:
     data_wait_frac: float | None = None
     peak_mem_bytes: int | None = None
     peak_mem_kind: str = ""
+    mem_detail: dict[str, int] = field(default_factory=dict)  # CUDA: peak allocated, allocator retries
     planned_mem_bytes: int | None = None
     step_times: list[float] = field(default_factory=list)
 
@@ -77,12 +87,23 @@ class StopFlag:
         self.requested = True  # only a flag: the step in flight finishes, then every rank saves together
 
     def agreed(self) -> bool:
-        """True on every rank if any rank was signalled (a CPU all-reduce: gloo, no GPU sync)."""
+        """True on every rank if any rank was signalled (a CPU all-reduce: gloo, no GPU sync).
+
+        A collective: every rank must call it at the same steps (see should_check_stop)."""
         if not dist.is_initialized():
             return self.requested
         flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
+
+
+def should_check_stop(step: int, cfg: TrainConfig) -> bool:
+    """Steps after which the ranks agree on a SIGTERM: every --stop-check-every steps, the last step, and
+    every log or checkpoint step (which synchronize anyway). A function of the step alone, so all ranks
+    call the agreement together; not every step, because across nodes each agreement is a network round
+    trip."""
+    return (step % cfg.stop_check_every == 0 or step == cfg.steps or step % cfg.log_every == 0
+            or bool(cfg.ckpt_every and step % cfg.ckpt_every == 0))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -186,8 +207,11 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     if cfg.precision == "fp8" and not fp8:
         _say(env, cfg, f"{PROG}: fp8 needs a Hopper GPU; running bf16 on CPU because {ALLOW_CPU_ENV} is set")
     if fp8:
-        converted = apply_fp8(model, cfg.fp8_recipe, fsdp=cfg.parallel == "fsdp")
-        _say(env, cfg, f"fp8 ({cfg.fp8_recipe}): {converted} linear layers converted")
+        converted, total = apply_fp8(model, cfg.fp8_recipe, fsdp=cfg.parallel == "fsdp", which=cfg.fp8_filter)
+        _say(env, cfg, f"fp8 ({cfg.fp8_recipe}, filter {cfg.fp8_filter}): {converted} of {total} block linears "
+                       "converted" + ("; none is large enough to gain from fp8 by torchao's H100 thresholds, so "
+                                      "this run is bf16 in effect (--fp8-filter all converts them anyway)"
+                                      if converted == 0 else ""), always=converted == 0)
     # FSDP2 casts parameters itself (param_dtype); plain and DDP runs use autocast over fp32 weights.
     use_autocast = compute_dtype is not None and cfg.parallel != "fsdp"
     model = parallelize(
@@ -235,7 +259,8 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
         f"{PROG}: model {cfg.model} ({n_params / 1e6:.1f}M params, {fpt / 1e9:.2f} GFLOP/token) | "
         f"{cfg.parallel} x {env.world_size} on {device_name or 'cpu'} | {cfg.precision} | "
         f"batch {cfg.batch_size} = {env.world_size} ranks x {micro_batch} x {cfg.grad_accum} accum, seq {cfg.seq_len} | "
-        f"data {source.description} | peak {'%.0f TFLOP/s' % (peak / 1e12) if peak else 'unknown: no MFU'}"))
+        f"data {source.description} | peak {'%.0f TFLOP/s bf16' % (peak / 1e12) if peak else 'unknown: no MFU'}"
+        + (" (fp8 MFU is against the bf16 peak)" if fp8 and peak else "")))
     jlog = JsonLog(cfg.log_json, env.is_main)
     window = SpeedWindow()
     ranges = Ranges(nvtx=device_type == "cuda")
@@ -287,7 +312,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                     precompute_float8_dynamic_scale_for_fsdp(model)
             profiler.step_end(step)
             step += 1
-            stopping = stop.agreed()
+            stopping = stop.agreed() if should_check_stop(step, cfg) else False
 
             if step % cfg.log_every == 0 or step == cfg.steps or stopping:
                 if device_type == "cuda":
@@ -308,12 +333,13 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                 loss_val = loss_sum.item()
                 result.losses[step - 1] = loss_val
                 mem, mem_kind = peak_memory(device_type)
+                detail = cuda_memory_detail() if device_type == "cuda" else {}
                 record = {
                     "step": step - 1, "loss": loss_val, "lr": lr, "tokens_per_s": tok_s,
                     "mfu": mfu(tok_s, fpt, peak), "step_time_s": step_time, "data_wait_frac": data_frac,
                     "peak_mem_bytes": mem, "peak_mem_kind": mem_kind, "warmup": warm,
                     "grad_norm": None if grad_norm is None else grad_norm.item(),
-                    "tokens": step * tokens_per_step, "world_size": env.world_size,
+                    "tokens": step * tokens_per_step, "world_size": env.world_size, **detail,
                 }
                 if scaler.is_enabled():
                     record["loss_scale"] = scaler.get_scale()
@@ -329,10 +355,13 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                 last_logged = step
 
             if cfg.ckpt_dir and ((cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps or stopping):
+                t_save = time.perf_counter()
                 path = checkpoint.save(cfg.ckpt_dir, step, model=model, optimizer=optimizer, scaler=scaler,
                                        data_state=batches.state_dict(), rank=env.rank, device_type=device_type,
                                        keep=cfg.ckpt_keep)
-                _say(env, cfg, f"saved checkpoint {path}")
+                _say(env, cfg, f"saved checkpoint {path} in {time.perf_counter() - t_save:.1f} s")
+                if last_logged != step:  # a save between log steps: keep its time out of the next interval
+                    t_last += time.perf_counter() - t_save
             if last_logged == step:
                 t_last, data_time = time.perf_counter(), 0.0  # logging and saving stay out of step times
             if stopping:
@@ -350,6 +379,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     result.step_time_s = window.median_step_time()
     result.data_wait_frac = window.median_data_frac()
     result.peak_mem_bytes, result.peak_mem_kind = peak_memory(device_type)
+    result.mem_detail = cuda_memory_detail() if device_type == "cuda" else {}
     if result.step_time_s:
         result.tokens_per_s_per_gpu = tokens_per_step / result.step_time_s / env.world_size
         result.mfu = mfu(result.tokens_per_s_per_gpu, fpt, peak)
@@ -364,7 +394,10 @@ def _summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str | None
         line = f"{PROG}: {r.steps_done} steps; too few after the {cfg.timing_skip} warm-up steps to report speed"
     else:
         mfu_s = "n/a (cpu)" if r.peak_mem_kind == "cpu_rss" else "n/a (unknown GPU)" if r.mfu is None else f"{r.mfu * 100:.1f}%"
-        mem_s = fmt_bytes(r.peak_mem_bytes) + (" RSS" if r.peak_mem_kind == "cpu_rss" else "")
+        mem_s = fmt_bytes(r.peak_mem_bytes) + (" RSS" if r.peak_mem_kind == "cpu_rss" else " reserved")
+        if r.mem_detail:
+            mem_s += (f" (allocated {fmt_bytes(r.mem_detail['peak_allocated_bytes'])}, "
+                      f"{r.mem_detail['alloc_retries']} allocator retries)")
         if r.planned_mem_bytes:
             mem_s += f" (planner: {fmt_bytes(r.planned_mem_bytes)}, measured/planned {r.peak_mem_bytes / r.planned_mem_bytes:.2f})"
         line = (f"{PROG}: median over {len(r.step_times)} steps: {r.step_time_s * 1e3:.1f} ms/step, "
@@ -376,25 +409,17 @@ def _summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str | None
             "kind": "summary", "step": r.steps_done - 1, "steps_timed": len(r.step_times),
             "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s_per_gpu, "mfu": r.mfu,
             "data_wait_frac": r.data_wait_frac, "peak_mem_bytes": r.peak_mem_bytes, "peak_mem_kind": r.peak_mem_kind,
-            "planned_mem_bytes": r.planned_mem_bytes, "stopped": r.stopped})
+            "planned_mem_bytes": r.planned_mem_bytes, "stopped": r.stopped, **r.mem_detail})
 
 
 def _machine_facts() -> dict:
+    from importlib.util import find_spec
+
     cuda = torch.cuda.is_available()
-    try:
-        import torchao  # noqa: F401
-
-        has_ao = True
-    except ImportError:
-        has_ao = False
-    try:
-        import numpy  # noqa: F401
-
-        has_np = True
-    except ImportError:
-        has_np = False
+    # find_spec, not import: importing torchao on a machine without its GPU kernels prints warnings.
     return {"cuda_available": cuda, "cuda_capability": torch.cuda.get_device_capability() if cuda else None,
-            "torchao_available": has_ao, "numpy_available": has_np, "torch_version": torch.__version__}
+            "torchao_available": find_spec("torchao") is not None, "numpy_available": find_spec("numpy") is not None,
+            "torch_version": torch.__version__}
 
 
 def main(argv: list[str] | None = None) -> int:

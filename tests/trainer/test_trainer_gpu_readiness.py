@@ -33,6 +33,15 @@ def test_torch_older_than_the_tested_line_is_refused_in_one_line(version, ok):
     assert "\n" not in str(e.value)
 
 
+def test_an_older_torch_runs_only_when_that_exact_version_is_accepted(monkeypatch):
+    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV
+
+    monkeypatch.setenv(ACCEPT_TORCH_ENV, "2.11.0+cu130")
+    assert check_runtime(TrainConfig(), torch_version="2.11.0+cu130", **CPU) == "cpu"
+    with pytest.raises(ConfigError):
+        check_runtime(TrainConfig(), torch_version="2.10.0+cu130", **CPU)
+
+
 @pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_cuda_graph_compile_modes_are_refused_with_ddp_and_fsdp(mode, parallel):
@@ -72,7 +81,12 @@ model = parallelize(model, parallel="fsdp", env=read_env(), device=torch.device(
                     ac_every=0, compile=False, compile_mode="default")
 x = torch.randint(0, 64, (2, 16))
 with grad_sync(model, "fsdp", sync=False):
-    model(x, x).backward()
+    loss = model(x, x)
+    # Between forward and backward: resharded modules hold sharded DTensors, the others unsharded tensors.
+    from torch.distributed.tensor import DTensor
+    print("ROOT_SHARDED", isinstance(model.lm_head.weight, DTensor), "FIRST_BLOCK_SHARDED",
+          isinstance(next(model.blocks[0].parameters()), DTensor))
+    loss.backward()
 missing = [n for n, p in model.named_parameters() if p.grad is None]
 print("MISSING", len(missing), "OF", len(list(model.parameters())))
 dist.destroy_process_group()
@@ -87,3 +101,79 @@ def test_fsdp_reduce_scatters_every_micro_step_of_an_accumulation():
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("MISSING"))
     assert line.split()[1] == "0", line
+    # The root (tied embedding + head) stays gathered from forward into backward, as torchtitan leaves
+    # it (fully_shard's default for the root); the first block is resharded and re-gathered in backward.
+    assert "ROOT_SHARDED False FIRST_BLOCK_SHARDED True" in proc.stdout, proc.stdout
+
+
+# fp8 as torchao intends: which block linears of each size go fp8 under torchao's own size thresholds
+# (from its H100 benchmarks), per recipe. Conversion runs on the meta device: no GPU, no memory.
+@pytest.mark.parametrize("size, recipe, which, converted", [
+    ("124m", "tensorwise", "auto", 24),  # qkv and fc of 12 blocks; proj layers (N = 768) stay bf16
+    ("124m", "rowwise", "auto", 0),      # every 124m linear is under the rowwise thresholds
+    ("124m", "rowwise", "all", 48),
+    ("1.3b", "tensorwise", "auto", 96),
+    ("1.3b", "rowwise", "auto", 48),
+])
+def test_fp8_converts_only_the_linears_torchao_expects_to_gain(size, recipe, which, converted):
+    import torch
+
+    from gcpgpu.trainer.model import GPT, GPTConfig
+    from gcpgpu.trainer.parallel import apply_fp8
+
+    with torch.device("meta"):
+        model = GPT(GPTConfig.from_size(size, 50304, 1024))
+    assert apply_fp8(model, recipe, fsdp=False, which=which) == (converted, 4 * model.cfg.n_layer)
+    assert type(model.lm_head).__name__ == "Linear"  # the output layer stays bf16
+
+
+def test_fp8_without_compile_is_refused():
+    from gcpgpu.trainer.config import check
+
+    with pytest.raises(ConfigError) as e:
+        check(TrainConfig(precision="fp8"))
+    assert "--compile" in str(e.value) and "\n" not in str(e.value)
+    check(TrainConfig(precision="fp8", compile=True))
+
+
+def test_ranks_agree_on_a_sigterm_every_n_steps_not_every_step():
+    from gcpgpu.trainer.train import should_check_stop
+
+    cfg = TrainConfig(steps=23, log_every=10, stop_check_every=5, ckpt_every=4)
+    checked = [s for s in range(1, 24) if should_check_stop(s, cfg)]
+    # every 5th, every log step (10, 20), every checkpoint step (4, 8, ...), and the last step
+    assert checked == [4, 5, 8, 10, 12, 15, 16, 20, 23]
+
+
+def test_a_sigterm_stops_at_the_next_agreed_step_and_saves_there(small_text, tmp_path, monkeypatch):
+    """One process: SIGTERM arrives as step 1 starts; with agreement every 3 steps it stops after step
+    index 2 (3 steps done) and saves that checkpoint."""
+    from gcpgpu.trainer.train import SIGTERM_AT_ENV, train
+
+    monkeypatch.setenv(SIGTERM_AT_ENV, "0:1")
+    cfg = TrainConfig(model="tiny", batch_size=8, seq_len=64, data=str(small_text), quiet=True, steps=9,
+                      log_every=10, stop_check_every=3, ckpt_dir=str(tmp_path / "ckpt"))
+    result = train(cfg)
+    assert result.stopped and result.steps_done == 3
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_00000003"]
+
+
+def test_nccl_failures_end_in_an_exception_not_sigabrt(monkeypatch):
+    """The watchdog cleans up and lets the loop raise (main() then exits 1 with one line); a user's
+    own setting wins."""
+    from gcpgpu.trainer import dist as tdist
+
+    assert tdist.NCCL_ENV_DEFAULTS == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+    calls = []
+    monkeypatch.setattr("torch.cuda.set_device", lambda device: calls.append(device))
+    monkeypatch.setattr("torch.distributed.init_process_group", lambda *a, **k: calls.append((a, k)))
+    for preset, expected in ((None, "2"), ("3", "3")):
+        if preset is None:
+            monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+        else:
+            monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", preset)
+        tdist.init_process_group(tdist.read_env({}), "cuda", 60)
+        import os
+
+        assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == expected
+    assert calls[1][0] == ("cuda:nccl,cpu:gloo",)

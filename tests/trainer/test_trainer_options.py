@@ -43,7 +43,9 @@ def error_lines(stderr: str) -> list[str]:
     (["--profile-steps", "5"], None, "--profile-steps"),
     (["--no-such-flag"], None, "--no-such-flag"),
     # These need the machine's facts (torch is imported): still one line, still before any work.
-    (["--precision", "fp8", "--device", "cpu"], None, "--precision fp8"),
+    (["--precision", "fp8"], None, "--precision fp8"),  # without --compile
+    (["--precision", "fp8", "--compile", "--device", "cpu"], None, "--precision fp8"),
+    (["--fp8-filter", "some"], None, "--fp8-filter"),
     (["--batch-size", "5", "--parallel", "ddp"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "2"}, "--batch-size"),
     (["--parallel", "none"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "2"}, "--parallel none"),
 ])
@@ -63,9 +65,11 @@ def test_error_lines_say_what_would_be_right():
             check_runtime(cfg, **(CPU | facts))
         return str(e.value)
 
-    assert "use bf16" in message(TrainConfig(precision="fp8"))
-    assert "compute capability 9.0" in message(TrainConfig(precision="fp8"), cuda_available=True, cuda_capability=(8, 0))
-    assert "torchao" in message(TrainConfig(precision="fp8"), cuda_available=True, cuda_capability=(9, 0))
+    assert "add --compile or use bf16" in message(TrainConfig(precision="fp8"))
+    fp8 = TrainConfig(precision="fp8", compile=True)
+    assert "use bf16" in message(fp8)
+    assert "compute capability 9.0" in message(fp8, cuda_available=True, cuda_capability=(8, 0))
+    assert "torchao" in message(fp8, cuda_available=True, cuda_capability=(9, 0))
     assert "use a multiple of 4" in message(TrainConfig(batch_size=6, grad_accum=2, parallel="ddp"), world_size=2)
     assert "choose one of tiny, 124m" in message(TrainConfig(model="13b"))
     assert "--fsdp-shard-size" in message(TrainConfig(parallel="fsdp", fsdp_shard_size=3), world_size=4)
@@ -77,7 +81,7 @@ def test_error_lines_say_what_would_be_right():
 
 def test_emulator_opt_in_runs_gpu_only_options_on_cpu():
     facts = CPU | {"allow_cpu": True}
-    assert check_runtime(TrainConfig(precision="fp8"), **facts) == "cpu"
+    assert check_runtime(TrainConfig(precision="fp8", compile=True), **facts) == "cpu"
     assert check_runtime(TrainConfig(device="cuda"), **facts) == "cpu"
 
 

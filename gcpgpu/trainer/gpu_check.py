@@ -1,0 +1,248 @@
+"""`make gpu-check` / `python -m gcpgpu.trainer.gpu_check`: measure this machine's GPUs with the trainer.
+
+It runs the trainer the way users will (torchrun, synthetic data, the same flags `job submit` passes)
+and prints one table: 124m and 350m bf16 with torch.compile on one GPU (tokens/s per GPU, MFU, peak
+reserved memory against `gcpgpu plan memory`), FSDP and DDP over every GPU, fp8 against bf16 (Hopper
+and newer), a SIGTERM-then-resume run whose final loss must match an uninterrupted one within a stated
+tolerance, and the all-reduce bus bandwidth. On a machine with no GPU it says so in one line and exits 0.
+
+`--cpu-smoke` runs the same plan scaled down (the tiny model, 2 CPU processes over gloo, no compile, no
+fp8) so the mechanics are tested where there is no GPU; its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PROG = "gpu-check"
+# GPU nondeterminism (flash-attention backward, compile autotuning) makes a resumed run drift from an
+# uninterrupted one; on CPU the trainer's resume is bit-identical. The GPU tolerance on the final loss:
+RESUME_TOLERANCE = 0.02  # relative
+SIGTERM_AT_ENV = "GCPGPU_TRAINER_TEST_SIGTERM_AT"  # the trainer's own test hook (train.py)
+
+
+@dataclass
+class Run:
+    """One row of the table: a trainer (or all-reduce bench) launch and what it measured."""
+
+    name: str
+    nproc: int
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    ok: bool = False
+    note: str = ""
+    summary: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+@dataclass
+class Plan:
+    runs: list[Run]
+    resume: tuple[Run, Run, Run] | None  # straight, stopped by SIGTERM, resumed
+    allreduce: Run | None
+
+
+def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, steps: int) -> Plan:
+    """What to run on this machine: one GPU rows, all-GPU rows, fp8 where the GPU has it."""
+    if cpu_smoke:
+        # fp32 and a 256-token vocabulary: bf16 matmuls are emulated on most CPUs (seconds per step).
+        base = ["--data", "synthetic", "--vocab-size", "256", "--seq-len", "64", "--device", "cpu", "--quiet",
+                "--log-every", "2", "--timing-warmup", "2"]
+        prec, label, compile_ = [], "fp32", []
+        n, small, mid, batch1, steps = 2, "tiny", "tiny", 8, min(steps, 8)
+    else:
+        base = ["--data", "synthetic", "--seq-len", "1024", "--quiet", "--log-every", "10"]
+        prec, label, compile_ = ["--precision", "bf16"], "bf16", ["--compile"]
+        n, small, mid, batch1 = ngpu, "124m", "350m", 16
+    common = [*base, "--steps", str(steps)]
+    pc = [*prec, *compile_]
+    runs = [Run(f"{small} {label} 1 GPU", 1, [*common, "--model", small, *pc, "--batch-size", str(batch1)])]
+    if mid != small:
+        runs.append(Run(f"{mid} {label} 1 GPU", 1, [*common, "--model", mid, *pc, "--batch-size", str(batch1 // 2)]))
+    if n > 1:
+        runs += [
+            Run(f"{mid} {label} FSDP x{n}", n, [*common, "--model", mid, *pc, "--parallel", "fsdp",
+                                                "--batch-size", str(n * batch1 // 2)]),
+            Run(f"{small} {label} DDP x{n}", n, [*common, "--model", small, *pc, "--parallel", "ddp",
+                                                 "--batch-size", str(n * batch1)]),
+        ]
+    if not cpu_smoke and capability is not None and capability >= (9, 0):
+        # Against the bf16 row of the same model. Tensorwise only: for 350m torchao's rowwise thresholds
+        # convert no linear at all (a test shows which layers each recipe takes).
+        runs.append(Run(f"{mid} fp8 tensorwise 1 GPU", 1, [*common, "--model", mid, "--precision", "fp8",
+                                                          "--fp8-recipe", "tensorwise", "--compile",
+                                                          "--batch-size", str(batch1 // 2)]))
+    # Kill-and-resume: DDP over every GPU, a SIGTERM to rank 0 halfway, then --resume.
+    par = ["--parallel", "ddp"] if n > 1 else []
+    rsteps = max(4, steps // 2 * 2)
+    rbase = [*base, "--model", small, *prec, *par, "--batch-size", str(n * batch1), "--steps", str(rsteps),
+             "--stop-check-every", "1"]
+    resume = (Run("resume: straight", n, rbase),
+              Run("resume: SIGTERM", n, rbase, env={SIGTERM_AT_ENV: f"0:{rsteps // 2}"}),
+              Run("resume: resumed", n, [*rbase, "--resume"]))
+    ar = Run(f"all-reduce x{n}", n, ["--min-bytes", "1M", "--max-bytes", "64M" if cpu_smoke else "1G",
+                                     "--iters", "5" if cpu_smoke else "20"])
+    return Plan(runs, resume, ar)
+
+
+def _launch(nproc: int, module: str, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", module, *args]
+    return subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _first_error(proc: subprocess.CompletedProcess) -> str:
+    """The trainer's own error line if it printed one, else the last line of stderr."""
+    lines = [x.strip() for x in (proc.stderr or "").splitlines() if x.strip()]
+    mine = [x for x in lines if x.startswith("gcpgpu.trainer") and ("error" in x or "failed" in x)]
+    return (mine or lines or [f"exit {proc.returncode}"])[0 if mine else -1][:200]
+
+
+def run_trainer(run: Run, workdir: Path, timeout: float, extra: list[str] | None = None) -> Run:
+    log = workdir / (re.sub(r"[^a-z0-9]+", "-", run.name.lower()) + ".jsonl")
+    log.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        proc = _launch(run.nproc, "gcpgpu.trainer", [*run.args, *(extra or []), "--log-json", str(log)],
+                       run.env, timeout)
+    except subprocess.TimeoutExpired:
+        run.note = f"timed out after {timeout:.0f} s"
+        return run
+    run.wall_s = time.perf_counter() - t0
+    records = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    summaries = [r for r in records if r.get("kind") == "summary"]
+    run.summary = summaries[-1] if summaries else {}
+    run.summary["final_loss"] = next((r["loss"] for r in reversed(records) if "loss" in r), None)
+    stopped = run.summary.get("stopped")
+    run.ok = proc.returncode == 0 or (proc.returncode == 143 and stopped is True) or (
+        SIGTERM_AT_ENV in run.env and proc.returncode != 0 and bool(records))
+    if not run.ok:
+        run.note = _first_error(proc)
+    return run
+
+
+def run_allreduce(run: Run, timeout: float) -> Run:
+    t0 = time.perf_counter()
+    try:
+        proc = _launch(run.nproc, "gcpgpu.trainer.bench_allreduce", run.args, {}, timeout)
+    except subprocess.TimeoutExpired:
+        run.note = f"timed out after {timeout:.0f} s"
+        return run
+    run.wall_s = time.perf_counter() - t0
+    rows = [x.split() for x in proc.stdout.splitlines() if x.strip() and not x.startswith("#")]
+    if proc.returncode != 0 or not rows:
+        run.note = _first_error(proc)
+        return run
+    size, busbw, wrong = int(rows[-1][0]), float(rows[-1][6]), int(rows[-1][7])
+    run.ok = wrong == 0
+    run.summary = {"bytes": size, "busbw_gbps": busbw, "wrong": wrong}
+    run.note = "" if run.ok else f"{wrong} wrong elements"
+    return run
+
+
+def resume_verdict(straight: Run, resumed: Run, tolerance: float) -> tuple[bool, str]:
+    """Final loss of the resumed run against the uninterrupted one, within a relative tolerance."""
+    a, b = straight.summary.get("final_loss"), resumed.summary.get("final_loss")
+    if a is None or b is None:
+        return False, "no final loss to compare"
+    rel = abs(b - a) / max(abs(a), 1e-12)
+    return rel <= tolerance, f"final loss {b:.4f} vs {a:.4f} uninterrupted: {rel * 100:.2f}% (tolerance {tolerance * 100:.0f}%)"
+
+
+def _gib(n: float | None) -> str:
+    return "-" if not n else f"{n / 2**30:.1f} GiB"
+
+
+def table(plan: Plan, resume_line: str | None) -> str:
+    """The report, plain text: one row per run."""
+    head = f"{'run':<26} {'tok/s/GPU':>10} {'MFU':>6} {'peak reserved':>14} {'plan':>9} {'meas/plan':>9}  note"
+    out = [head, "-" * len(head)]
+    for r in plan.runs + (list(plan.resume) if plan.resume else []):
+        s = r.summary
+        tok, m = s.get("tokens_per_s"), s.get("mfu")
+        mem, planned = s.get("peak_mem_bytes"), s.get("planned_mem_bytes")
+        ratio = f"{mem / planned:.2f}" if mem and planned else "-"
+        if s.get("peak_mem_kind") == "cpu_rss":
+            mem = None
+        note = r.note if not r.ok else (f"{s['alloc_retries']} alloc retries" if s.get("alloc_retries") else "")
+        out.append(f"{r.name:<26} {tok and f'{tok:,.0f}' or '-':>10} {m and f'{m * 100:.1f}%' or '-':>6} "
+                   f"{_gib(mem):>14} {_gib(planned):>9} {ratio:>9}  {'FAILED: ' if not r.ok else ''}{note}")
+    if plan.allreduce:
+        a = plan.allreduce
+        bw = f"busbw {a.summary['busbw_gbps']:.1f} GB/s at {a.summary['bytes'] / 2**20:.0f} MiB" if a.ok else ""
+        out.append(f"{a.name:<26} {bw}{'FAILED: ' + a.note if not a.ok else ''}")
+    if resume_line:
+        out.append(resume_line)
+    return "\n".join(out)
+
+
+def gpu_facts() -> tuple[int, str | None, tuple[int, int] | None, str]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0, None, None, torch.__version__
+    return (torch.cuda.device_count(), torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0),
+            torch.__version__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gcpgpu.trainer.gpu_check", description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60, help="optimizer steps per run (default 60)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per run before it counts as failed")
+    p.add_argument("--out", default="gpu-check.json", help="where the figures go as JSON (default gpu-check.json)")
+    p.add_argument("--cpu-smoke", action="store_true", help="the same plan, tiny, on CPU: tests the mechanics")
+    p.add_argument("--accept-torch", action="store_true",
+                   help="run even if this torch is older than the trainer's floor (a machine you cannot change)")
+    args = p.parse_args(argv)
+    ngpu, name, capability, torch_version = gpu_facts()
+    if ngpu == 0 and not args.cpu_smoke:
+        print(f"{PROG}: no NVIDIA GPU visible to torch {torch_version}; nothing to measure", flush=True)
+        return 0
+    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV, MIN_TORCH
+
+    if args.accept_torch:
+        os.environ[ACCEPT_TORCH_ENV] = torch_version
+    plan = build_plan(ngpu, capability, args.cpu_smoke, args.steps)
+    print(f"{PROG}: {ngpu or 'no'} x {name or 'cpu'} (capability {capability}), torch {torch_version}"
+          f"{f' (older than the tested {MIN_TORCH} line: accepted)' if args.accept_torch else ''}; "
+          f"{len(plan.runs) + 4} runs", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        work = Path(tmp)
+        for r in plan.runs:
+            run_trainer(r, work, args.timeout)
+            print(f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + r.note} ({r.wall_s:.0f} s)", flush=True)
+        straight, stopped, resumed = plan.resume
+        ckpt = ["--ckpt-dir", str(work / "ckpt")]
+        run_trainer(straight, work, args.timeout)
+        run_trainer(stopped, work, args.timeout, ckpt)
+        run_trainer(resumed, work, args.timeout, ckpt)
+        tolerance = 0.0 if args.cpu_smoke else RESUME_TOLERANCE  # CPU: bit-identical
+        ok, line = resume_verdict(straight, resumed, tolerance)
+        stopped_early = stopped.summary.get("stopped") is True
+        resume_line = (f"kill-and-resume: {'ok' if ok and stopped_early else 'FAILED'}: {line}"
+                       + ("" if stopped_early else "; the SIGTERM run did not stop early"))
+        run_allreduce(plan.allreduce, args.timeout)
+    report = table(plan, resume_line)
+    print(report, flush=True)
+    every = plan.runs + list(plan.resume) + [plan.allreduce]
+    Path(args.out).write_text(json.dumps({
+        "device": name, "gpus": ngpu, "capability": capability, "torch": torch_version, "cpu_smoke": args.cpu_smoke,
+        "torch_floor_accepted": args.accept_torch,
+        "resume_tolerance": RESUME_TOLERANCE, "resume_ok": ok and stopped_early,
+        "runs": [asdict(r) for r in every]}, indent=2))
+    print(f"{PROG}: figures in {args.out}", flush=True)
+    return 0 if all(r.ok for r in every) and ok and stopped_early else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

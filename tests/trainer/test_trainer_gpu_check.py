@@ -1,0 +1,88 @@
+"""`make gpu-check`: one line and exit 0 without a GPU; the plan it would run on GPUs; and its whole
+mechanics (torchrun launches, log parsing, kill-and-resume comparison, all-reduce) run on CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from _trainer_helpers import REPO, base_env
+
+from gcpgpu.trainer.gpu_check import Plan, Run, build_plan, resume_verdict, table
+
+
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_0():
+    proc = subprocess.run([sys.executable, "-m", "gcpgpu.trainer.gpu_check"], cwd=REPO, env=base_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines() == [proc.stdout.strip()]
+    assert "no NVIDIA GPU" in proc.stdout
+
+
+def test_the_make_target_runs_it():
+    assert "$(BIN)/python -m gcpgpu.trainer.gpu_check" in (REPO / "Makefile").read_text()
+
+
+def _names(plan: Plan) -> list[str]:
+    return [r.name for r in plan.runs]
+
+
+def test_on_eight_hopper_gpus_it_measures_every_row_the_issue_asks_for():
+    plan = build_plan(8, (9, 0), cpu_smoke=False, steps=60)
+    assert _names(plan) == ["124m bf16 1 GPU", "350m bf16 1 GPU", "350m bf16 FSDP x8", "124m bf16 DDP x8",
+                            "350m fp8 tensorwise 1 GPU"]
+    for r in plan.runs:
+        assert "--compile" in r.args and "--data" in r.args
+    fsdp = plan.runs[2]
+    assert fsdp.nproc == 8 and fsdp.args[fsdp.args.index("--parallel") + 1] == "fsdp"
+    straight, stopped, resumed = plan.resume
+    assert stopped.env == {"GCPGPU_TRAINER_TEST_SIGTERM_AT": "0:30"} and "--resume" in resumed.args
+    assert plan.allreduce.nproc == 8 and plan.allreduce.args[-3:] == ["1G", "--iters", "20"]
+
+
+def test_an_ampere_gpu_gets_no_fp8_rows_and_one_gpu_no_multi_gpu_rows():
+    assert not any("fp8" in n for n in _names(build_plan(8, (8, 0), cpu_smoke=False, steps=60)))
+    assert _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60))[:2] == ["124m bf16 1 GPU", "350m bf16 1 GPU"]
+    assert not any("x1" in n for n in _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60)))
+
+
+def test_resume_verdict_holds_the_stated_tolerance():
+    def run(loss):
+        return Run("r", 1, [], summary={"final_loss": loss})
+
+    assert resume_verdict(run(3.00), run(3.05), 0.02)[0]
+    ok, line = resume_verdict(run(3.00), run(3.10), 0.02)
+    assert not ok and "3.33%" in line and "tolerance 2%" in line
+    assert not resume_verdict(run(3.0), run(None), 0.02)[0]
+
+
+def test_table_compares_the_reserved_peak_with_the_plan():
+    row = Run("124m bf16 1 GPU", 1, [], ok=True, summary={
+        "tokens_per_s": 181234.0, "mfu": 0.412, "peak_mem_bytes": 30 * 2**30, "planned_mem_bytes": 25 * 2**30,
+        "peak_mem_kind": "cuda_reserved", "alloc_retries": 2})
+    bad = Run("350m bf16 1 GPU", 1, [], ok=False, note="gcpgpu.trainer: error: CUDA out of memory")
+    text = table(Plan([row, bad], None, None), None)
+    line = next(x for x in text.splitlines() if x.startswith("124m"))
+    assert "181,234" in line and "41.2%" in line and "30.0 GiB" in line and "25.0 GiB" in line
+    assert "1.20" in line and "2 alloc retries" in line
+    assert "FAILED: gcpgpu.trainer: error: CUDA out of memory" in text
+
+
+@pytest.mark.multiprocess
+def test_the_whole_check_runs_scaled_down_on_cpu(tmp_path):
+    """torchrun launches of every row, a SIGTERM'd run resumed bit-identically, and the all-reduce bench."""
+    out = tmp_path / "gc.json"
+    proc = subprocess.run([sys.executable, "-m", "gcpgpu.trainer.gpu_check", "--cpu-smoke", "--out", str(out)],
+                          cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "kill-and-resume: ok: final loss" in proc.stdout and "(tolerance 0%)" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["resume_ok"] and report["cpu_smoke"]
+    runs = {r["name"]: r for r in report["runs"]}
+    assert {"tiny fp32 1 GPU", "tiny fp32 FSDP x2", "tiny fp32 DDP x2", "all-reduce x2"} <= set(runs)
+    assert all(r["ok"] for r in runs.values())
+    assert runs["tiny fp32 DDP x2"]["summary"]["tokens_per_s"] > 0
+    assert runs["resume: SIGTERM"]["summary"]["stopped"] is True
+    assert runs["all-reduce x2"]["summary"]["busbw_gbps"] > 0
