@@ -285,3 +285,19 @@ def test_startup_script_runs_the_flavours_plugin_installer_as_slurm_gcp_does(mac
     script = meta(make(machine_type).instance_properties)["startup-script"]
     assert f"INSTALLER_IMAGE=us-docker.pkg.dev/gce-ai-infra/{image}\n" in script
     assert f'docker run --rm --network=host --volume /var/lib:/var/lib "$INSTALLER_IMAGE" {args} \\\n' in script
+
+
+@pytest.mark.parametrize(("machine_type", "refused"), [
+    ("a2-highgpu-8g", "hyperdisk-balanced"), ("g2-standard-48", "pd-extreme"), ("a3-highgpu-8g", "hyperdisk-extreme"),
+    ("a3-megagpu-8g", "pd-extreme"), ("a3-ultragpu-8g", "pd-ssd"), ("a4-highgpu-8g", "hyperdisk-extreme"),
+])
+def test_every_family_refuses_a_boot_disk_type_outside_its_list_in_the_tool_and_the_emulator(gcp, machine_type,
+                                                                                              refused):
+    from gcpgpu.errors import UsageProblem
+
+    with pytest.raises(UsageProblem, match=f"--boot-disk-type '{refused}': {machine_type} boots from"):
+        make(machine_type, boot_disk_type=refused)
+    body = _instance(machine_type, refused, [{"network": "global/networks/default"}])
+    body["machineType"] = f"zones/{ZONE[machine_type]}/machineTypes/{machine_type}"
+    error = _insert(gcp, body, zone=ZONE[machine_type])
+    assert error and f"not supported for machine type '{machine_type}'" in error
