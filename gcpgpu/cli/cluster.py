@@ -241,7 +241,7 @@ def status(settings: Settings, name: str) -> None:
     if settings.format != "table":
         emit({"cluster": name, "nodes": [n.row() for n in obs.nodes], "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
-              "firewalls": obs.firewalls})
+              "firewalls": obs.firewalls, "routers": obs.routers})
         return
     emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
     for p in obs.policies:
@@ -251,6 +251,8 @@ def status(settings: Settings, name: str) -> None:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
     if obs.networks:
         info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
+    for r in obs.routers:
+        info(f"Cloud NAT router {r['name']} ({r['region']}): outbound for the nodes")
 
 
 @cluster.command()
