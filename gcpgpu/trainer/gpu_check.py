@@ -51,19 +51,30 @@ class Plan:
     allreduce: Run | None
 
 
-def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, steps: int) -> Plan:
+def write_corpus(path: Path, min_bytes: int = 2_000_000) -> Path:
+    """A text the model can learn (this package's own source, repeated), so a resumed run's loss curve
+    is compared while it falls; on synthetic random tokens the loss sits at log(vocab) whatever happens."""
+    root = Path(__file__).resolve().parents[1]
+    text = "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.py")))
+    path.write_text(text * max(1, -(-min_bytes // max(1, len(text)))))
+    return path
+
+
+def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, steps: int,
+               corpus: str = "corpus.txt") -> Plan:
     """What to run on this machine: one GPU rows, all-GPU rows, fp8 where the GPU has it."""
     if cpu_smoke:
         # fp32 and a 256-token vocabulary: bf16 matmuls are emulated on most CPUs (seconds per step).
-        base = ["--data", "synthetic", "--vocab-size", "256", "--seq-len", "64", "--device", "cpu", "--quiet",
-                "--log-every", "2", "--timing-warmup", "2"]
+        base = ["--seq-len", "64", "--device", "cpu", "--quiet", "--log-every", "2", "--timing-warmup", "2"]
+        synthetic = ["--data", "synthetic", "--vocab-size", "256"]
         prec, label, compile_ = [], "fp32", []
         n, small, mid, batch1, steps = 2, "tiny", "tiny", 8, min(steps, 8)
     else:
-        base = ["--data", "synthetic", "--seq-len", "1024", "--quiet", "--log-every", "10"]
+        base = ["--seq-len", "1024", "--quiet", "--log-every", "10"]
+        synthetic = ["--data", "synthetic"]
         prec, label, compile_ = ["--precision", "bf16"], "bf16", ["--compile"]
         n, small, mid, batch1 = ngpu, "124m", "350m", 16
-    common = [*base, "--steps", str(steps)]
+    common = [*base, *synthetic, "--steps", str(steps)]
     pc = [*prec, *compile_]
     runs = [Run(f"{small} {label} 1 GPU", 1, [*common, "--model", small, *pc, "--batch-size", str(batch1)])]
     if mid != small:
@@ -81,11 +92,15 @@ def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, s
         runs.append(Run(f"{mid} fp8 tensorwise 1 GPU", 1, [*common, "--model", mid, "--precision", "fp8",
                                                           "--fp8-recipe", "tensorwise", "--compile",
                                                           "--batch-size", str(batch1 // 2)]))
+        # 1.3b: every block linear is past torchao's thresholds, where fp8 should pay if it ever does.
+        for big in (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "tensorwise"]):
+            runs.append(Run(f"1.3b {big[1]}{' tensorwise' if big[1] == 'fp8' else ''} 1 GPU", 1,
+                            [*common, "--model", "1.3b", *big, "--compile", "--batch-size", "8"]))
     # Kill-and-resume: DDP over every GPU, a SIGTERM to rank 0 halfway, then --resume.
     par = ["--parallel", "ddp"] if n > 1 else []
     rsteps = max(4, steps // 2 * 2)
-    rbase = [*base, "--model", small, *prec, *par, "--batch-size", str(n * batch1), "--steps", str(rsteps),
-             "--stop-check-every", "1"]
+    rbase = [*base, "--data", corpus, "--model", small, *prec, *par, "--batch-size", str(n * batch1),
+             "--steps", str(rsteps), "--stop-check-every", "1", "--lr", "1e-3"]
     resume = (Run("resume: straight", n, rbase),
               Run("resume: SIGTERM", n, rbase, env={SIGTERM_AT_ENV: f"0:{rsteps // 2}"}),
               Run("resume: resumed", n, [*rbase, "--resume"]))
@@ -123,6 +138,7 @@ def run_trainer(run: Run, workdir: Path, timeout: float, extra: list[str] | None
     summaries = [r for r in records if r.get("kind") == "summary"]
     run.summary = summaries[-1] if summaries else {}
     run.summary["final_loss"] = next((r["loss"] for r in reversed(records) if "loss" in r), None)
+    run.summary["first_loss"] = next((r["loss"] for r in records if "loss" in r), None)
     stopped = run.summary.get("stopped")
     run.ok = proc.returncode == 0 or (proc.returncode == 143 and stopped is True) or (
         SIGTERM_AT_ENV in run.env and proc.returncode != 0 and bool(records))
@@ -201,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before it counts as failed")
     p.add_argument("--out", default="gpu-check.json", help="where the figures go as JSON (default gpu-check.json)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same plan, tiny, on CPU: tests the mechanics")
+    p.add_argument("--only", choices=("all", "speed", "resume"), default="all",
+                   help="run only the speed rows or only kill-and-resume (default all)")
     p.add_argument("--accept-torch", action="store_true",
                    help="run even if this torch is older than the trainer's floor (a machine you cannot change)")
     args = p.parse_args(argv)
@@ -212,36 +230,53 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.accept_torch:
         os.environ[ACCEPT_TORCH_ENV] = torch_version
-    plan = build_plan(ngpu, capability, args.cpu_smoke, args.steps)
+    tmp = tempfile.TemporaryDirectory(prefix="gpu-check-")
+    work = Path(tmp.name)
+    plan = build_plan(ngpu, capability, args.cpu_smoke, args.steps, str(write_corpus(work / "corpus.txt")))
+    if args.only == "resume":
+        plan.runs, plan.allreduce = [], None
+    if args.only == "speed":
+        plan.resume = None
+    count = len(plan.runs) + 3 * bool(plan.resume) + bool(plan.allreduce)
     print(f"{PROG}: {ngpu or 'no'} x {name or 'cpu'} (capability {capability}), torch {torch_version}"
           f"{f' (older than the tested {MIN_TORCH} line: accepted)' if args.accept_torch else ''}; "
-          f"{len(plan.runs) + 4} runs", flush=True)
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        work = Path(tmp)
+          f"{count} runs", flush=True)
+    resume_line, resume_ok = None, True
+    with tmp:
         for r in plan.runs:
             run_trainer(r, work, args.timeout)
             print(f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + r.note} ({r.wall_s:.0f} s)", flush=True)
-        straight, stopped, resumed = plan.resume
-        ckpt = ["--ckpt-dir", str(work / "ckpt")]
-        run_trainer(straight, work, args.timeout)
-        run_trainer(stopped, work, args.timeout, ckpt)
-        run_trainer(resumed, work, args.timeout, ckpt)
-        tolerance = 0.0 if args.cpu_smoke else RESUME_TOLERANCE  # CPU: bit-identical
-        ok, line = resume_verdict(straight, resumed, tolerance)
-        stopped_early = stopped.summary.get("stopped") is True
-        resume_line = (f"kill-and-resume: {'ok' if ok and stopped_early else 'FAILED'}: {line}"
-                       + ("" if stopped_early else "; the SIGTERM run did not stop early"))
-        run_allreduce(plan.allreduce, args.timeout)
-    report = table(plan, resume_line)
-    print(report, flush=True)
-    every = plan.runs + list(plan.resume) + [plan.allreduce]
+        if plan.resume:
+            resume_ok, resume_line = kill_and_resume(plan.resume, work, args.timeout,
+                                                     0.0 if args.cpu_smoke else RESUME_TOLERANCE)
+        if plan.allreduce:
+            run_allreduce(plan.allreduce, args.timeout)
+    print(table(plan, resume_line), flush=True)
+    every = plan.runs + list(plan.resume or []) + ([plan.allreduce] if plan.allreduce else [])
     Path(args.out).write_text(json.dumps({
         "device": name, "gpus": ngpu, "capability": capability, "torch": torch_version, "cpu_smoke": args.cpu_smoke,
         "torch_floor_accepted": args.accept_torch,
-        "resume_tolerance": RESUME_TOLERANCE, "resume_ok": ok and stopped_early,
+        "resume_tolerance": RESUME_TOLERANCE, "resume_ok": resume_ok if plan.resume else None,
         "runs": [asdict(r) for r in every]}, indent=2))
     print(f"{PROG}: figures in {args.out}", flush=True)
-    return 0 if all(r.ok for r in every) and ok and stopped_early else 1
+    return 0 if all(r.ok for r in every) and resume_ok else 1
+
+
+def kill_and_resume(trio: tuple[Run, Run, Run], work: Path, timeout: float, tolerance: float) -> tuple[bool, str]:
+    """Uninterrupted, then SIGTERM'd halfway and resumed from its checkpoint: final losses compared
+    (CPU: bit-identical, tolerance 0; GPU: within RESUME_TOLERANCE)."""
+    straight, stopped, resumed = trio
+    ckpt = ["--ckpt-dir", str(work / "ckpt")]
+    run_trainer(straight, work, timeout)
+    run_trainer(stopped, work, timeout, ckpt)
+    run_trainer(resumed, work, timeout, ckpt)
+    ok, line = resume_verdict(straight, resumed, tolerance)
+    stopped_early = stopped.summary.get("stopped") is True
+    first = straight.summary.get("first_loss")
+    line += f"; it fell from {first:.3f}" if first is not None else ""
+    ok = ok and stopped_early
+    return ok, (f"kill-and-resume: {'ok' if ok else 'FAILED'}: {line}"
+                + ("" if stopped_early else "; the SIGTERM run did not stop early"))
 
 
 if __name__ == "__main__":

@@ -32,13 +32,16 @@ def _names(plan: Plan) -> list[str]:
 def test_on_eight_hopper_gpus_it_measures_every_row_the_issue_asks_for():
     plan = build_plan(8, (9, 0), cpu_smoke=False, steps=60)
     assert _names(plan) == ["124m bf16 1 GPU", "350m bf16 1 GPU", "350m bf16 FSDP x8", "124m bf16 DDP x8",
-                            "350m fp8 tensorwise 1 GPU"]
+                            "350m fp8 tensorwise 1 GPU", "1.3b bf16 1 GPU", "1.3b fp8 tensorwise 1 GPU"]
     for r in plan.runs:
         assert "--compile" in r.args and "--data" in r.args
     fsdp = plan.runs[2]
     assert fsdp.nproc == 8 and fsdp.args[fsdp.args.index("--parallel") + 1] == "fsdp"
     straight, stopped, resumed = plan.resume
     assert stopped.env == {"GCPGPU_TRAINER_TEST_SIGTERM_AT": "0:30"} and "--resume" in resumed.args
+    assert straight.args[straight.args.index("--data") + 1] == "corpus.txt"  # a text the model learns
+    for r in plan.resume:  # bf16 without compile, whatever the speed rows use
+        assert r.args[r.args.index("--precision") + 1] == "bf16" and "--compile" not in r.args
     assert plan.allreduce.nproc == 8 and plan.allreduce.args[-3:] == ["1G", "--iters", "20"]
 
 
