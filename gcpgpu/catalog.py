@@ -199,3 +199,94 @@ def region_of(zone: str) -> str | None:
 def zones_offering(machine_type: str, region: str) -> list[str]:
     """The zones of `region` where the catalog says `machine_type` is offered, in order."""
     return [z for z, offered in availability().get(region, {}).items() if machine_type in offered]
+
+
+@dataclass(frozen=True)
+class NodeSetup:
+    """What a node of one machine family boots and installs (the catalog's `nodes` entry)."""
+
+    family: str
+    image: str
+    driver: str  # dlvm-metadata | baked
+    boot_disk_type: str
+    boot_disk_types: tuple[str, ...]
+    requires: str  # what gcpgpu does not install and the family needs ("" when nothing)
+    source: str
+    verified: bool
+
+
+@dataclass(frozen=True)
+class GpuDirectHost:
+    """The host side of a GPUDirect flavour: the receive-datapath manager and the plugin installer."""
+
+    flavor: str
+    rxdm_image: str
+    rxdm_entrypoint: str | None
+    rxdm_args: tuple[str, ...]
+    rxdm_volumes: tuple[str, ...]
+    rxdm_env: MappingProxyType[str, str]
+    rxdm_docker_flags: tuple[str, ...]
+    ready: str  # uds | log
+    ready_log: str
+    installer_image: str
+    installer_args: tuple[str, ...]
+    source: str
+    verified: bool
+
+    @property
+    def uds_path(self) -> str | None:
+        """The directory the RxDM serves its sockets in (TCPX's --uds_path), or None."""
+        args = self.rxdm_args
+        return args[args.index("--uds_path") + 1] if "--uds_path" in args else None
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """What a node with no external IP needs to reach Google's APIs, and the GPU metrics agent."""
+
+    private_google_access_source: str
+    cloud_nat_source: str
+    ops_agent_repo_script: str
+    ops_agent_source: str
+    ops_agent_verified: bool
+
+
+@functools.cache
+def node_setups() -> MappingProxyType[str, NodeSetup]:
+    """Per machine family: image, driver, boot disk types, with their source."""
+    out = {}
+    for family, e in _raw()["nodes"].items():
+        out[family] = NodeSetup(family=family, image=e["image"], driver=e["driver"],
+                                boot_disk_type=e["boot_disk_type"], boot_disk_types=tuple(e["boot_disk_types"]),
+                                requires=str(e.get("requires") or ""), source=e["source"],
+                                verified=bool(e.get("verified", False)))
+        if out[family].boot_disk_type not in out[family].boot_disk_types:
+            raise ValueError(f"machines.yaml: nodes.{family}.boot_disk_type is not in its boot_disk_types")
+    return MappingProxyType(out)
+
+
+def node_setup(machine: MachineType) -> NodeSetup:
+    return node_setups()[machine.family]
+
+
+def gpudirect_host(flavor: str) -> GpuDirectHost | None:
+    """The receive-datapath manager a flavour needs on the host (tcpx, tcpxo), or None."""
+    e = _raw().get("gpudirect_host", {}).get(flavor)
+    if not e:
+        return None
+    return GpuDirectHost(flavor=flavor, rxdm_image=e["rxdm_image"], rxdm_entrypoint=e.get("rxdm_entrypoint"),
+                         rxdm_args=tuple(str(a) for a in e["rxdm_args"]), rxdm_volumes=tuple(e["rxdm_volumes"]),
+                         rxdm_env=MappingProxyType({k: str(v) for k, v in e["rxdm_env"].items()}),
+                         rxdm_docker_flags=tuple(str(a) for a in e["rxdm_docker_flags"]),
+                         ready=e["ready"], ready_log=str(e.get("ready_log") or ""),
+                         installer_image=e["installer_image"], installer_args=tuple(e["installer_args"]),
+                         source=e["source"], verified=bool(e.get("verified", False)))
+
+
+@functools.cache
+def outbound() -> Outbound:
+    raw = _raw()
+    return Outbound(private_google_access_source=raw["egress"]["private_google_access"]["source"],
+                    cloud_nat_source=raw["egress"]["cloud_nat"]["source"],
+                    ops_agent_repo_script=raw["ops_agent"]["repo_script"], ops_agent_source=raw["ops_agent"]["source"],
+                    ops_agent_verified=bool(raw["ops_agent"].get("verified", False)))

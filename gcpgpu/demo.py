@@ -101,6 +101,9 @@ def main() -> None:
             quiet=True)
         run([gcpgpu, "cluster", "list"], env)
 
+        say("Is every node ready to train? Driver, GPUs, GPU NICs and links, GPUDirect pieces (from the nodes)")
+        run([gcpgpu, "cluster", "doctor", "demo"], env)
+
         say("A fresh cluster runs nothing yet: idle GPUs, near-zero traffic")
         run([gcpgpu, "metrics", "tail", "--cluster", "demo", "--once"], env)
 
@@ -150,7 +153,7 @@ def main() -> None:
              "--steps", "30", "--batch-size", "16", "--log-json", str(log)], env)
         run([gcpgpu, "metrics", "tail", "--cluster", "demo", "--once"], env)
 
-        say("Tear it all down: nodes, then placement policy, firewall rules, subnetworks, networks")
+        say("Tear it all down: nodes, then placement policy, Cloud NAT, firewall rules, subnetworks, networks")
         run([gcpgpu, "cluster", "down", "demo", "--yes"], env)
         run([gcpgpu, "cluster", "list"], env)
 

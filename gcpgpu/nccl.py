@@ -196,7 +196,9 @@ PROFILES: Mapping[str, Profile] = _frozen(
             ),
             family_env=_frozen(
                 {
-                    # The tuner file is per machine; its a3-ultra name is unverified.
+                    # The tuner file is per machine. a3-ultra: CT a3-ultragpu-8g/nemo-framework/Dockerfile
+                    # (tuner_config_a3u.txtpb, from the gIB image's /usr/local/gib). a4: unverified; CT's
+                    # a4high-vm.yaml, with gIB from the nccl-gib apt package, names configs/tuner_config.txtpb.
                     "a3-ultra": _frozen(
                         {"NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a3u.txtpb"}
                     ),

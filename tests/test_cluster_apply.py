@@ -198,6 +198,7 @@ def test_cli_up_status_list_down(gcp, monkeypatch):
     assert '"cluster": "demo"' in listing.stdout and '"gpus": 2' in listing.stdout
     status = runner.invoke(main, ["--format", "yaml", "cluster", "status", "demo"])
     assert "placementPolicies" in status.stdout
+    assert "routers:\n- name: demo-nat\n  region: us-central1\n" in status.stdout  # the nodes' Cloud NAT
     down = runner.invoke(main, ["cluster", "down", "demo", "--yes"])
     assert down.exit_code == 0, down.output
     assert leftovers(gcp) == {}

@@ -37,9 +37,9 @@ def _spec_options(fn: Callable) -> Callable:
                      help="Create a reservation for the nodes (placement policy attached) and consume it."),
         click.option("--no-placement", is_flag=True, default=None, help="No compact placement policy."),
         click.option("--gpus", type=int, help="Check: GPUs per node you expect (the machine type fixes it)."),
-        click.option("--image", help="Boot image path (default: a Deep Learning VM image with CUDA)."),
+        click.option("--image", help="Boot image path (default: the family's, see gcpgpu/data/machines.yaml `nodes`)."),
         click.option("--boot-disk-gb", type=int, help="Boot disk size in GB (default 200)."),
-        click.option("--boot-disk-type", help="Boot disk type (default pd-balanced)."),
+        click.option("--boot-disk-type", help="Boot disk type (default: the family's, e.g. pd-ssd on A3 High/Mega, hyperdisk-balanced on A3 Ultra/A4)."),
         click.option("--service-account", help="Service account e-mail for the nodes (default: the project's)."),
         click.option("--scope", "scopes", multiple=True, help="OAuth scope for the nodes (repeatable)."),
         click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label for the nodes (repeatable)."),
@@ -49,6 +49,9 @@ def _spec_options(fn: Callable) -> Callable:
                      help="Give nodes external IPs (default: none; nodes stay internal)."),
         click.option("--iap-ssh", is_flag=True, default=None,
                      help="Add a firewall rule so 'cluster ssh' can reach port 22 through IAP (35.235.240.0/20)."),
+        click.option("--no-nat", "no_nat", is_flag=True, default=None,
+                     help="No Cloud NAT for the nodes (default: one on the primary network unless it has one or "
+                          "--external-ip; without it, nodes reach Google only through Private Google Access)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -88,6 +91,7 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "subnetwork": kw.get("subnetwork"),
         "external_ips": kw.get("external_ips"),
         "iap_ssh": kw.get("iap_ssh"),
+        "cloud_nat": False if kw.get("no_nat") else None,
     }
     if kw.get("spot"):
         flags["provisioning"] = "spot"
@@ -306,7 +310,7 @@ def status(settings: Settings, name: str) -> None:
     if settings.format != "table":
         emit({"cluster": name, "nodes": [n.row() for n in obs.nodes], "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
-              "firewalls": obs.firewalls, "problems": flagged,
+              "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
               "busy": lease.describe(holder) if holder else None})
         return
     emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
@@ -318,12 +322,37 @@ def status(settings: Settings, name: str) -> None:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
     if obs.networks:
         info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
+    for r in obs.routers:
+        info(f"Cloud NAT router {r['name']} ({r['region']}): outbound for the nodes")
     if holder:
         info(f"busy: {lease.describe(holder)}")
     for line in flagged:
         info(f"problem: {line}")
     if flagged:
         info(f"'gcpgpu cluster up {name} ...' again repairs labels and re-creates missing nodes")
+
+
+@cluster.command()
+@click.argument("name")
+@click.pass_obj
+def doctor(settings: Settings, name: str) -> None:
+    """Check every node is ready to train: driver, GPUs, GPU NICs and links, GPUDirect pieces.
+
+    Reads what each node's startup script reported (guest attributes); exit 1 if a node is not ready.
+    """
+    from gcpgpu.cluster import doctor as doc
+    from gcpgpu.errors import CloudError
+
+    _check_name(name)
+    checks = doc.check(settings.clients, settings.project, name)
+    if not checks:
+        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+    rows = [c.row() for c in checks]
+    emit(rows, doc.COLUMNS, title=f"Cluster {name}: node health")
+    bad = [c for c in checks if c.problems()]
+    if bad:
+        raise CloudError(f"{len(bad)} of {len(checks)} node(s) not ready: "
+                         + "; ".join(f"{c.node}: {', '.join(c.problems())}" for c in bad))
 
 
 @cluster.command("list")

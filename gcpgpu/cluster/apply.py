@@ -22,7 +22,7 @@ from typing import Any
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import Failure, classify, is_not_found
-from gcpgpu.gcp.operations import call, parallel, wait, wait_all
+from gcpgpu.gcp.operations import call, parallel, retrying, wait, wait_all
 
 from .lease import Lease, describe
 from .observe import LABEL_ATTEMPT, Node, Observed, list_nodes, observe, observe_nodes, observe_nodes_by_name
@@ -86,6 +86,7 @@ class Created:
     firewalls: list[str] = field(default_factory=list)
     reservations: list[tuple[str, str]] = field(default_factory=list)  # (zone, name)
     instances: list[tuple[str, str]] = field(default_factory=list)  # (zone, name)
+    routers: list[tuple[str, str]] = field(default_factory=list)  # (region, name)
 
 
 def _msg(cls: Any, body: dict) -> Any:
@@ -193,6 +194,7 @@ class Cluster:
         created = Created()
         try:
             self._ensure_shared(plan, obs, created, compute_v1)
+            self._ensure_nat(plan, obs, created, compute_v1)
             existing = {n.name: n for n in obs.nodes}
             missing = [n for n in plan.node_names if n not in existing]
             zones = sorted({n.zone for n in obs.nodes}) or plan.zones
@@ -294,6 +296,26 @@ class Cluster:
         created.firewalls += [f["name"] for f in new_fws]
         with self.report.waiting("waiting for subnetworks and firewall rules"):
             self._wait_all_or_raise(sub_ops + fw_ops)
+
+    def _ensure_nat(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> None:
+        """The nodes' Cloud NAT, unless the cluster has it or the network already has a NAT in the region."""
+        have = {r["name"] for r in obs.routers}
+        todo = [r for r in plan.routers if r["name"] not in have]
+        if not todo:
+            return
+        network = todo[0]["network"].rsplit("/", 1)[-1]
+        pager = retrying()(self.c("RoutersClient").list)(request={"project": self.project, "region": plan.region})
+        serving = [f"{r.name}/{n.name}" for r in pager if r.network.rsplit("/", 1)[-1] == network for n in r.nats]
+        if serving:
+            self.report.note(f"network {network} already has Cloud NAT {serving[0]} in {plan.region}: using it")
+            return
+        self.report.step("nat", f"Creating Cloud Router {todo[0]['name']} with a Cloud NAT on {network} in "
+                                f"{plan.region} (nodes have no external IP)")
+        op = call(self.c("RoutersClient").insert, {"project": self.project, "region": plan.region,
+                                                   "router_resource": _msg(cv1.Router, self._own(todo[0]))})
+        created.routers.append((plan.region, todo[0]["name"]))
+        with self.report.waiting("waiting for the Cloud NAT"):
+            self._wait(op)
 
     @staticmethod
     def _raise_first(results: list[Any]) -> None:
@@ -599,7 +621,6 @@ class Cluster:
         self._raise_first(ops)
         self._wait_all_or_raise(ops)
         return True
-        self._wait_all_or_raise(ops)
 
     # ------------------------------------------------------------------ status
     def status(self, name: str) -> Observed:

@@ -76,6 +76,7 @@ class Observed:
     networks: list[str] = field(default_factory=list)
     subnets: list[dict] = field(default_factory=list)  # {name, region}
     firewalls: list[str] = field(default_factory=list)
+    routers: list[dict] = field(default_factory=list)  # {name, region}: the nodes' Cloud NAT
     owners: dict[str, str] = field(default_factory=dict)  # "kind/name" -> the `up` attempt that created it
 
     def owned_by(self, attempt: str) -> Observed:
@@ -84,25 +85,29 @@ class Observed:
             return self.owners.get(f"{kind}/{name}") == attempt
 
         return Observed(
-            self.cluster, [n for n in self.nodes if mine("nodes", n.name)],
-            [p for p in self.policies if mine("policies", p["name"])],
-            [r for r in self.reservations if mine("reservations", r["name"])],
-            [n for n in self.networks if mine("networks", n)], [s for s in self.subnets if mine("subnets", s["name"])],
-            [f for f in self.firewalls if mine("firewalls", f)], {k: v for k, v in self.owners.items() if v == attempt})
+            self.cluster, nodes=[n for n in self.nodes if mine("nodes", n.name)],
+            policies=[p for p in self.policies if mine("policies", p["name"])],
+            reservations=[r for r in self.reservations if mine("reservations", r["name"])],
+            networks=[n for n in self.networks if mine("networks", n)],
+            subnets=[s for s in self.subnets if mine("subnets", s["name"])],
+            firewalls=[f for f in self.firewalls if mine("firewalls", f)],
+            routers=[r for r in self.routers if mine("routers", r["name"])],
+            owners={k: v for k, v in self.owners.items() if v == attempt})
 
     @property
     def empty(self) -> bool:
-        return not (self.nodes or self.policies or self.reservations or self.networks or self.subnets or self.firewalls)
+        return not (self.nodes or self.policies or self.reservations or self.networks or self.subnets or self.firewalls
+                    or self.routers)
 
     def count(self) -> int:
         return (len(self.nodes) + len(self.policies) + len(self.reservations) + len(self.networks) + len(self.subnets)
-                + len(self.firewalls))
+                + len(self.firewalls) + len(self.routers))
 
     def summary(self) -> str:
         parts = [f"{len(self.nodes)} node(s)"]
         for what, items in (("placement polic(ies)", self.policies), ("reservation(s)", self.reservations),
                             ("network(s)", self.networks), ("subnetwork(s)", self.subnets),
-                            ("firewall rule(s)", self.firewalls)):
+                            ("firewall rule(s)", self.firewalls), ("Cloud NAT router(s)", self.routers)):
             if items:
                 parts.append(f"{len(items)} {what}")
         return ", ".join(parts)
@@ -202,6 +207,7 @@ def observe(clients: Clients, project: str, cluster: str) -> Observed:
         "subnets": lambda: [{"name": s.name, "region": _last(s.region)}
                             for _s, s in aggregated("SubnetworksClient", "subnetworks")],
         "firewalls": lambda: [f.name for f in listed("FirewallsClient")],
+        "routers": lambda: [{"name": r.name, "region": _last(r.region)} for _s, r in aggregated("RoutersClient", "routers")],
     }
     results = parallel(lambda fn: fn(), list(jobs.values()))
     for r in results:
@@ -214,7 +220,7 @@ def observe(clients: Clients, project: str, cluster: str) -> Observed:
     for n in results[0]:
         if n.labels.get(LABEL_ATTEMPT):
             out[f"nodes/{n.name}"] = n.labels[LABEL_ATTEMPT]
-    return Observed(cluster, *results, owners=out)
+    return Observed(cluster, *results, owners=out)  # results in the field order of Observed
 
 
 def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:

@@ -80,6 +80,7 @@ class Plan:
     instance_properties: dict
     node_names: list[str]
     notes: list[str] = field(default_factory=list)
+    routers: list[dict] = field(default_factory=list)  # a Cloud Router with the nodes' Cloud NAT (0 or 1)
 
     @property
     def name(self) -> str:
@@ -171,9 +172,14 @@ class Plan:
         elif self.spec.reservation:
             rows.append({"kind": "reservation (use)", "name": self.spec.reservation, "where": "existing",
                          "details": "SPECIFIC_RESERVATION; its own placement policy, if it has one, replaces ours"})
+        rows.extend(self.node_rows())
         nics = self.instance_properties["networkInterfaces"]
+        mrdma = sum(1 for n in nics if n.get("nicType") == "MRDMA")
         gpu_nics = len(nics) - 1
-        nic_text = f"{len(nics)} NIC" + (f"s (1 host + {gpu_nics} GPU, gVNIC)" if gpu_nics else "")
+        if mrdma:
+            nic_text = f"{len(nics)} NICs ({len(nics) - mrdma} gVNIC + {mrdma} MRDMA)"
+        else:
+            nic_text = f"{len(nics)} NIC" + (f"s (1 host + {gpu_nics} GPU, gVNIC)" if gpu_nics else "")
         sched = self.instance_properties["scheduling"]
         queue = ""
         if self.flex_start:
@@ -184,6 +190,49 @@ class Plan:
             rows.append({"kind": "instance", "name": n, "where": " > ".join(self.zones),
                          "details": f"{self.machine.name}, {self.machine.gpu_count} x {self.machine.gpu.model}, "
                                     f"{sched['provisioningModel']}, {nic_text}{queue}"})
+        return rows
+
+    def node_rows(self) -> list[dict[str, Any]]:
+        """What each node boots and installs, and what it needs to reach Google's APIs, with sources."""
+        setup = catalog.node_setup(self.machine)
+        disk = self.instance_properties["disks"][0]["initializeParams"]
+        unverified = "" if setup.verified else " (unverified)"
+        driver = {"dlvm-metadata": "NVIDIA driver by the Deep Learning VM (install-nvidia-driver=True)",
+                  "baked": "NVIDIA driver in the image", "apt": "NVIDIA driver from NVIDIA's apt repository"}[setup.driver]
+        installs = [driver, "docker + NVIDIA container toolkit", "docker credentials for "
+                    f"{self.region}-docker.pkg.dev and us-docker.pkg.dev (gcloud auth configure-docker)"]
+        host = catalog.gpudirect_host(self.machine.gpudirect) if self.machine.gpu_nics else None
+        if host:
+            installs.append(f"NCCL plugin ({host.installer_image.rsplit('/', 1)[-1]}); "
+                            f"receive-datapath manager per job ({host.rxdm_image.rsplit('/', 1)[-1]}; source: {host.source})")
+        elif self.machine.gpudirect == "rdma":
+            installs.append("gIB NCCL plugin in the training image; RDMA NICs via /dev/infiniband")
+        out = catalog.outbound()
+        rows = [
+            {"kind": "boot disk", "name": disk["diskType"], "where": "each node",
+             "details": f"{disk['diskSizeGb']} GB from {disk['sourceImage'].rsplit('/', 1)[-1]} "
+                        f"(source: {setup.source}){unverified}"},
+            {"kind": "node setup", "name": "startup script", "where": "each node", "details": "; ".join(installs)},
+            {"kind": "metrics agent", "name": "Ops Agent + dcgm receiver", "where": "each node",
+             "details": "GPU metrics (NVML by default, DCGM when nvidia-dcgm runs) for `gcpgpu metrics` "
+                        f"(source: {out.ops_agent_source})" + ("" if out.ops_agent_verified else " (unverified)")},
+        ]
+        external = any(n.get("accessConfigs") for n in self.instance_properties["networkInterfaces"])
+        for router in self.routers:
+            nat = router["nats"][0]
+            rows.append({"kind": "cloud NAT", "name": f"{router['name']} / {nat['name']}", "where": self.region,
+                         "details": f"outbound for nodes with no external IP on '{self.spec.network}' "
+                                    f"({nat['sourceSubnetworkIpRangesToNat']}, {nat['natIpAllocateOption']}); "
+                                    "skipped when the network already has a NAT in the region "
+                                    f"(source: {out.cloud_nat_source})"})
+        if not external:
+            created = [s["name"] for s in self.subnets if s.get("privateIpGoogleAccess")]
+            rows.append({"kind": "egress", "name": "Private Google Access", "where": self.spec.network,
+                         "details": ("on for " + ", ".join(created) + "; " if created else "")
+                         + f"the primary subnet of '{self.spec.network}' is left as it is"
+                         + ("" if self.routers else ": with --no-nat it needs Private Google Access for Artifact "
+                            "Registry, Cloud Storage and Monitoring, and the startup script's package installs fail")
+                         + f" (source: {out.private_google_access_source})"})
         return rows
 
     def to_dict(self) -> dict:
@@ -201,6 +250,7 @@ class Plan:
             "networks": self.networks,
             "subnetworks": self.subnets,
             "firewalls": self.firewalls,
+            "routers": self.routers,
             "reservation": self.reservation,
             **({"flexStartInserts": [self.flex_insert_body(n, self.zones[0]) for n in self.node_names]}
                if self.flex_start else {"bulkInsert": self.bulk_insert_body(self.node_names)}),
@@ -261,7 +311,7 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             networks.append({"name": net_name, "description": f"{mark} GPU NIC {i}", "autoCreateSubnetworks": False,
                              "mtu": mt.gpu_nic_mtu or 8244, "routingConfig": {"routingMode": "REGIONAL"}})
             subnets.append({"name": sub_name, "description": f"{mark} GPU NIC {i}", "ipCidrRange": cidr,
-                            "network": f"projects/{project}/global/networks/{net_name}"})
+                            "network": f"projects/{project}/global/networks/{net_name}", "privateIpGoogleAccess": True})
             firewalls.append({
                 "name": f"{name}-gpufw-{i}",
                 "description": f"{mark} NCCL traffic on GPU NIC {i}, from the cluster's own subnet only",
@@ -272,9 +322,11 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             nics.append({"network": f"projects/{project}/global/networks/{net_name}",
                          "subnetwork": f"projects/{project}/regions/{region}/subnetworks/{sub_name}",
                          "nicType": "GVNIC"})
+        if spec.network == "default":  # CT a3high/a3mega-slurm-blueprint.yaml: sysnet mtu 8244
+            notes.append(f"{mt.name}: Cluster Toolkit runs the primary (system) network at MTU 8244 too; the "
+                         "project's 'default' network keeps 1460 (pass --network with an MTU-8244 VPC).")
     elif mt.gpudirect == "rdma":
-        notes.append(f"{mt.name}: the RDMA network (network profile <zone>-vpc-roce, MRDMA NICs) and its 2 gVNIC VPCs "
-                     "are not wired by gcpgpu yet; nodes get the primary NIC only, so NCCL runs over TCP.")
+        _rdma_networks(spec, project, mt, networks, subnets, firewalls, nics, notes)
 
     reservation = None
     reservation_name = spec.reservation
@@ -308,8 +360,14 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     else:
         affinity = {"consumeReservationType": "ANY_RESERVATION"}
 
+    setup = catalog.node_setup(mt)
+    host = catalog.gpudirect_host(mt.gpudirect) if mt.gpu_nics else None
+    gpu_nics = sum(1 for n in nics[1:] if n.get("nicType") == "MRDMA") if mt.gpudirect == "rdma" else len(nics) - 1
     startup = render("startup.sh.j2", cluster=name, nodes=spec.nodes, machine_type=mt.name, gpus_per_node=mt.gpu_count,
-                     gpu_nics=len(nics) - 1, project=project)
+                     gpu_nics=gpu_nics, project=project, region=region, driver=setup.driver, flavor=mt.gpudirect,
+                     installer_image=host.installer_image if host else "",
+                     installer_args=host.installer_args if host else (),
+                     ops_agent_repo_script=catalog.outbound().ops_agent_repo_script)
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",
@@ -328,12 +386,79 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             {"key": "gcpgpu-nodes", "value": str(spec.nodes)},
             # The spec itself, so a job's recovery can bring the cluster back to it from the nodes alone.
             {"key": "gcpgpu-spec", "value": json.dumps(spec.to_dict(), sort_keys=True)},
+            {"key": "enable-guest-attributes", "value": "TRUE"},  # node health for `cluster doctor`
+            # The Deep Learning VM installs the NVIDIA driver on first boot when asked to.
+            *([{"key": "install-nvidia-driver", "value": "True"}] if setup.driver == "dlvm-metadata" else []),
         ]},
         "serviceAccounts": [{"email": spec.service_account or "default", "scopes": list(spec.scopes)}],
         "tags": {"items": [tag]},
     }
     if policy:
         props["resourcePolicies"] = [policy["name"]]
+    setup_needs = catalog.node_setup(mt).requires
+    if setup_needs and spec.image == catalog.node_setup(mt).image:
+        notes.append(f"{mt.name}: {setup_needs}.")
     return Plan(spec=spec, machine=mt, policy=policy, networks=networks, subnets=subnets, firewalls=firewalls,
                 reservation=reservation, instance_properties=props,
-                node_names=[node_name(name, r) for r in range(spec.nodes)], notes=notes)
+                node_names=[node_name(name, r) for r in range(spec.nodes)], notes=notes,
+                routers=_nat_routers(spec, project))
+
+
+def nat_router_name(cluster: str) -> str:
+    return f"{cluster}-nat"
+
+
+def _nat_routers(spec: ClusterSpec, project: str) -> list[dict]:
+    """A Cloud Router with one Cloud NAT on the primary network, for nodes with no external IP (Cluster
+    Toolkit's vpc module makes one per region by default). `up` skips it when the network already
+    has a NAT in the region: a NAT for all subnetworks must be the network's only one there."""
+    if spec.external_ips or not spec.cloud_nat:
+        return []
+    name = nat_router_name(spec.name)
+    return [{"name": name, "description": f"{marker(spec.name)} Cloud NAT for the nodes",
+             "network": f"projects/{project}/global/networks/{spec.network}",
+             "nats": [{"name": name, "natIpAllocateOption": "AUTO_ONLY",
+                       "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}]}]
+
+
+RDMA_CIDR = "10.131.{i}.0/24"  # one /24 per MRDMA subnet of the RoCE VPC (Cluster Toolkit splits one /18 likewise)
+
+
+def _rdma_networks(spec: ClusterSpec, project: str, mt: catalog.MachineType, networks: list[dict], subnets: list[dict],
+                   firewalls: list[dict], nics: list[dict], notes: list[str]) -> None:
+    """A3 Ultra / A4: a second gVNIC VPC, and one VPC with the zone's RoCE network profile holding
+    one subnet per MRDMA NIC. Source: Cluster Toolkit a4high-vm.yaml / a3ultra-vm.yaml (net-0 and
+    net-1 at MTU 8896, modules/network/gpu-rdma-vpc with network_profile ZONE-vpc-roce, 8 subnets,
+    nic2-9 MRDMA); gcp-facts section 10."""
+    name, region, mark = spec.name, str(spec.region), marker(spec.name)
+    mtu = mt.gvnic_mtu or 8896
+    for i in range(1, mt.gvnic_networks):  # nic0 is the primary network: the family's first gVNIC
+        net_name, sub_name, cidr = f"{name}-gvnic-{i}", f"{name}-gvnicsub-{i}", GPU_NIC_CIDR.format(base=130, i=i)
+        link = f"projects/{project}/global/networks/{net_name}"
+        networks.append({"name": net_name, "description": f"{mark} gVNIC {i}", "autoCreateSubnetworks": False,
+                         "mtu": mtu, "routingConfig": {"routingMode": "REGIONAL"}})
+        subnets.append({"name": sub_name, "description": f"{mark} gVNIC {i}", "ipCidrRange": cidr, "network": link,
+                        "privateIpGoogleAccess": True})
+        firewalls.append({"name": f"{name}-gvnicfw-{i}", "description": f"{mark} traffic on gVNIC {i}, from its own subnet only",
+                          "network": link, "direction": "INGRESS", "priority": 1000, "sourceRanges": [cidr],
+                          "allowed": [{"IPProtocol": "tcp"}, {"IPProtocol": "udp"}, {"IPProtocol": "icmp"}]})
+        nics.append({"network": link, "subnetwork": f"projects/{project}/regions/{region}/subnetworks/{sub_name}",
+                     "nicType": "GVNIC"})
+    zone = spec.zones[0]
+    rdma_net = f"{name}-rdma"
+    link = f"projects/{project}/global/networks/{rdma_net}"
+    networks.append({"name": rdma_net, "description": f"{mark} RDMA (RoCE) network", "autoCreateSubnetworks": False,
+                     "mtu": mtu, "routingConfig": {"routingMode": "REGIONAL"},
+                     "networkProfile": f"projects/{project}/global/networkProfiles/{zone}-vpc-roce"})
+    for i in range(1, mt.gpu_nics + 1):
+        sub_name = f"{name}-rdmasub-{i}"
+        subnets.append({"name": sub_name, "description": f"{mark} MRDMA NIC {i}", "ipCidrRange": RDMA_CIDR.format(i=i),
+                        "network": link})
+        nics.append({"network": link, "subnetwork": f"projects/{project}/regions/{region}/subnetworks/{sub_name}",
+                     "nicType": "MRDMA"})
+    if len(spec.zones) > 1:
+        notes.append(f"{mt.name}: the RDMA network's profile belongs to {zone}; the other zones "
+                     f"({', '.join(spec.zones[1:])}) would need their own RoCE network: an attempt there is refused by the API.")
+    if spec.network == "default":
+        notes.append(f"{mt.name}: Cluster Toolkit runs the primary network at MTU {mtu}; the project's 'default' "
+                     "network keeps 1460 (pass --network with an MTU-8896 VPC for full speed on nic0).")

@@ -48,9 +48,9 @@ class ClusterSpec:
     create_reservation: bool = False
     placement: str | None = None  # "compact" | "none"; None = compact when it applies
     gpus: int | None = None  # optional check: GPUs per node the user expects
-    image: str = DEFAULT_IMAGE
+    image: str | None = None  # None: the machine family's image (catalog `nodes`)
     boot_disk_gb: int = 200
-    boot_disk_type: str = "pd-balanced"
+    boot_disk_type: str | None = None  # None: the machine family's boot disk type (catalog `nodes`)
     service_account: str | None = None
     scopes: list[str] = field(default_factory=lambda: list(DEFAULT_SCOPES))
     labels: dict[str, str] = field(default_factory=dict)
@@ -58,6 +58,7 @@ class ClusterSpec:
     subnetwork: str | None = None
     external_ips: bool = False
     iap_ssh: bool = False  # a firewall rule letting IAP TCP forwarding reach port 22 (cluster ssh)
+    cloud_nat: bool = True  # a Cloud Router + NAT on the primary network when nodes have no external IP
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +100,7 @@ class ClusterSpec:
             raise UsageProblem(f"provisioning {self.provisioning!r} must be one of {', '.join(PROVISIONING)}")
         self._validate_location(mt, default_region, default_zone)
         self._validate_provisioning(mt)
+        self._validate_node(mt)
         self._validate_misc()
         return self
 
@@ -177,6 +179,15 @@ class ClusterSpec:
             note = "" if mt.compact_max_vms_verified else " (catalog figure, unverified)"
             raise UsageProblem(f"--nodes {self.nodes}: a compact placement policy holds at most {mt.compact_max_vms} "
                                f"{mt.family} VMs{note}; use fewer nodes or --no-placement")
+
+    def _validate_node(self, mt: catalog.MachineType) -> None:
+        """Fill the family's image and boot disk type; refuse a disk type the family cannot boot from."""
+        setup = catalog.node_setup(mt)
+        self.image = self.image or setup.image
+        self.boot_disk_type = self.boot_disk_type or setup.boot_disk_type
+        if self.boot_disk_type not in setup.boot_disk_types:
+            raise UsageProblem(f"--boot-disk-type {self.boot_disk_type!r}: {mt.name} boots from "
+                               f"{', '.join(setup.boot_disk_types)} (default {setup.boot_disk_type})")
 
     def _validate_misc(self) -> None:
         for key, value in self.labels.items():

@@ -1,8 +1,8 @@
 """Deleting what was observed of a cluster, in the order GCP requires, past every failure.
 
 Used by `down` (everything of the cluster) and by a failed `up`'s roll-back (only what that attempt
-created). Nodes go first, then reservations, placement policies, firewall rules, subnetworks and
-networks. A deletion that fails does not stop the rest; what failed because another resource still
+created). Nodes go first, then reservations, placement policies, firewall rules, Cloud NAT routers,
+subnetworks and networks. A deletion that fails does not stop the rest; what failed because another resource still
 used it is tried once more after everything else (its users are gone by then). The result is one
 line per resource that could not be deleted.
 """
@@ -24,6 +24,7 @@ ORDER = [
     ("reservations", "ReservationsClient", "zone", "reservation", "reservation"),
     ("policies", "ResourcePoliciesClient", "region", "resource_policy", "placement policy"),
     ("firewalls", "FirewallsClient", None, "firewall", "firewall rule"),
+    ("routers", "RoutersClient", "region", "router", "Cloud NAT router"),
     ("subnets", "SubnetworksClient", "region", "subnetwork", "subnetwork"),
     ("networks", "NetworksClient", None, "network", "network"),
 ]
@@ -37,8 +38,8 @@ def items_of(obs: Observed, kind: str) -> list[tuple[str | None, str]]:
         return [(r["zone"], r["name"]) for r in obs.reservations]
     if kind == "policies":
         return [(p["region"], p["name"]) for p in obs.policies]
-    if kind == "subnets":
-        return [(s["region"], s["name"]) for s in obs.subnets]
+    if kind in ("subnets", "routers"):
+        return [(s["region"], s["name"]) for s in getattr(obs, kind)]
     return [(None, n) for n in getattr(obs, kind)]
 
 

@@ -56,6 +56,8 @@ class World:
         if m and self.image_for_family(image_project, m.group(1)) == name:
             return m.group(1)
         return None
+    # machine type -> {"boot_disk_types": [...], "rdma_nics": N (MRDMA NICs it takes), "gvnics": N or None}
+    machine_rules: dict[str, dict] = field(default_factory=dict)
 
     def region_of(self, zone: str) -> str | None:
         for region, zones in self.regions.items():
@@ -101,6 +103,7 @@ def default_world() -> World:
         timings={k: float(v) for k, v in data["timings"].items()},
         image_patterns={proj: [re.compile(p) for p in pats] for proj, pats in data.get("image_family_patterns", {}).items()},
         image_date=str(data.get("image_date", "20261101")),
+        machine_rules=_machine_rules(catalog),
     )
 
 
@@ -116,3 +119,17 @@ def general_machine_types(data: dict) -> dict[str, MachineTypeInfo]:
     for name, m in data.get("general_machine_types", {}).items():
         out[name] = MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), None, 0)
     return out
+
+
+def _machine_rules(catalog: dict) -> dict[str, dict]:
+    """What the API checks per GPU machine type: boot disk types, and RDMA NICs (A3 Ultra, A4)."""
+    rules = {}
+    for name, m in catalog["machine_types"].items():
+        fam = {**catalog["families"][m["family"]], **m}
+        rdma = fam.get("gpudirect") == "rdma"
+        rules[name] = {
+            "boot_disk_types": list(catalog.get("nodes", {}).get(m["family"], {}).get("boot_disk_types", [])),
+            "rdma_nics": int(fam["gpu_nics"]) if rdma else 0,
+            "gvnics": int(fam.get("gvnic_networks", 0)) if rdma else None,
+        }
+    return rules

@@ -28,6 +28,7 @@ from . import ids
 from .spec import DEFAULT_IMAGE, ValidJob, job_env
 
 MASTER_PORT = 29500
+RXDM_WAIT_S = 180  # the TCPXO RxDM takes ~30 s to initialise (container-engine-accelerators README); headroom
 LOG_NAME = "gcplogs-docker-driver"  # Docker's gcplogs driver writes the containers' output here
 # Metadata keys a job owns on a node; a new job replaces them all.
 JOB_KEYS = ("gcpgpu-job", "gcpgpu-job-id", "gcpgpu-job-agent", "gcpgpu-job-cancel", "gcpgpu-node-rank",
@@ -76,16 +77,17 @@ def nodes_of(clients: Clients, project: str, cluster: str) -> list[Any]:
     return [inst for _r, inst in sorted(ranked, key=lambda p: p[0])]
 
 
-def guest_attributes(clients: Clients, project: str, inst: Any) -> dict[str, str]:
-    """What the node's agent reported under gcpgpu/ ({} when it reported nothing)."""
+def guest_attributes(clients: Clients, project: str, inst: Any, namespace: str = "gcpgpu") -> dict[str, str]:
+    """What the node reported under NAMESPACE/ (gcpgpu: its job agent; gcpgpu-node: its startup
+    script), {} when it reported nothing."""
     from google.api_core import exceptions
 
     try:
         got = clients.compute("InstancesClient").get_guest_attributes(
-            request={"project": project, "zone": _zone(inst), "instance": inst.name, "query_path": "gcpgpu/"})
+            request={"project": project, "zone": _zone(inst), "instance": inst.name, "query_path": f"{namespace}/"})
     except (exceptions.NotFound, exceptions.BadRequest):
         return {}  # nothing reported yet (or guest attributes off on an old node)
-    return {item.key: item.value for item in got.query_value.items if item.namespace == "gcpgpu"}
+    return {item.key: item.value for item in got.query_value.items if item.namespace == namespace}
 
 
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[ids.JobId, dict]:
@@ -122,6 +124,9 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
     profile = nccl.profile_for(machine)
     # Host support the plugin needs (devices, sockets, a host-installed plugin); /usr/local is the image's own.
     mounts = [p for p in (*profile.required_paths, *profile.advised_paths) if not p.startswith("/usr/local")]
+    host_lib = profile.lib_dir if profile.lib_dir and profile.lib_dir.startswith("/var/lib/") else None
+    if host_lib:  # the host installer's whole plugin dir (one version), as Cluster Toolkit's nccl-tests mount it
+        mounts = [host_lib, *(p for p in mounts if not p.startswith(host_lib + "/"))]
     image = job.image
     if job.spec.image is None:  # the default image, from the Artifact Registry of the cluster's region
         image = DEFAULT_IMAGE.format(region=_zone(chosen[0]).rsplit("-", 1)[0], project=project.replace(":", "/"))
@@ -170,6 +175,10 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Any]) -> 
     record.setdefault("created", record["submitted"])
     run = str(record.get("run") or record["id"])
     want = int(record["nnodes"])
+    # TCPX/TCPXO: the agent starts Google's receive-datapath manager before the trainer (a recovery too).
+    machine = catalog.get_machine_type(str(record["machine_type"]))
+    rxdm = catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
+    record["rxdm"] = rxdm.rxdm_image if rxdm else None
 
     def put(pair: tuple[int, Any]) -> Any:
         rank, inst = pair
@@ -177,7 +186,7 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Any]) -> 
                        nnodes=want, master_addr=master, master_port=MASTER_PORT, image=record["image"],
                        command=record["command"], args=record["args"], env=record["env"], mounts=record["mounts"],
                        gcs_buckets=record.get("gcs_buckets") or [], node_dirs=record.get("node_dirs") or [],
-                       timeout=record.get("timeout") or 0)
+                       timeout=record.get("timeout") or 0, rxdm=rxdm, rxdm_wait=RXDM_WAIT_S)
         items = {k: v for k, v in _items(inst).items() if k not in JOB_KEYS}
         items.update({
             "enable-guest-attributes": "TRUE",  # how the agent reports its state

@@ -3,9 +3,9 @@
 One class over one shared state, put together from a mixin per resource family, as moto builds its
 EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (zones, regions,
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
-and reservations), `instance_spec` (an instance body checked and stored), `instances`, `templates`,
-`preemption` (losing a VM), `topology` (where a compact-placed VM sits) and `flex` (flex-start
-requests that wait for capacity).
+and reservations), `routers` (Cloud Router + NAT), `instance_spec` (an instance body checked and
+stored), `instances`, `templates`, `preemption` (losing a VM), `topology` (where a compact-placed VM
+sits) and `flex` (flex-start requests that wait for capacity).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .operations import OperationsMixin
 from .placement import PlacementMixin
 from .preemption import PreemptionMixin
 from .projects import ProjectsMixin
+from .routers import RoutersMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
 from .templates import TemplatesMixin
 from .topology import TopologyMixin
@@ -28,7 +29,7 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
            "public"]
 
 
-class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, PlacementMixin,
-                     InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin, TopologyMixin,
-                     FlexStartMixin, BackendBase):
+class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, RoutersMixin,
+                     PlacementMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
+                     TopologyMixin, FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

@@ -106,7 +106,7 @@ class CrudMixin:
                 refs += [nic.get("network"), nic.get("subnetwork")]
             if link in refs:
                 return other["selfLink"]
-        for kind in ("subnetworks", "firewalls", "reservations"):
+        for kind in ("subnetworks", "firewalls", "reservations", "routers"):
             for _path, other in p.iter_kind(kind):
                 if other is res:
                     continue

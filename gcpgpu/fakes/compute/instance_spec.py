@@ -78,6 +78,7 @@ class InstanceSpecMixin:
                     raise required(f"{field}.disks[{i}].initializeParams.sourceImage")
                 img = self._resolve_image(project, init["sourceImage"])
                 init = {**init, "sourceImage": img["selfLink"]}
+            self._check_disk_type(mt, init.get("diskType"), f"{field}.disks[{i}].initializeParams.diskType")
             disk_name = init.get("diskName") or (body["name"] if i == 0 else f"{body['name']}-{i}")
             stored_disks.append({
                 "kind": "compute#attachedDisk", "type": d.get("type", "PERSISTENT"), "mode": d.get("mode", "READ_WRITE"),
@@ -93,6 +94,8 @@ class InstanceSpecMixin:
         stored_nics = []
         for i, nic in enumerate(nics):
             stored_nics.append(self._prepare_nic(p, project, region, nic, i, f"{field}.networkInterfaces[{i}]"))
+
+        self._check_nic_kinds(p, mt, zone, stored_nics, f"{field}.networkInterfaces")
 
         policies = []
         for link in body.get("resourcePolicies") or []:
@@ -129,6 +132,38 @@ class InstanceSpecMixin:
             "fingerprint": fingerprint(body["name"]),
             "_machine_type": mt,
         }
+
+    def _check_disk_type(self, mt: str, disk_type: str | None, field: str) -> None:
+        """A3 Ultra and A4 boot from Hyperdisk only; each family has its list (catalog `nodes`)."""
+        allowed = self.world.machine_rules.get(mt, {}).get("boot_disk_types")
+        if disk_type and allowed and last(disk_type) not in allowed:
+            raise invalid(field, disk_type, f"Disk type '{last(disk_type)}' is not supported for machine type "
+                                            f"'{mt}'; supported: {', '.join(allowed)}.")
+
+    def _check_nic_kinds(self, p: Project, mt: str, zone: str, nics: list[dict], field: str) -> None:
+        """MRDMA NICs: only on RDMA machine types, only on a VPC with this zone's RoCE profile, and
+        exactly as many as the machine has RDMA NICs, beside at most its gVNIC count."""
+        rules = self.world.machine_rules.get(mt, {})
+        want, gvnics = rules.get("rdma_nics", 0), rules.get("gvnics")
+        mrdma = 0
+        for i, nic in enumerate(nics):
+            net = p.coll("global/networks").get(last(nic["network"])) or {}
+            profile = last(net.get("networkProfile") or "")
+            if nic.get("nicType") == "MRDMA":
+                mrdma += 1
+                if not want:
+                    raise invalid(f"{field}[{i}].nicType", "MRDMA", f"Machine type '{mt}' does not support MRDMA NICs.")
+                if profile != f"{zone}-vpc-roce":
+                    raise invalid(f"{field}[{i}].network", nic["network"],
+                                  f"An MRDMA NIC needs a network with network profile '{zone}-vpc-roce'.")
+            elif profile.endswith("-vpc-roce"):
+                raise invalid(f"{field}[{i}].nicType", nic.get("nicType", "GVNIC"),
+                              "A network with an RDMA network profile takes MRDMA NICs only.")
+        if want and mrdma and mrdma != want:
+            raise invalid(f"{field}", f"{mrdma} MRDMA NICs", f"Machine type '{mt}' takes {want} MRDMA NICs.")
+        if gvnics is not None and len(nics) - mrdma > gvnics:
+            raise invalid(f"{field}", f"{len(nics) - mrdma} non-RDMA NICs",
+                          f"Machine type '{mt}' takes at most {gvnics} gVNIC NICs.")
 
     def _prepare_nic(self, p: Project, project: str, region: str, nic: dict, i: int, field: str) -> dict:
         net_link, sub_link = nic.get("network"), nic.get("subnetwork")

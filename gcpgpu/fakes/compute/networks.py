@@ -80,6 +80,9 @@ class NetworksMixin:
             raise invalid("resource.mtu", mtu, "Must be between 1300 and 8896.")
         if body["name"] in p.coll("global/networks"):
             raise already_exists(f"projects/{p.name}/global/networks/{body['name']}")
+        body = dict(body)
+        if body.get("networkProfile"):
+            body["networkProfile"] = self._network_profile(p, body["networkProfile"])
         net = {
             "kind": "compute#network",
             "autoCreateSubnetworks": bool(body.get("autoCreateSubnetworks", False)),
@@ -141,3 +144,12 @@ class NetworksMixin:
         if fw["direction"] == "INGRESS" and not any(fw.get(k) for k in ("sourceRanges", "sourceTags", "sourceServiceAccounts")):
             fw["sourceRanges"] = ["0.0.0.0/0"]  # the real API's default, which is why we always set ranges
         return self._insert(p, "global/firewalls", "global", fw)
+
+    def _network_profile(self, p: Project, link: str) -> str:
+        """A network profile link (ZONE-vpc-roce: the RDMA VPCs of A3 Ultra and A4), as a full URL."""
+        profile = last(link)
+        zone, _, kind = profile.partition("-vpc-")
+        if "networkProfiles/" not in link or kind != "roce" or self.world.region_of(zone) is None:
+            raise invalid("resource.networkProfile", link,
+                          "Must be projects/PROJECT/global/networkProfiles/ZONE-vpc-roce for a zone with RDMA.")
+        return f"https://www.googleapis.com/compute/v1/projects/{p.name}/global/networkProfiles/{profile}"

@@ -28,6 +28,7 @@ LIST_KINDS = {
     "resourcePolicies": "compute#resourcePolicyList",
     "networks": "compute#networkList",
     "firewalls": "compute#firewallList",
+    "routers": "compute#routerList",
     "operations": "compute#operationList",
     "zones": "compute#zoneList",
     "regions": "compute#regionList",
@@ -38,9 +39,9 @@ LIST_KINDS = {
 }
 
 _KIND = "<any(instances,reservations,disks):kind>"
-_RKIND = "<any(subnetworks,resourcePolicies,instanceTemplates):kind>"
+_RKIND = "<any(subnetworks,resourcePolicies,instanceTemplates,routers):kind>"
 _GKIND = "<any(networks,firewalls,instanceTemplates):kind>"
-_AKIND = "<any(instances,reservations,disks,subnetworks,resourcePolicies,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
+_AKIND = "<any(instances,reservations,disks,subnetworks,resourcePolicies,routers,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
 _ACTION = "<any(setLabels,setMetadata,setDeletionProtection,stop,start):action>"
 
 URLS = Map(
@@ -307,6 +308,8 @@ class ComputeRest:
             return self.b.insert_subnetwork(project, scope["region"], body, request_id=rid)
         if kind == "resourcePolicies":
             return self.b.insert_resource_policy(project, scope["region"], body, request_id=rid)
+        if kind == "routers":
+            return self.b.insert_router(project, scope["region"], body, request_id=rid)
         if kind == "networks":
             return self.b.insert_network(project, body, request_id=rid)
         if kind == "firewalls":

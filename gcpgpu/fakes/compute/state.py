@@ -38,7 +38,7 @@ FLEX_START_RANGE = (600, 604800)
 
 # Zone-scoped, region-scoped and global collections this backend serves.
 ZONAL = ("instances", "reservations", "disks")
-REGIONAL = ("subnetworks", "resourcePolicies", "instanceTemplates")
+REGIONAL = ("subnetworks", "resourcePolicies", "instanceTemplates", "routers")
 GLOBAL = ("networks", "firewalls", "instanceTemplates")
 
 
@@ -227,7 +227,7 @@ def check_project(name: str) -> None:
 def _kind_word(kind: str) -> str:
     return {"resourcePolicies": "resource policy", "subnetworks": "subnetwork", "networks": "network",
             "firewalls": "firewall", "reservations": "reservation", "instances": "instance",
-            "instanceTemplates": "instance template"}.get(kind, kind)
+            "instanceTemplates": "instance template", "routers": "router"}.get(kind, kind)
 
 
 def _check_labels(labels: dict, field_name: str) -> None:

