@@ -134,11 +134,16 @@ class InstanceSpecMixin:
         }
 
     def _check_disk_type(self, mt: str, disk_type: str | None, field: str) -> None:
-        """A3 Ultra and A4 boot from Hyperdisk only; each family has its list (catalog `nodes`)."""
+        """A3 Ultra and A4 boot from Hyperdisk only; each family has its list (catalog `nodes`).
+
+        The message is Compute's own for a disk type a machine series cannot use ("[pd-standard,
+        n4-standard-2] features are not compatible for creating instance.", quoted in public reports:
+        astronomer/astronomer#2463, DataBiosphere/dsub#301); its HTTP code/reason here (400
+        UNSUPPORTED_OPERATION, at insert rather than in the operation) is unverified."""
         allowed = self.world.machine_rules.get(mt, {}).get("boot_disk_types")
         if disk_type and allowed and last(disk_type) not in allowed:
-            raise invalid(field, disk_type, f"Disk type '{last(disk_type)}' is not supported for machine type "
-                                            f"'{mt}'; supported: {', '.join(allowed)}.")
+            raise ApiError(400, "UNSUPPORTED_OPERATION",
+                           f"[{last(disk_type)}, {mt}] features are not compatible for creating instance.")
 
     def _check_nic_kinds(self, p: Project, mt: str, zone: str, nics: list[dict], field: str) -> None:
         """MRDMA NICs: only on RDMA machine types, only on a VPC with this zone's RoCE profile, and
