@@ -104,6 +104,16 @@ def test_router_with_cloud_nat_round_trips_in_the_documents_shape(compute):
     assert [r["name"] for r in listed["items"]] == ["rtr"]
     agg = _conform(compute.routers().aggregatedList(project=PROJECT).execute(), "RouterAggregatedList")
     assert [r["name"] for r in agg["items"][f"regions/{region}"]["routers"]] == ["rtr"]
+    # routers.patch, as `gcloud compute routers nats create` sends it: the whole nats list replaced.
+    second = {**nat, "name": "nat2", "sourceSubnetworkIpRangesToNat": "LIST_OF_SUBNETWORKS"}
+    with pytest.raises(HttpError) as e:  # a NAT over all subnetworks must stay the network's only one
+        compute.routers().patch(project=PROJECT, region=region, router="rtr",
+                                body={"nats": [nat, second]}).execute()
+    assert e.value.resp.status == 400
+    _wait(compute, compute.routers().patch(project=PROJECT, region=region, router="rtr",
+                                           body={"nats": [second]}).execute())
+    got = _conform(compute.routers().get(project=PROJECT, region=region, router="rtr").execute(), "Router")
+    assert [n["name"] for n in got["nats"]] == ["nat2"] and got["network"].endswith("/global/networks/vpc")
     _wait(compute, compute.routers().delete(project=PROJECT, region=region, router="rtr").execute())
     with pytest.raises(HttpError) as e:
         compute.routers().get(project=PROJECT, region=region, router="rtr").execute()

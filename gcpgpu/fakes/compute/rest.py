@@ -86,6 +86,7 @@ URLS = Map(
         Rule(f"{PREFIX}/regions/<region>/{_RKIND}", endpoint="insert", methods=["POST"]),
         Rule(f"{PREFIX}/regions/<region>/{_RKIND}/<name>", endpoint="get", methods=["GET"]),
         Rule(f"{PREFIX}/regions/<region>/{_RKIND}/<name>", endpoint="delete", methods=["DELETE"]),
+        Rule(f"{PREFIX}/regions/<region>/routers/<name>", endpoint="router_patch", methods=["PATCH"]),
         Rule(f"{PREFIX}/global/{_GKIND}", endpoint="list", methods=["GET"]),
         Rule(f"{PREFIX}/global/{_GKIND}", endpoint="insert", methods=["POST"]),
         Rule(f"{PREFIX}/global/{_GKIND}/<name>", endpoint="get", methods=["GET"]),
@@ -111,6 +112,8 @@ def _method(endpoint: str, args: dict) -> tuple[str, str]:
         return ("regionInstanceTemplates" if kind == "instanceTemplates" and "region" in args else kind), "insert"
     if endpoint == "bulk_insert":
         return ("regionInstances" if "region" in args else "instances"), "bulkInsert"
+    if endpoint == "router_patch":
+        return "routers", "patch"
     if endpoint == "instance_action":
         return "instances", args["action"]
     return "", endpoint  # operations' wait: no body
@@ -290,6 +293,9 @@ class ComputeRest:
     def on_get(self, req: Request, body: dict, project: str, kind: str, name: str, **scope: str) -> dict:
         self._check_scope(scope)
         return self.b.get(project, f"{_scope(scope)}/{kind}", name)
+
+    def on_router_patch(self, req: Request, body: dict, project: str, region: str, name: str) -> dict:
+        return self.b.patch_router(project, region, name, body, request_id=req.args.get("requestId"))
 
     def on_delete(self, req: Request, body: dict, project: str, kind: str, name: str, **scope: str) -> dict:
         self._check_scope(scope)
