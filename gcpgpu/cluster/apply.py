@@ -25,6 +25,7 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import call, parallel, retrying, wait, wait_all
 
 from .lease import Lease, describe
+from .nat import settle as settle_nats
 from .observe import LABEL_ATTEMPT, Node, Observed, list_nodes, observe, observe_nodes, observe_nodes_by_name
 from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, Plan, marker, rank_of
 from .teardown import delete_observed, one_line
@@ -493,13 +494,19 @@ class Cluster:
                 self.report.note(f"keeping reservation(s) {', '.join(r['name'] for r in obs.reservations)} and the "
                                  f"placement policy they use ({', '.join(p['name'] for p in obs.policies)})")
                 todo.policies = []
+        todo.routers, nat_notes = settle_nats(self.clients, self.project, name, obs)
+        for line in nat_notes:
+            self.report.note(line)
         with self.report.waiting(f"deleting cluster {name}"):
             lines = delete_observed(self.clients, self.project, todo, self.report.step)
         left = observe(self.clients, self.project, name)
+        left.routers = [r for r in left.routers if r in todo.routers]  # a NAT kept for other VMs is not "left"
         if keep_reservation:
             left.reservations = []
             if obs.reservations:
                 left.policies = []
+        obs = copy.copy(obs)
+        obs.routers = todo.routers  # what was deleted: a NAT kept for other VMs is not reported as gone
         named = " ".join(lines)
         lines += [f"{what} {n}: still exists after down" for what, n in _names(left) if f" {n}" not in f" {named}"]
         if lines:
