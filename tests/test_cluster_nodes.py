@@ -202,6 +202,24 @@ def test_tcpxo_job_starts_the_datapath_manager_and_fails_in_one_line_without_it(
     assert [r["rxdm"] for r in doctor] == ["up", "up"]
     assert cli("job", "cancel", job_id, "--wait").exit_code == 0
 
+    # A recovery re-delivers the stored record as attempt 1: its agent starts the RxDM first too.
+    from gcpgpu.gcp.clients import Clients
+    from gcpgpu.jobs import cluster as cluster_jobs
+
+    clients = Clients(emulator=gcp.address)
+    nodes = cluster_jobs.nodes_of(clients, PROJECT, "c")
+    record = json.loads(meta(inst)["gcpgpu-job"])
+    record.pop("rxdm", None)
+    record.update(attempt=1, run=cluster_jobs.run_key(str(record["id"]), 1))
+    cluster_jobs.deliver(clients, PROJECT, record, nodes)
+    again = meta(gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "c-1"))
+    assert again["gcpgpu-job-id"].endswith("-r1")
+    assert again["gcpgpu-job-agent"].index(f"RXDM_IMAGE={rxdm.rxdm_image}") < again["gcpgpu-job-agent"].index(
+        'docker run "${run_args[@]}"')
+    assert json.loads(again["gcpgpu-job"])["rxdm"] == rxdm.rxdm_image
+    _wait_state(job_id, ("RUNNING",))
+    assert cli("job", "cancel", job_id, "--wait").exit_code == 0
+
     gcp.jobs.agent.nodes.lack("c-1", "gpudirect")
     failed = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--command", "sleep 600")
     status = _wait_state(failed.stdout.splitlines()[0], ("FAILED",))
