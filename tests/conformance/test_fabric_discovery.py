@@ -195,3 +195,12 @@ def test_the_schema_walk_refuses_what_the_document_does_not_have():
         conform({"scheduling": {"provisioningModel": "FLEX"}}, {"$ref": "Instance"})
     with pytest.raises(AssertionError, match="is not a string"):
         conform({"maxRunDuration": {"seconds": 60}}, {"$ref": "Scheduling"})  # int64 travels as a string
+
+
+def test_an_enum_value_the_document_lacks_is_refused_at_the_front_end(compute, gcp):
+    body = _vm("typo", "a3-highgpu-8g", "pd-ssd", [{"network": "global/networks/default", "nicType": "RDMA"}])
+    with pytest.raises(HttpError) as e:
+        compute.instances().insert(project=PROJECT, zone=ZONE, body=body).execute()
+    assert e.value.resp.status == 400
+    assert "Invalid value at 'instance_resource.network_interfaces[0].nic_type' (TYPE_ENUM), \"RDMA\"" in str(e.value)
+    assert gcp.compute.list(PROJECT, f"zones/{ZONE}/instances") == []

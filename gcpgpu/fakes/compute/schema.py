@@ -138,6 +138,8 @@ def _check_value(schemas: dict, spec: dict, value: Any, path: str, key: str, par
         return
     if not _scalar_ok(spec, value):
         problems.append((path, _bad_value(path, _scalar_name(spec), value)))
+    elif "enum" in spec and value not in spec["enum"]:  # the transcoder knows only the enum's names
+        problems.append((path, _bad_value(path, "TYPE_ENUM", value)))
 
 
 def _scalar_ok(spec: dict, value: Any) -> bool:
