@@ -341,6 +341,9 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
         if policy:
             reservation["resourcePolicies"] = {"policy": f"projects/{project}/regions/{region}/resourcePolicies/{policy['name']}"}
 
+    # Field names and enum values below checked against the Compute v1 discovery document that
+    # googleapiclient ships (Scheduling.provisioningModel FLEX_START|SPOT, instanceTerminationAction
+    # DELETE|STOP, maxRunDuration a Duration with int64 `seconds`); tests/conformance/test_fabric_*.py.
     scheduling: dict[str, Any] = {"onHostMaintenance": "TERMINATE"}  # GPU VMs cannot live-migrate
     if spec.provisioning == "spot":
         scheduling.update(provisioningModel="SPOT", automaticRestart=False, instanceTerminationAction="STOP")
@@ -417,6 +420,9 @@ def _nat_routers(spec: ClusterSpec, project: str) -> list[dict]:
     name = nat_router_name(spec.name)
     return [{"name": name, "description": f"{marker(spec.name)} Cloud NAT for the nodes",
              "network": f"projects/{project}/global/networks/{spec.network}",
+             # RouterNat enums per the Compute v1 discovery document (natIpAllocateOption AUTO_ONLY,
+             # sourceSubnetworkIpRangesToNat ALL_SUBNETWORKS_ALL_IP_RANGES); gcloud's
+             # --auto-allocate-nat-external-ips --nat-all-subnet-ip-ranges send the same.
              "nats": [{"name": name, "natIpAllocateOption": "AUTO_ONLY",
                        "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}]}]
 
