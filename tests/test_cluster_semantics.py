@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from test_cluster_apply import PROJECT, leftovers
+from helpers import PROJECT, leftovers
 
 from gcpgpu.cli import main
 from gcpgpu.gcp.clients import Clients
