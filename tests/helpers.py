@@ -5,6 +5,10 @@ Fixtures built on these (`cluster`) live in tests/conftest.py.
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gcpgpu.cluster.plan import plan
@@ -39,3 +43,26 @@ def leftovers(gcp: Any) -> dict[str, list[str]]:
             if not default:
                 out.setdefault(kind, []).append(name)
     return out
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05) -> Any:
+    """Poll `predicate` until it returns something truthy and return that; fail the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` is running: a zombie (exited, not yet reaped) is not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
