@@ -195,7 +195,6 @@ class Cluster:
         created = Created()
         try:
             self._ensure_shared(plan, obs, created, compute_v1)
-            self._ensure_nat(plan, obs, created, compute_v1)
             existing = {n.name: n for n in obs.nodes}
             missing = [n for n in plan.node_names if n not in existing]
             zones = sorted({n.zone for n in obs.nodes}) or plan.zones
@@ -279,7 +278,11 @@ class Cluster:
         self._raise_first(results)
         created.networks += [n["name"] for n in new_nets]
         ops += results
-        with self.report.waiting("waiting for the placement policy and networks"):
+        # The NAT sits on the primary network, which exists already: it goes with the first batch.
+        nat_later = any(r["network"].rsplit("/", 1)[-1] in {n["name"] for n in new_nets} for r in plan.routers)
+        if not nat_later:
+            ops += self._ensure_nat(plan, obs, created, cv1)
+        with self.report.waiting("waiting for the placement policy, networks and Cloud NAT"):
             self._wait_all_or_raise(ops)
 
         have_subnets = {s["name"] for s in obs.subnets}
@@ -297,26 +300,29 @@ class Cluster:
         created.firewalls += [f["name"] for f in new_fws]
         with self.report.waiting("waiting for subnetworks and firewall rules"):
             self._wait_all_or_raise(sub_ops + fw_ops)
+        if nat_later:
+            with self.report.waiting("waiting for the Cloud NAT"):
+                self._wait_all_or_raise(self._ensure_nat(plan, obs, created, cv1))
 
-    def _ensure_nat(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> None:
-        """The nodes' Cloud NAT, unless the cluster has it or the network already has a NAT in the region."""
+    def _ensure_nat(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> list[Any]:
+        """Start the nodes' Cloud NAT, unless the cluster has it or the network already has a NAT in the
+        region; the operations to wait for."""
         have = {r["name"] for r in obs.routers}
         todo = [r for r in plan.routers if r["name"] not in have]
         if not todo:
-            return
+            return []
         network = todo[0]["network"].rsplit("/", 1)[-1]
         pager = retrying()(self.c("RoutersClient").list)(request={"project": self.project, "region": plan.region})
         serving = [f"{r.name}/{n.name}" for r in pager if r.network.rsplit("/", 1)[-1] == network for n in r.nats]
         if serving:
             self.report.note(f"network {network} already has Cloud NAT {serving[0]} in {plan.region}: using it")
-            return
+            return []
         self.report.step("nat", f"Creating Cloud Router {todo[0]['name']} with a Cloud NAT on {network} in "
                                 f"{plan.region} (nodes have no external IP)")
         op = call(self.c("RoutersClient").insert, {"project": self.project, "region": plan.region,
                                                    "router_resource": _msg(cv1.Router, self._own(todo[0]))})
         created.routers.append((plan.region, todo[0]["name"]))
-        with self.report.waiting("waiting for the Cloud NAT"):
-            self._wait(op)
+        return [op]
 
     @staticmethod
     def _raise_first(results: list[Any]) -> None:
