@@ -26,3 +26,13 @@ def isolated_gcloud(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     for name in _LEAKY_ENV:
         monkeypatch.delenv(name, raising=False)
     return config_dir
+
+
+@pytest.fixture
+def cluster(gcp):
+    """A gcpgpu Cluster over the emulator's PROJECT (tests/helpers.py)."""
+    from helpers import PROJECT, clients
+
+    from gcpgpu.cluster.apply import Cluster
+
+    return Cluster(clients(gcp), PROJECT)

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner
+from helpers import PROJECT
 
 from gcpgpu.cli import EXIT_STDOUT_CLOSED, main
 
 REPO = Path(__file__).resolve().parents[1]
-PROJECT = "test-proj"
 
 
 def run_with_closed_stdout(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -8,11 +8,10 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner
+from helpers import PROJECT
 
 from gcpgpu.cli import main
 from gcpgpu.cli.options import GLOBAL_OPTIONS, adopt_global_options
-
-PROJECT = "test-proj"
 
 
 def run(*args: str):

@@ -4,40 +4,11 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from helpers import PROJECT, leftovers, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster.apply import Cluster, NoCapacity, QuotaExceeded, Reporter
-from gcpgpu.cluster.plan import plan
-from gcpgpu.cluster.spec import ClusterSpec
 from gcpgpu.gcp.clients import Clients
-
-PROJECT = "test-proj"
-
-
-def make_plan(**kw):
-    kw.setdefault("name", "c")
-    kw.setdefault("nodes", 2)
-    kw.setdefault("machine_type", "a3-highgpu-8g")
-    return plan(ClusterSpec(**kw).validate(default_region="us-central1"), PROJECT)
-
-
-def leftovers(gcp) -> dict[str, list[str]]:
-    """Everything in the emulated project that a fresh project does not have."""
-    p = gcp.compute.project(PROJECT)
-    gcp.compute._sweep(p)
-    out: dict[str, list[str]] = {}
-    for path, items in p.collections.items():
-        kind = path.rsplit("/", 1)[-1]
-        for name in items:
-            default = (kind in ("networks", "subnetworks") and name == "default") or name.startswith("default-")
-            if not default:
-                out.setdefault(kind, []).append(name)
-    return out
-
-
-@pytest.fixture
-def cluster(gcp):
-    return Cluster(Clients(emulator=gcp.address), PROJECT)
 
 
 @pytest.mark.parametrize(("machine_type", "gpu_nics"), [("a2-highgpu-8g", 0), ("a3-highgpu-8g", 4), ("a3-megagpu-8g", 8)])

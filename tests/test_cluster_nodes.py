@@ -7,13 +7,13 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from helpers import PROJECT
 
 from gcpgpu import catalog
 from gcpgpu.cli import main
 from gcpgpu.cluster.plan import plan
 from gcpgpu.cluster.spec import ClusterSpec
 
-PROJECT = "test-proj"
 GLOBAL = ["--project", PROJECT]
 ZONE = {"a2-highgpu-8g": "us-central1-a", "g2-standard-48": "us-central1-a", "a3-highgpu-8g": "us-central1-a",
         "a3-megagpu-8g": "us-central1-a", "a3-ultragpu-8g": "us-central1-b", "a4-highgpu-8g": "us-east5-a"}

@@ -12,38 +12,13 @@ import time
 import pytest
 from click.testing import CliRunner
 from google.cloud import compute_v1
+from helpers import PROJECT, clients, leftovers, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster import lease as lease_mod
 from gcpgpu.cluster.apply import Cluster, Reporter
 from gcpgpu.cluster.lease import Lease, LeaseHeld
-from gcpgpu.cluster.plan import plan
-from gcpgpu.cluster.spec import ClusterSpec
 from gcpgpu.errors import CloudError
-from gcpgpu.gcp.clients import Clients
-
-PROJECT = "test-proj"
-
-
-def make_plan(**kw):
-    kw.setdefault("name", "c")
-    kw.setdefault("nodes", 2)
-    kw.setdefault("machine_type", "a3-highgpu-8g")
-    return plan(ClusterSpec(**kw).validate(default_region="us-central1"), PROJECT)
-
-
-def leftovers(gcp) -> dict[str, list[str]]:
-    """Everything in the emulated project that a fresh project does not have."""
-    p = gcp.compute.project(PROJECT)
-    gcp.compute._sweep(p)
-    out: dict[str, list[str]] = {}
-    for path, items in p.collections.items():
-        kind = path.rsplit("/", 1)[-1]
-        for name in items:
-            default = (kind in ("networks", "subnetworks") and name == "default") or name.startswith("default-")
-            if not default:
-                out.setdefault(kind, []).append(name)
-    return out
 
 
 @pytest.fixture(autouse=True)
@@ -51,10 +26,6 @@ def short_lease(monkeypatch):
     """A lease that expires in 2 s and is polled every 0.1 s, so takeover tests finish quickly."""
     monkeypatch.setenv("GCPGPU_LEASE_TTL", "2")
     monkeypatch.setattr(lease_mod, "POLL_SECONDS", 0.1)
-
-
-def clients(gcp) -> Clients:
-    return Clients(emulator=gcp.address)
 
 
 def bulk_inserts(gcp) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from test_cluster_apply import PROJECT, leftovers
+from helpers import PROJECT, leftovers, wait_for
 
 from gcpgpu.cli import main
 from gcpgpu.gcp.clients import Clients
@@ -205,15 +205,6 @@ def _run_in_thread(fn):
     return t, box
 
 
-def _wait_for(predicate, seconds: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def test_flex_start_waits_for_capacity_shows_it_and_comes_up(gcp, cli):
     gcp.faults.set_capacity("us-central1-a", "a3-highgpu-8g", 0)
     t, box = _run_in_thread(lambda: cli("cluster", "up", "f", "--machine-type", "a3-highgpu-8g", "--nodes", "2",
@@ -223,7 +214,7 @@ def test_flex_start_waits_for_capacity_shows_it_and_comes_up(gcp, cli):
     def pending() -> list[dict]:
         return [i for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances") if i["status"] == "PENDING"]
 
-    _wait_for(lambda: len(pending()) == 2)
+    wait_for(lambda: len(pending()) == 2)
     inst = pending()[0]
     assert inst["scheduling"]["provisioningModel"] == "FLEX_START"
     assert inst["scheduling"]["instanceTerminationAction"] == "DELETE"
@@ -240,7 +231,7 @@ def test_flex_start_waits_for_capacity_shows_it_and_comes_up(gcp, cli):
         last = max(i for i, r in enumerate(reqs) if r.method == "POST" and r.path.endswith("/us-central1-a/instances"))
         return sum(1 for r in reqs[last + 1:] if r.method == "GET" and "aggregated/instances" in r.path)
 
-    _wait_for(lambda: polls_after_inserts() >= 1)
+    wait_for(lambda: polls_after_inserts() >= 1)
     gcp.faults.set_capacity("us-central1-a", "a3-highgpu-8g", 2)
     t.join(120)
     assert not t.is_alive()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from helpers import PROJECT, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster.plan import plan
 from gcpgpu.cluster.spec import ClusterSpec, parse_duration
 from gcpgpu.errors import UsageProblem
-
-PROJECT = "test-proj"
 
 BAD_INPUTS = [
     # (arguments after `cluster up`, text the one-line error must contain)
@@ -81,14 +80,8 @@ def test_parse_duration(text, seconds):
     assert parse_duration(text, "--flex-start") == seconds
 
 
-def _plan(**kw):
-    kw.setdefault("name", "c")
-    kw.setdefault("nodes", 2)
-    return plan(ClusterSpec(**kw).validate(default_region="us-central1"), PROJECT)
-
-
 def test_a2_plan_has_no_gpu_networks():
-    p = _plan(machine_type="a2-highgpu-8g")
+    p = make_plan(machine_type="a2-highgpu-8g")
     assert p.networks == [] and p.subnets == []
     assert [f["name"] for f in p.firewalls] == ["c-internal"]
     assert len(p.instance_properties["networkInterfaces"]) == 1
@@ -113,33 +106,33 @@ def test_a3_plan_wires_every_gpu_nic(machine_type, nics):
 
 
 def test_scheduling_per_provisioning_model():
-    std = _plan(machine_type="a3-highgpu-8g").instance_properties
+    std = make_plan(machine_type="a3-highgpu-8g").instance_properties
     assert std["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD",
                                  "automaticRestart": False}
-    spot = _plan(machine_type="a3-highgpu-8g", provisioning="spot").instance_properties
+    spot = make_plan(machine_type="a3-highgpu-8g", provisioning="spot").instance_properties
     assert spot["scheduling"]["provisioningModel"] == "SPOT"
     assert spot["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
-    flex = _plan(machine_type="a3-highgpu-8g", provisioning="flex-start", max_run_duration=3600).instance_properties
+    flex = make_plan(machine_type="a3-highgpu-8g", provisioning="flex-start", max_run_duration=3600).instance_properties
     assert flex["scheduling"]["maxRunDuration"] == {"seconds": "3600"}
     assert flex["scheduling"]["instanceTerminationAction"] == "DELETE"
     assert flex["resourcePolicies"] == ["c-placement"]
 
 
 def test_created_reservation_carries_the_placement_policy_and_is_consumed():
-    p = _plan(machine_type="a3-highgpu-8g", create_reservation=True)
+    p = make_plan(machine_type="a3-highgpu-8g", create_reservation=True)
     assert p.reservation["specificReservation"]["count"] == "2"
     assert p.reservation["resourcePolicies"]["policy"].endswith("/resourcePolicies/c-placement")
     assert p.instance_properties["reservationAffinity"]["values"] == ["c-res"]
 
 
 def test_cost_comes_from_dated_catalog_prices():
-    assert _plan(machine_type="a3-highgpu-8g").cost_per_hour == round(2 * 8 * 6.98, 2)
-    assert _plan(machine_type="a3-highgpu-8g", provisioning="spot").cost_per_hour == round(2 * 8 * 2.09, 2)
-    assert _plan(machine_type="a3-megagpu-8g").cost_per_hour is None  # no price in the catalog: unknown, not 0
+    assert make_plan(machine_type="a3-highgpu-8g").cost_per_hour == round(2 * 8 * 6.98, 2)
+    assert make_plan(machine_type="a3-highgpu-8g", provisioning="spot").cost_per_hour == round(2 * 8 * 2.09, 2)
+    assert make_plan(machine_type="a3-megagpu-8g").cost_per_hour is None  # no price in the catalog: unknown, not 0
 
 
 def test_startup_script_quotes_the_cluster_name():
-    p = _plan(machine_type="a2-highgpu-1g")
+    p = make_plan(machine_type="a2-highgpu-1g")
     script = next(i["value"] for i in p.instance_properties["metadata"]["items"] if i["key"] == "startup-script")
     assert "CLUSTER=c\n" in script and "NNODES=2" in script
 

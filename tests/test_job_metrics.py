@@ -7,14 +7,13 @@ with plain sleeping processes and the Vertex AI mapping without starting any.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import alive, wait_for
 
 from gcpgpu.cli import main
 from gcpgpu.fakes.jobs import LocalJobs
@@ -26,27 +25,6 @@ TRAINER_METRIC = "custom.googleapis.com/gcpgpu/trainer/"
 
 def cli(*argv: str, fmt: str | None = None):
     return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:  # exited, not yet reaped
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def trainer_series(gcp) -> dict[str, object]:
@@ -166,12 +144,12 @@ def test_cancel_and_reset_stop_the_sidecar(runner):
     pid = run.sidecars[0].popen.pid
     runner.cancel("job")
     assert run.wait(20) and run.state == "cancelled"
-    assert gone(pid) and "stopped" in [line.text for line in run.log_lines()]
+    assert not alive(pid) and "stopped" in [line.text for line in run.log_lines()]
 
     again = start(runner, SLEEP)
     pid = again.sidecars[0].popen.pid
     runner.reset()
-    assert again.done and gone(pid)
+    assert again.done and not alive(pid)
 
 
 def test_a_sidecar_that_cannot_start_never_fails_the_job(runner):

@@ -7,13 +7,12 @@ small: a tiny model, a few steps, two replicas.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import time
 
 import pytest
 from click.testing import CliRunner
+from helpers import alive, wait_for
 
 from gcpgpu.cli import main
 
@@ -44,28 +43,6 @@ def cli(*argv: str, fmt: str | None = None):
 
 def losses(log_text: str) -> list[float]:
     return [float(m) for m in re.findall(r"step\s+\d+ \| loss ([0-9.]+)", log_text)]
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped) is not running
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.slow

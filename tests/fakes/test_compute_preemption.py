@@ -7,21 +7,12 @@ import time
 
 import pytest
 from google.cloud import compute_v1
+from helpers import wait_for
 
 from gcpgpu.fakes.core import Faults
 from gcpgpu.fakes.server import Emulator
 
 from .builders import PROJECT, ZONE, gpu_vm, insert
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def spot(name: str, action: str = "STOP") -> compute_v1.Instance:

@@ -38,17 +38,11 @@ class CatalogMixin:
         region = self.world.region_of(zone)
         if region is None:
             raise not_found(f"projects/{project}/zones/{zone}")
-        return {
-            "kind": "compute#zone",
-            "id": str(2000 + sorted(self.world.zone_machine_types).index(zone)),
-            "name": zone,
-            "description": zone,
-            "status": "UP",
-            "region": self.link(project, f"regions/{region}"),
-            "selfLink": self.link(project, f"zones/{zone}"),
-            "availableCpuPlatforms": ["Intel Sapphire Rapids", "Intel Cascade Lake", "AMD Genoa"],
-            "supportsPzs": False,
-        }
+        return self._location(
+            project, "zones", zone, 2000 + sorted(self.world.zone_machine_types).index(zone),
+            region=self.link(project, f"regions/{region}"),
+            availableCpuPlatforms=["Intel Sapphire Rapids", "Intel Cascade Lake", "AMD Genoa"],
+        )
 
     def regions(self, project: str) -> list[dict]:
         return [self.region(project, r) for r in self.world.regions]
@@ -60,20 +54,27 @@ class CatalogMixin:
             p = self.project(project)
             self._sweep(p)
             usage = self._region_usage(p, region)
-            return {
-                "kind": "compute#region",
-                "id": str(1000 + list(self.world.regions).index(region)),
-                "name": region,
-                "description": region,
-                "status": "UP",
-                "zones": [self.link(project, f"zones/{z}") for z in self.world.regions[region]],
-                "quotas": [
+            return self._location(
+                project, "regions", region, 1000 + list(self.world.regions).index(region),
+                zones=[self.link(project, f"zones/{z}") for z in self.world.regions[region]],
+                quotas=[
                     {"metric": m, "limit": self._limit(region, m), "usage": usage.get(m, 0.0)}
                     for m in sorted(set(self.world.region_quotas) | set(self.faults.quotas.get(region, {})))
                 ],
-                "selfLink": self.link(project, f"regions/{region}"),
-                "supportsPzs": False,
-            }
+            )
+
+    def _location(self, project: str, collection: str, name: str, number: int, **fields: object) -> dict:
+        """A zone or region as zones.get/regions.get show it: the fields both carry, then `fields`."""
+        return {
+            "kind": f"compute#{collection[:-1]}",
+            "id": str(number),
+            "name": name,
+            "description": name,
+            "status": "UP",
+            **fields,
+            "selfLink": self.link(project, f"{collection}/{name}"),
+            "supportsPzs": False,
+        }
 
     def machine_types(self, project: str, zone: str) -> list[dict]:
         self._check_zone(zone)

@@ -46,58 +46,76 @@ class Builtin:
 
 _I = ("instance_name",)
 _DISK = ("instance_name", "device_name", "device_type", "storage_type")
+_NET = ("instance_name", "loadbalanced")
 _GPU = ("gpu_number", "model", "uuid")
+_PROC = ("pid", "process", "command", "command_line", "owner", *_GPU)
 _G = "gce_instance"
 
-BUILTIN: dict[str, Builtin] = {
+# One table a family: (prefix, monitored resource, labels unless a row names its own,
+#   rows of (name, metric kind, value type, unit, description[, labels])).
+_FAMILIES: tuple[tuple[str, str, tuple[str, ...], tuple[tuple, ...]], ...] = (
     # Compute Engine's own (no agent): every VM has them while it runs.
-    COMPUTE + "cpu/utilization": Builtin("GAUGE", "DOUBLE", "10^2.%", _I, "Fractional utilization of allocated CPU on this instance."),
-    COMPUTE + "cpu/usage_time": Builtin("DELTA", "DOUBLE", "s{CPU}", _I, "Delta vCPU usage for all vCPUs, in vCPU-seconds."),
-    COMPUTE + "cpu/reserved_cores": Builtin("GAUGE", "DOUBLE", "{CPU}", _I, "Number of vCPUs reserved on the host of the instance."),
-    COMPUTE + "cpu/scheduler_wait_time": Builtin("DELTA", "DOUBLE", "s{idle}", _I, "Wait time is the time a vCPU is ready to run, but unexpectedly not scheduled to run."),
-    COMPUTE + "cpu/guest_visible_vcpus": Builtin("GAUGE", "DOUBLE", "{CPU}", _I, "Number of vCPUs visible inside the guest."),
-    COMPUTE + "disk/read_bytes_count": Builtin("DELTA", "INT64", "By", _DISK, "Count of bytes read from disk."),
-    COMPUTE + "disk/write_bytes_count": Builtin("DELTA", "INT64", "By", _DISK, "Count of bytes written to disk."),
-    COMPUTE + "disk/read_ops_count": Builtin("DELTA", "INT64", "1", _DISK, "Count of disk read IO operations."),
-    COMPUTE + "disk/write_ops_count": Builtin("DELTA", "INT64", "1", _DISK, "Count of disk write IO operations."),
-    COMPUTE + "firewall/dropped_bytes_count": Builtin("DELTA", "INT64", "By", _I, "Count of incoming bytes dropped by the firewall."),
-    COMPUTE + "firewall/dropped_packets_count": Builtin("DELTA", "INT64", "1", _I, "Count of incoming packets dropped by the firewall."),
-    COMPUTE + "integrity/early_boot_validation_status": Builtin("GAUGE", "INT64", "1", ("instance_name", "status"), "The validation status of the early boot integrity policy."),
-    COMPUTE + "integrity/late_boot_validation_status": Builtin("GAUGE", "INT64", "1", ("instance_name", "status"), "The validation status of the late boot integrity policy."),
-    COMPUTE + "memory/balloon/ram_size": Builtin("GAUGE", "INT64", "By", _I, "The total amount of memory in the VM."),
-    COMPUTE + "memory/balloon/ram_used": Builtin("GAUGE", "INT64", "By", _I, "Memory currently used in the VM."),
-    COMPUTE + "memory/balloon/swap_in_bytes_count": Builtin("DELTA", "INT64", "By", _I, "The amount of memory read into the guest from its own swap space."),
-    COMPUTE + "memory/balloon/swap_out_bytes_count": Builtin("DELTA", "INT64", "By", _I, "The amount of memory written from the guest to its own swap space."),
-    NET + "sent_bytes_count": Builtin("DELTA", "INT64", "By", ("instance_name", "loadbalanced"), "Count of bytes sent over the network."),
-    NET + "received_bytes_count": Builtin("DELTA", "INT64", "By", ("instance_name", "loadbalanced"), "Count of bytes received from the network."),
-    NET + "sent_packets_count": Builtin("DELTA", "INT64", "{packet}", ("instance_name", "loadbalanced"), "Count of packets sent over the network."),
-    NET + "received_packets_count": Builtin("DELTA", "INT64", "{packet}", ("instance_name", "loadbalanced"), "Count of packets received from the network."),
-    COMPUTE + "uptime": Builtin("DELTA", "DOUBLE", "s", _I, "Delta of the VM's running time."),
-    COMPUTE + "uptime_total": Builtin("GAUGE", "INT64", "s", _I, "Elapsed time since the VM was started."),
-    COMPUTE + "gpu/throughput_tx_bytes": Builtin("DELTA", "INT64", "By", _I, "Bytes sent on the GPU NICs (kind and unit unverified)."),
-    COMPUTE + "gpu/throughput_rx_bytes": Builtin("DELTA", "INT64", "By", _I, "Bytes received on the GPU NICs (kind and unit unverified)."),
-    COMPUTE + "gpu/packet_retransmission_count": Builtin("DELTA", "INT64", "1", _I, "Packets retransmitted on the GPU NICs (kind unverified)."),
-    COMPUTE + "gpu/network_rtt": Builtin("GAUGE", "DOUBLE", "us", _I, "Round-trip time on the GPU NICs (kind and unit unverified)."),
+    (COMPUTE, _G, _I, (
+        ("cpu/utilization", "GAUGE", "DOUBLE", "10^2.%", "Fractional utilization of allocated CPU on this instance."),
+        ("cpu/usage_time", "DELTA", "DOUBLE", "s{CPU}", "Delta vCPU usage for all vCPUs, in vCPU-seconds."),
+        ("cpu/reserved_cores", "GAUGE", "DOUBLE", "{CPU}", "Number of vCPUs reserved on the host of the instance."),
+        ("cpu/scheduler_wait_time", "DELTA", "DOUBLE", "s{idle}", "Wait time is the time a vCPU is ready to run, but unexpectedly not scheduled to run."),
+        ("cpu/guest_visible_vcpus", "GAUGE", "DOUBLE", "{CPU}", "Number of vCPUs visible inside the guest."),
+        ("disk/read_bytes_count", "DELTA", "INT64", "By", "Count of bytes read from disk.", _DISK),
+        ("disk/write_bytes_count", "DELTA", "INT64", "By", "Count of bytes written to disk.", _DISK),
+        ("disk/read_ops_count", "DELTA", "INT64", "1", "Count of disk read IO operations.", _DISK),
+        ("disk/write_ops_count", "DELTA", "INT64", "1", "Count of disk write IO operations.", _DISK),
+        ("firewall/dropped_bytes_count", "DELTA", "INT64", "By", "Count of incoming bytes dropped by the firewall."),
+        ("firewall/dropped_packets_count", "DELTA", "INT64", "1", "Count of incoming packets dropped by the firewall."),
+        ("integrity/early_boot_validation_status", "GAUGE", "INT64", "1", "The validation status of the early boot integrity policy.", ("instance_name", "status")),
+        ("integrity/late_boot_validation_status", "GAUGE", "INT64", "1", "The validation status of the late boot integrity policy.", ("instance_name", "status")),
+        ("memory/balloon/ram_size", "GAUGE", "INT64", "By", "The total amount of memory in the VM."),
+        ("memory/balloon/ram_used", "GAUGE", "INT64", "By", "Memory currently used in the VM."),
+        ("memory/balloon/swap_in_bytes_count", "DELTA", "INT64", "By", "The amount of memory read into the guest from its own swap space."),
+        ("memory/balloon/swap_out_bytes_count", "DELTA", "INT64", "By", "The amount of memory written from the guest to its own swap space."),
+        ("network/sent_bytes_count", "DELTA", "INT64", "By", "Count of bytes sent over the network.", _NET),
+        ("network/received_bytes_count", "DELTA", "INT64", "By", "Count of bytes received from the network.", _NET),
+        ("network/sent_packets_count", "DELTA", "INT64", "{packet}", "Count of packets sent over the network.", _NET),
+        ("network/received_packets_count", "DELTA", "INT64", "{packet}", "Count of packets received from the network.", _NET),
+        ("uptime", "DELTA", "DOUBLE", "s", "Delta of the VM's running time."),
+        ("uptime_total", "GAUGE", "INT64", "s", "Elapsed time since the VM was started."),
+        ("gpu/throughput_tx_bytes", "DELTA", "INT64", "By", "Bytes sent on the GPU NICs (kind and unit unverified)."),
+        ("gpu/throughput_rx_bytes", "DELTA", "INT64", "By", "Bytes received on the GPU NICs (kind and unit unverified)."),
+        ("gpu/packet_retransmission_count", "DELTA", "INT64", "1", "Packets retransmitted on the GPU NICs (kind unverified)."),
+        ("gpu/network_rtt", "GAUGE", "DOUBLE", "us", "Round-trip time on the GPU NICs (kind and unit unverified)."),
+    )),
     # Ops Agent, NVML receiver.
-    AGENT + "utilization": Builtin("GAUGE", "DOUBLE", "%", _GPU, "Percent of time a kernel ran on the GPU (NVML)."),
-    AGENT + "memory/bytes_used": Builtin("GAUGE", "DOUBLE", "By", (*_GPU, "memory_state"), "GPU memory by state: used or free (NVML)."),
-    AGENT + "processes/max_bytes_used": Builtin("GAUGE", "DOUBLE", "By", ("pid", "process", "command", "command_line", "owner", *_GPU), "Maximum GPU memory a process has used."),
-    AGENT + "processes/utilization": Builtin("GAUGE", "DOUBLE", "%", ("pid", "process", "command", "command_line", "owner", *_GPU), "Percent of time a process's kernels ran on the GPU."),
+    (AGENT, _G, _GPU, (
+        ("utilization", "GAUGE", "DOUBLE", "%", "Percent of time a kernel ran on the GPU (NVML)."),
+        ("memory/bytes_used", "GAUGE", "DOUBLE", "By", "GPU memory by state: used or free (NVML).", (*_GPU, "memory_state")),
+        ("processes/max_bytes_used", "GAUGE", "DOUBLE", "By", "Maximum GPU memory a process has used.", _PROC),
+        ("processes/utilization", "GAUGE", "DOUBLE", "%", "Percent of time a process's kernels ran on the GPU.", _PROC),
+    )),
     # Ops Agent, DCGM receiver v1.
-    DCGM + "sm_utilization": Builtin("GAUGE", "DOUBLE", "1", _GPU, "Fraction of time at least one warp was active on an SM."),
-    DCGM + "sm_occupancy": Builtin("GAUGE", "DOUBLE", "1", _GPU, "Fraction of resident warps over the maximum."),
-    DCGM + "pipe_utilization": Builtin("GAUGE", "DOUBLE", "1", (*_GPU, "pipe"), "Fraction of cycles a pipe was active."),
-    DCGM + "dram_utilization": Builtin("GAUGE", "DOUBLE", "1", _GPU, "Fraction of cycles device memory was busy."),
-    DCGM + "nvlink_traffic_rate": Builtin("GAUGE", "INT64", "By/s", (*_GPU, "direction"), "NVLink traffic."),
-    DCGM + "pcie_traffic_rate": Builtin("GAUGE", "INT64", "By/s", (*_GPU, "direction"), "PCIe traffic."),
+    (DCGM, _G, _GPU, (
+        ("sm_utilization", "GAUGE", "DOUBLE", "1", "Fraction of time at least one warp was active on an SM."),
+        ("sm_occupancy", "GAUGE", "DOUBLE", "1", "Fraction of resident warps over the maximum."),
+        ("pipe_utilization", "GAUGE", "DOUBLE", "1", "Fraction of cycles a pipe was active.", (*_GPU, "pipe")),
+        ("dram_utilization", "GAUGE", "DOUBLE", "1", "Fraction of cycles device memory was busy."),
+        ("nvlink_traffic_rate", "GAUGE", "INT64", "By/s", "NVLink traffic.", (*_GPU, "direction")),
+        ("pcie_traffic_rate", "GAUGE", "INT64", "By/s", "PCIe traffic.", (*_GPU, "direction")),
+    )),
     # Vertex AI custom training.
-    VERTEX + "accelerator/utilization": Builtin("GAUGE", "DOUBLE", "1", (), "Fraction of the allocated accelerators in use.", "cloudml_job"),
-    VERTEX + "accelerator/memory/utilization": Builtin("GAUGE", "DOUBLE", "1", (), "Fraction of accelerator memory in use.", "cloudml_job"),
-    VERTEX + "cpu/utilization": Builtin("GAUGE", "DOUBLE", "1", (), "Fraction of the allocated CPU in use.", "cloudml_job"),
-    VERTEX + "memory/utilization": Builtin("GAUGE", "DOUBLE", "1", (), "Fraction of the allocated memory in use.", "cloudml_job"),
-    VERTEX + "network/sent_bytes_count": Builtin("DELTA", "INT64", "By", (), "Bytes sent by the training job.", "cloudml_job"),
-    VERTEX + "network/received_bytes_count": Builtin("DELTA", "INT64", "By", (), "Bytes received by the training job.", "cloudml_job"),
-}  # fmt: skip
+    (VERTEX, "cloudml_job", (), (
+        ("accelerator/utilization", "GAUGE", "DOUBLE", "1", "Fraction of the allocated accelerators in use."),
+        ("accelerator/memory/utilization", "GAUGE", "DOUBLE", "1", "Fraction of accelerator memory in use."),
+        ("cpu/utilization", "GAUGE", "DOUBLE", "1", "Fraction of the allocated CPU in use."),
+        ("memory/utilization", "GAUGE", "DOUBLE", "1", "Fraction of the allocated memory in use."),
+        ("network/sent_bytes_count", "DELTA", "INT64", "By", "Bytes sent by the training job."),
+        ("network/received_bytes_count", "DELTA", "INT64", "By", "Bytes received by the training job."),
+    )),
+)  # fmt: skip
+
+BUILTIN: dict[str, Builtin] = {
+    prefix + name: Builtin(kind, value_type, unit, labels_of[0] if labels_of else labels, description, resource)
+    for prefix, resource, labels, rows in _FAMILIES
+    for name, kind, value_type, unit, description, *labels_of in rows
+}
 
 
 @dataclass(frozen=True)

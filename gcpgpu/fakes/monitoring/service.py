@@ -72,34 +72,31 @@ class MonitoringService(EmulatedService):
     def __init__(self, emulator: Emulator, backend: MonitoringBackend, services: tuple[str, ...] = (METRICS, DASHBOARDS)) -> None:
         super().__init__(emulator)
         self.backend = backend
-        table: dict[str, tuple[Callable[[Any], Any], Callable[[bytes], Any], str, str]] = {
-            f"/{METRICS}/ListTimeSeries": (self._list_ts, _PB["ListTimeSeriesRequest"].FromString, "GET", "monitoring"),
-            f"/{METRICS}/CreateTimeSeries": (self._create_ts, _PB["CreateTimeSeriesRequest"].FromString, "POST", "monitoring"),
-            f"/{METRICS}/ListMetricDescriptors": (
-                self._list_desc, _PB["ListMetricDescriptorsRequest"].FromString, "GET", "monitoring"),
-            f"/{METRICS}/GetMetricDescriptor": (
-                self._get_desc, _PB["GetMetricDescriptorRequest"].FromString, "GET", "monitoring"),
-            f"/{METRICS}/CreateMetricDescriptor": (
-                self._create_desc, _PB["CreateMetricDescriptorRequest"].FromString, "POST", "monitoring"),
-            f"/{METRICS}/DeleteMetricDescriptor": (
-                self._delete_desc, _PB["DeleteMetricDescriptorRequest"].FromString, "DELETE", "monitoring"),
-            f"/{METRICS}/ListMonitoredResourceDescriptors": (
-                self._list_resources, _PB["ListMonitoredResourceDescriptorsRequest"].FromString, "GET", "monitoring"),
-            f"/{METRICS}/GetMonitoredResourceDescriptor": (
-                self._get_resource, _PB["GetMonitoredResourceDescriptorRequest"].FromString, "GET", "monitoring"),
-            f"/{DASHBOARDS}/CreateDashboard": (
-                self._create_dash, _DPB["CreateDashboardRequest"].FromString, "POST", "dashboards"),
-            f"/{DASHBOARDS}/GetDashboard": (self._get_dash, _DPB["GetDashboardRequest"].FromString, "GET", "dashboards"),
-            f"/{DASHBOARDS}/ListDashboards": (
-                self._list_dash, _DPB["ListDashboardsRequest"].FromString, "GET", "dashboards"),
-            f"/{DASHBOARDS}/DeleteDashboard": (
-                self._delete_dash, _DPB["DeleteDashboardRequest"].FromString, "DELETE", "dashboards"),
-            f"/{DASHBOARDS}/UpdateDashboard": (
-                self._update_dash, _DPB["UpdateDashboardRequest"].FromString, "PATCH", "dashboards"),
-        }
-        for path, (handler, deserialize, http, api) in table.items():
-            if path.split("/")[1] in services:
-                self.serve(path, handler, deserialize, _serialize, http, api=api)
+        # (service, its request messages, its API in the request log, (method, handler, HTTP verb) rows)
+        routes: tuple[tuple[str, dict, str, tuple[tuple[str, Callable[[Any], Any], str], ...]], ...] = (
+            (METRICS, _PB, "monitoring", (
+                ("ListTimeSeries", self._list_ts, "GET"),
+                ("CreateTimeSeries", self._create_ts, "POST"),
+                ("ListMetricDescriptors", self._list_desc, "GET"),
+                ("GetMetricDescriptor", self._get_desc, "GET"),
+                ("CreateMetricDescriptor", self._create_desc, "POST"),
+                ("DeleteMetricDescriptor", self._delete_desc, "DELETE"),
+                ("ListMonitoredResourceDescriptors", self._list_resources, "GET"),
+                ("GetMonitoredResourceDescriptor", self._get_resource, "GET"),
+            )),
+            (DASHBOARDS, _DPB, "dashboards", (
+                ("CreateDashboard", self._create_dash, "POST"),
+                ("GetDashboard", self._get_dash, "GET"),
+                ("ListDashboards", self._list_dash, "GET"),
+                ("DeleteDashboard", self._delete_dash, "DELETE"),
+                ("UpdateDashboard", self._update_dash, "PATCH"),
+            )),
+        )  # fmt: skip
+        for service, messages, api, rows in routes:
+            if service in services:
+                for method, handler, http in rows:
+                    deserialize = messages[f"{method}Request"].FromString
+                    self.serve(f"/{service}/{method}", handler, deserialize, _serialize, http, api=api)
         if METRICS in services:  # no faults, no request log: a knob, not an API call
             self._methods[CONFIGURE] = grpc.unary_unary_rpc_method_handler(
                 lambda request, context: self.backend.configure(request), request_deserializer=json_request,
