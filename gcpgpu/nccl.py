@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gcpgpu import resources
 from gcpgpu.catalog import MachineType
 from gcpgpu.errors import UsageProblem
 
@@ -168,7 +169,7 @@ PROFILES: Mapping[str, Profile] = _frozen(
                     "NCCL_DEBUG": "WARN",
                 }
             ),
-            plugin_image="us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.15",
+            plugin_image=resources.image_versions()["TCPXO_PLUGIN_IMAGE"],  # containers/versions.env
             lib_dir="/var/lib/tcpxo/lib64",
             required_paths=("/var/lib/tcpxo/lib64/libnccl-net.so", "/dev/aperture_devices"),
             advised_paths=("/var/lib/tcpxo/lib64/a3plus_tuner_config.textproto",),
