@@ -269,11 +269,22 @@ def node_setup(machine: MachineType) -> NodeSetup:
     return node_setups()[machine.family]
 
 
+def _pinned(value: str) -> str:
+    """Expand a whole-value "${KEY}" from containers/versions.env (KeyError names a missing pin)."""
+    if value.startswith("${") and value.endswith("}"):
+        from gcpgpu import resources
+
+        return resources.image_versions()[value[2:-1]]
+    return value
+
+
 def gpudirect_host(flavor: str) -> GpuDirectHost | None:
     """The receive-datapath manager a flavour needs on the host (tcpx, tcpxo), or None."""
     e = _raw().get("gpudirect_host", {}).get(flavor)
     if not e:
         return None
+    # Image pins shared with the training image live in containers/versions.env: "${KEY}" names one.
+    e = {k: _pinned(v) if isinstance(v, str) else v for k, v in e.items()}
     return GpuDirectHost(flavor=flavor, rxdm_image=e["rxdm_image"], rxdm_entrypoint=e.get("rxdm_entrypoint"),
                          rxdm_args=tuple(str(a) for a in e["rxdm_args"]), rxdm_volumes=tuple(e["rxdm_volumes"]),
                          rxdm_env=MappingProxyType({k: str(v) for k, v in e["rxdm_env"].items()}),

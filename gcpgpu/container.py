@@ -219,8 +219,9 @@ def docker_engine() -> tuple[bool, str]:
 
 def build_args(flavor: str) -> list[str]:
     """KEY=VALUE build args: the flavour and containers/versions.env (the one PyTorch pairing)."""
-    # TORCH_MIN is the trainer's floor, read at run time; every other key is an ARG of the Dockerfile.
-    pins = {k: v for k, v in resources.image_versions().items() if k != "TORCH_MIN"}
+    # TORCH_MIN is the trainer's floor, read at run time, and TCPXO_RXDM_IMAGE runs on the node, not in
+    # the image; every other key is an ARG of the Dockerfile.
+    pins = {k: v for k, v in resources.image_versions().items() if k not in ("TORCH_MIN", "TCPXO_RXDM_IMAGE")}
     return [f"FLAVOR={flavor}", *(f"{k}={v}" for k, v in pins.items())]
 
 

@@ -47,12 +47,15 @@ def emit(
     caption: str | None = None,
     empty: str = "Nothing to show.",
     file: IO[str] | None = None,
+    max_width: int | None = None,
 ) -> None:
     """Print a list of records, or one record, as a table, JSON or YAML (fmt defaults to --format).
 
     Records are dicts or dataclasses. Columns pick and label the table's fields (default: the
     first record's keys); JSON and YAML print every field. A single record shows as a
     two-column FIELD/VALUE table. An empty list prints `empty` to stderr in table format.
+    max_width: when stdout is not a terminal, fold the table's cells to this many columns instead of
+    printing it at its natural width.
     """
     fmt = fmt or current_format()
     plain = to_plain(data)
@@ -75,7 +78,7 @@ def emit(
         if not rows:
             info(empty)
             return
-        _print_table(rows, _columns(columns, rows), out, title, caption)
+        _print_table(rows, _columns(columns, rows), out, title, caption, max_width)
 
 
 def info(message: str) -> None:
@@ -98,6 +101,46 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, PurePath):
         return str(value)
     return value
+
+
+def footnote_sources(rows: Sequence[Mapping[str, Any]], key: str = "details",
+                     width: int = 120) -> tuple[list[dict[str, Any]], str | None]:
+    """Rows whose `key` cites "source: ..." inline, with each citation replaced by a [n] marker, and the
+    numbered list of those sources (wrapped to `width`) for a table's caption; (rows, None) if none.
+
+    A citation runs to the parenthesis that encloses it (sources may hold parentheses of their own)
+    or to the end of the text. For tables only: JSON and YAML keep the rows as they are.
+    """
+    import textwrap
+
+    notes: dict[str, int] = {}
+    out = []
+    for row in rows:
+        text = row.get(key)
+        if not isinstance(text, str):
+            out.append(dict(row))
+            continue
+        while (start := text.find("source: ")) >= 0:
+            depth, end = 0, len(text)
+            for i in range(start, len(text)):
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                if depth < 0:
+                    end = i
+                    break
+            number = notes.setdefault(text[start + len("source: "):end].strip(), len(notes) + 1)
+            if text[:start].endswith("(") and end < len(text):  # "(source: X)" -> "[n]"
+                text = f"{text[:start - 1]}[{number}]{text[end + 1:]}"
+            else:  # "..., source: X)" -> "... [n])"
+                head = text[:start].rstrip("; ,")
+                text = f"{head} [{number}]{text[end:]}"
+        out.append({**row, key: text})
+    if not notes:
+        return out, None
+    lines = ["Sources:"]
+    for source, number in notes.items():
+        lines += textwrap.wrap(source, width=width, initial_indent=f"[{number}] ",
+                               subsequent_indent=" " * (len(str(number)) + 3), break_on_hyphens=False)
+    return out, "\n".join(lines)
 
 
 def current_format() -> str:
@@ -148,7 +191,7 @@ def _cell(column: Column, row: Mapping[str, Any]) -> Any:
     return Text(shown)
 
 
-def _render(out: IO[str], table: Any) -> None:
+def _render(out: IO[str], table: Any, max_width: int | None = None) -> None:
     from rich.console import Console
 
     if getattr(out, "isatty", lambda: False)():
@@ -157,12 +200,13 @@ def _render(out: IO[str], table: Any) -> None:
     # Piped: the table's natural width instead of rich's 80-column guess, and no trailing
     # blanks from cell padding, so `grep`, `awk` and diffs see clean lines.
     buffer = io.StringIO()
-    Console(file=buffer, width=10_000, highlight=False, color_system=None).print(table)
+    Console(file=buffer, width=max_width or 10_000, highlight=False, color_system=None).print(table)
     out.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
 
 
 def _print_table(
-    rows: list[Mapping[str, Any]], columns: list[Column], out: IO[str], title: str | None, caption: str | None
+    rows: list[Mapping[str, Any]], columns: list[Column], out: IO[str], title: str | None, caption: str | None,
+    max_width: int | None = None,
 ) -> None:
     from rich import box
     from rich.table import Table
@@ -172,10 +216,12 @@ def _print_table(
         title_justify="left", caption_justify="left",
     )  # fmt: skip
     for column in columns:
-        table.add_column(column.title, justify=column.justify, no_wrap=False)
+        # Folded to a width, a long word (an image name) breaks across lines instead of losing its end.
+        table.add_column(column.title, justify=column.justify, no_wrap=False,
+                         overflow="fold" if max_width else "ellipsis")
     for row in rows:
         table.add_row(*(_cell(column, row) for column in columns))
-    _render(out, table)
+    _render(out, table, max_width)
 
 
 def _print_record(

@@ -329,7 +329,7 @@ def test_gpu_nic_families_on_the_default_network_are_told_its_mtu_is_not_cluster
 
 @pytest.mark.parametrize(("machine_type", "image", "args"), [
     ("a3-highgpu-8g", "gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9", "install"),
-    ("a3-megagpu-8g", "gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17", "install --install-nccl"),
+    ("a3-megagpu-8g", "gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.15", "install --install-nccl"),
 ])
 def test_startup_script_runs_the_flavours_plugin_installer_as_slurm_gcp_does(machine_type, image, args):
     script = meta(make(machine_type).instance_properties)["startup-script"]

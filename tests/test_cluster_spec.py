@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 from helpers import PROJECT, make_plan
@@ -147,3 +149,35 @@ def test_plan_command_prints_resources_and_cost_without_api_calls(gcp, monkeypat
     as_json = CliRunner().invoke(main, ["--format", "json", "cluster", "up", "demo", "--machine-type", "a2-highgpu-1g",
                                         "--region", "us-central1", "--dry-run"])
     assert '"bulkInsert"' in as_json.output and len(gcp.requests) == 0
+
+
+def test_plan_table_lists_sources_as_notes_within_120_columns(gcp, monkeypatch):
+    from gcpgpu import catalog
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    argv = ["cluster", "plan", "c", "--machine-type", "a3-megagpu-8g", "--nodes", "2", "--region", "us-central1"]
+    table = CliRunner().invoke(main, argv)  # CliRunner's stdout is not a terminal, as with `| cat`
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 120
+    rows, notes = lines[:lines.index("Sources:")], " ".join(lines[lines.index("Sources:") + 1:])
+    assert not any("source:" in line for line in rows) and any("[1]" in line for line in rows)
+    # Every citation survives whole in the notes (folded lines joined back), the TCPXO one with its parentheses.
+    flat = " ".join(notes.split())
+    for source in (catalog.node_setup(catalog.get_machine_type("a3-megagpu-8g")).source, catalog.gpudirect_host("tcpxo").source):
+        assert " ".join(source.split()) in flat, source
+    # --format json prints the plan's API bodies in full, untouched by the table's notes.
+    as_json = CliRunner().invoke(main, ["--format", "json", *argv])
+    body = json.loads(as_json.stdout)
+    assert body["bulkInsert"]["count"] == 2 and "Sources:" not in as_json.stdout
+
+
+def test_footnote_sources_numbers_repeated_sources_once_and_keeps_nested_parentheses():
+    from gcpgpu.output import footnote_sources
+
+    rows, notes = footnote_sources([{"details": "disk (source: CT a (b, c))"},
+                                    {"details": "agent (x; source: CT a (b, c)) (unverified)"},
+                                    {"details": "plain"}, {"details": None}])
+    assert [r["details"] for r in rows] == ["disk [1]", "agent (x [1]) (unverified)", "plain", None]
+    assert notes == "Sources:\n[1] CT a (b, c)"
+    assert footnote_sources([{"details": "plain"}]) == ([{"details": "plain"}], None)

@@ -57,7 +57,7 @@ def test_base_image_is_pinned_and_nothing_is_latest(dockerfile):
         image, _, alias = rest.partition(" AS ")
         image = image.replace("--platform=$BUILDPLATFORM ", "").strip()
         # Every FROM is a pinned tag, the pinned base, or an earlier stage of this file.
-        assert image in ("${CUDA_BASE_IMAGE}", "plugin-${FLAVOR}") or image in stages or re.search(r":v?\d[\w.-]*$", image), image
+        assert image in ("${CUDA_BASE_IMAGE}", "${TCPXO_PLUGIN_IMAGE}", "plugin-${FLAVOR}") or image in stages or re.search(r":v?\d[\w.-]*$", image), image
         if alias:
             stages.add(alias.strip())
     assert {"plugin-none", "plugin-tcpx", "plugin-tcpxo", "plugin-rdma", "plugin", "wheel"} <= stages
@@ -76,7 +76,8 @@ def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dock
     pins = resources.image_versions()
     # The Dockerfile's defaults (a bare `docker build`) equal the file; `container build` passes the file.
     args = dict(rest.split("=", 1) for word, rest in dockerfile if word == "ARG" and "=" in rest)
-    for key in ("CUDA_BASE_IMAGE", "TORCH_VERSION", "TORCH_CUDA", "TORCHAO_VERSION", "NSYS_PACKAGE"):
+    for key in ("CUDA_BASE_IMAGE", "TORCH_VERSION", "TORCH_CUDA", "TORCHAO_VERSION", "NSYS_PACKAGE",
+                "TCPXO_PLUGIN_IMAGE"):
         assert args[key] == pins[key], key
     assert set(container.build_args("tcpx")) >= {f"TORCH_VERSION={pins['TORCH_VERSION']}",
                                                   f"TORCHAO_VERSION={pins['TORCHAO_VERSION']}"}
@@ -101,7 +102,9 @@ def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dock
 
 
 def test_plugin_stages_use_the_images_the_profiles_name(dockerfile):
-    froms = {rest.partition(" AS ")[2].strip(): rest.partition(" AS ")[0].strip() for w, rest in dockerfile if w == "FROM"}
+    args = dict(rest.split("=", 1) for word, rest in dockerfile if word == "ARG" and "=" in rest)
+    froms = {rest.partition(" AS ")[2].strip(): re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], rest.partition(" AS ")[0].strip())
+             for w, rest in dockerfile if w == "FROM"}
     for flavor in ("tcpx", "tcpxo", "rdma"):
         assert froms[f"plugin-{flavor}"] == nccl.PROFILES[flavor].plugin_image
     # What the plugin stages install is where the profiles' checks and LD_LIBRARY_PATH look.
@@ -109,6 +112,31 @@ def test_plugin_stages_use_the_images_the_profiles_name(dockerfile):
     assert "/out/usr/local/tcpx/lib64" in text and nccl.PROFILES["tcpx"].lib_dir == "/usr/local/tcpx/lib64"
     assert "/out/var/lib/tcpxo/lib64" in text and nccl.PROFILES["tcpxo"].lib_dir == "/var/lib/tcpxo/lib64"
     assert "/out/usr/local/gib" in text and nccl.PROFILES["rdma"].lib_dir.startswith("/usr/local/gib")
+
+
+def test_the_tcpxo_plugin_and_rxdm_are_pinned_once_and_every_place_agrees(dockerfile):
+    from gcpgpu import catalog, resources
+
+    pins = resources.image_versions()
+    plugin, rxdm = pins["TCPXO_PLUGIN_IMAGE"], pins["TCPXO_RXDM_IMAGE"]
+    host = catalog.gpudirect_host("tcpxo")
+    # The image's plugin, the profile's plugin and the node's installer are one image; the RxDM is its pair.
+    args = dict(rest.split("=", 1) for word, rest in dockerfile if word == "ARG" and "=" in rest)
+    assert args["TCPXO_PLUGIN_IMAGE"] == plugin == nccl.PROFILES["tcpxo"].plugin_image == host.installer_image
+    assert host.rxdm_image == rxdm
+    assert "TCPXO_RXDM_IMAGE=" not in " ".join(container.build_args("tcpxo"))
+    assert f"TCPXO_PLUGIN_IMAGE={plugin}" in container.build_args("tcpxo")
+    # No other file spells a TCPXO plugin or RxDM tag: a second, drifting pin fails here.
+    tagged = re.compile(r"gpudirect-tcpxo/(?:nccl-plugin-gpudirecttcpx-dev|tcpgpudmarxd-dev):v[\d.]+")
+    places = {}
+    for root in ("gcpgpu", "containers", "templates"):
+        for path in (REPO / root).rglob("*"):
+            if path.is_file() and path.suffix in {".py", ".yaml", ".yml", ".env", ".md", ".sh", ".j2", ""}:
+                for found in tagged.findall(path.read_text(errors="replace")):
+                    places.setdefault(found, set()).add(str(path.relative_to(REPO)))
+    spelled = {f.partition("/")[2] for f in places}
+    assert spelled <= {plugin.rpartition("/")[2], rxdm.rpartition("/")[2]}, places
+    assert {p for ps in places.values() for p in ps} <= {"containers/versions.env", "containers/Dockerfile"}, places
 
 
 def test_apt_is_non_interactive_and_cleans_its_lists(dockerfile):

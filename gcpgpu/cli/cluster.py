@@ -138,8 +138,13 @@ def _show_plan(plan: Any, table: bool = True) -> None:
     from gcpgpu import catalog
 
     if table:
-        emit(plan.resources(), [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
-             title=f"Plan for cluster {plan.name}")
+        from gcpgpu.output import current_format, footnote_sources
+
+        rows, sources = plan.resources(), None
+        if current_format() == "table":  # sources as numbered notes under the table; JSON/YAML keep them inline
+            rows, sources = footnote_sources(rows)
+        emit(rows, [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
+             title=f"Plan for cluster {plan.name}", caption=sources, max_width=120)
     cost = plan.cost_per_hour
     price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, catalog prices of {catalog.prices_as_of()})"
              if cost is not None else "hourly cost unknown (no catalog price)")
