@@ -202,6 +202,24 @@ def test_tcpxo_job_starts_the_datapath_manager_and_fails_in_one_line_without_it(
     assert [r["rxdm"] for r in doctor] == ["up", "up"]
     assert cli("job", "cancel", job_id, "--wait").exit_code == 0
 
+    # A recovery re-delivers the stored record as attempt 1: its agent starts the RxDM first too.
+    from gcpgpu.gcp.clients import Clients
+    from gcpgpu.jobs import cluster as cluster_jobs
+
+    clients = Clients(emulator=gcp.address)
+    nodes = cluster_jobs.nodes_of(clients, PROJECT, "c")
+    record = json.loads(meta(inst)["gcpgpu-job"])
+    record.pop("rxdm", None)
+    record.update(attempt=1, run=cluster_jobs.run_key(str(record["id"]), 1))
+    cluster_jobs.deliver(clients, PROJECT, record, nodes)
+    again = meta(gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "c-1"))
+    assert again["gcpgpu-job-id"].endswith("-r1")
+    assert again["gcpgpu-job-agent"].index(f"RXDM_IMAGE={rxdm.rxdm_image}") < again["gcpgpu-job-agent"].index(
+        'docker run "${run_args[@]}"')
+    assert json.loads(again["gcpgpu-job"])["rxdm"] == rxdm.rxdm_image
+    _wait_state(job_id, ("RUNNING",))
+    assert cli("job", "cancel", job_id, "--wait").exit_code == 0
+
     gcp.jobs.agent.nodes.lack("c-1", "gpudirect")
     failed = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--command", "sleep 600")
     status = _wait_state(failed.stdout.splitlines()[0], ("FAILED",))
@@ -240,6 +258,38 @@ def test_a_second_cluster_uses_the_network_nat_and_no_nat_or_external_ip_make_no
         p = json.loads(cli("cluster", "plan", "x", "--machine-type", "a2-highgpu-1g", "--zone", "us-central1-a", flag,
                            fmt="json").stdout)
         assert p["routers"] == []
+
+
+def test_a_nat_another_cluster_still_uses_outlives_its_maker_and_goes_with_the_last_user(gcp):
+    """a's NAT carries b's traffic too: down a keeps it (b's nodes would lose their way out), down b removes it."""
+    for name in ("a", "b"):
+        assert cli("cluster", "up", name, "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone",
+                   "us-central1-a", "--yes").exit_code == 0
+    down_a = cli("cluster", "down", "a", "--yes")
+    assert down_a.exit_code == 0, down_a.output
+    assert "keeping Cloud NAT a-nat (us-central1): 1 other VM(s) on network default" in down_a.output
+    assert "Cloud NAT" not in down_a.output.split("is gone")[-1]  # not reported as deleted
+    assert [r["name"] for r in _routers(gcp)] == ["a-nat"]
+    down_b = cli("cluster", "down", "b", "--yes")
+    assert down_b.exit_code == 0, down_b.output
+    assert "removing Cloud NAT a-nat (us-central1) that cluster a left" in down_b.output
+    assert _routers(gcp) == []
+
+
+def test_a_nat_gcpgpu_did_not_make_is_used_and_never_deleted(gcp):
+    from google.cloud import compute_v1
+
+    from gcpgpu.gcp.clients import Clients
+
+    Clients(emulator=gcp.address).compute("RoutersClient").insert(
+        project=PROJECT, region="us-central1", router_resource=compute_v1.Router(
+            name="corp-nat", description="the platform team's", network="global/networks/default",
+            nats=[compute_v1.RouterNat(name="corp-nat", nat_ip_allocate_option="AUTO_ONLY",
+                                       source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES")])).result()
+    up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a", "--yes")
+    assert "already has Cloud NAT corp-nat/corp-nat" in up.output
+    assert cli("cluster", "down", "c", "--yes").exit_code == 0
+    assert [r["name"] for r in _routers(gcp)] == ["corp-nat"]
 
 
 def test_emulator_refuses_a_second_nat_for_all_subnetworks(gcp):

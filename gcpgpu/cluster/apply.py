@@ -25,6 +25,7 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import call, parallel, retrying, wait, wait_all
 
 from .lease import Lease, describe
+from .nat import settle as settle_nats
 from .observe import LABEL_ATTEMPT, Node, Observed, list_nodes, observe, observe_nodes, observe_nodes_by_name
 from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, Plan, marker, rank_of
 from .teardown import delete_observed, one_line
@@ -194,7 +195,6 @@ class Cluster:
         created = Created()
         try:
             self._ensure_shared(plan, obs, created, compute_v1)
-            self._ensure_nat(plan, obs, created, compute_v1)
             existing = {n.name: n for n in obs.nodes}
             missing = [n for n in plan.node_names if n not in existing]
             zones = sorted({n.zone for n in obs.nodes}) or plan.zones
@@ -278,7 +278,11 @@ class Cluster:
         self._raise_first(results)
         created.networks += [n["name"] for n in new_nets]
         ops += results
-        with self.report.waiting("waiting for the placement policy and networks"):
+        # The NAT sits on the primary network, which exists already: it goes with the first batch.
+        nat_later = any(r["network"].rsplit("/", 1)[-1] in {n["name"] for n in new_nets} for r in plan.routers)
+        if not nat_later:
+            ops += self._ensure_nat(plan, obs, created, cv1)
+        with self.report.waiting("waiting for the placement policy, networks and Cloud NAT"):
             self._wait_all_or_raise(ops)
 
         have_subnets = {s["name"] for s in obs.subnets}
@@ -296,26 +300,29 @@ class Cluster:
         created.firewalls += [f["name"] for f in new_fws]
         with self.report.waiting("waiting for subnetworks and firewall rules"):
             self._wait_all_or_raise(sub_ops + fw_ops)
+        if nat_later:
+            with self.report.waiting("waiting for the Cloud NAT"):
+                self._wait_all_or_raise(self._ensure_nat(plan, obs, created, cv1))
 
-    def _ensure_nat(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> None:
-        """The nodes' Cloud NAT, unless the cluster has it or the network already has a NAT in the region."""
+    def _ensure_nat(self, plan: Plan, obs: Observed, created: Created, cv1: Any) -> list[Any]:
+        """Start the nodes' Cloud NAT, unless the cluster has it or the network already has a NAT in the
+        region; the operations to wait for."""
         have = {r["name"] for r in obs.routers}
         todo = [r for r in plan.routers if r["name"] not in have]
         if not todo:
-            return
+            return []
         network = todo[0]["network"].rsplit("/", 1)[-1]
         pager = retrying()(self.c("RoutersClient").list)(request={"project": self.project, "region": plan.region})
         serving = [f"{r.name}/{n.name}" for r in pager if r.network.rsplit("/", 1)[-1] == network for n in r.nats]
         if serving:
             self.report.note(f"network {network} already has Cloud NAT {serving[0]} in {plan.region}: using it")
-            return
+            return []
         self.report.step("nat", f"Creating Cloud Router {todo[0]['name']} with a Cloud NAT on {network} in "
                                 f"{plan.region} (nodes have no external IP)")
         op = call(self.c("RoutersClient").insert, {"project": self.project, "region": plan.region,
                                                    "router_resource": _msg(cv1.Router, self._own(todo[0]))})
         created.routers.append((plan.region, todo[0]["name"]))
-        with self.report.waiting("waiting for the Cloud NAT"):
-            self._wait(op)
+        return [op]
 
     @staticmethod
     def _raise_first(results: list[Any]) -> None:
@@ -493,13 +500,19 @@ class Cluster:
                 self.report.note(f"keeping reservation(s) {', '.join(r['name'] for r in obs.reservations)} and the "
                                  f"placement policy they use ({', '.join(p['name'] for p in obs.policies)})")
                 todo.policies = []
+        todo.routers, nat_notes = settle_nats(self.clients, self.project, name, obs)
+        for line in nat_notes:
+            self.report.note(line)
         with self.report.waiting(f"deleting cluster {name}"):
             lines = delete_observed(self.clients, self.project, todo, self.report.step)
         left = observe(self.clients, self.project, name)
+        left.routers = [r for r in left.routers if r in todo.routers]  # a NAT kept for other VMs is not "left"
         if keep_reservation:
             left.reservations = []
             if obs.reservations:
                 left.policies = []
+        obs = copy.copy(obs)
+        obs.routers = todo.routers  # what was deleted: a NAT kept for other VMs is not reported as gone
         named = " ".join(lines)
         lines += [f"{what} {n}: still exists after down" for what, n in _names(left) if f" {n}" not in f" {named}"]
         if lines:

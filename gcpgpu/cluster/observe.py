@@ -58,6 +58,7 @@ class Node:
     block: str | None = None  # resourceStatus.physicalHostTopology, where the API reports it
     subblock: str | None = None
     host: str | None = None
+    network: str | None = None  # the primary NIC's network
 
     def row(self) -> dict[str, Any]:
         return {"name": self.name, "zone": self.zone, "internal_ip": self.internal_ip, "status": self.status,
@@ -132,6 +133,7 @@ def _node(cluster: str, inst: Any) -> Node:
         if inst.reservation_affinity.consume_reservation_type == "SPECIFIC_RESERVATION" else None,
         expected_nodes=next((int(i.value) for i in inst.metadata.items if i.key == "gcpgpu-nodes"
                              and i.value.isdigit()), None),
+        network=_last(inst.network_interfaces[0].network) if inst.network_interfaces else None,
         **_topology(inst),
     )
 

@@ -1,0 +1,78 @@
+"""A Cloud NAT serves a whole network in a region, not one cluster.
+
+`up` makes a Cloud Router with a NAT for all subnetworks of the nodes' network, unless the network
+already has one in the region, in which case the cluster uses that one (the API refuses a second
+NAT covering all subnetworks). So a NAT gcpgpu made for cluster `a` may carry cluster `b`'s traffic
+too. `down` therefore keeps a NAT while other VMs on its network in its region remain (deleting it
+would cut their way out), and the `down` that leaves the network without VMs there removes a
+gcpgpu-made NAT kept that way, whichever cluster made it. Only NATs gcpgpu made (its description
+marker) are ever touched; a NAT someone else made stays.
+
+Known window: an `up` that has just chosen to use an existing NAT but whose nodes do not exist yet
+is not seen as a user; a `down` that runs in that moment may remove the NAT.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.operations import retrying
+
+from .observe import Observed, list_nodes
+from .plan import MARK
+
+
+def _last(link: str) -> str:
+    return (link or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+def _region_of(zone: str) -> str:
+    return _last(zone).rsplit("-", 1)[0]
+
+
+def owner_of(description: str) -> str | None:
+    """The cluster whose marker a resource carries, or None if gcpgpu did not make it."""
+    if not (description or "").startswith(MARK):
+        return None
+    return description[len(MARK):].split(" ", 1)[0] or None
+
+
+def settle(clients: Clients, project: str, cluster: str, obs: Observed) -> tuple[list[dict], list[str]]:
+    """Which gcpgpu-made Cloud NAT routers `down` of `cluster` should delete, and notes for the user.
+
+    The cluster's own NAT goes unless VMs outside the cluster still use its network in its region; a
+    NAT another cluster's `down` kept goes when this cluster's nodes were its last users."""
+    regions = sorted({_region_of(n.zone) for n in obs.nodes} | {r["region"] for r in obs.routers})
+    if not regions:
+        return [], []
+    mine = {(n.zone, n.name) for n in obs.nodes}
+    others = [i for i in list_nodes(clients, project, "") if (_last(i.zone), i.name) not in mine]
+    delete: list[dict] = []
+    notes: list[str] = []
+    for region in regions:
+        pager = retrying()(clients.compute("RoutersClient").list)(request={"project": project, "region": region})
+        for router in pager:
+            owner = owner_of(router.description)
+            if owner is None or not list(router.nats):
+                continue
+            network = _last(router.network)
+            users = sorted(i.name for i in others if _region_of(i.zone) == region and _on_network(i, network))
+            item = {"name": router.name, "region": region}
+            if users:
+                if owner == cluster:
+                    notes.append(f"keeping Cloud NAT {router.name} ({region}): {len(users)} other VM(s) on network "
+                                 f"{network} still reach out through it ({', '.join(users[:3])}"
+                                 f"{' ...' if len(users) > 3 else ''}); the last 'gcpgpu cluster down' there removes it")
+                continue
+            if owner != cluster:
+                if not any(_region_of(n.zone) == region and n.network == network for n in obs.nodes):
+                    continue  # not a network this cluster's nodes used here
+                notes.append(f"removing Cloud NAT {router.name} ({region}) that cluster {owner} left for the VMs "
+                             f"on network {network}: this cluster's nodes were its last users")
+            delete.append(item)
+    return delete, notes
+
+
+def _on_network(inst: Any, network: str) -> bool:
+    return any(_last(nic.network) == network for nic in inst.network_interfaces)
