@@ -164,7 +164,7 @@ def _confirm(yes: bool, question: str) -> None:
 
 @click.group()
 def cluster() -> None:
-    """Create, inspect and delete compact-placed A2/A3 GPU clusters."""
+    """Create, inspect and delete compact-placed A2/A3/A4 GPU clusters."""
 
 
 @cluster.command()
@@ -191,10 +191,12 @@ def plan(settings: Settings, **kw: Any) -> None:
 def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -> None:
     """Create a GPU cluster (or complete one that exists) and wait until every node is RUNNING.
 
-    Creates a compact placement policy, the GPU NIC networks A3 machines need, internal-only
-    firewall rules, an optional reservation, then all nodes in ONE instances.bulkInsert per zone.
-    On a stockout it cleans that zone and tries the next; on a quota error it stops and removes
-    what it created. Re-running it creates only what is missing.
+    Creates a compact placement policy, the GPU NIC networks the family needs (A3: gVNIC VPCs;
+    A3 Ultra/A4: a second gVNIC VPC and a RoCE VPC), internal-only firewall rules, a Cloud NAT
+    for internal nodes, an optional reservation, then all nodes in ONE instances.bulkInsert per
+    zone (--flex-start: one instances.insert per node, queued). On a stockout it cleans that zone
+    and tries the next; on a quota error it stops and removes what it created. Re-running it
+    creates only what is missing, or adds nodes when --nodes grew.
     """
     from gcpgpu.cluster.apply import Cluster, ConsoleReporter
     from gcpgpu.cluster.plan import plan as make_plan

@@ -106,7 +106,7 @@ def _load_faults_file(path: str) -> dict:
 
 @click.group()
 def emulator() -> None:
-    """Run the offline GCP emulator (Compute Engine over REST) and point tools at it."""
+    """Run the offline GCP emulator (Compute Engine, Cloud Monitoring, Vertex AI, ...) and point tools at it."""
 
 
 @emulator.command()
