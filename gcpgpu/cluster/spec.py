@@ -165,9 +165,11 @@ class ClusterSpec:
                 raise UsageProblem(f"--flex-wait {self.flex_wait!r}s must be 0 (only if capacity is there now) "
                                    "or between 90s and 2h")
         elif self.max_run_duration is not None:
-            raise UsageProblem("a max run duration applies to --flex-start only")
+            raise UsageProblem("max_run_duration applies to flex-start nodes only: give --flex-start DURATION "
+                               "(e.g. --flex-start 4h) instead")
         elif self.flex_wait is not None:
-            raise UsageProblem("--flex-wait applies to --flex-start only")
+            raise UsageProblem("--flex-wait applies to flex-start nodes only: add --flex-start DURATION "
+                               "(e.g. --flex-start 4h)")
 
         if self.placement is None:
             # Compact by default wherever it applies: several nodes (flex-start VMs included: the AI
