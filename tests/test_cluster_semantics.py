@@ -171,8 +171,8 @@ def test_ranks_follow_sub_blocks_when_the_emulator_spreads_a_cluster_over_two(gc
 
 
 def test_repair_keeps_a_valid_rank_set_and_fills_gaps_without_duplicates():
-    from gcpgpu.cluster.apply import repair_ranks
     from gcpgpu.cluster.plan import plan
+    from gcpgpu.cluster.ranks import repair_ranks
     from gcpgpu.cluster.spec import ClusterSpec
 
     p = plan(ClusterSpec(name="c", machine_type="a3-highgpu-8g", nodes=4, zones=["us-central1-a"]).validate(), PROJECT)

@@ -27,8 +27,10 @@ from gcpgpu.gcp.operations import call, parallel, retrying, wait, wait_all
 from .lease import Lease, describe
 from .nat import settle as settle_nats
 from .observe import LABEL_ATTEMPT, Node, Observed, list_nodes, observe, observe_nodes, observe_nodes_by_name
-from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, Plan, marker, rank_of
-from .teardown import delete_observed, one_line
+from .plan import LABEL_CLUSTER, Plan, marker
+from .ranks import label_new
+from .ranks import repair as repair_labels
+from .teardown import ORDER, delete_batch, delete_observed, items_of, one_line
 from .topology import rank_by_topology
 
 RUNNING_TIMEOUT = 1800.0
@@ -97,33 +99,6 @@ def _msg(cls: Any, body: dict) -> Any:
 def new_attempt_id() -> str:
     """One `up` (or `down`) attempt: recorded on what it creates and as the lease's holder."""
     return uuid.uuid4().hex[:12]
-
-
-def repair_ranks(plan: Plan, labelled: dict[str, str | None]) -> dict[str, int]:
-    """The rank each existing planned node should carry, given its current `gcpgpu-rank` label: a unique
-    in-range rank is kept (a node whose rank is its name's number wins a duplicate), the others get their
-    name's number if free, else the lowest free rank."""
-    size = len(plan.node_names)
-    out: dict[str, int] = {}
-    taken: set[int] = set()
-    current = {n: int(r) if r is not None and r.isdigit() and int(r) < size else None for n, r in labelled.items()}
-    for name, rank in current.items():
-        if rank is not None and rank == rank_of(plan.name, name):
-            out[name] = rank
-            taken.add(rank)
-    for name in sorted(current):
-        rank = current[name]
-        if name not in out and rank is not None and rank not in taken:
-            out[name] = rank
-            taken.add(rank)
-    free = sorted(set(range(size)) - taken)
-    for name in sorted(current):
-        if name not in out:
-            own = rank_of(plan.name, name)
-            rank = own if own in free else free[0]
-            free.remove(rank)
-            out[name] = rank
-    return out
 
 
 class Cluster:
@@ -200,10 +175,10 @@ class Cluster:
             zones = sorted({n.zone for n in obs.nodes}) or plan.zones
             if missing:
                 zone = self._place_nodes(plan, obs, missing, zones, created, compute_v1)
-                self._label_ranks(plan, zone, missing)
+                label_new(self, plan, zone, missing)
             else:
                 self.report.note(f"all {len(plan.node_names)} node(s) already exist")
-            repaired = self._repair_labels(plan)
+            repaired = repair_labels(self, plan)
             nodes = self._wait_running(plan)
             # Fabric order only when the set of nodes or their ranks changed: never under a running job's feet.
             return rank_by_topology(self, plan, nodes) if missing or repaired else nodes
@@ -404,25 +379,6 @@ class Cluster:
             self._delete_all("ReservationsClient", [reservation], "zone", "reservation")
             created.reservations.remove(reservation)
 
-    def _label_ranks(self, plan: Plan, zone: str, names: list[str]) -> None:
-        """bulkInsert gives every VM the same labels; each node's rank label is set right after."""
-        from google.cloud import compute_v1
-
-        nodes = {i.name: i for i in list_nodes(self.clients, self.project, f"labels.{LABEL_CLUSTER} = {plan.name}")}
-        todo = [nodes[n] for n in names if n in nodes]
-        self.report.step("labels", f"Labelling {len(todo)} node(s) with their rank")
-
-        def label(inst: Any) -> Any:
-            rank = rank_of(plan.name, inst.name)
-            return call(self.c("InstancesClient").set_labels, {
-                "project": self.project, "zone": zone, "instance": inst.name,
-                "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
-                    labels={**dict(inst.labels), LABEL_RANK: str(rank)}, label_fingerprint=inst.label_fingerprint)})
-
-        ops = parallel(label, todo)
-        self._raise_first(ops)
-        self._wait_all_or_raise(ops)
-
     def _wait_running(self, plan: Plan) -> list[Node]:
         """Poll the cluster's nodes with one list call per round until all are RUNNING."""
         deadline = time.monotonic() + RUNNING_TIMEOUT
@@ -564,25 +520,8 @@ class Cluster:
 
     def _delete_all(self, client_name: str, items: list[tuple[str | None, str]], scope: str | None,
                     field_name: str) -> None:
-        """Delete in parallel and wait; a resource already gone counts as deleted."""
-        client = self.c(client_name)
-
-        def delete(item: tuple[str | None, str]) -> Any:
-            where, name = item
-            req: dict[str, Any] = {"project": self.project, field_name: name}
-            if scope:
-                req[scope] = where
-            try:
-                return call(client.delete, req)
-            except Exception as e:
-                if is_not_found(e):
-                    return None
-                raise
-
-        ops = parallel(delete, items)
-        self._raise_first(ops)
-        errors = [e for e in wait_all(self.clients, self.project, [o for o in ops if o is not None])
-                  if e is not None and not is_not_found(e)]
+        """Delete in parallel and wait; a resource already gone counts as deleted; raise the first error."""
+        errors = [e for e in delete_batch(self.clients, self.project, client_name, scope, field_name, items) if e]
         if errors:
             raise errors[0]
 
@@ -604,47 +543,14 @@ class Cluster:
         for line in delete_observed(self.clients, self.project, mine):
             self.report.note(f"cleanup incomplete: {line}")
 
-    def _repair_labels(self, plan: Plan) -> bool:
-        """Every planned node carries the cluster's labels and a rank of its own (after a kill between
-        bulkInsert and the rank labels, a hand edit, or two nodes claiming one rank). Ranks that already
-        form a valid set are kept, whatever their order (topology order differs from names); a node
-        without a usable rank gets its name's number if free, else the lowest free rank. True if any
-        label changed."""
-        from google.cloud import compute_v1
-
-        found = {n.name: n for n in observe_nodes(self.clients, self.project, plan.name)}
-        found.update({n.name: n for n in observe_nodes_by_name(self.clients, self.project, plan.name)
-                      if n.name not in found})
-        ranks = repair_ranks(plan, {name: found[name].labels.get(LABEL_RANK) for name in plan.node_names
-                                    if name in found})
-        todo = []
-        for name, rank in ranks.items():
-            node = found[name]
-            want = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true", LABEL_RANK: str(rank)}
-            if any(node.labels.get(k) != v for k, v in want.items()):
-                todo.append((node, {**node.labels, **want}))
-        if not todo:
-            return False
-        self.report.step("repair", f"Repairing the labels of {len(todo)} node(s): "
-                                   + ", ".join(n.name for n, _ in todo[:5]))
-        ops = parallel(lambda item: call(self.c("InstancesClient").set_labels, {
-            "project": self.project, "zone": item[0].zone, "instance": item[0].name,
-            "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
-                labels=item[1], label_fingerprint=item[0].label_fingerprint)}), todo)
-        self._raise_first(ops)
-        self._wait_all_or_raise(ops)
-        return True
-
     # ------------------------------------------------------------------ status
     def status(self, name: str) -> Observed:
         return observe(self.clients, self.project, name)
 
 
 def _names(obs: Observed) -> list[tuple[str, str]]:
-    """(kind, name) of everything in obs, for messages."""
-    return ([("node", n.name) for n in obs.nodes] + [("reservation", r["name"]) for r in obs.reservations]
-            + [("placement policy", p["name"]) for p in obs.policies] + [("firewall rule", f) for f in obs.firewalls]
-            + [("subnetwork", s["name"]) for s in obs.subnets] + [("network", n) for n in obs.networks])
+    """(kind, name) of everything in obs, for messages, in teardown order."""
+    return [(word, name) for kind, _c, _s, _f, word in ORDER for _where, name in items_of(obs, kind)]
 
 
 def _is_google(exc: BaseException) -> bool:

@@ -10,12 +10,11 @@ rank 0 stays rank 0 and a cluster already in order is left as it is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from gcpgpu.gcp.operations import call, parallel, wait_all
+from typing import TYPE_CHECKING
 
 from .observe import Node, observe_nodes
 from .plan import LABEL_RANK, Plan
+from .ranks import set_labels
 
 if TYPE_CHECKING:
     from .apply import Cluster
@@ -46,8 +45,6 @@ def subblocks_spanned(nodes: list[Node]) -> list[tuple[str, str]]:
 def rank_by_topology(cluster: Cluster, plan: Plan, nodes: list[Node]) -> list[Node]:
     """Relabel ranks in fabric order and warn when the cluster spans blocks. `up` calls it only when it
     added nodes (never under a running job's feet). Returns the nodes as labelled now."""
-    from google.cloud import compute_v1
-
     ordered = topology_order(nodes)
     blocks = blocks_spanned(nodes)
     if blocks:
@@ -60,20 +57,7 @@ def rank_by_topology(cluster: Cluster, plan: Plan, nodes: list[Node]) -> list[No
     if not moved:
         return nodes
     cluster.report.step("labels", f"Ordering ranks by sub-block and block ({len(moved)} node(s) relabelled)")
-
-    def label(item: tuple[int, Node]) -> Any:
-        rank, n = item
-        return call(cluster.c("InstancesClient").set_labels, {
-            "project": cluster.project, "zone": n.zone, "instance": n.name,
-            "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
-                labels={**n.labels, LABEL_RANK: str(rank)}, label_fingerprint=n.label_fingerprint)})
-
-    ops = parallel(label, moved)
-    for r in ops:
-        if isinstance(r, BaseException):
-            raise r
-    errors = [e for e in wait_all(cluster.clients, cluster.project, ops) if e is not None]
-    if errors:
-        raise errors[0]
+    set_labels(cluster, [(n.zone, n.name, {**n.labels, LABEL_RANK: str(rank)}, n.label_fingerprint)
+                         for rank, n in moved])
     want = set(plan.node_names)
     return [n for n in observe_nodes(cluster.clients, cluster.project, plan.name) if n.name in want]
