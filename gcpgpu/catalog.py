@@ -76,11 +76,6 @@ class MachineType:
         """The Compute Engine accelerator type of its GPUs (e.g. nvidia-h100-80gb)."""
         return self.gpu.name
 
-    @property
-    def gpu_memory_gib(self) -> int:
-        """GPU memory per node, all GPUs together."""
-        return self.gpu.memory_gib * self.gpu_count
-
 
 @functools.cache
 def _raw() -> dict[str, Any]:
