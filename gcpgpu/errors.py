@@ -49,19 +49,25 @@ def is_google_error(exc: BaseException) -> bool:
     return any(cls.__module__ in _GOOGLE_ERROR_MODULES for cls in type(exc).__mro__)
 
 
-def _text(err: Any, name: str) -> str | None:
-    # `errors` holds dicts (REST bodies), proto-plus messages (Compute operation errors) or
-    # grpc.Call objects whose `code`/`details` are methods: keep only real strings.
+def error_entries(exc: BaseException) -> list[Any]:
+    """The entries of a Google error's `errors` ([] when it has none or they cannot be read)."""
+    try:
+        return list(getattr(exc, "errors", None) or ())
+    except Exception:  # a malformed payload must not hide the error itself
+        return []
+
+
+def entry_text(err: Any, name: str) -> str | None:
+    """One field of an error entry, the one place that reads them: `errors` holds dicts (REST bodies),
+    proto-plus messages (Compute operation errors) or grpc.Call objects whose `code`/`details` are
+    methods, so only real, non-empty strings count."""
     value = err.get(name) if isinstance(err, Mapping) else getattr(err, name, None)
     return value if isinstance(value, str) and value else None
 
 
 def describe_google_error(exc: BaseException) -> str:
     """One line for a Google API error: '409 alreadyExists: The resource ... already exists'."""
-    try:
-        errors = list(getattr(exc, "errors", None) or ())
-    except Exception:  # a malformed payload must not hide the error itself
-        errors = []
+    errors = error_entries(exc)
     first = errors[0] if errors else None
 
     reason = None
@@ -71,10 +77,10 @@ def describe_google_error(exc: BaseException) -> str:
         reason = None
     if not isinstance(reason, str) or not reason:
         # REST bodies put the reason in errors[].reason; Compute operations in errors[].code.
-        reason = first is not None and (_text(first, "reason") or _text(first, "code")) or None
+        reason = first is not None and (entry_text(first, "reason") or entry_text(first, "code")) or None
 
     # Prefer the API's own message: the exception's message is prefixed with method and URL.
-    message = first is not None and _text(first, "message") or None
+    message = first is not None and entry_text(first, "message") or None
     code = getattr(exc, "code", None)
     if message is None:
         message = getattr(exc, "message", None) if code is not None else None

@@ -203,11 +203,12 @@ def test_tcpxo_job_starts_the_datapath_manager_and_fails_in_one_line_without_it(
     assert cli("job", "cancel", job_id, "--wait").exit_code == 0
 
     # A recovery re-delivers the stored record as attempt 1: its agent starts the RxDM first too.
+    from gcpgpu.cluster.observe import ranked_nodes
     from gcpgpu.gcp.clients import Clients
     from gcpgpu.jobs import cluster as cluster_jobs
 
     clients = Clients(emulator=gcp.address)
-    nodes = cluster_jobs.nodes_of(clients, PROJECT, "c")
+    nodes = ranked_nodes(clients, PROJECT, "c")
     record = json.loads(meta(inst)["gcpgpu-job"])
     record.pop("rxdm", None)
     record.update(attempt=1, run=cluster_jobs.run_key(str(record["id"]), 1))

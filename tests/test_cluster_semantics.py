@@ -61,7 +61,8 @@ def test_reservation_with_its_own_placement_policy_is_used_and_no_second_policy_
     assert leftovers(gcp) == {"reservations": ["sold"], "resourcePolicies": ["sold-compact"]}
 
 
-def test_emulator_refuses_a_second_placement_policy_on_a_reservation_that_has_one(gcp):
+def test_emulator_refuses_a_second_placement_policy_on_a_reservation_that_has_one(gcp, monkeypatch):
+    from gcpgpu.cluster import apply
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.plan import plan
     from gcpgpu.cluster.spec import ClusterSpec
@@ -70,7 +71,7 @@ def test_emulator_refuses_a_second_placement_policy_on_a_reservation_that_has_on
     p = plan(ClusterSpec(name="r", machine_type="a3-highgpu-8g", nodes=2, reservation="sold",
                          zones=["us-central1-a"]).validate(), PROJECT)
     c = Cluster(Clients(emulator=gcp.address), PROJECT)
-    c._adopt_reservation = lambda plan: None  # the old behaviour: attach our own policy too
+    monkeypatch.setattr(apply, "_adopt_reservation", lambda s, plan: None)  # the old behaviour: attach our own too
     with pytest.raises(Exception, match="cannot name another placement policy"):
         c.up(p)
     assert leftovers(gcp) == {"reservations": ["sold"], "resourcePolicies": ["sold-compact"]}

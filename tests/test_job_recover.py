@@ -159,25 +159,25 @@ def test_a_stocked_out_zone_moves_the_whole_cluster_to_the_next(gcp, monkeypatch
 
 
 def test_ctrl_c_during_a_recovery_leaves_what_cluster_up_leaves(gcp, monkeypatch):
-    from gcpgpu.cluster import apply
+    from gcpgpu.cli import progress
 
     gcp.faults.preempt_grace_s = 0.2
     gcp.jobs.agent.simulated_run_s = 30.0
     assert cli("cluster", "up", "k", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
                "--spot", "--yes").exit_code == 0
-    real_step = apply.ConsoleReporter.step
+    real_step = progress.ConsoleReporter.step
 
     def step(self, key: str, text: str) -> None:
         if key == "instances":  # the recovery's bulkInsert: interrupted right before it
             raise KeyboardInterrupt
         real_step(self, key, text)
 
-    monkeypatch.setattr(apply.ConsoleReporter, "step", step)
+    monkeypatch.setattr(progress.ConsoleReporter, "step", step)
     gcp.faults.preempt("k-1", after_s=0.2)
     result = cli("job", "submit", "--cluster", "k", "--image", "busybox", "--command", "sleep 30", "--wait")
     assert result.exit_code == 130, result.output
     assert "is no longer followed" in result.output and "gcpgpu cluster up k" in result.output
-    monkeypatch.setattr(apply.ConsoleReporter, "step", real_step)
+    monkeypatch.setattr(progress.ConsoleReporter, "step", real_step)
     # Nothing half-made: the lost node is gone, the rest is whole and labelled; up completes it, down removes it.
     nodes = json.loads(cli("cluster", "status", "k", fmt="json").stdout)["nodes"]
     assert [(n["name"], n["status"]) for n in nodes] == [("k-0", "RUNNING")]

@@ -127,11 +127,9 @@ def _check_global_location(settings: Settings, flags: dict[str, Any]) -> None:
 
 
 def _check_name(name: str) -> None:
-    from gcpgpu.cluster.spec import RFC1035
+    from gcpgpu.cluster.names import check_cluster_name
 
-    if not RFC1035.match(name) or len(name) > 63:
-        raise UsageProblem(f"NAME {name!r} is not a cluster name: lowercase letters, digits and dashes, starting "
-                           "with a letter and not ending with a dash")
+    check_cluster_name(name)
 
 
 def _show_plan(plan: Any, table: bool = True) -> None:
@@ -198,7 +196,8 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -
     and tries the next; on a quota error it stops and removes what it created. Re-running it
     creates only what is missing, or adds nodes when --nodes grew.
     """
-    from gcpgpu.cluster.apply import Cluster, ConsoleReporter
+    from gcpgpu.cli.progress import ConsoleReporter
+    from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.plan import plan as make_plan
 
     spec = _build_spec(settings, kw)
@@ -238,7 +237,8 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
     Finds everything from GCP itself (labels and names), so it works from any machine, after an
     interrupted `up`, and again after a `down` (nothing left is not an error).
     """
-    from gcpgpu.cluster.apply import Cluster, ConsoleReporter
+    from gcpgpu.cli.progress import ConsoleReporter
+    from gcpgpu.cluster.apply import Cluster
     from gcpgpu.specfile import refuse_empty_options
 
     refuse_empty_options(click.get_current_context())
@@ -265,7 +265,8 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
 
 
 def _shrink(settings: Settings, project: str, name: str, nodes: int, yes: bool, no_wait: bool) -> None:
-    from gcpgpu.cluster.apply import Cluster, ConsoleReporter
+    from gcpgpu.cli.progress import ConsoleReporter
+    from gcpgpu.cluster.apply import Cluster
 
     _confirm(yes, f"Delete the nodes of cluster {name} with rank {nodes} and above?")
     try:

@@ -258,7 +258,7 @@ def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], N
 
 def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> dict:
     """Follow a cluster job to its end, recovering it from lost nodes (jobs/recover.py)."""
-    from gcpgpu.cluster.apply import ConsoleReporter
+    from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.errors import Interrupted
     from gcpgpu.jobs import recover as recovery
 

@@ -66,19 +66,14 @@ class NodeCheck:
 
 def check(clients: Clients, project: str, cluster: str) -> list[NodeCheck]:
     """One NodeCheck per node of the cluster, in rank order (reads in parallel)."""
-    from gcpgpu.gcp.operations import parallel
-    from gcpgpu.jobs.cluster import guest_attributes, nodes_of
+    from gcpgpu.gcp.operations import parallel, raise_first
 
-    nodes = nodes_of(clients, project, cluster)
+    from .observe import Node, guest_attributes, ranked_nodes
 
-    def one(inst: Any) -> NodeCheck:
-        running = inst.status == "RUNNING"
-        report = guest_attributes(clients, project, inst, NAMESPACE) if running else {}
-        job = guest_attributes(clients, project, inst) if running else {}
-        return NodeCheck(inst.name, inst.status, report, job)
+    def one(node: Node) -> NodeCheck:
+        running = node.status == "RUNNING"
+        report = guest_attributes(clients, project, node, NAMESPACE) if running else {}
+        job = guest_attributes(clients, project, node) if running else {}
+        return NodeCheck(node.name, node.status, report, job)
 
-    results = parallel(one, nodes)
-    for r in results:
-        if isinstance(r, Exception):
-            raise r
-    return results
+    return raise_first(parallel(one, ranked_nodes(clients, project, cluster)))

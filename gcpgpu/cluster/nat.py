@@ -14,28 +14,12 @@ is not seen as a user; a `down` that runs in that moment may remove the NAT.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import retrying
 
-from .observe import Observed, list_nodes
-from .plan import MARK
-
-
-def _last(link: str) -> str:
-    return (link or "").rstrip("/").rsplit("/", 1)[-1]
-
-
-def _region_of(zone: str) -> str:
-    return _last(zone).rsplit("-", 1)[0]
-
-
-def owner_of(description: str) -> str | None:
-    """The cluster whose marker a resource carries, or None if gcpgpu did not make it."""
-    if not (description or "").startswith(MARK):
-        return None
-    return description[len(MARK):].split(" ", 1)[0] or None
+from .kinds import last
+from .names import owner_of
+from .observe import Observed, project_nodes
 
 
 def settle(clients: Clients, project: str, cluster: str, obs: Observed) -> tuple[list[dict], list[str]]:
@@ -43,11 +27,11 @@ def settle(clients: Clients, project: str, cluster: str, obs: Observed) -> tuple
 
     The cluster's own NAT goes unless VMs outside the cluster still use its network in its region; a
     NAT another cluster's `down` kept goes when this cluster's nodes were its last users."""
-    regions = sorted({_region_of(n.zone) for n in obs.nodes} | {r["region"] for r in obs.routers})
+    regions = sorted({n.region for n in obs.nodes} | {r["region"] for r in obs.routers})
     if not regions:
         return [], []
     mine = {(n.zone, n.name) for n in obs.nodes}
-    others = [i for i in list_nodes(clients, project, "") if (_last(i.zone), i.name) not in mine]
+    others = [n for n in project_nodes(clients, project, managed_only=False) if (n.zone, n.name) not in mine]
     delete: list[dict] = []
     notes: list[str] = []
     for region in regions:
@@ -56,8 +40,8 @@ def settle(clients: Clients, project: str, cluster: str, obs: Observed) -> tuple
             owner = owner_of(router.description)
             if owner is None or not list(router.nats):
                 continue
-            network = _last(router.network)
-            users = sorted(i.name for i in others if _region_of(i.zone) == region and _on_network(i, network))
+            network = last(router.network)
+            users = sorted(n.name for n in others if n.region == region and network in n.networks)
             item = {"name": router.name, "region": region}
             if users:
                 if owner == cluster:
@@ -66,13 +50,9 @@ def settle(clients: Clients, project: str, cluster: str, obs: Observed) -> tuple
                                  f"{' ...' if len(users) > 3 else ''}); the last 'gcpgpu cluster down' there removes it")
                 continue
             if owner != cluster:
-                if not any(_region_of(n.zone) == region and n.network == network for n in obs.nodes):
+                if not any(n.region == region and n.network == network for n in obs.nodes):
                     continue  # not a network this cluster's nodes used here
                 notes.append(f"removing Cloud NAT {router.name} ({region}) that cluster {owner} left for the VMs "
                              f"on network {network}: this cluster's nodes were its last users")
             delete.append(item)
     return delete, notes
-
-
-def _on_network(inst: Any, network: str) -> bool:
-    return any(_last(nic.network) == network for nic in inst.network_interfaces)

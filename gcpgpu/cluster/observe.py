@@ -6,28 +6,14 @@ list calls, made in parallel, whatever the cluster's size.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.gcp.operations import parallel, retrying
+from gcpgpu.gcp.operations import parallel, raise_first, retrying
 
-from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, marker, rank_of
-
-LABEL_ATTEMPT = "gcpgpu-attempt"  # which `up` attempt created a node (descriptions carry " attempt=ID")
-_ATTEMPT = re.compile(r"(?:^| )attempt=([a-z0-9-]+)(?: |$)")
-
-
-def attempt_of(description: str) -> str | None:
-    m = _ATTEMPT.search(description or "")
-    return m.group(1) if m else None
-
-
-def is_marked(description: str, cluster: str) -> bool:
-    """The description marker of `cluster` exactly (cluster `c` must not claim cluster `c-x`'s resources)."""
-    mark = marker(cluster)
-    return description == mark or (description or "").startswith(mark + " ")
+from .kinds import KINDS, NODES, Kind, last
+from .names import LABEL_ATTEMPT, LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, attempt_of, is_marked, node_rank
 
 
 def _node_of_cluster(inst: Any, cluster: str) -> bool:
@@ -37,12 +23,10 @@ def _node_of_cluster(inst: Any, cluster: str) -> bool:
     return any(i.key == "gcpgpu-cluster" and i.value == cluster for i in inst.metadata.items)
 
 
-def _last(link: str) -> str:
-    return link.rstrip("/").rsplit("/", 1)[-1]
-
-
 @dataclass
 class Node:
+    """A cluster's VM as jobs, doctor, metrics and recovery read it: the one node model."""
+
     name: str
     zone: str
     status: str
@@ -59,6 +43,14 @@ class Node:
     subblock: str | None = None
     host: str | None = None
     network: str | None = None  # the primary NIC's network
+    networks: list[str] = field(default_factory=list)  # every NIC's
+    id: str = ""  # the instance id Monitoring series carry
+    metadata: dict[str, str] = field(default_factory=dict)
+    metadata_fingerprint: str = ""
+
+    @property
+    def region(self) -> str:
+        return self.zone.rsplit("-", 1)[0]
 
     def row(self) -> dict[str, Any]:
         return {"name": self.name, "zone": self.zone, "internal_ip": self.internal_ip, "status": self.status,
@@ -68,7 +60,7 @@ class Node:
 
 @dataclass
 class Observed:
-    """A cluster's resources as GCP reports them now."""
+    """A cluster's resources as GCP reports them now: one list per kind (kinds.KINDS)."""
 
     cluster: str
     nodes: list[Node] = field(default_factory=list)
@@ -80,60 +72,55 @@ class Observed:
     routers: list[dict] = field(default_factory=list)  # {name, region}: the nodes' Cloud NAT
     owners: dict[str, str] = field(default_factory=dict)  # "kind/name" -> the `up` attempt that created it
 
+    def of(self, kind: Kind) -> list[Any]:
+        return getattr(self, kind.key)
+
     def owned_by(self, attempt: str) -> Observed:
         """Only what `attempt` created (what its roll-back may delete)."""
-        def mine(kind: str, name: str) -> bool:
-            return self.owners.get(f"{kind}/{name}") == attempt
-
-        return Observed(
-            self.cluster, nodes=[n for n in self.nodes if mine("nodes", n.name)],
-            policies=[p for p in self.policies if mine("policies", p["name"])],
-            reservations=[r for r in self.reservations if mine("reservations", r["name"])],
-            networks=[n for n in self.networks if mine("networks", n)],
-            subnets=[s for s in self.subnets if mine("subnets", s["name"])],
-            firewalls=[f for f in self.firewalls if mine("firewalls", f)],
-            routers=[r for r in self.routers if mine("routers", r["name"])],
-            owners={k: v for k, v in self.owners.items() if v == attempt})
+        out = Observed(self.cluster, owners={k: v for k, v in self.owners.items() if v == attempt})
+        for kind in KINDS:
+            setattr(out, kind.key, [x for x in self.of(kind) if out.owners.get(f"{kind.key}/{kind.name_of(x)}")])
+        return out
 
     @property
     def empty(self) -> bool:
-        return not (self.nodes or self.policies or self.reservations or self.networks or self.subnets or self.firewalls
-                    or self.routers)
+        return not self.count()
 
     def count(self) -> int:
-        return (len(self.nodes) + len(self.policies) + len(self.reservations) + len(self.networks) + len(self.subnets)
-                + len(self.firewalls) + len(self.routers))
+        return sum(len(self.of(kind)) for kind in KINDS)
+
+    def names(self) -> list[tuple[str, str]]:
+        """(kind in words, name) of everything, in teardown order."""
+        return [(kind.word, name) for kind in KINDS for _where, name in kind.items(self.of(kind))]
 
     def summary(self) -> str:
-        parts = [f"{len(self.nodes)} node(s)"]
-        for what, items in (("placement polic(ies)", self.policies), ("reservation(s)", self.reservations),
-                            ("network(s)", self.networks), ("subnetwork(s)", self.subnets),
-                            ("firewall rule(s)", self.firewalls), ("Cloud NAT router(s)", self.routers)):
-            if items:
-                parts.append(f"{len(items)} {what}")
-        return ", ".join(parts)
+        return ", ".join(f"{len(self.of(kind))} {kind.plural}" for kind in KINDS if kind is NODES or self.of(kind))
 
 
 def _node(cluster: str, inst: Any) -> Node:
     accs = list(inst.guest_accelerators)
     labels = dict(inst.labels)
-    rank_label = labels.get(LABEL_RANK)
+    metadata = {i.key: i.value for i in inst.metadata.items}
+    expected = metadata.get("gcpgpu-nodes", "")
     return Node(
         name=inst.name,
-        zone=_last(inst.zone),
+        zone=last(inst.zone),
         status=inst.status,
         internal_ip=inst.network_interfaces[0].network_i_p if inst.network_interfaces else "",
-        machine_type=_last(inst.machine_type),
+        machine_type=last(inst.machine_type),
         gpus=sum(a.accelerator_count for a in accs),
-        rank=int(rank_label) if rank_label and rank_label.isdigit() else rank_of(cluster, inst.name),
+        rank=node_rank(cluster, inst.name, labels),
         labels=labels,
         label_fingerprint=inst.label_fingerprint,
         provisioning=inst.scheduling.provisioning_model or "STANDARD",
         reservation=(list(inst.reservation_affinity.values) or [None])[0]
         if inst.reservation_affinity.consume_reservation_type == "SPECIFIC_RESERVATION" else None,
-        expected_nodes=next((int(i.value) for i in inst.metadata.items if i.key == "gcpgpu-nodes"
-                             and i.value.isdigit()), None),
-        network=_last(inst.network_interfaces[0].network) if inst.network_interfaces else None,
+        expected_nodes=int(expected) if expected.isdigit() else None,
+        network=last(inst.network_interfaces[0].network) if inst.network_interfaces else None,
+        networks=[last(nic.network) for nic in inst.network_interfaces],
+        id=str(inst.id),
+        metadata=metadata,
+        metadata_fingerprint=inst.metadata.fingerprint,
         **_topology(inst),
     )
 
@@ -152,14 +139,31 @@ def list_nodes(clients: Clients, project: str, label_filter: str) -> list[Any]:
     return [inst for _scope, scoped in pager for inst in scoped.instances]
 
 
+def _by_rank(nodes: list[Node]) -> list[Node]:
+    return sorted(nodes, key=lambda n: (n.rank is None, n.rank or 0, n.name))
+
+
 def observe_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
     """The cluster's nodes, rank order, from one aggregatedList."""
-    found = list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}")
-    return sorted((_node(cluster, i) for i in found), key=lambda n: (n.rank is None, n.rank or 0, n.name))
+    return _by_rank([_node(cluster, i) for i in list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}")])
+
+
+def ranked_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
+    """The cluster's nodes that have a rank, in rank order: what a job runs on."""
+    return [n for n in observe_nodes(clients, project, cluster) if n.rank is not None]
+
+
+def project_nodes(clients: Clients, project: str, managed_only: bool = True) -> list[Node]:
+    """Every gcpgpu node of the project (any cluster; every VM with managed_only=False), from one
+    aggregatedList; a node's cluster is its label."""
+    found = list_nodes(clients, project, f"labels.{LABEL_MANAGED} = true" if managed_only else "")
+    return [_node(inst.labels.get(LABEL_CLUSTER, ""), inst) for inst in found]
 
 
 def observe_nodes_by_name(clients: Clients, project: str, cluster: str) -> list[Node]:
     """Nodes named like the cluster's and marked as its own, whatever their labels say now."""
+    import re
+
     found = list_nodes(clients, project, f'name eq "{re.escape(cluster)}-[0-9]+"')
     return [_node(cluster, i) for i in found if _node_of_cluster(i, cluster)]
 
@@ -168,72 +172,54 @@ def _all_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
     """By label and by name (a node relabelled by hand is still the cluster's), each node once."""
     by_label = observe_nodes(clients, project, cluster)
     seen = {n.name for n in by_label}
-    extra = [n for n in observe_nodes_by_name(clients, project, cluster) if n.name not in seen]
-    return sorted(by_label + extra, key=lambda n: (n.rank is None, n.rank or 0, n.name))
+    return _by_rank(by_label + [n for n in observe_nodes_by_name(clients, project, cluster) if n.name not in seen])
+
+
+def guest_attributes(clients: Clients, project: str, node: Node, namespace: str = "gcpgpu") -> dict[str, str]:
+    """What the node reported under NAMESPACE/ (gcpgpu: its job agent; gcpgpu-node: its startup
+    script), {} when it reported nothing."""
+    from google.api_core import exceptions
+
+    try:
+        got = clients.compute("InstancesClient").get_guest_attributes(
+            request={"project": project, "zone": node.zone, "instance": node.name, "query_path": f"{namespace}/"})
+    except (exceptions.NotFound, exceptions.BadRequest):
+        return {}  # nothing reported yet (or guest attributes off on an old node)
+    return {item.key: item.value for item in got.query_value.items if item.namespace == namespace}
 
 
 def observe(clients: Clients, project: str, cluster: str) -> Observed:
-    """Find every resource of `cluster`: seven list calls in parallel, whatever its size."""
-    name_re = f"{cluster}-.*"
+    """Find every resource of `cluster`: one list call per kind, in parallel, whatever its size."""
     owners: dict[str, str] = {}
+    name_filter = f'name eq "{cluster}-.*"'
 
-    def own(kind: str, name: str, description: str) -> None:
-        attempt = attempt_of(description)
-        if attempt:
-            owners[f"{kind}/{name}"] = attempt
+    def read(kind: Kind) -> list[Any]:
+        if kind is NODES:
+            nodes = _all_nodes(clients, project, cluster)
+            owners.update({f"nodes/{n.name}": n.labels[LABEL_ATTEMPT] for n in nodes if n.labels.get(LABEL_ATTEMPT)})
+            return nodes
+        client = clients.compute(kind.client)
+        if kind.listing:
+            pager = retrying()(client.aggregated_list)(request={"project": project, "filter": name_filter})
+            found = [r for _scope, scoped in pager for r in getattr(scoped, kind.listing)]
+        else:
+            found = list(retrying()(client.list)(request={"project": project, "filter": name_filter}))
+        mine = [r for r in found if is_marked(r.description, cluster)]
+        owners.update({f"{kind.key}/{r.name}": a for r in mine if (a := attempt_of(r.description))})
+        assert kind.record is not None
+        return [kind.record(r) for r in mine]
 
-    def aggregated(client_name: str, attr: str) -> list[tuple[str, Any]]:
-        pager = retrying()(clients.compute(client_name).aggregated_list)(
-            request={"project": project, "filter": f'name eq "{name_re}"'})
-        out = [(scope, r) for scope, scoped in pager for r in getattr(scoped, attr) if is_marked(r.description, cluster)]
-        for _scope, r in out:
-            own(attr, r.name, r.description)
-        return out
-
-    def listed(client_name: str) -> list[Any]:
-        pager = retrying()(clients.compute(client_name).list)(request={"project": project, "filter": f'name eq "{name_re}"'})
-        out = [r for r in pager if is_marked(r.description, cluster)]
-        for r in out:
-            own(client_name, r.name, r.description)
-        return out
-
-    jobs = {
-        "nodes": lambda: _all_nodes(clients, project, cluster),
-        "policies": lambda: [{"name": p.name, "region": _last(p.region),
-                              "vm_count": p.group_placement_policy.vm_count}
-                             for _s, p in aggregated("ResourcePoliciesClient", "resource_policies")],
-        "reservations": lambda: [{"name": r.name, "zone": _last(r.zone), "count": int(r.specific_reservation.count),
-                                  "in_use": int(r.specific_reservation.in_use_count)}
-                                 for _s, r in aggregated("ReservationsClient", "reservations")],
-        "networks": lambda: [n.name for n in listed("NetworksClient")],
-        "subnets": lambda: [{"name": s.name, "region": _last(s.region)}
-                            for _s, s in aggregated("SubnetworksClient", "subnetworks")],
-        "firewalls": lambda: [f.name for f in listed("FirewallsClient")],
-        "routers": lambda: [{"name": r.name, "region": _last(r.region)} for _s, r in aggregated("RoutersClient", "routers")],
-    }
-    results = parallel(lambda fn: fn(), list(jobs.values()))
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-    # Owners as Observed names its lists (the list calls above record them under their API's names).
-    rename = {"resource_policies": "policies", "reservations": "reservations", "subnetworks": "subnets",
-              "NetworksClient": "networks", "FirewallsClient": "firewalls"}
-    out = {f"{rename.get(k.split('/')[0], k.split('/')[0])}/{k.split('/', 1)[1]}": v for k, v in owners.items()}
-    for n in results[0]:
-        if n.labels.get(LABEL_ATTEMPT):
-            out[f"nodes/{n.name}"] = n.labels[LABEL_ATTEMPT]
-    return Observed(cluster, *results, owners=out)  # results in the field order of Observed
+    results = raise_first(parallel(read, KINDS))
+    return Observed(cluster, owners=owners, **{kind.key: found for kind, found in zip(KINDS, results, strict=True)})
 
 
 def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
     """Every gcpgpu cluster with nodes in the project: one aggregatedList over the managed label."""
-    found = list_nodes(clients, project, f"labels.{LABEL_MANAGED} = true")
-    clusters: dict[str, list[Any]] = {}
-    for inst in found:
-        clusters.setdefault(inst.labels.get(LABEL_CLUSTER, "?"), []).append(inst)
+    clusters: dict[str, list[Node]] = {}
+    for node in project_nodes(clients, project):
+        clusters.setdefault(node.labels.get(LABEL_CLUSTER, "?"), []).append(node)
     rows = []
-    for name, insts in sorted(clusters.items()):
-        nodes = [_node(name, i) for i in insts]
+    for name, nodes in sorted(clusters.items()):
         states: dict[str, int] = {}
         for n in nodes:
             states[n.status] = states.get(n.status, 0) + 1

@@ -15,34 +15,13 @@ from typing import Any
 from gcpgpu import catalog
 from gcpgpu.resources import render
 
+from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
 
-LABEL_CLUSTER = "gcpgpu-cluster"
-LABEL_RANK = "gcpgpu-rank"
-LABEL_MANAGED = "gcpgpu-managed"
-MARK = "gcpgpu:cluster="
 GPU_NIC_CIDR = "10.{base}.{i}.0/24"  # one /24 per GPU NIC network (SkyPilot uses 10.129.i.0/24 likewise)
 # The range IAP TCP forwarding connects from (Google's IAP guide "Using IAP for TCP forwarding",
 # section "create a firewall rule"; read here through public Terraform that cites it).
 IAP_RANGE = "35.235.240.0/20"
-
-
-def marker(cluster: str) -> str:
-    """The description marker that says a label-less resource belongs to `cluster`."""
-    return f"{MARK}{cluster}"
-
-
-def node_name(cluster: str, rank: int) -> str:
-    return f"{cluster}-{rank}"
-
-
-def rank_of(cluster: str, instance_name: str) -> int | None:
-    suffix = instance_name[len(cluster) + 1:] if instance_name.startswith(cluster + "-") else ""
-    return int(suffix) if suffix.isdigit() else None
-
-
-def network_tag(cluster: str) -> str:
-    return f"gcpgpu-{cluster}"
 
 
 def iap_ssh_firewall(cluster: str, project: str, network: str) -> dict:
@@ -144,9 +123,6 @@ class Plan:
         self.instance_properties["resourcePolicies"] = [link.rsplit("/", 1)[-1] for link in links]
         self.notes.append(f"reservation {self.spec.reservation} carries placement policy "
                           f"{', '.join(x.rsplit('/', 1)[-1] for x in links)}: the nodes use it, gcpgpu creates none")
-
-    def reservation_body(self) -> dict | None:
-        return self.reservation
 
     def resources(self) -> list[dict]:
         """One row per resource, for `cluster plan` and `up --dry-run`."""

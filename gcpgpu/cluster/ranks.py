@@ -5,45 +5,35 @@ write labels the same way: `set_labels`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gcpgpu.gcp.operations import call, parallel, wait_all
-
-from .observe import list_nodes, observe_nodes, observe_nodes_by_name
-from .plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, Plan, rank_of
-
-if TYPE_CHECKING:
-    from .apply import Cluster
+from .names import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, rank_of
+from .observe import Node, observe_nodes, observe_nodes_by_name
+from .plan import Plan
+from .session import Session
 
 
-def set_labels(cluster: Cluster, items: list[tuple[str, str, dict[str, str], str]]) -> None:
-    """instances.setLabels on each (zone, instance, labels, label fingerprint) in parallel; wait for all,
-    raise the first error."""
+def set_labels(session: Session, items: list[tuple[Node, dict[str, str]]]) -> None:
+    """instances.setLabels on each (node, its new labels) in parallel, under the node's label fingerprint."""
     from google.cloud import compute_v1
 
-    def one(item: tuple[str, str, dict[str, str], str]) -> Any:
-        zone, name, labels, fingerprint = item
-        return call(cluster.c("InstancesClient").set_labels, {
-            "project": cluster.project, "zone": zone, "instance": name,
+    from gcpgpu.gcp.operations import call
+
+    def one(item: tuple[Node, dict[str, str]]) -> Any:
+        node, labels = item
+        return call(session.client("InstancesClient").set_labels, {
+            "project": session.project, "zone": node.zone, "instance": node.name,
             "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
-                labels=labels, label_fingerprint=fingerprint)})
+                labels=labels, label_fingerprint=node.label_fingerprint)})
 
-    ops = parallel(one, items)
-    for r in ops:
-        if isinstance(r, BaseException):
-            raise r
-    errors = [e for e in wait_all(cluster.clients, cluster.project, ops) if e is not None]
-    if errors:
-        raise errors[0]
+    session.batch(one, items)
 
 
-def label_new(cluster: Cluster, plan: Plan, zone: str, names: list[str]) -> None:
+def label_new(session: Session, plan: Plan, names: list[str]) -> None:
     """bulkInsert gives every VM the same labels; each new node's rank (its name's number) is set right after."""
-    nodes = {i.name: i for i in list_nodes(cluster.clients, cluster.project, f"labels.{LABEL_CLUSTER} = {plan.name}")}
-    todo = [nodes[n] for n in names if n in nodes]
-    cluster.report.step("labels", f"Labelling {len(todo)} node(s) with their rank")
-    set_labels(cluster, [(zone, i.name, {**dict(i.labels), LABEL_RANK: str(rank_of(plan.name, i.name))},
-                          i.label_fingerprint) for i in todo])
+    todo = [n for n in observe_nodes(session.clients, session.project, plan.name) if n.name in set(names)]
+    session.report.step("labels", f"Labelling {len(todo)} node(s) with their rank")
+    set_labels(session, [(n, {**n.labels, LABEL_RANK: str(rank_of(plan.name, n.name))}) for n in todo])
 
 
 def repair_ranks(plan: Plan, labelled: dict[str, str | None]) -> dict[str, int]:
@@ -73,13 +63,13 @@ def repair_ranks(plan: Plan, labelled: dict[str, str | None]) -> dict[str, int]:
     return out
 
 
-def repair(cluster: Cluster, plan: Plan) -> bool:
+def repair(session: Session, plan: Plan) -> bool:
     """Every planned node carries the cluster's labels and a rank of its own (after a kill between
     bulkInsert and the rank labels, a hand edit, or two nodes claiming one rank); ranks that already
     form a valid set are kept whatever their order (fabric order differs from names). True if any
     label changed."""
-    found = {n.name: n for n in observe_nodes(cluster.clients, cluster.project, plan.name)}
-    found.update({n.name: n for n in observe_nodes_by_name(cluster.clients, cluster.project, plan.name)
+    found = {n.name: n for n in observe_nodes(session.clients, session.project, plan.name)}
+    found.update({n.name: n for n in observe_nodes_by_name(session.clients, session.project, plan.name)
                   if n.name not in found})
     ranks = repair_ranks(plan, {name: found[name].labels.get(LABEL_RANK) for name in plan.node_names
                                 if name in found})
@@ -88,10 +78,10 @@ def repair(cluster: Cluster, plan: Plan) -> bool:
         node = found[name]
         want = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true", LABEL_RANK: str(rank)}
         if any(node.labels.get(k) != v for k, v in want.items()):
-            todo.append((node.zone, node.name, {**node.labels, **want}, node.label_fingerprint))
+            todo.append((node, {**node.labels, **want}))
     if not todo:
         return False
-    cluster.report.step("repair", f"Repairing the labels of {len(todo)} node(s): "
-                                  + ", ".join(name for _z, name, _l, _f in todo[:5]))
-    set_labels(cluster, todo)
+    session.report.step("repair", f"Repairing the labels of {len(todo)} node(s): "
+                                  + ", ".join(node.name for node, _labels in todo[:5]))
+    set_labels(session, todo)
     return True

@@ -16,11 +16,10 @@ from gcpgpu.errors import UsageProblem
 from gcpgpu.specfile import load_spec_file
 from gcpgpu.specfile import parse_duration as parse_duration
 
-RFC1035 = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+from .names import RFC1035, check_cluster_name
+
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-# The longest suffix we add to a cluster's name is "-gpunet-8" / "-internal" (9 chars) or "-NNNN".
-MAX_NAME = 40
 FLEX_START_SECONDS = (600, 604800)  # Cluster Toolkit's bounds for maxRunDuration: 10 min .. 7 days
 # How long a flex-start request may wait for capacity (Instance.params.requestValidForDuration):
 # 0 = only if capacity is there now, else 90 s .. 2 h (gcp-facts section 10; the API field doc
@@ -80,11 +79,7 @@ class ClusterSpec:
     # -------------------------------------------------------------------- validation
     def validate(self, default_region: str | None = None, default_zone: str | None = None) -> ClusterSpec:
         """Check everything against the catalog and the rules GCP enforces; no API calls."""
-        if not isinstance(self.name, str) or not RFC1035.match(self.name) or len(self.name) > MAX_NAME:
-            raise UsageProblem(
-                f"NAME {self.name!r} must be 1-{MAX_NAME} characters of lowercase letters, digits and dashes, "
-                "starting with a letter and not ending with a dash (RFC 1035)"
-            )
+        check_cluster_name(self.name)
         mt = catalog.get_machine_type(self.machine_type)
         self.machine_type = mt.name
         if not isinstance(self.nodes, int) or self.nodes < 1:

@@ -16,31 +16,8 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import is_not_found
 from gcpgpu.gcp.operations import call, parallel, wait_all
 
+from .kinds import KINDS, Kind
 from .observe import Observed
-
-# (Observed list, client, scope argument, resource argument, words for people)
-ORDER = [
-    ("nodes", "InstancesClient", "zone", "instance", "node"),
-    ("reservations", "ReservationsClient", "zone", "reservation", "reservation"),
-    ("policies", "ResourcePoliciesClient", "region", "resource_policy", "placement policy"),
-    ("firewalls", "FirewallsClient", None, "firewall", "firewall rule"),
-    ("routers", "RoutersClient", "region", "router", "Cloud NAT router"),
-    ("subnets", "SubnetworksClient", "region", "subnetwork", "subnetwork"),
-    ("networks", "NetworksClient", None, "network", "network"),
-]
-
-
-def items_of(obs: Observed, kind: str) -> list[tuple[str | None, str]]:
-    """(zone or region or None, name) of every resource of one kind in `obs`."""
-    if kind == "nodes":
-        return [(n.zone, n.name) for n in obs.nodes]
-    if kind == "reservations":
-        return [(r["zone"], r["name"]) for r in obs.reservations]
-    if kind == "policies":
-        return [(p["region"], p["name"]) for p in obs.policies]
-    if kind in ("subnets", "routers"):
-        return [(s["region"], s["name"]) for s in getattr(obs, kind)]
-    return [(None, n) for n in getattr(obs, kind)]
 
 
 def one_line(exc: BaseException) -> str:
@@ -49,16 +26,17 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-def delete_batch(clients: Clients, project: str, client_name: str, scope: str | None, field_name: str,
+def delete_batch(clients: Clients, project: str, kind: Kind,
                  items: list[tuple[str | None, str]]) -> list[BaseException | None]:
-    """Delete items in parallel and wait for them; each item's error (None: deleted or already gone)."""
-    client = clients.compute(client_name)
+    """Delete (zone/region, name) items of one kind in parallel and wait for them; each item's error
+    (None: deleted or already gone)."""
+    client = clients.compute(kind.client)
 
     def delete(item: tuple[str | None, str]) -> Any:
         where, name = item
-        req: dict[str, Any] = {"project": project, field_name: name}
-        if scope:
-            req[scope] = where
+        req: dict[str, Any] = {"project": project, kind.field: name}
+        if kind.scope:
+            req[kind.scope] = where
         return call(client.delete, req)
 
     started = parallel(delete, items)
@@ -71,27 +49,24 @@ def delete_batch(clients: Clients, project: str, client_name: str, scope: str | 
 
 def delete_observed(clients: Clients, project: str, obs: Observed, step: Any = None) -> list[str]:
     """Delete everything in `obs` in dependency order; one line per resource left, [] when all are gone."""
-    failed: list[tuple[tuple, tuple[str | None, str], BaseException]] = []
-    for entry in ORDER:
-        kind, client_name, scope, field_name, word = entry
-        items = items_of(obs, kind)
+    failed: list[tuple[Kind, tuple[str | None, str], BaseException]] = []
+    for kind in KINDS:
+        items = kind.items(obs.of(kind))
         if not items:
             continue
         if step:
-            step(field_name, f"Deleting {len(items)} {word}(s)")
-        for item, err in zip(items, delete_batch(clients, project, client_name, scope, field_name, items),
-                             strict=True):
+            step(kind.field, f"Deleting {len(items)} {kind.word}(s)")
+        for item, err in zip(items, delete_batch(clients, project, kind, items), strict=True):
             if err is not None:
-                failed.append((entry, item, err))
+                failed.append((kind, item, err))
     # Once more, in the same order, for what failed: a resource in use (resourceInUseByAnotherResource)
     # by something deleted since, or a passing error.
-    left: list[tuple[tuple, tuple[str | None, str], BaseException]] = []
-    for entry in ORDER:
-        batch = [f for f in failed if f[0] is entry]
+    left: list[tuple[Kind, tuple[str | None, str], BaseException]] = []
+    for kind in KINDS:
+        batch = [f for f in failed if f[0] is kind]
         if not batch:
             continue
-        _kind, client_name, scope, field_name, _word = entry
-        errs = delete_batch(clients, project, client_name, scope, field_name, [f[1] for f in batch])
+        errs = delete_batch(clients, project, kind, [f[1] for f in batch])
         left += [(f[0], f[1], e) for f, e in zip(batch, errs, strict=True) if e is not None]
-    return [f"{entry[4]} {name}" + (f" ({where})" if where else "") + f": {one_line(err)}"
-            for entry, (where, name), err in left]
+    return [f"{kind.word} {name}" + (f" ({where})" if where else "") + f": {one_line(err)}"
+            for kind, (where, name), err in left]

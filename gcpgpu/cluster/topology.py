@@ -10,14 +10,11 @@ rank 0 stays rank 0 and a cluster already in order is left as it is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .names import LABEL_RANK
 from .observe import Node, observe_nodes
-from .plan import LABEL_RANK, Plan
+from .plan import Plan
 from .ranks import set_labels
-
-if TYPE_CHECKING:
-    from .apply import Cluster
+from .session import Session
 
 
 def topology_order(nodes: list[Node]) -> list[Node]:
@@ -42,22 +39,21 @@ def subblocks_spanned(nodes: list[Node]) -> list[tuple[str, str]]:
     return sorted({(n.block, n.subblock) for n in nodes if n.block and n.subblock})
 
 
-def rank_by_topology(cluster: Cluster, plan: Plan, nodes: list[Node]) -> list[Node]:
+def rank_by_topology(session: Session, plan: Plan, nodes: list[Node]) -> list[Node]:
     """Relabel ranks in fabric order and warn when the cluster spans blocks. `up` calls it only when it
     added nodes (never under a running job's feet). Returns the nodes as labelled now."""
     ordered = topology_order(nodes)
     blocks = blocks_spanned(nodes)
     if blocks:
-        cluster.report.note(f"fabric: {len(nodes)} node(s) in {len(subblocks_spanned(nodes))} sub-block(s) of "
+        session.report.note(f"fabric: {len(nodes)} node(s) in {len(subblocks_spanned(nodes))} sub-block(s) of "
                             f"{len(blocks)} block(s)")
     if len(blocks) > 1:
-        cluster.report.note(f"warning: cluster {plan.name} spans {len(blocks)} blocks; traffic between them "
+        session.report.note(f"warning: cluster {plan.name} spans {len(blocks)} blocks; traffic between them "
                             "crosses the optical layer (slower than within a block)")
     moved = [(rank, n) for rank, n in enumerate(ordered) if n.rank != rank]
     if not moved:
         return nodes
-    cluster.report.step("labels", f"Ordering ranks by sub-block and block ({len(moved)} node(s) relabelled)")
-    set_labels(cluster, [(n.zone, n.name, {**n.labels, LABEL_RANK: str(rank)}, n.label_fingerprint)
-                         for rank, n in moved])
+    session.report.step("labels", f"Ordering ranks by sub-block and block ({len(moved)} node(s) relabelled)")
+    set_labels(session, [(n, {**n.labels, LABEL_RANK: str(rank)}) for rank, n in moved])
     want = set(plan.node_names)
-    return [n for n in observe_nodes(cluster.clients, cluster.project, plan.name) if n.name in want]
+    return [n for n in observe_nodes(session.clients, session.project, plan.name) if n.name in want]

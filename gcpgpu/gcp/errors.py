@@ -8,9 +8,9 @@ operation's error protos with `code`). Sources: shared/reference/gcp-facts.md se
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from gcpgpu.errors import entry_text, error_entries, is_google_error
 
 # Try another zone: the zone is out of what we asked for (SkyPilot's table, plus the _WITH_DETAILS
 # variant SkyPilot once missed).
@@ -52,18 +52,9 @@ class Failure:
     quota_region: str | None = None
 
 
-def _field(err: Any, name: str) -> Any:
-    return err.get(name) if isinstance(err, Mapping) else getattr(err, name, None)
-
-
 def reasons_of(exc: BaseException) -> list[str]:
     """Every reason/code string the error carries."""
-    out = []
-    for err in list(getattr(exc, "errors", None) or ()):
-        for key in ("reason", "code"):
-            value = _field(err, key)
-            if isinstance(value, str) and value:
-                out.append(value)
+    out = [v for err in error_entries(exc) for key in ("reason", "code") if (v := entry_text(err, key))]
     reason = getattr(exc, "reason", None)
     if isinstance(reason, str) and reason:
         out.append(reason)
@@ -71,9 +62,8 @@ def reasons_of(exc: BaseException) -> list[str]:
 
 
 def message_of(exc: BaseException) -> str:
-    for err in list(getattr(exc, "errors", None) or ()):
-        msg = _field(err, "message")
-        if isinstance(msg, str) and msg:
+    for err in error_entries(exc):
+        if msg := entry_text(err, "message"):
             return " ".join(msg.split())
     return " ".join(str(getattr(exc, "message", None) or exc).split())
 
@@ -114,8 +104,6 @@ def classify_reasons(reasons: tuple[str, ...], message: str, code: int | None, *
 
 
 def is_transient(exc: BaseException) -> bool:
-    from gcpgpu.errors import is_google_error
-
     return is_google_error(exc) and classify(exc).kind == "transient"
 
 

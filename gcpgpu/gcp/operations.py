@@ -95,6 +95,35 @@ def wait_all(clients: Clients, project: str, ops: Iterable[Any], timeout: float 
         return list(pool.map(one, ops))
 
 
+def raise_first(results: list[Any]) -> list[Any]:
+    """`results` (of parallel() or wait_all()) unchanged, or the first exception among them raised."""
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
+def start_all(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """Start fn(item) for every item in parallel; the operations, or the first error raised."""
+    return raise_first(parallel(fn, items))
+
+
+def finish_all(clients: Clients, project: str, ops: Iterable[Any]) -> None:
+    """Wait for every operation to end, then raise the first one's error, if any."""
+    raise_first(wait_all(clients, project, ops))
+
+
+def batch(clients: Clients, project: str, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """The batch idiom: start fn(item) for every item in parallel, wait for every operation that started,
+    then raise the first error (a call's or an operation's). Waiting even after a failed call means
+    that whatever the batch did create exists by the time the caller cleans up."""
+    started = parallel(fn, items)
+    ops = [r for r in started if not isinstance(r, BaseException)]
+    failed = [r for r in started if isinstance(r, BaseException)]
+    raise_first(failed + [e for e in wait_all(clients, project, ops) if e is not None])
+    return ops
+
+
 def parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
     """Run fn over items on a bounded thread pool, preserving order; exceptions are returned, not raised."""
     items = list(items)

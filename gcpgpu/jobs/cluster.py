@@ -17,11 +17,11 @@ import time
 from typing import Any
 
 from gcpgpu import catalog, nccl
-from gcpgpu.cluster.observe import list_nodes
-from gcpgpu.cluster.plan import LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, rank_of
+from gcpgpu.cluster.names import LABEL_CLUSTER
+from gcpgpu.cluster.observe import Node, guest_attributes, project_nodes, ranked_nodes
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.gcp.operations import call, parallel, wait_all
+from gcpgpu.gcp.operations import batch, call, parallel
 from gcpgpu.resources import render
 
 from . import ids
@@ -46,21 +46,8 @@ def log_filter(project: str, jid: ids.JobId) -> str:
             f'jsonPayload.container.name="/{container_name(jid.job)}"')
 
 
-def _zone(inst: Any) -> str:
-    return inst.zone.rsplit("/", 1)[-1]
-
-
-def _rank(cluster: str, inst: Any) -> int | None:
-    label = dict(inst.labels).get(LABEL_RANK)
-    return int(label) if label and label.isdigit() else rank_of(cluster, inst.name)
-
-
-def _items(inst: Any) -> dict[str, str]:
-    return {item.key: item.value for item in inst.metadata.items}
-
-
-def _job_of(inst: Any) -> dict | None:
-    raw = _items(inst).get("gcpgpu-job")
+def _job_of(node: Node) -> dict | None:
+    raw = node.metadata.get("gcpgpu-job")
     if not raw:
         return None
     try:
@@ -70,32 +57,12 @@ def _job_of(inst: Any) -> dict | None:
     return job if isinstance(job, dict) and "id" in job else None
 
 
-def nodes_of(clients: Clients, project: str, cluster: str) -> list[Any]:
-    """The cluster's instances in rank order (one aggregatedList)."""
-    found = list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}")
-    ranked = [(r, inst) for inst in found if (r := _rank(cluster, inst)) is not None]
-    return [inst for _r, inst in sorted(ranked, key=lambda p: p[0])]
-
-
-def guest_attributes(clients: Clients, project: str, inst: Any, namespace: str = "gcpgpu") -> dict[str, str]:
-    """What the node reported under NAMESPACE/ (gcpgpu: its job agent; gcpgpu-node: its startup
-    script), {} when it reported nothing."""
-    from google.api_core import exceptions
-
-    try:
-        got = clients.compute("InstancesClient").get_guest_attributes(
-            request={"project": project, "zone": _zone(inst), "instance": inst.name, "query_path": f"{namespace}/"})
-    except (exceptions.NotFound, exceptions.BadRequest):
-        return {}  # nothing reported yet (or guest attributes off on an old node)
-    return {item.key: item.value for item in got.query_value.items if item.namespace == namespace}
-
-
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[ids.JobId, dict]:
     """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan."""
-    nodes = nodes_of(clients, project, cluster)
+    nodes = ranked_nodes(clients, project, cluster)
     if not nodes:
         raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
-    machine = catalog.get_machine_type(nodes[0].machine_type.rsplit("/", 1)[-1])
+    machine = catalog.get_machine_type(nodes[0].machine_type)
     if job.machine is not None and job.machine.name != machine.name:
         raise UsageProblem(f"--machine-type {job.machine.name} does not match cluster {cluster}, whose nodes are "
                            f"{machine.name}; drop --machine-type")
@@ -129,7 +96,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
         mounts = [host_lib, *(p for p in mounts if not p.startswith(host_lib + "/"))]
     image = job.image
     if job.spec.image is None:  # the default image, from the Artifact Registry of the cluster's region
-        image = DEFAULT_IMAGE.format(region=_zone(chosen[0]).rsplit("-", 1)[0], project=project.replace(":", "/"))
+        image = DEFAULT_IMAGE.format(region=chosen[0].region, project=project.replace(":", "/"))
     buckets, node_dirs = output_mounts(job.spec.output_dir)
     record = {
         "id": job_id, "name": job.name, "cluster": cluster, "image": image, "command": job.command,
@@ -142,7 +109,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
     jid = ids.JobId("cluster", cluster=cluster, job=job_id)
     return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
                  "machine_type": machine.name, "master": f"{record['master_addr']}:{MASTER_PORT}", "image": image,
-                 "provisioning": chosen[0].scheduling.provisioning_model or "STANDARD"}
+                 "provisioning": chosen[0].provisioning}
 
 
 def output_mounts(output_dir: str | None) -> tuple[list[str], list[str]]:
@@ -163,11 +130,9 @@ def run_key(job_id: str, attempt: int) -> str:
     return job_id if attempt == 0 else f"{job_id}-r{attempt}"
 
 
-def deliver(clients: Clients, project: str, record: dict, chosen: list[Any]) -> None:
+def deliver(clients: Clients, project: str, record: dict, chosen: list[Node]) -> None:
     """Put `record` (a job attempt) on `chosen` in rank order: metadata with the agent, rank and rendezvous."""
-    from google.cloud import compute_v1
-
-    master = chosen[0].network_interfaces[0].network_i_p if chosen[0].network_interfaces else ""
+    master = chosen[0].internal_ip
     if not master:
         raise CloudError(f"node {chosen[0].name} has no internal IP yet; try again in a moment")
     record["master_addr"] = master
@@ -180,14 +145,14 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Any]) -> 
     rxdm = catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
     record["rxdm"] = rxdm.rxdm_image if rxdm else None
 
-    def put(pair: tuple[int, Any]) -> Any:
-        rank, inst = pair
+    def put(pair: tuple[int, Node]) -> Any:
+        rank, node = pair
         agent = render("job_agent.sh.j2", job_id=run, container=container_name(str(record["id"])), rank=rank,
                        nnodes=want, master_addr=master, master_port=MASTER_PORT, image=record["image"],
                        command=record["command"], args=record["args"], env=record["env"], mounts=record["mounts"],
                        gcs_buckets=record.get("gcs_buckets") or [], node_dirs=record.get("node_dirs") or [],
                        timeout=record.get("timeout") or 0, rxdm=rxdm, rxdm_wait=RXDM_WAIT_S)
-        items = {k: v for k, v in _items(inst).items() if k not in JOB_KEYS}
+        items = {k: v for k, v in node.metadata.items() if k not in JOB_KEYS}
         items.update({
             "enable-guest-attributes": "TRUE",  # how the agent reports its state
             "gcpgpu-job": json.dumps(record, sort_keys=True),
@@ -199,25 +164,22 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Any]) -> 
             # Last: the node's watcher wakes on this key and then reads the others.
             "gcpgpu-job-id": run,
         })
-        metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
-                                       items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
-        return call(clients.compute("InstancesClient").set_metadata, {
-            "project": project, "zone": _zone(inst), "instance": inst.name, "metadata_resource": metadata})
+        return _set_metadata(clients, project, node, items)
 
-    _apply(clients, project, list(enumerate(chosen)), put)
+    batch(clients, project, put, list(enumerate(chosen)))
 
 
-def _apply(clients: Clients, project: str, work: list[Any], fn: Any) -> None:
-    ops = parallel(fn, work)
-    errors = [op for op in ops if isinstance(op, BaseException)]
-    if errors:
-        raise errors[0]
-    failed = [e for e in wait_all(clients, project, ops) if e is not None]
-    if failed:
-        raise failed[0]
+def _set_metadata(clients: Clients, project: str, node: Node, items: dict[str, str]) -> Any:
+    """Start replacing the node's metadata with `items`, under the fingerprint it was read with."""
+    from google.cloud import compute_v1
+
+    metadata = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,
+                                   items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+    return call(clients.compute("InstancesClient").set_metadata, {
+        "project": project, "zone": node.zone, "instance": node.name, "metadata_resource": metadata})
 
 
-def _busy(clients: Clients, project: str, nodes: list[Any]) -> tuple[str, str] | None:
+def _busy(clients: Clients, project: str, nodes: list[Node]) -> tuple[str, str] | None:
     """(node, job) for a node whose current job has not ended, else None."""
     holding = [(inst, job) for inst in nodes if (job := _job_of(inst)) is not None]
     if not holding:
@@ -227,7 +189,7 @@ def _busy(clients: Clients, project: str, nodes: list[Any]) -> tuple[str, str] |
         if isinstance(report, BaseException):
             raise report
         run = run_of(job)
-        cancelled = _items(inst).get("gcpgpu-job-cancel") == run
+        cancelled = inst.metadata.get("gcpgpu-job-cancel") == run
         if report.get("job-id") == run and report.get("state") in ACTIVE and not cancelled:
             return inst.name, str(job["id"])
     return None
@@ -243,8 +205,8 @@ def record_of(clients: Clients, project: str, jid: ids.JobId) -> dict:
     return max((job for _i, job in _job_nodes(clients, project, jid)), key=lambda j: int(j.get("attempt") or 0))
 
 
-def _job_nodes(clients: Clients, project: str, jid: ids.JobId) -> list[tuple[Any, dict]]:
-    nodes = nodes_of(clients, project, jid.cluster or "")
+def _job_nodes(clients: Clients, project: str, jid: ids.JobId) -> list[tuple[Node, dict]]:
+    nodes = ranked_nodes(clients, project, jid.cluster or "")
     if not nodes:
         raise CloudError(f"no cluster named {jid.cluster} in project {project}: its job {jid.job} went with it")
     mine = [(inst, job) for inst in nodes if (job := _job_of(inst)) is not None and job["id"] == jid.job]
@@ -268,20 +230,20 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
         ours = report.get("job-id") == run
         state = report.get("state") if ours else None
         if state is None:
-            cancelled = _items(inst).get("gcpgpu-job-cancel") == run
+            cancelled = inst.metadata.get("gcpgpu-job-cancel") == run
             state = "CANCELLED" if cancelled and inst.status != "RUNNING" else "UNKNOWN"
         lost = inst.status != "RUNNING" and state in ("PENDING", "RUNNING", "UNKNOWN")
         if lost:  # the node went away under the job (preempted, host error, deleted): its agent went with it
             state = "FAILED"
         code = report.get("exit-code") if ours else None
         rows.append({
-            "node": inst.name, "rank": int(_items(inst).get("gcpgpu-node-rank", "-1")), "state": state,
+            "node": inst.name, "rank": int(inst.metadata.get("gcpgpu-node-rank", "-1")), "state": state,
             "exit_code": int(code) if code not in (None, "") and code.lstrip("-").isdigit() else None,
             "started": report.get("started") if ours else None, "ended": report.get("ended") if ours else None,
             "message": f"node is {inst.status}: lost while the job ran" if lost else
             (report.get("message") or None) if ours else
             ("no report from the node's job agent yet" if inst.status == "RUNNING" else f"node is {inst.status}"),
-            "node_status": inst.status, "zone": _zone(inst),
+            "node_status": inst.status, "zone": inst.zone,
         })
     rows.sort(key=lambda r: r["rank"])
     job = newest
@@ -324,31 +286,24 @@ def aggregate(states: list[str]) -> str:
 def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = False) -> None:
     """Ask every node of the job to stop it (metadata gcpgpu-job-cancel); the agents do the stopping.
     With only_running, the nodes that are RUNNING (a recovery stops the survivors of a lost node)."""
-    from google.cloud import compute_v1
-
     mine = [(i, j) for i, j in _job_nodes(clients, project, jid) if not only_running or i.status == "RUNNING"]
 
-    def put(pair: tuple[Any, dict]) -> Any:
-        inst, _job = pair
-        items = _items(inst)
-        items["gcpgpu-job-cancel"] = run_of(_job)
-        metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint,
-                                       items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
-        return call(clients.compute("InstancesClient").set_metadata, {
-            "project": project, "zone": _zone(inst), "instance": inst.name, "metadata_resource": metadata})
+    def put(pair: tuple[Node, dict]) -> Any:
+        node, job = pair
+        return _set_metadata(clients, project, node, {**node.metadata, "gcpgpu-job-cancel": run_of(job)})
 
-    _apply(clients, project, mine, put)
+    batch(clients, project, put, mine)
 
 
 def list_jobs(clients: Clients, project: str) -> list[dict]:
     """The job on each gcpgpu cluster's nodes (the latest one; earlier jobs leave no trace on the nodes)."""
-    insts = list_nodes(clients, project, f"labels.{LABEL_MANAGED} = true")
-    jobs: dict[tuple[str, str], tuple[dict, list[Any]]] = {}
+    insts = project_nodes(clients, project)
+    jobs: dict[tuple[str, str], tuple[dict, list[Node]]] = {}
     for inst in insts:
         job = _job_of(inst)
         if job is None:
             continue
-        cluster = dict(inst.labels).get(LABEL_CLUSTER, "?")
+        cluster = inst.labels.get(LABEL_CLUSTER, "?")
         jobs.setdefault((cluster, str(job["id"])), (job, []))[1].append(inst)
     rows = []
     for (cluster, job_id), (job, insts_) in sorted(jobs.items()):

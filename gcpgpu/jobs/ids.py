@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gcpgpu.cluster.names import NAME_PATTERN
 from gcpgpu.errors import UsageProblem
 
 _VERTEX_SHORT = re.compile(r"^vertex:([a-z]+-[a-z]+\d+):(\d{1,20})$")
 _VERTEX_FULL = re.compile(r"^projects/([^/]+)/locations/([a-z]+-[a-z]+\d+)/customJobs/(\d{1,20})$")
-_CLUSTER = re.compile(r"^cluster:([a-z](?:[-a-z0-9]{0,38}[a-z0-9])?):([a-z](?:[-a-z0-9]{0,62}[a-z0-9])?)$")
+_CLUSTER = re.compile(rf"^cluster:({NAME_PATTERN}):([a-z](?:[-a-z0-9]{{0,62}}[a-z0-9])?)$")
+# A Vertex AI custom job's number alone, or inside its full name (metrics --job, the reporter's --job).
+VERTEX_NUMBER = re.compile(r"^(?:projects/[^/]+/locations/[^/]+/customJobs/)?(\d{1,25})$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,15 @@ def parse(text: str) -> JobId:
         return JobId("cluster", cluster=m.group(1), job=m.group(2))
     raise UsageProblem(f"JOB {text!r} is not a job id: use what 'gcpgpu job submit' printed, e.g. "
                        "vertex:us-central1:1234567890, projects/P/locations/L/customJobs/ID or cluster:NAME:JOB")
+
+
+def check_vertex_number(value: str) -> str:
+    """A Vertex AI custom job's numeric id, from the id or its full resource name."""
+    match = VERTEX_NUMBER.match((value or "").strip())
+    if not match:
+        raise UsageProblem(f"--job {value!r} is not a Vertex AI custom job: give its numeric id or "
+                           "projects/PROJECT/locations/REGION/customJobs/ID")
+    return match.group(1)
 
 
 def vertex(name: str) -> JobId:

@@ -27,8 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcpgpu.cluster.apply import Cluster, NoCapacity, Reporter
-from gcpgpu.cluster.observe import observe_nodes
+from gcpgpu.cluster.apply import Cluster, NoCapacity
+from gcpgpu.cluster.names import node_name
+from gcpgpu.cluster.observe import observe_nodes, ranked_nodes
+from gcpgpu.cluster.session import Reporter
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 
@@ -92,8 +94,6 @@ class Follower:
 
     def _gone(self, state: dict) -> list[dict]:
         """Ranks of the job whose node no longer exists (a VM whose termination action is DELETE)."""
-        from gcpgpu.cluster.plan import node_name
-
         present = {r["rank"] for r in state["per_node"]}
         zone = state["per_node"][0]["zone"] if state["per_node"] else ""
         return [{"node": node_name(self.jid.cluster or "", rank), "rank": rank, "node_status": "DELETED",
@@ -111,7 +111,7 @@ class Follower:
         spec = self._cluster_spec()
         zone = lost[0]["zone"]
         self._rebuild(spec, names, zone)
-        nodes = cluster_jobs.nodes_of(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
+        nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
         if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
             raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
                              f"see 'gcpgpu cluster status {self.jid.cluster}'")
@@ -164,12 +164,10 @@ class Follower:
 
     def _cluster_spec(self) -> Any:
         """The spec the cluster was brought up with, as its nodes carry it (metadata gcpgpu-spec)."""
-        from gcpgpu.cluster.observe import list_nodes
-        from gcpgpu.cluster.plan import LABEL_CLUSTER
         from gcpgpu.cluster.spec import ClusterSpec
 
-        for inst in list_nodes(self.clients, self.project, f"labels.{LABEL_CLUSTER} = {self.jid.cluster}"):
-            raw = {i.key: i.value for i in inst.metadata.items}.get("gcpgpu-spec")
+        for node in observe_nodes(self.clients, self.project, self.jid.cluster or ""):
+            raw = node.metadata.get("gcpgpu-spec")
             if raw:
                 known = set(ClusterSpec.__dataclass_fields__)  # a newer or older gcpgpu's extra keys are left out
                 return ClusterSpec(**{k: v for k, v in json.loads(raw).items() if k in known})
@@ -184,7 +182,7 @@ class Follower:
         gone = [n for n in observe_nodes(self.clients, self.project, spec.name) if n.name in lost]
         if gone:
             self.report.step("delete", f"Deleting lost node(s) {', '.join(n.name for n in gone)}")
-            up._delete_instances([(n.zone, n.name) for n in gone])
+            up.delete_nodes(gone)
         zones = list(spec.zones)
         later = zones[zones.index(zone) + 1:] if zone in zones else []
         try:
@@ -197,7 +195,7 @@ class Follower:
         # keeps a cluster in one zone); its checkpoints are in Cloud Storage, not on the nodes.
         rest = observe_nodes(self.clients, self.project, spec.name)
         self.report.step("move", f"{zone} has no capacity: moving cluster {spec.name} to {', '.join(later)}")
-        up._delete_instances([(n.zone, n.name) for n in rest])
+        up.delete_nodes(rest)
         spec.zones = later
         up.up(plan(spec, self.project))
 

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from gcpgpu import catalog, specfile
+from gcpgpu.cluster.names import check_cluster_name
 from gcpgpu.errors import UsageProblem
 
 TARGETS = ("vertex", "cluster")
 STRATEGIES = ("standard", "spot", "flex-start")
 RESTARTS = ("default", "never", "on-worker-restart")
 NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
-CLUSTER_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVATION_PATH = re.compile(r"^projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-z])/reservations/([a-z](?:[-a-z0-9]*[a-z0-9])?)$")
 RESERVATION_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
@@ -141,9 +141,7 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         raise UsageProblem("say where the job runs: --vertex (Vertex AI custom job) or --cluster NAME "
                            "(a gcpgpu cluster's VMs)")
     if target == "cluster":
-        if not spec.cluster or not CLUSTER_NAME.match(spec.cluster):
-            raise UsageProblem(f"--cluster {spec.cluster!r} is not a cluster name (lowercase letters, digits and "
-                               "dashes; see 'gcpgpu cluster list')")
+        check_cluster_name(spec.cluster, "--cluster")
     elif spec.cluster:
         raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
     name = spec.name or "train"

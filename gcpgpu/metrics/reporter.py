@@ -287,12 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: {message}", file=sys.stderr)
         return 2
 
-    from .target import check_cluster_name, check_job_id
+    from gcpgpu.jobs.ids import check_vertex_number
+
+    from .target import check_cluster_name
 
     try:
         if bool(args.cluster) == bool(args.job):
             return usage("give exactly one of --cluster NAME or --job ID (or set GCPGPU_CLUSTER / CLOUD_ML_JOB_ID)")
-        kind, name = ("cluster", check_cluster_name(args.cluster)) if args.cluster else ("job", check_job_id(args.job))
+        kind, name = ("cluster", check_cluster_name(args.cluster)) if args.cluster else ("job", check_vertex_number(args.job))
     except Exception as e:  # UsageProblem: one line, exit 2
         return usage(str(getattr(e, "message", e)))
     if args.interval < MIN_INTERVAL_S:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gcpgpu.errors import CloudError, UsageProblem
 
@@ -19,25 +19,12 @@ if TYPE_CHECKING:
     from gcpgpu.catalog import MachineType
     from gcpgpu.gcp.clients import Clients
 
-_CLUSTER = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
-_JOB = re.compile(r"^(?:projects/[^/]+/locations/[^/]+/customJobs/)?(\d{1,25})$")
-
 
 def check_cluster_name(name: str) -> str:
-    """A cluster name as `gcpgpu cluster up` allows it, or a UsageProblem naming the rule."""
-    if not _CLUSTER.match(name or ""):
-        raise UsageProblem(f"--cluster {name!r} is not a cluster name: 1-40 lowercase letters, digits and dashes, "
-                           "starting with a letter (see 'gcpgpu cluster list')")
-    return name
+    """A cluster name as `gcpgpu cluster up` allows it (the rule lives in cluster/names.py)."""
+    from gcpgpu.cluster.names import check_cluster_name as check
 
-
-def check_job_id(value: str) -> str:
-    """A Vertex AI custom job's numeric id, from the id or its full resource name."""
-    match = _JOB.match((value or "").strip())
-    if not match:
-        raise UsageProblem(f"--job {value!r} is not a Vertex AI custom job: give its numeric id or "
-                           "projects/PROJECT/locations/REGION/customJobs/ID")
-    return match.group(1)
+    return check(name, "--cluster")
 
 
 def pick(cluster: str | None, job: str | None) -> tuple[str, str]:
@@ -50,10 +37,11 @@ def pick(cluster: str | None, job: str | None) -> tuple[str, str]:
         raise UsageProblem("give exactly one of --cluster NAME or --job JOB")
     if cluster:
         return "cluster", check_cluster_name(cluster)
-    text = (job or "").strip()
-    if _JOB.match(text):
-        return "job", check_job_id(text)
     from gcpgpu.jobs import ids
+
+    text = (job or "").strip()
+    if ids.VERTEX_NUMBER.match(text):
+        return "job", ids.check_vertex_number(text)
 
     try:
         parsed = ids.parse(text)
@@ -142,21 +130,11 @@ def resolve(clients: Clients, project: str, kind: str, name: str) -> Target:
     if kind == "job":
         return Target("job", name, project)
     from gcpgpu.catalog import machine_types
-    from gcpgpu.cluster.observe import list_nodes
-    from gcpgpu.cluster.plan import LABEL_CLUSTER, LABEL_RANK
+    from gcpgpu.cluster.observe import observe_nodes
 
-    instances: list[Any] = list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {name}")
-    if not instances:
+    nodes = observe_nodes(clients, project, name)
+    if not nodes:
         raise CloudError(f"cluster {name!r} has no nodes in project {project} (see 'gcpgpu cluster list')")
-    members = []
-    for inst in instances:
-        rank = inst.labels.get(LABEL_RANK)
-        suffix = inst.name.rsplit("-", 1)[-1]
-        members.append(Member(
-            key=str(inst.id), name=inst.name,
-            rank=int(rank) if rank and rank.isdigit() else int(suffix) if suffix.isdigit() else None,
-            machine_type=inst.machine_type.rsplit("/", 1)[-1], zone=inst.zone.rsplit("/", 1)[-1],
-        ))
-    members.sort(key=lambda m: (m.rank is None, m.rank or 0, m.name))
+    members = [Member(key=n.id, name=n.name, rank=n.rank, machine_type=n.machine_type, zone=n.zone) for n in nodes]
     machine = machine_types().get(members[0].machine_type or "")
     return Target("cluster", name, project, members, machine)

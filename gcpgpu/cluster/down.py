@@ -1,0 +1,88 @@
+"""`down` and `down --nodes N` (shrink), each as one attempt (a Session holding the cluster's lease).
+
+down:   observe -> instances -> reservation -> placement policy -> firewalls -> NAT -> subnets ->
+        networks (kinds.KINDS order), tolerating what is already gone; then observe again to prove it.
+shrink: keep ranks 0..N-1 (whole sub-blocks, whatever their names), delete the rest, and write the
+        new size into the kept nodes' metadata so `status` does not report the others as missing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.operations import call
+
+from .kinds import NODES
+from .nat import settle as settle_nats
+from .observe import Node, Observed, observe, observe_nodes
+from .session import Session
+from .teardown import delete_observed
+
+
+def down(s: Session, name: str, keep_reservation: bool) -> Observed:
+    """Delete everything of cluster `name`; what was found. Raises one line per resource left."""
+    s.report.step("observe", f"Looking for resources of cluster {name} (by label, name and marker)")
+    obs = observe(s.clients, s.project, name)
+    if obs.empty:
+        s.report.note(f"nothing to delete: no resources of cluster {name} in project {s.project}")
+        return obs
+    s.report.note(f"found {obs.summary()}")
+    todo = copy.copy(obs)
+    if keep_reservation:
+        todo.reservations = []
+        if obs.reservations and obs.policies:
+            # A kept reservation holds its placement policy: GCP refuses to delete a policy in use.
+            s.report.note(f"keeping reservation(s) {', '.join(r['name'] for r in obs.reservations)} and the "
+                          f"placement policy they use ({', '.join(p['name'] for p in obs.policies)})")
+            todo.policies = []
+    todo.routers, nat_notes = settle_nats(s.clients, s.project, name, obs)
+    for line in nat_notes:
+        s.report.note(line)
+    with s.report.waiting(f"deleting cluster {name}"):
+        lines = delete_observed(s.clients, s.project, todo, s.report.step)
+    left = observe(s.clients, s.project, name)
+    left.routers = [r for r in left.routers if r in todo.routers]  # a NAT kept for other VMs is not "left"
+    if keep_reservation:
+        left.reservations = []
+        if obs.reservations:
+            left.policies = []
+    obs = copy.copy(obs)
+    obs.routers = todo.routers  # what was deleted: a NAT kept for other VMs is not reported as gone
+    named = " ".join(lines)
+    lines += [f"{what} {n}: still exists after down" for what, n in left.names() if f" {n}" not in f" {named}"]
+    if lines:
+        raise CloudError(f"cluster {name}: {len(lines)} resource(s) could not be deleted; run "
+                         f"'gcpgpu cluster down {name}' again once the cause is fixed:\n  " + "\n  ".join(lines))
+    return obs
+
+
+def shrink(s: Session, name: str, nodes: int) -> list[Node]:
+    """Keep ranks 0..nodes-1 and delete the rest; the shared resources stay. The nodes deleted."""
+    found = observe_nodes(s.clients, s.project, name)
+    gone = [n for n in found if n.rank is None or n.rank >= nodes]
+    if not gone:
+        s.report.note(f"cluster {name} has {len(found)} node(s): nothing to remove for --nodes {nodes}")
+        return []
+    s.report.step("instances", f"Deleting {len(gone)} node(s) beyond --nodes {nodes}: "
+                               f"{', '.join(n.name for n in gone[:5])}{' ...' if len(gone) > 5 else ''}")
+    with s.report.waiting("waiting for nodes to be deleted"):
+        s.delete(NODES, [(n.zone, n.name) for n in gone])
+    _set_size(s, [n for n in found if n not in gone], nodes)
+    return gone
+
+
+def _set_size(s: Session, kept: list[Node], nodes: int) -> None:
+    """The kept nodes' `gcpgpu-nodes` metadata says the new size."""
+    from google.cloud import compute_v1
+
+    def put(n: Node) -> Any:
+        items = {**n.metadata, "gcpgpu-nodes": str(nodes)}
+        return call(s.client("InstancesClient").set_metadata, {
+            "project": s.project, "zone": n.zone, "instance": n.name,
+            "metadata_resource": compute_v1.Metadata(
+                fingerprint=n.metadata_fingerprint,
+                items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])})
+
+    s.batch(put, kept)
