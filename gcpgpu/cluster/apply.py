@@ -17,11 +17,11 @@ from typing import Any
 from gcpgpu.errors import CloudError, is_google_error
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import Failure, classify, is_not_found
-from gcpgpu.gcp.operations import call, retrying
+from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
 from .kinds import NODES
-from .lease import Lease
+from .lease import Lease, LeaseLost
 from .observe import Node, Observed, observe, observe_nodes, observe_nodes_by_name
 from .plan import Plan
 from .ranks import label_new
@@ -86,10 +86,6 @@ class Cluster:
         with s.holding(name, "down", wait_for_lease):
             return teardown_verbs.shrink(s, name, nodes)
 
-    def delete_nodes(self, nodes: list[Node]) -> None:
-        """Delete these nodes (a recovery's lost ones), gone counting as deleted."""
-        self.session().delete(NODES, [(n.zone, n.name) for n in nodes])
-
     def status(self, name: str) -> Observed:
         return observe(self.clients, self.project, name)
 
@@ -120,8 +116,10 @@ def up(s: Session, plan: Plan) -> list[Node]:
         nodes = _wait_running(s, plan)
         # Fabric order only when the set of nodes or their ranks changed: never under a running job's feet.
         return rank_by_topology(s, plan, nodes) if missing or repaired else nodes
-    except KeyboardInterrupt:
-        raise  # everything is marked: a re-run resumes it, `down` removes it
+    except (KeyboardInterrupt, LeaseLost):
+        # Everything is marked: a re-run resumes it, `down` removes it. After a lost lease nothing
+        # may be rolled back either: a newer run may already have adopted what this one made.
+        raise
     except Exception:
         rollback(s, plan.name)
         raise
@@ -182,13 +180,13 @@ def _ensure_shared(s: Session, plan: Plan, obs: Observed) -> None:
     ops = []
     if plan.policy and plan.policy["name"] not in {p["name"] for p in obs.policies}:
         s.report.step("policy", f"Creating compact placement policy {plan.policy['name']} in {region}")
-        ops.append(call(s.client("ResourcePoliciesClient").insert, {
+        ops.append(s.call(s.client("ResourcePoliciesClient").insert, {
             "project": s.project, "region": region,
             "resource_policy_resource": s.owned("ResourcePolicy", plan.policy)}))
     new_nets = [n for n in plan.networks if n["name"] not in obs.networks]
     if new_nets:
         s.report.step("networks", f"Creating {len(new_nets)} GPU NIC network(s) (gVNIC, MTU {new_nets[0]['mtu']})")
-    ops += s.start(lambda n: call(s.client("NetworksClient").insert, {
+    ops += s.start(lambda n: s.call(s.client("NetworksClient").insert, {
         "project": s.project, "network_resource": s.owned("Network", n)}), new_nets)
     # The NAT sits on the primary network, which exists already: it goes with the first batch.
     nat_later = any(r["network"].rsplit("/", 1)[-1] in {n["name"] for n in new_nets} for r in plan.routers)
@@ -207,9 +205,9 @@ def _ensure_shared(s: Session, plan: Plan, obs: Observed) -> None:
     def insert(item: tuple[str, dict]) -> Any:
         kind, body = item
         if kind == "subnet":
-            return call(s.client("SubnetworksClient").insert, {
+            return s.call(s.client("SubnetworksClient").insert, {
                 "project": s.project, "region": region, "subnetwork_resource": s.owned("Subnetwork", body)})
-        return call(s.client("FirewallsClient").insert, {
+        return s.call(s.client("FirewallsClient").insert, {
             "project": s.project, "firewall_resource": s.owned("Firewall", body)})
 
     with s.report.waiting("waiting for subnetworks and firewall rules"):
@@ -234,7 +232,7 @@ def _ensure_nat(s: Session, plan: Plan, obs: Observed) -> list[Any]:
         return []
     s.report.step("nat", f"Creating Cloud Router {todo[0]['name']} with a Cloud NAT on {network} in "
                          f"{plan.region} (nodes have no external IP)")
-    return [call(s.client("RoutersClient").insert, {"project": s.project, "region": plan.region,
+    return [s.call(s.client("RoutersClient").insert, {"project": s.project, "region": plan.region,
                                                     "router_resource": s.owned("Router", todo[0])})]
 
 
@@ -266,7 +264,7 @@ def _try_zone(s: Session, plan: Plan, obs: Observed, missing: list[str], zone: s
         s.report.step("reservation", f"Creating reservation {plan.reservation['name']} "
                                      f"({plan.spec.nodes} x {plan.machine.name}) in {zone}")
         try:
-            s.wait(call(s.client("ReservationsClient").insert, {
+            s.wait(s.call(s.client("ReservationsClient").insert, {
                 "project": s.project, "zone": zone,
                 "reservation_resource": s.owned("Reservation", plan.reservation)}))
             made_reservation = plan.reservation["name"]
@@ -282,7 +280,7 @@ def _try_zone(s: Session, plan: Plan, obs: Observed, missing: list[str], zone: s
     s.report.step("instances", f"Creating {len(missing)} x {plan.machine.name} in {zone} (one instances.bulkInsert)")
     body = s.owned("BulkInsertInstanceResource", plan.bulk_insert_body(missing))
     try:
-        op = call(s.client("InstancesClient").bulk_insert, {
+        op = s.call(s.client("InstancesClient").bulk_insert, {
             "project": s.project, "zone": zone, "bulk_insert_instance_resource_resource": body})
         with s.report.waiting(f"waiting for bulkInsert in {zone}"):
             s.wait(op)
@@ -364,5 +362,5 @@ def rollback(s: Session, cluster: str) -> None:
     if mine.empty:
         return
     s.report.step("rollback", f"Removing what this attempt created ({mine.summary()})")
-    for line in delete_observed(s.clients, s.project, mine):
+    for line in delete_observed(s.clients, s.project, mine, fence=s.check_lease):
         s.report.note(f"cleanup incomplete: {line}")

@@ -41,7 +41,7 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
     for line in nat_notes:
         s.report.note(line)
     with s.report.waiting(f"deleting cluster {name}"):
-        lines = delete_observed(s.clients, s.project, todo, s.report.step)
+        lines = delete_observed(s.clients, s.project, todo, s.report.step, s.check_lease)
     left = observe(s.clients, s.project, name)
     left.routers = [r for r in left.routers if r in todo.routers]  # a NAT kept for other VMs is not "left"
     if keep_reservation:

@@ -36,6 +36,11 @@ class LeaseHeld(CloudError):
     """Another run holds the cluster's lease (and the caller chose not to wait)."""
 
 
+class LeaseLost(CloudError):
+    """This run's lease expired while it was stalled and another run may have worked since: it must
+    touch nothing more (no roll-back either: a newer run may have adopted what it made)."""
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -64,6 +69,8 @@ class Lease:
         self.since = time.time()
         self.held = False
         self.lost: str | None = None  # set when a renewal finds the lease taken
+        self.expires = 0.0  # wall-clock expiry this run last wrote (the stored lease's own clock)
+        self._next_expires = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -111,8 +118,10 @@ class Lease:
         raise CloudError(f"could not update the lease of cluster {self.cluster}: project metadata keeps changing")
 
     def _value(self) -> dict[str, Any]:
-        return {"holder": self.holder, "who": self.who, "op": self.op, "since": self.since,
-                "expires": time.time() + self.ttl}
+        value = {"holder": self.holder, "who": self.who, "op": self.op, "since": self.since,
+                 "expires": time.time() + self.ttl}
+        self._next_expires = float(value["expires"])
+        return value
 
     # ------------------------------------------------------------------ acquire / renew / release
     def try_acquire(self) -> dict[str, Any] | None:
@@ -130,6 +139,7 @@ class Lease:
         if blocker:
             return blocker
         self.held = True
+        self.expires = self._next_expires
         return None
 
     def acquire(self, wait_for_it: bool = True, on_wait: Callable[[dict[str, Any]], None] | None = None,
@@ -149,19 +159,25 @@ class Lease:
             time.sleep(POLL_SECONDS)
 
     def renew(self) -> bool:
-        """Push the expiry forward if the lease is still ours; False (and `lost` set) if it is not."""
+        """Push the expiry forward if the lease is still ours; False (and `lost` set) if it is not.
+
+        Ours means the stored lease still names this run, expired or not: nobody took it over, so
+        nothing changed under it. Gone means another run took it over and has released it since."""
+        if self.lost:
+            return False
         taken: dict[str, Any] = {}
 
         def change(current: dict[str, Any] | None) -> Any:
-            if current and current.get("holder") != self.holder:
-                taken.update(current)
+            if current is None or current.get("holder") != self.holder:
+                taken.update(current or {"who": "another run (it has ended)", "op": "a run", "since": 0, "expires": 0})
                 return False
             return self._value()
 
         self._swap(change)
         if taken:
-            self.lost = describe(taken)
+            self.lost = describe(taken) if taken.get("since") else str(taken["who"])
             return False
+        self.expires = self._next_expires
         return True
 
     def release(self) -> None:
@@ -184,10 +200,16 @@ class Lease:
         self._thread.start()
 
     def check(self) -> None:
-        """Raise if the lease was lost (expired and taken over while this run was stalled)."""
+        """The fence before every mutating step: raise LeaseLost unless this run still holds the lease.
+
+        Within the first half of the lease's life since the last renewal this asks nothing (the
+        renewer keeps it fresh); later (the run stalled: Ctrl-Z, a sleeping laptop, a slow network)
+        it renews now, and a lease that another run took over in the meantime stops the run."""
+        if self.held and not self.lost and time.time() > self.expires - self.ttl / 2:
+            self.renew()
         if self.lost:
-            raise CloudError(f"lost the lease of cluster {self.cluster} to {self.lost}; stopping without "
-                             "touching what the other run does")
+            raise LeaseLost(f"lost the lease of cluster {self.cluster} to {self.lost} while this run was "
+                            "stalled; stopping without touching anything more (run the command again)")
 
 
 @contextlib.contextmanager

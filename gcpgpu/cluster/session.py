@@ -6,10 +6,14 @@ helpers (flex-start placement, rank labels, fabric order, roll-back) take a Sess
 verbs, never the `Cluster` object:
 
     own(body)        a copy of a resource that says which attempt creates it
+    call             one mutation
     start / finish   start calls in parallel (first error raised) / wait for their operations
     batch            both: the one "start all, wait for all, raise the first error"
     delete           delete a set of one kind of resource, already-gone counting as deleted
     clean_zone       remove what this attempt left in a zone after a failed placement
+
+Every mutating verb first checks the attempt's lease (Lease.check): a run that stalled past its
+lease while another run took the cluster over stops there with LeaseLost and touches nothing more.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.gcp.operations import batch, finish_all, raise_first, start_all, wait
+from gcpgpu.gcp.operations import batch, call, finish_all, raise_first, start_all, wait
 
 from .kinds import NODES, RESERVATIONS, Kind
 from .lease import Lease, describe
@@ -86,14 +90,21 @@ class Session:
         """own(body) as the compute_v1 message a client's insert takes."""
         return message(type_name, self.own(body))
 
-    # -- the batch idiom, over gcp.operations -------------------------------------------------------
+    # -- mutations: each step first proves the attempt still holds its lease (the fence) -----------
+    def call(self, fn: Callable[..., Any], request: dict[str, Any]) -> Any:
+        """One mutation (gcp.operations.call), fenced."""
+        self.check_lease()
+        return call(fn, request)
+
     def start(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+        self.check_lease()
         return start_all(fn, items)
 
     def finish(self, ops: Iterable[Any]) -> None:
         finish_all(self.clients, self.project, ops)
 
     def batch(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+        self.check_lease()
         return batch(self.clients, self.project, fn, items)
 
     def wait(self, op: Any) -> None:
@@ -103,6 +114,7 @@ class Session:
     def delete(self, kind: Kind, items: list[tuple[str | None, str]]) -> None:
         """Delete (zone/region, name) items of one kind in parallel and wait; gone counts as deleted;
         the first error raised."""
+        self.check_lease()
         raise_first(delete_batch(self.clients, self.project, kind, items))
 
     def clean_zone(self, cluster: str, zone: str, names: list[str], reservation: str | None = None) -> None:
@@ -131,6 +143,7 @@ class Session:
                 lease.release()
 
     def check_lease(self) -> None:
-        """Raise if this attempt's lease was lost (taken over after it expired)."""
+        """Raise LeaseLost if this attempt no longer holds its lease (it stalled past the expiry and
+        another run took over): called right before every mutating step."""
         if self.lease is not None:
             self.lease.check()

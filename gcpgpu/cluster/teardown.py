@@ -9,6 +9,7 @@ line per resource that could not be deleted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gcpgpu.errors import describe_google_error, is_google_error
@@ -47,13 +48,16 @@ def delete_batch(clients: Clients, project: str, kind: Kind,
     return [None if e is not None and is_not_found(e) else e for e in errors]
 
 
-def delete_observed(clients: Clients, project: str, obs: Observed, step: Any = None) -> list[str]:
-    """Delete everything in `obs` in dependency order; one line per resource left, [] when all are gone."""
+def delete_observed(clients: Clients, project: str, obs: Observed, step: Any = None,
+                    fence: Callable[[], None] = lambda: None) -> list[str]:
+    """Delete everything in `obs` in dependency order; one line per resource left, [] when all are gone.
+    `fence()` runs before each kind's batch (it raises to stop: the run lost its lease)."""
     failed: list[tuple[Kind, tuple[str | None, str], BaseException]] = []
     for kind in KINDS:
         items = kind.items(obs.of(kind))
         if not items:
             continue
+        fence()
         if step:
             step(kind.field, f"Deleting {len(items)} {kind.word}(s)")
         for item, err in zip(items, delete_batch(clients, project, kind, items), strict=True):
@@ -66,6 +70,7 @@ def delete_observed(clients: Clients, project: str, obs: Observed, step: Any = N
         batch = [f for f in failed if f[0] is kind]
         if not batch:
             continue
+        fence()
         errs = delete_batch(clients, project, kind, [f[1] for f in batch])
         left += [(f[0], f[1], e) for f, e in zip(batch, errs, strict=True) if e is not None]
     return [f"{kind.word} {name}" + (f" ({where})" if where else "") + f": {one_line(err)}"

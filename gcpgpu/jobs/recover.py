@@ -7,12 +7,16 @@ The loop, as SkyPilot's managed jobs run it on their controller (here the submit
     -> a node not RUNNING (preempted, host error, deleted):
        1. why: the zone's system operations (compute.instances.preempted / hostError) for that node
        2. stop the job on the nodes that are left (their trainers save a checkpoint on SIGTERM)
-       3. bring the cluster back to its size: delete the lost nodes, then the same `Cluster.up` as
+       3. bring the cluster back to its size: delete the lost nodes, then the same `up` as
           `gcpgpu cluster up` (same zone first; on a stockout the whole cluster moves to the spec's
           next zones, each tried with `up`'s own failover and clean-up)
        4. put the same job back on the nodes as attempt N+1, with the trainer's --resume: it starts
           from the newest complete checkpoint in its --output-dir (or --ckpt-dir)
     -> after N recoveries: stop with one line naming the lost node and the cause.
+
+A recovery (steps 2-4) is one attempt that holds the cluster's lease, as `cluster up` does: a
+`cluster up` or `down` run meanwhile waits for it, and a recovery that stalled past its lease while
+another run took the cluster over stops at its next step without touching anything.
 
 Each recovery is recorded in the job's record on its nodes (history: attempt, when, node, zone,
 cause, last step logged), so `job status` from any machine tells the story; steps redone are read
@@ -27,10 +31,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcpgpu.cluster.apply import Cluster, NoCapacity
+from gcpgpu.cluster.apply import NoCapacity, up
+from gcpgpu.cluster.kinds import NODES
 from gcpgpu.cluster.names import node_name
 from gcpgpu.cluster.observe import observe_nodes, ranked_nodes
-from gcpgpu.cluster.session import Reporter
+from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 
@@ -63,6 +68,7 @@ class Follower:
         self.report = reporter or Reporter()
         self.poll_s = poll_s
         self.on_state = on_state or (lambda _s: None)
+        self.session: Session | None = None  # the current recovery's attempt (it holds the cluster's lease)
 
     def run(self) -> dict:
         """The job's final state; CloudError when it lost a node once more than it may recover."""
@@ -101,16 +107,23 @@ class Follower:
 
     # -- one recovery ---------------------------------------------------------------------------
     def recover_once(self, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
+        """One recovery, as one attempt holding the cluster's lease: every mutating step (stopping the
+        survivors, deleting the lost nodes, `up`, re-delivering the job) first proves it still holds it."""
+        self.session = Session(self.clients, self.project, self.report)
+        with self.session.holding(self.jid.cluster or "", "recover", wait_for_lease=True):
+            self._recover(self.session, state, lost, causes)
+
+    def _recover(self, s: Session, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
         names = [r["node"] for r in lost]
         attempt = state["attempt"] + 1
         self.report.step("recover", f"Recovery {state['recoveries'] + 1}/{self.recover} of job {self.jid}: lost "
                                     + ", ".join(f"{n} ({causes[n]})" for n in names))
         record = cluster_jobs.record_of(self.clients, self.project, self.jid)
-        self._stop_survivors()
+        self._stop_survivors(s)
         last_step = self.last_step()
         spec = self._cluster_spec()
         zone = lost[0]["zone"]
-        self._rebuild(spec, names, zone)
+        self._rebuild(s, spec, names, zone)
         nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
         if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
             raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
@@ -126,6 +139,7 @@ class Follower:
                       history=history, recover=self.recover)
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {attempt} on {len(nodes)} node(s)"
                                      + (" with --resume" if "--resume" in args else ""))
+        s.check_lease()
         cluster_jobs.deliver(self.clients, self.project, record, nodes)
 
     def _causes(self, lost: list[dict]) -> dict[str, str]:
@@ -143,8 +157,11 @@ class Follower:
                     break
         return out
 
-    def _stop_survivors(self) -> None:
-        """Cancel the job on the nodes still RUNNING and wait until their agents report it stopped."""
+    def _stop_survivors(self, s: Session | None = None) -> None:
+        """Cancel the job on the nodes still RUNNING and wait until their agents report it stopped
+        (fenced by the recovery's lease when `s` is given)."""
+        if s is not None:
+            s.check_lease()
         try:
             cluster_jobs.cancel(self.clients, self.project, self.jid, only_running=True)
         except CloudError:
@@ -174,19 +191,18 @@ class Follower:
         raise CloudError(f"cluster {self.jid.cluster}'s nodes do not carry their spec (made by an older gcpgpu): "
                          f"bring it back with 'gcpgpu cluster up {self.jid.cluster} ...' and resubmit with --resume")
 
-    def _rebuild(self, spec: Any, lost: list[str], zone: str) -> None:
+    def _rebuild(self, s: Session, spec: Any, lost: list[str], zone: str) -> None:
         """Delete the lost nodes and bring the cluster back to size: same zone first, then the spec's next zones."""
         from gcpgpu.cluster.plan import plan
 
-        up = Cluster(self.clients, self.project, self.report)
         gone = [n for n in observe_nodes(self.clients, self.project, spec.name) if n.name in lost]
         if gone:
             self.report.step("delete", f"Deleting lost node(s) {', '.join(n.name for n in gone)}")
-            up.delete_nodes(gone)
+            s.delete(NODES, [(n.zone, n.name) for n in gone])
         zones = list(spec.zones)
         later = zones[zones.index(zone) + 1:] if zone in zones else []
         try:
-            up.up(plan(spec, self.project))
+            up(s, plan(spec, self.project))
             return
         except NoCapacity:
             if not later:
@@ -195,9 +211,9 @@ class Follower:
         # keeps a cluster in one zone); its checkpoints are in Cloud Storage, not on the nodes.
         rest = observe_nodes(self.clients, self.project, spec.name)
         self.report.step("move", f"{zone} has no capacity: moving cluster {spec.name} to {', '.join(later)}")
-        up.delete_nodes(rest)
+        s.delete(NODES, [(n.zone, n.name) for n in rest])
         spec.zones = later
-        up.up(plan(spec, self.project))
+        up(s, plan(spec, self.project))
 
     # -- what the log says -------------------------------------------------------------------------
     def last_step(self) -> int | None:
