@@ -24,6 +24,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
+
 from .agent import ClusterAgent, MetricsTarget
 from .runner import Replica, Run, Runner
 
@@ -35,14 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["ClusterAgent", "LocalJobs", "Runner"]
 
 REPORTER_MODULE = "gcpgpu.metrics.reporter"
-
-
-def trainer_args(argv: list[str]) -> list[str]:
-    """The trainer's own flags in a local command line (after `-m gcpgpu.trainer`), else none."""
-    for i in range(len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1] == "gcpgpu.trainer":
-            return argv[i + 2:]
-    return []
 
 
 class LocalJobs:
@@ -79,10 +73,8 @@ class LocalJobs:
 
     def reporter_argv(self, run: Run, replica: Replica) -> list[str] | None:
         """The runner's sidecar hook: gcpgpu.metrics.reporter for rank 0 when its trainer writes --log-json."""
-        from gcpgpu.launch import METRICS_OFF, log_json_path
-
-        log_json = log_json_path(trainer_args(replica.spec.argv))
-        if log_json is None or replica.spec.env.get("GCPGPU_METRICS", "").strip().lower() in METRICS_OFF:
+        log_json = log_json_path(args_in_command_line(replica.spec.argv))
+        if log_json is None or metrics_off(replica.spec.env):
             return None
         target = self.metrics_target(run, replica)
         address = self.address()

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
+
 from ..activity import Activity
 from ..core import ApiError
 from .node import NodeHealth
@@ -239,11 +241,11 @@ class ClusterAgent:
         argv = [*argv[:3], *self.storage.localize_args(argv[3:], iid)]
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    GCPGPU_TRAINER_ALLOW_CPU="1")
-        if argv[1:3] == ["-m", "gcpgpu.trainer"] and not job.get("command"):
+        if not job.get("command"):
             # The image's entrypoint: torchrun with one process per GPU; one process on this CPU.
             argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(rank),
                     "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                    "-m", "gcpgpu.trainer", *argv[3:]]
+                    "-m", TRAINER_MODULE, *argv[3:]]
         cluster = _cluster_of(inst, job)
         if rank == 0 and cluster:
             self.metrics[run_id] = MetricsTarget(project, zone, "cluster", cluster)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
+from gcpgpu.trainer.argv import trainer_args
+
 # Variables of the emulator's own process that must not leak into a job: a replica's rendezvous
 # comes from what the job is given, never from whatever launched the emulator.
 _DROP_ENV = (
@@ -41,8 +43,6 @@ _DROP_ENV = (
     "CLOUD_ML_JOB_ID", "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR",
     "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT", "PYTEST_CURRENT_TEST",
 )  # fmt: skip
-# The gcpgpu training image: its entrypoint runs torchrun -m gcpgpu.trainer with the container's args.
-TRAINER_IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
 # Keep what the captured log holds per run bounded (a long --follow demo must not grow forever).
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
@@ -401,8 +401,5 @@ def trainer_argv(image: str, command: list[str], args: list[str]) -> list[str] |
     Either the gcpgpu-trainer image with trainer arguments (its entrypoint runs the trainer), or any
     image whose command is `python -m gcpgpu.trainer ...`.
     """
-    if not command and TRAINER_IMAGE.search(image):
-        return [sys.executable, "-m", "gcpgpu.trainer", *args]
-    if len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1:3] == ["-m", "gcpgpu.trainer"]:
-        return [sys.executable, "-m", "gcpgpu.trainer", *command[3:], *args]
-    return None
+    own = trainer_args(image, command, args)
+    return None if own is None else [sys.executable, "-m", TRAINER_MODULE, *own]
