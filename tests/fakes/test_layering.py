@@ -4,6 +4,10 @@ fakes/ imports nothing of the tool above it: only gcpgpu.fakes.* and gcpgpu.trai
 trainer's command-line contract, stdlib only), so the emulator can never come to depend on what it
 emulates for. Inside fakes/, server.py builds the backends and the jobs; none of those imports
 server.py, not even for type hints (an import circle makes any of them fragile to load alone).
+
+The backends are wired one way, in the emulator's constructor: each gets what it needs of the others
+as constructor arguments, and reads them through public methods only; nobody patches an attribute
+onto another part later, probes it with getattr, or reads its private state.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import gcpgpu.fakes
 
 FAKES = Path(gcpgpu.fakes.__file__).parent
 ALLOWED_OUTSIDE = ("gcpgpu.trainer.argv",)
+# What the emulator's parts are called wherever one holds another (Emulator's attributes, constructor arguments).
+PARTS = {"compute", "vertex", "jobs", "monitoring", "cloudbuild", "activity", "events", "clock", "faults", "agent",
+         "runner", "storage", "world", "emulator", "emu", "fault_clock", "requests", "ids", "backend"}
 
 
 def _imported(source: str, package: str) -> list[tuple[int, str, list[str]]]:
@@ -81,6 +88,52 @@ def test_the_check_sees_imports_anywhere_and_allows_only_the_trainer_contract():
     )
     assert _outside_fakes(source, "gcpgpu.fakes.jobs") == [
         (6, "gcpgpu.launch"), (7, "gcpgpu.trainer"), (8, "gcpgpu.metrics.reporter")]
+
+
+def _crossings(source: str) -> list[tuple[int, str]]:
+    """(line, code) where one part of the emulator reaches into another instead of using its public methods:
+    `compute._lock`, `getattr(emulator, "vertex", None)`, `self.jobs.agent.storage = ...`."""
+
+    def part(node: ast.AST) -> bool:
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        return name in PARTS
+
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if part(node.value):
+                bad.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            if node.func.id in ("getattr", "hasattr", "setattr") and part(node.args[0]):
+                bad.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            # Setting an attribute on a part someone holds (self.jobs.agent.storage = ...), or on the
+            # emulator itself; a part just made here (`faults = cls(...)`) is the maker's to fill.
+            bad.extend((node.lineno, ast.unparse(t)) for t in targets if isinstance(t, ast.Attribute) and (
+                (isinstance(t.value, ast.Attribute) and part(t.value))
+                or (isinstance(t.value, ast.Name) and t.value.id in ("emulator", "emu"))))
+    return bad
+
+
+def test_backends_reach_each_other_only_through_public_methods():
+    bad = [f"{path.relative_to(FAKES.parent.parent)}:{line}: {code}"
+           for path in sorted(FAKES.rglob("*.py")) for line, code in _crossings(path.read_text())]
+    assert not bad, "wire it in the emulator's constructor and read it through a public method:\n" + "\n".join(bad)
+
+
+def test_the_wiring_check_sees_each_way_of_reaching_in():
+    source = (
+        "self.clock._offset = 0.0\n"
+        "vertex = getattr(self.emulator, 'vertex', None)\n"
+        "self.runner.sidecar = self.reporter_argv\n"
+        "emulator.monitoring = backend\n"
+        "with compute._lock:\n    pass\n"
+        "self.runner.start(run_id, replicas)\n"  # a public method: fine
+        "self._lock = None\n"  # its own state: fine
+        "faults = Faults()\nfaults.preemptions += extra\n"  # filling in what it just made: fine
+    )
+    assert sorted(line for line, _ in _crossings(source)) == [1, 1, 2, 3, 4, 5]
 
 
 def test_jobs_and_compute_never_import_the_server():

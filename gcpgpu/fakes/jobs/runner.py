@@ -9,8 +9,9 @@ A run ends SUCCEEDED when every replica exits 0, FAILED as soon as one exits non
 are stopped, as Vertex AI stops a job whose replica failed), CANCELLED when cancelled. Stopping is
 SIGTERM first (the trainer saves a checkpoint on it), SIGKILL after a grace period.
 
-Sidecars: `Runner.sidecar`, when set, is asked for each replica it starts whether a helper process
-runs beside it (the metrics reporter next to rank 0, as the image's entrypoint starts it). A
+Sidecars: `Runner(sidecar=...)`, when given, is asked for each replica it starts whether a helper
+process runs beside it (the metrics reporter next to rank 0, as the image's entrypoint starts it,
+for the MetricsTarget the run was started with). A
 sidecar never decides how the run ends: it cannot fail the job, even by not starting. Once every
 replica has ended it is sent SIGTERM and waited for (the reporter writes its last points then)
 before the run is reported ended; a cancel stops it with the replicas; reset kills it at once.
@@ -50,6 +51,16 @@ SIDECAR_STOP_S = 20.0  # the reporter's last write may take up to its 10 s timeo
 
 
 @dataclass(frozen=True)
+class MetricsTarget:
+    """Where a run's trainer numbers go: `--cluster NAME` or `--job ID` of gcpgpu.metrics.reporter."""
+
+    project: str
+    location: str  # the node's zone, or the Vertex job's region
+    kind: str  # cluster | job
+    name: str
+
+
+@dataclass(frozen=True)
 class ReplicaSpec:
     """One process of a job: `task` names it in logs and status (workerpool0-0, or a node's name)."""
 
@@ -84,11 +95,13 @@ class Run:
     TERMINAL = ("succeeded", "failed", "cancelled")
 
     def __init__(self, run_id: str, replicas: list[ReplicaSpec], workdir: Path, seq: itertools.count,
-                 describe: Callable[[LogLine], dict] | None = None) -> None:
+                 describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> None:
         self.id = run_id
         self.workdir = workdir
         # Turns a captured line into the Cloud Logging entry the real service would write for it.
         self.describe = describe
+        # Where the trainer of its first replica (rank 0) reports its numbers; None: nowhere.
+        self.metrics = metrics
         self._seq = seq
         self.replicas = [Replica(r) for r in replicas]
         self.sidecars: list[Replica] = []  # helpers beside replicas (the metrics reporter); never decide the state
@@ -134,15 +147,16 @@ class Run:
 class Runner:
     """Starts, watches and stops local runs; one per emulator."""
 
-    def __init__(self, root: str | os.PathLike | None = None, stop_grace_s: float = STOP_GRACE_S) -> None:
+    def __init__(self, root: str | os.PathLike | None = None, stop_grace_s: float = STOP_GRACE_S,
+                 sidecar: Callable[[Run, Replica], list[str] | None] | None = None) -> None:
         self._root = Path(root) if root else None
         self.stop_grace_s = stop_grace_s
         self.runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         # Asked once per started replica (its process is running): the argv of a helper to run beside
-        # it, in the same folder and environment, or None. LocalJobs sets it to start metrics reporters.
-        self.sidecar: Callable[[Run, Replica], list[str] | None] | None = None
+        # it, in the same folder and environment, or None. LocalJobs gives one that starts metrics reporters.
+        self.sidecar = sidecar
         self.sidecar_stop_s = SIDECAR_STOP_S
         atexit.register(self._at_exit)  # never leave a trainer (or its files) behind the emulator
 
@@ -171,9 +185,9 @@ class Runner:
 
     def start(self, run_id: str, replicas: list[ReplicaSpec], *, delay_s: float = 0.0,
               on_change: Callable[[Run], None] | None = None,
-              describe: Callable[[LogLine], dict] | None = None) -> Run:
+              describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> Run:
         """Start `replicas` after `delay_s` (the provisioning the cloud would do first), in the background."""
-        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe)
+        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe, metrics)
         self._add(run)
         thread = threading.Thread(target=self._supervise, args=(run, delay_s, on_change),
                                   name=f"emulator-run-{run_id}", daemon=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Clock, IdSource, proto_timestamp, stable_number
-from ..jobs.runner import Run, Runner
+from ..jobs.runner import MetricsTarget, Run, Runner
 from . import local_run
 from .errors import VertexError, invalid_argument
 from .list_filter import parse_filter
@@ -179,8 +179,10 @@ class VertexBackend:
             else:
                 job["labels"] = {**(job.get("labels") or {}), EMULATOR_LABEL: "local-run"}
                 replicas = local_run.replicas(job, plan, self.runner.workdir(name))
+                # Rank 0's trainer numbers go to this job's cloudml_job series, under its numeric id.
+                metrics = MetricsTarget(job["_project_id"], location, "job", job_id)
                 run = self.runner.start(name, replicas, delay_s=q + p, on_change=self._on_run_change(name),
-                                        describe=describe)
+                                        describe=describe, metrics=metrics)
                 gpus = plan.gpus_per_replica
                 run.log("", "stdout", f"gcpgpu emulator: running this job locally: {len(replicas)} replica "
                                       f"process(es) on 127.0.0.1, CPU only (the real job would have {gpus} GPU(s) "
@@ -190,8 +192,7 @@ class VertexBackend:
     def reservation_exists(self, name: str) -> bool:
         """Whether the Compute emulator holds the reservation projects/P/zones/Z/reservations/R."""
         _, project, _, zone, _, res = name.split("/")
-        candidates = [project] if not project.isdigit() else [
-            p for p in list(self.compute.projects) if project_number(p) == project]
+        candidates = [project] if not project.isdigit() else self.compute.project_ids(project)
         for p in candidates:
             try:
                 self.compute.get(p, f"zones/{zone}/reservations", res)
@@ -297,6 +298,21 @@ class VertexBackend:
             return True
         except VertexError:
             return False
+
+    def started_jobs(self, project: str) -> list[dict]:
+        """Jobs of project id `project` with a RUNNING phase, for readers outside Vertex AI (Monitoring's
+        cloudml_job metrics): name, jobSpec as submitted, start, and end (the next other phase, or None)."""
+        with self._lock:
+            jobs = [(name, job.get("jobSpec"), list(job.get("_phases") or [])) for name, job in self.jobs.items()
+                    if job.get("_project_id") == project]
+        out = []
+        for name, spec, phases in jobs:
+            start = next((float(t) for t, state in phases if state == "JOB_STATE_RUNNING"), None)
+            if start is None:
+                continue
+            end = next((float(t) for t, state in phases if float(t) > start and state != "JOB_STATE_RUNNING"), None)
+            out.append({"name": name, "jobSpec": spec, "start": start, "end": end})
+        return out
 
     # -- local runs -------------------------------------------------------------------------
     def _on_run_change(self, name: str) -> Callable[[Run], None]:
