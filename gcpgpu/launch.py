@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gcpgpu.trainer.argv import log_json_path, metrics_off  # stdlib only: the trainer's command-line contract
 from gcpgpu.trainer.dist import Rendezvous  # stdlib only: the trainer's own parser numbers nodes the same way
 
 METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
@@ -187,23 +188,6 @@ def detect_machine_type(environ: Mapping[str, str], metadata: Metadata | None) -
     return None, "nowhere"
 
 
-def log_json_path(args: Sequence[str]) -> str | None:
-    """The trainer's `--log-json FILE` (or `--log-json=FILE`) in `args`: the last one, as argparse takes it."""
-    found = None
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        if arg == "--log-json" and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith("--log-json="):
-            found = arg.split("=", 1)[1]
-    return found or None
-
-
-# GCPGPU_METRICS values that turn the reporter off (here and in the emulator, which runs jobs alike).
-METRICS_OFF = ("0", "false", "no", "off")
-
-
 def reporter_args(
     environ: Mapping[str, str], args: Sequence[str] | None, node_rank: int, platform: str, metadata: Metadata | None
 ) -> tuple[list[str] | None, str | None]:
@@ -215,7 +199,7 @@ def reporter_args(
     if not args or node_rank != 0:
         return None, None
     log_json = log_json_path(args)
-    if log_json is None or environ.get("GCPGPU_METRICS", "").strip().lower() in METRICS_OFF:
+    if log_json is None or metrics_off(environ):
         return None, None
     cluster = environ.get("GCPGPU_CLUSTER", "").strip()
     job = environ.get("CLOUD_ML_JOB_ID", "").strip()

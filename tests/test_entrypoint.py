@@ -548,21 +548,6 @@ def test_with_a_reporter_the_exit_status_is_still_the_trainers(entrypoint, metad
 # --- launch's parsing, directly ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (["--steps", "5"], None),
-        (["--log-json", "a.jsonl", "--steps", "5"], "a.jsonl"),
-        (["--log-json=b c.jsonl"], "b c.jsonl"),
-        (["--log-json", "a", "--log-json=b"], "b"),  # argparse keeps the last
-        (["--log-json"], None),
-        (["--steps", "5", "--", "--log-json", "x"], None),
-    ],
-)
-def test_log_json_path(args, expected):
-    assert launch.log_json_path(args) == expected
-
-
 def test_cluster_spec_primary_is_rank_zero():
     spec = {"cluster": {"workerpool0": ["m:2222"], "workerpool1": ["w0:2222"]}, "task": {"type": "workerpool0", "index": 0}}
     assert launch.parse_cluster_spec(json.dumps(spec)) == {

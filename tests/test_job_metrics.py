@@ -119,8 +119,7 @@ UNTIL_READY = [sys.executable, "-c", "import os, time\nwhile not os.path.exists(
 
 @pytest.fixture
 def runner(tmp_path):
-    runner = Runner(tmp_path, stop_grace_s=2.0)
-    runner.sidecar = lambda run, replica: SIDECAR if replica.spec.task == "rank0" else None
+    runner = Runner(tmp_path, stop_grace_s=2.0, sidecar=lambda run, replica: SIDECAR if replica.spec.task == "rank0" else None)
     yield runner
     runner.kill_all()
 
@@ -160,20 +159,17 @@ def test_a_sidecar_that_cannot_start_never_fails_the_job(runner):
 
 
 def test_no_reporter_without_log_json_or_when_turned_off():
-    jobs = LocalJobs(compute=type("Compute", (), {"metadata_observers": []})())
-    from gcpgpu.fakes.jobs.agent import MetricsTarget
+    from gcpgpu.fakes.jobs.runner import MetricsTarget, Replica, Run
 
-    jobs.agent.metrics["r"] = MetricsTarget("p", "us-central1-a", "cluster", "c")
-    jobs.emulator = type("Emu", (), {"port": 1, "address": "127.0.0.1:1"})()
+    jobs = LocalJobs(compute=None, address=lambda: "127.0.0.1:1")
+    target = MetricsTarget("p", "us-central1-a", "cluster", "c")
 
     class Started:
         pid = 7
 
     def argv_for(args: list[str], env: dict[str, str]):
-        from gcpgpu.fakes.jobs.runner import Replica, Run
-
-        run = Run("r", [], Path("."), iter(()))  # type: ignore[arg-type]
         spec = ReplicaSpec("c-0", [sys.executable, "-m", "torch.distributed.run", "-m", "gcpgpu.trainer", *args], env)
+        run = Run("r", [spec], Path("."), iter(()), metrics=target)  # type: ignore[arg-type]
         return jobs.reporter_argv(run, Replica(spec, Started()))  # type: ignore[arg-type]
 
     assert argv_for(["--steps", "3"], {}) is None

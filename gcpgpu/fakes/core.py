@@ -113,6 +113,11 @@ class Clock:
     def unfreeze(self) -> None:
         self._frozen = None
 
+    def reset(self) -> None:
+        """Back to the wall clock: unfrozen, nothing advanced."""
+        self._frozen = None
+        self._offset = 0.0
+
     @property
     def frozen(self) -> bool:
         return self._frozen is not None

@@ -24,8 +24,10 @@ from .activity import Activity
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
+from .events import VmEvents
 from .faults import FaultClock
 from .jobs import LocalJobs
+from .jobs.storage import Storage
 from .monitoring.backend import MonitoringBackend
 from .vertex.backend import VertexBackend
 from .world import default_world
@@ -92,31 +94,31 @@ class Emulator:
     """State (backends, faults, clock, request log) plus the servers that expose it."""
 
     def __init__(self, faults: Faults | None = None, state_file: str | os.PathLike | None = None) -> None:
-        self.world = default_world()
-        self.faults = faults or Faults()
-        self.clock = Clock()
-        self.ids = IdSource()
-        self.requests = RequestLog()
-        self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids)
-        self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
-        self.activity = Activity(self.clock)  # what runs where: the job agent writes it, Monitoring reads it
-        self.jobs = LocalJobs(self.compute, self.activity)  # local processes for Vertex and cluster jobs
-        self.jobs.attach(self)  # its reporters send to this emulator, at the address it gets on start()
-        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
-        self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity)
-        # Fires armed node losses (preemptions, host errors) while the emulator serves.
-        self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
-        self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         self.state_file = Path(state_file) if state_file else None
-        if self.state_file is not None:  # job outputs (buckets, node disks) outlive a restart, as the state does
-            from .jobs.storage import Storage
-
-            self.jobs.agent.storage = Storage(self.state_file.with_name(self.state_file.name + ".storage"))
         self._http = None
         self._http_thread: threading.Thread | None = None
         self._grpc = None
         self.port: int | None = None
         self.grpc_port: int | None = None
+        # The shared world: every backend gets what it needs of it, and of the others, here and only here.
+        self.world = default_world()
+        self.faults = faults or Faults()
+        self.clock = Clock()
+        self.ids = IdSource()
+        self.requests = RequestLog()
+        self.activity = Activity(self.clock)  # what runs where: the job agent writes it, Monitoring reads it
+        self.events = VmEvents()  # Compute announces metadata changes and lost VMs; the job agent acts on them
+        # Job outputs (buckets, node disks) outlive a restart when the state does.
+        storage = Storage(self.state_file.with_name(self.state_file.name + ".storage")) if self.state_file else None
+        self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids, self.events)
+        self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
+        # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
+        self.jobs = LocalJobs(self.compute, self.activity, self.events, storage, address=self.serving_address)
+        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
+        self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
+        # Fires armed node losses (preemptions, host errors) while the emulator serves.
+        self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
+        self._rest = [(re.compile(pattern), _load(target)(self)) for pattern, target in REST_APIS]
         if self.state_file and self.state_file.exists():
             self.load(self.state_file)
 
@@ -131,8 +133,7 @@ class Emulator:
         self.activity.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
-        self.clock.unfreeze()
-        self.clock._offset = 0.0
+        self.clock.reset()
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
         target = Path(path or self.state_file or ".emulator-state.json")
@@ -155,6 +156,10 @@ class Emulator:
         if self.port is None:
             raise RuntimeError("the emulator is not started")
         return f"{HOST}:{self.port}"
+
+    def serving_address(self) -> str | None:
+        """HOST:PORT once the emulator serves; None before (what the job runner's reporters write to)."""
+        return self.address if self.port is not None else None
 
     @property
     def url(self) -> str:

@@ -70,15 +70,16 @@ class World:
         return sorted(n for n in names if n)
 
 
-def _read(package: str, name: str) -> dict:
+def read_data(package: str, name: str) -> dict:
+    """A YAML data file shipped in `package`, parsed (the catalog and the world are data, not code)."""
     return yaml.load(resources.files(package).joinpath(name).read_text(), Loader=_Loader)
 
 
 @cache
 def default_world() -> World:
     """The world every emulator starts from (cached: it is immutable)."""
-    catalog = _read("gcpgpu", "data/machines.yaml")
-    data = _read("gcpgpu.fakes", "data/world.yaml")
+    catalog = read_data("gcpgpu", "data/machines.yaml")
+    data = read_data("gcpgpu.fakes", "data/world.yaml")
     machine_types = {
         name: MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), m["gpu"], int(m["gpu_count"]))
         for name, m in catalog["machine_types"].items()

@@ -12,12 +12,12 @@ import io
 import re
 import typing
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from gcpgpu import catalog, specfile
 from gcpgpu.cluster.names import check_cluster_name
 from gcpgpu.errors import UsageProblem
+from gcpgpu.trainer.argv import runs_bundled_trainer, trainer_args
 
 TARGETS = ("vertex", "cluster")
 STRATEGIES = ("standard", "spot", "flex-start")
@@ -32,7 +32,6 @@ SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$|^[^@
 # machine's NCCL profile, works out the torchrun rendezvous and runs the trainer with the job's args.
 TRAINER_IMAGE_NAME = "gcpgpu-trainer"
 DEFAULT_IMAGE = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer:latest"
-TRAINER_IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
 # Names that usually hold secrets: job environments are stored in plain text (instance metadata,
 # the CustomJob), so these draw a warning pointing at Secret Manager.
 SECRET_HINT = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
@@ -68,13 +67,6 @@ def parse_env(pairs: Any, where: str = "--env") -> dict[str, str]:
                                "not starting with a digit)")
         out[name] = value
     return out
-
-
-def runs_bundled_trainer(image: str, command: list[str]) -> bool:
-    """Whether the job runs gcpgpu's trainer: its image with no command, or `python -m gcpgpu.trainer`."""
-    if not command:
-        return bool(TRAINER_IMAGE.search(image))
-    return len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1:3] == ["-m", "gcpgpu.trainer"]
 
 
 @dataclass
@@ -239,9 +231,9 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
     valid = ValidJob(spec=spec, target=target, name=name, machine=machine, nodes=nodes, image=image,
                      command=command, args=args, env=env, region=region, reservation=reservation,
                      warnings=warnings)
-    if valid.bundled_trainer:
-        trainer_args = command[3:] + args if command else args
-        check_trainer_args(trainer_args, world=(nodes or 1) * (machine.gpu_count if machine else 1),
+    own_args = trainer_args(image, command, args)
+    if own_args is not None:
+        check_trainer_args(own_args, world=(nodes or 1) * (machine.gpu_count if machine else 1),
                            exact=nodes is not None and machine is not None, output_dir=spec.output_dir)
     return valid
 

@@ -37,6 +37,14 @@ def _call(emu: Emulator, method: str, path: str, body: Any = None) -> tuple[int,
         return e.code, json.loads(e.read())
 
 
+def test_job_outputs_live_beside_the_state_file_so_they_outlive_a_restart(tmp_path: Path) -> None:
+    first = Emulator(state_file=tmp_path / "emu.json")
+    (Path(first.jobs.agent.storage.local("gs://bkt/run/", "1")) / "ckpt").mkdir(parents=True)
+    second = Emulator(state_file=tmp_path / "emu.json")  # the same server started again
+    assert (Path(second.jobs.agent.storage.local("gs://bkt/run/", "1")) / "ckpt").is_dir()
+    assert Emulator().jobs.agent.storage.local("gs://bkt/run/", "1") != first.jobs.agent.storage.local("gs://bkt/run/", "1")
+
+
 def test_state_file_round_trip(tmp_path: Path) -> None:
     state = tmp_path / "emulator-state.json"
     with Emulator(state_file=state) as first:

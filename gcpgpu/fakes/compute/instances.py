@@ -18,6 +18,31 @@ class InstancesMixin:
                 status = s
         return status
 
+    def running_history(self, project: str) -> list[dict]:
+        """The project's instances that have been RUNNING, for readers outside Compute (Monitoring's
+        made-up VM metrics): id, name, zone, machineType (short names), labels, and `spans`, their
+        [start, end) spans in RUNNING (end None while it runs). Asking never creates the project."""
+        out = []
+        with self._lock:
+            p = self.projects.get(project)
+            for _path, inst in p.iter_kind("instances") if p is not None else []:
+                spans = running_spans(inst.get("_phases", []), inst.get("_gone_at"))
+                if spans:
+                    out.append({"id": str(inst["id"]), "name": inst["name"], "zone": inst["zone"].rsplit("/", 1)[-1],
+                                "machineType": inst["machineType"].rsplit("/", 1)[-1],
+                                "labels": dict(inst.get("labels", {})), "spans": spans})
+        return out
+
+    def backdate(self, project: str, zone: str, name: str, running_since: float) -> dict:
+        """Make instance `name` look RUNNING since `running_since`, created just before: for tests and
+        benchmarks whose metrics need some history. Returns the stored instance."""
+        with self._lock:
+            inst = self.project(project).coll(f"zones/{zone}/instances")[name]
+            t = running_since
+            inst["_phases"] = [[t - 2, "PROVISIONING"], [t - 1, "STAGING"], [t, "RUNNING"]]
+            inst["creationTimestamp"] = rfc3339(t - 2)
+            return inst
+
     def _append_phase(self, inst: dict, *steps: str) -> None:
         """Cut the planned future short and schedule `steps` over one operation's duration."""
         now = self.now()
@@ -273,8 +298,7 @@ class InstancesMixin:
             inst["metadata"] = {"kind": "compute#metadata", "fingerprint": fingerprint(items), "items": items}
 
         op = self._mutate_instance(project, zone, name, "setMetadata", change, request_id=request_id)
-        for observe in self.metadata_observers:  # outside the lock: an observer may start processes
-            observe(project, zone, name)
+        self.events.metadata_changed(project, zone, name)  # outside the lock: the job agent may start processes
         return op
 
     def set_deletion_protection(self, project: str, zone: str, name: str, protect: bool,
@@ -309,3 +333,18 @@ class InstancesMixin:
             if err is None:
                 self._append_phase(inst, "STAGING", "RUNNING")
         return self.render_op(self._new_op(p.name, f"zones/{zone}", "start", inst["selfLink"], inst["id"], error=err))
+
+
+def running_spans(phases: list, gone_at: float | None) -> tuple[tuple[float, float | None], ...]:
+    """[start, end) spans in RUNNING state from an instance's (time, status) history."""
+    spans: list[tuple[float, float | None]] = []
+    began: float | None = None
+    for t, status in phases:
+        if status == "RUNNING" and began is None:
+            began = float(t)
+        elif status != "RUNNING" and began is not None:
+            spans.append((began, float(t)))
+            began = None
+    if began is not None:
+        spans.append((began, float(gone_at) if gone_at is not None else None))
+    return tuple(spans)

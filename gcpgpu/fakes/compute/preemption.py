@@ -10,21 +10,21 @@ host error is the same with `compute.instances.hostError` and no notice (verifie
 type name; unverified: its statusMessage wording).
 
 Nothing here runs on a timer: the emulator's fault clock (fakes/faults.py) decides when an armed
-fault is due and calls `lose_instance`; observers (the job agent) then stop what ran on the VM.
+fault is due and calls `lose_instance`; it says so on the world's VmEvents, and the job agent stops
+what ran on the VM.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..core import rfc3339
+from ..events import VmEvents
 
 OP_TYPES = {"preempt": "compute.instances.preempted", "host_error": "compute.instances.hostError"}
 MESSAGES = {"preempt": "Instance was preempted.", "host_error": "Instance terminated by Compute Engine."}
 
 
 class PreemptionMixin:
-    loss_observers: list[Callable[[str, str, str, str, str, float], None]]
+    events: VmEvents
 
     def find_running(self, name: str) -> list[tuple[str, str, dict]]:
         """(project, zone, instance) for every RUNNING VM named `name`, in any project and zone."""
@@ -58,6 +58,5 @@ class PreemptionMixin:
             # A system event: done when it is seen, started by no user.
             op.update(user="system", statusMessage=MESSAGES[kind], _pending_s=0.0, _done_at=now)
             iid = str(inst["id"])
-        for observe in list(self.loss_observers):  # outside the lock: an observer signals processes
-            observe(project, zone, name, iid, kind, notice)
+        self.events.vm_lost(project, zone, name, iid, kind, notice)  # outside the lock: the job agent signals processes
         return iid

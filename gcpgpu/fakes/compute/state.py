@@ -24,6 +24,7 @@ from ..core import (
     not_found,
     stable_number,
 )
+from ..events import VmEvents
 from ..world import World
 
 BASE = "https://www.googleapis.com/compute/v1"
@@ -110,17 +111,16 @@ def _mutation(sweep: bool = True) -> Callable[[Callable[..., dict]], Callable[..
 class BackendBase:
     """The shared state every resource family's mixin reads and changes, under one lock."""
 
-    def __init__(self, world: World, faults: Faults, clock: Clock | None = None, ids: IdSource | None = None) -> None:
+    def __init__(self, world: World, faults: Faults, clock: Clock | None = None, ids: IdSource | None = None,
+                 events: VmEvents | None = None) -> None:
         self.world = world
         self.faults = faults
         self.clock = clock or Clock()
         self.ids = ids or IdSource()
+        # Where this backend says that a VM's metadata changed or that a VM was lost (the job agent listens).
+        self.events = events or VmEvents()
         self._lock = threading.RLock()
         self.projects: dict[str, Project] = {}
-        # Called as f(project, zone, name) after an instance's metadata changes (the emulated job agent).
-        self.metadata_observers: list[Callable[[str, str, str], None]] = []
-        # Called as f(project, zone, name, instance id, kind, notice seconds) when a VM is lost (preempted, host error).
-        self.loss_observers: list[Callable[[str, str, str, str, str, float], None]] = []
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
@@ -174,6 +174,11 @@ class BackendBase:
                 self.projects[name] = p
                 self._seed_default_network(p)
             return p
+
+    def project_ids(self, number: str) -> list[str]:
+        """The ids of the projects here with project number `number` (APIs such as Vertex AI name a project by it)."""
+        with self._lock:
+            return [p.name for p in self.projects.values() if p.number == number]
 
     # ------------------------------------------------------------------ helpers
     def now(self) -> float:

@@ -22,67 +22,55 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .agent import ClusterAgent, MetricsTarget
-from .runner import Replica, Run, Runner
+from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
+
+from .agent import ClusterAgent
+from .runner import MetricsTarget, Replica, Run, Runner
+from .storage import Storage
 
 if TYPE_CHECKING:
     from ..activity import Activity
     from ..compute.backend import ComputeBackend
-    from .host import Host
+    from ..events import VmEvents
 
 __all__ = ["ClusterAgent", "LocalJobs", "Runner"]
 
 REPORTER_MODULE = "gcpgpu.metrics.reporter"
 
 
-def trainer_args(argv: list[str]) -> list[str]:
-    """The trainer's own flags in a local command line (after `-m gcpgpu.trainer`), else none."""
-    for i in range(len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1] == "gcpgpu.trainer":
-            return argv[i + 2:]
-    return []
-
-
 class LocalJobs:
-    """The emulator's `jobs`: one process runner shared by Vertex AI jobs and cluster jobs, and the agent."""
+    """The emulator's `jobs`: one process runner shared by Vertex AI jobs and cluster jobs, and the agent.
 
-    def __init__(self, compute: ComputeBackend, activity: Activity | None = None) -> None:
-        self.runner = Runner()
-        self.agent = ClusterAgent(compute, self.runner, activity)
-        self.emulator: Host | None = None  # the emulator these jobs run for (attach); its address is the reporters'
-        self.runner.sidecar = self.reporter_argv
+    `address` says where the emulator serves (HOST:PORT, or None before it does): the reporters
+    write there. It is a callable because the port exists only once serving starts.
+    """
 
-    def attach(self, emulator: Host) -> None:
-        """The emulator whose Monitoring the reporters write to, and whose Vertex AI backend names jobs."""
-        self.emulator = emulator
+    def __init__(self, compute: ComputeBackend | None, activity: Activity | None = None,
+                 events: VmEvents | None = None, storage: Storage | None = None,
+                 address: Callable[[], str | None] | None = None) -> None:
+        self.runner = Runner(sidecar=self.reporter_argv)
+        self.agent = ClusterAgent(compute, self.runner, activity, events, storage)
+        self._address = address
 
     def address(self) -> str | None:
         """HOST:PORT of the emulator, once it serves; else GCPGPU_EMULATOR (an in-process emulator's)."""
-        port = getattr(self.emulator, "port", None)
-        if port is not None:
-            return str(self.emulator.address)
-        return os.environ.get("GCPGPU_EMULATOR") or None
+        serving = self._address() if self._address is not None else None
+        return serving or os.environ.get("GCPGPU_EMULATOR") or None
 
-    def metrics_target(self, run: Run, replica: Replica) -> MetricsTarget | None:
-        """Where rank 0's numbers go: its cluster (a cluster job), or its Vertex AI job; other ranks: None."""
-        target = self.agent.metrics_target(run.id)
-        if target is not None:
-            return target
-        vertex = getattr(self.emulator, "vertex", None)
-        job = getattr(vertex, "jobs", {}).get(run.id) if vertex is not None else None
-        if job is None or replica.spec.task != "workerpool0-0":  # workerpool0's only replica is rank 0
+    @staticmethod
+    def metrics_target(run: Run, replica: Replica) -> MetricsTarget | None:
+        """Where rank 0's numbers go (its cluster, or its Vertex AI job), as the run was started; other ranks: None."""
+        if run.metrics is None or not run.replicas or replica.spec.task != run.replicas[0].spec.task:
             return None
-        parts = run.id.split("/")  # projects/NUMBER/locations/REGION/customJobs/ID
-        return MetricsTarget(str(job.get("_project_id") or parts[1]), parts[3], "job", parts[-1])
+        return run.metrics
 
     def reporter_argv(self, run: Run, replica: Replica) -> list[str] | None:
         """The runner's sidecar hook: gcpgpu.metrics.reporter for rank 0 when its trainer writes --log-json."""
-        from gcpgpu.launch import METRICS_OFF, log_json_path
-
-        log_json = log_json_path(trainer_args(replica.spec.argv))
-        if log_json is None or replica.spec.env.get("GCPGPU_METRICS", "").strip().lower() in METRICS_OFF:
+        log_json = log_json_path(args_in_command_line(replica.spec.argv))
+        if log_json is None or metrics_off(replica.spec.env):
             return None
         target = self.metrics_target(run, replica)
         address = self.address()

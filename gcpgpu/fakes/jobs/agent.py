@@ -8,6 +8,9 @@ it starts that node's process with the rank, node count and master the metadata 
 127.0.0.1 (emulated nodes' internal IPs do not exist) and a master port free on this machine;
 `gcpgpu-job-cancel` naming the job stops it.
 
+Compute announces both the metadata change and a lost VM on the world's VmEvents (fakes/events.py);
+the agent listens there, never to Compute itself.
+
 A job runs locally when it runs the bundled trainer (see runner.trainer_argv): per node,
 `torchrun --nnodes N --node-rank R --nproc-per-node 1 -m gcpgpu.trainer ARGS`, as the image's
 entrypoint would start it with one process per GPU. Any other job is simulated: RUNNING, then
@@ -16,8 +19,8 @@ SUCCEEDED after `simulated_run_s`, and its reports say so.
 Guest attributes written per node: job-id, state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED),
 rank, started, ended, exit-code, message. Values stay under 256 bytes, as the real service allows.
 
-The node of rank 0 also names its cluster, project and zone for the trainer's metrics reporter
-(`metrics_target`), which LocalJobs starts beside it when the trainer writes --log-json.
+The run of the node of rank 0 also names its cluster, project and zone for the trainer's metrics
+reporter (Run.metrics), which LocalJobs starts beside it when the trainer writes --log-json.
 """
 
 from __future__ import annotations
@@ -28,19 +31,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 
 from ..activity import Activity
 from ..core import ApiError
 from .node import NodeHealth
-from .runner import LogLine, ReplicaSpec, Run, Runner, trainer_argv
+from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
 from .storage import Storage
 
 if TYPE_CHECKING:
     from werkzeug.wrappers import Request
 
     from ..compute.backend import ComputeBackend
+    from ..events import VmEvents
     from .host import Host
 
 NAMESPACE = "gcpgpu"
@@ -60,16 +65,6 @@ def _stamp(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-@dataclass(frozen=True)
-class MetricsTarget:
-    """Where a job's trainer numbers go: `--cluster NAME` or `--job ID` of gcpgpu.metrics.reporter."""
-
-    project: str
-    location: str  # the node's zone, or the Vertex job's region
-    kind: str  # cluster | job
-    name: str
-
-
 def container_name(job_id: str) -> str:
     """The Docker container name the agent gives a job (also how its log entries are found)."""
     return f"gcpgpu-job-{job_id}"
@@ -78,27 +73,24 @@ def container_name(job_id: str) -> str:
 class ClusterAgent:
     """Runs cluster jobs on emulated nodes and keeps their guest attributes."""
 
-    def __init__(self, compute: ComputeBackend, runner: Runner, activity: Activity | None = None) -> None:
+    def __init__(self, compute: ComputeBackend | None, runner: Runner, activity: Activity | None = None,
+                 events: VmEvents | None = None, storage: Storage | None = None) -> None:
         self.compute = compute
         self.runner = runner
         # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
         self.activity = activity
         self.simulated_run_s = SIMULATED_RUN_S
-        self.storage = Storage()  # where --output-dir folders live, across jobs
+        self.storage = storage or Storage()  # where --output-dir folders live, across jobs
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
-        self.metrics: dict[str, MetricsTarget] = {}  # run id of a rank-0 node that runs locally -> its cluster
         self.lost: set[str] = set()  # instance ids taken away (preempted, host error): their agents died with them
         self.nodes = NodeHealth()  # what each node's startup script reports (gcpgpu-node/)
         self._timers: list[threading.Timer] = []
         self._lock = threading.RLock()
-        observers = getattr(compute, "metadata_observers", None)
-        if observers is not None:
-            observers.append(self.on_metadata)
-        losses = getattr(compute, "loss_observers", None)
-        if losses is not None:
-            losses.append(self.on_lost)
+        if events is not None:
+            events.on_metadata_changed(self.on_metadata)
+            events.on_vm_lost(self.on_lost)
 
     def reset(self) -> None:
         with self._lock:
@@ -109,15 +101,9 @@ class ClusterAgent:
             self.nodes.reset()
             self.ports.clear()
             self.node_runs.clear()
-            self.metrics.clear()
             self.lost.clear()
             self.simulated_run_s = SIMULATED_RUN_S
         self.storage.reset()
-
-    def metrics_target(self, run_id: str) -> MetricsTarget | None:
-        """The cluster a run's trainer reports its numbers for, when the run is rank 0 of a cluster job."""
-        with self._lock:
-            return self.metrics.get(run_id)
 
     # -- guest attributes ---------------------------------------------------------------------
     def report(self, instance_id: str, **values: Any) -> None:
@@ -239,16 +225,15 @@ class ClusterAgent:
         argv = [*argv[:3], *self.storage.localize_args(argv[3:], iid)]
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    GCPGPU_TRAINER_ALLOW_CPU="1")
-        if argv[1:3] == ["-m", "gcpgpu.trainer"] and not job.get("command"):
+        if not job.get("command"):
             # The image's entrypoint: torchrun with one process per GPU; one process on this CPU.
             argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(rank),
                     "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                    "-m", "gcpgpu.trainer", *argv[3:]]
+                    "-m", TRAINER_MODULE, *argv[3:]]
         cluster = _cluster_of(inst, job)
-        if rank == 0 and cluster:
-            self.metrics[run_id] = MetricsTarget(project, zone, "cluster", cluster)
+        metrics = MetricsTarget(project, zone, "cluster", cluster) if rank == 0 and cluster else None
         run = self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)],
-                                on_change=self._on_change(iid), describe=describe)
+                                on_change=self._on_change(iid), describe=describe, metrics=metrics)
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id} "
                               f"locally on 127.0.0.1:{port}, CPU only, one process")
 

@@ -1,12 +1,14 @@
-"""What the jobs need of the emulator they run for, as a protocol, so `fakes.jobs` never imports
-`fakes.server` (which builds the jobs): the dependency runs one way, server -> jobs.
+"""What the jobs' front ends (getGuestAttributes, Cloud Logging's entries.list) read of the emulator
+that serves them, as a protocol, so `fakes.jobs` never imports `fakes.server` (which builds the
+jobs): the dependency runs one way, server -> jobs. The jobs themselves get what they need as
+constructor arguments (LocalJobs).
 
 `gcpgpu.fakes.server.Emulator` is one such host; a test may pass any object with these attributes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
@@ -16,8 +18,3 @@ if TYPE_CHECKING:
 class Host(Protocol):
     compute: ComputeBackend
     jobs: LocalJobs
-    vertex: Any      # the Vertex AI backend (its `jobs` name Vertex runs)
-    port: int | None  # the REST port once serving
-
-    @property
-    def address(self) -> str: ...  # HOST:PORT

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from ..world import _read
+from ..world import read_data
 
 NAMESPACE = "gcpgpu-node"
 # Believable driver versions: the Ubuntu accelerator images carry the 580 branch (their family
@@ -26,7 +26,7 @@ class NodeHealth:
     """Per-node startup reports for emulated instances, with faults a test can set."""
 
     def __init__(self) -> None:
-        catalog = _read("gcpgpu", "data/machines.yaml")
+        catalog = read_data("gcpgpu", "data/machines.yaml")
         self._machines = catalog["machine_types"]
         self._families = catalog["families"]
         self._nodes = catalog["nodes"]

@@ -9,8 +9,9 @@ A run ends SUCCEEDED when every replica exits 0, FAILED as soon as one exits non
 are stopped, as Vertex AI stops a job whose replica failed), CANCELLED when cancelled. Stopping is
 SIGTERM first (the trainer saves a checkpoint on it), SIGKILL after a grace period.
 
-Sidecars: `Runner.sidecar`, when set, is asked for each replica it starts whether a helper process
-runs beside it (the metrics reporter next to rank 0, as the image's entrypoint starts it). A
+Sidecars: `Runner(sidecar=...)`, when given, is asked for each replica it starts whether a helper
+process runs beside it (the metrics reporter next to rank 0, as the image's entrypoint starts it,
+for the MetricsTarget the run was started with). A
 sidecar never decides how the run ends: it cannot fail the job, even by not starting. Once every
 replica has ended it is sent SIGTERM and waited for (the reporter writes its last points then)
 before the run is reported ended; a cancel stops it with the replicas; reset kills it at once.
@@ -21,7 +22,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
+from gcpgpu.trainer.argv import trainer_args
+
 # Variables of the emulator's own process that must not leak into a job: a replica's rendezvous
 # comes from what the job is given, never from whatever launched the emulator.
 _DROP_ENV = (
@@ -41,12 +44,20 @@ _DROP_ENV = (
     "CLOUD_ML_JOB_ID", "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR",
     "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT", "PYTEST_CURRENT_TEST",
 )  # fmt: skip
-# The gcpgpu training image: its entrypoint runs torchrun -m gcpgpu.trainer with the container's args.
-TRAINER_IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
 # Keep what the captured log holds per run bounded (a long --follow demo must not grow forever).
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
 SIDECAR_STOP_S = 20.0  # the reporter's last write may take up to its 10 s timeout
+
+
+@dataclass(frozen=True)
+class MetricsTarget:
+    """Where a run's trainer numbers go: `--cluster NAME` or `--job ID` of gcpgpu.metrics.reporter."""
+
+    project: str
+    location: str  # the node's zone, or the Vertex job's region
+    kind: str  # cluster | job
+    name: str
 
 
 @dataclass(frozen=True)
@@ -84,11 +95,13 @@ class Run:
     TERMINAL = ("succeeded", "failed", "cancelled")
 
     def __init__(self, run_id: str, replicas: list[ReplicaSpec], workdir: Path, seq: itertools.count,
-                 describe: Callable[[LogLine], dict] | None = None) -> None:
+                 describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> None:
         self.id = run_id
         self.workdir = workdir
         # Turns a captured line into the Cloud Logging entry the real service would write for it.
         self.describe = describe
+        # Where the trainer of its first replica (rank 0) reports its numbers; None: nowhere.
+        self.metrics = metrics
         self._seq = seq
         self.replicas = [Replica(r) for r in replicas]
         self.sidecars: list[Replica] = []  # helpers beside replicas (the metrics reporter); never decide the state
@@ -134,15 +147,16 @@ class Run:
 class Runner:
     """Starts, watches and stops local runs; one per emulator."""
 
-    def __init__(self, root: str | os.PathLike | None = None, stop_grace_s: float = STOP_GRACE_S) -> None:
+    def __init__(self, root: str | os.PathLike | None = None, stop_grace_s: float = STOP_GRACE_S,
+                 sidecar: Callable[[Run, Replica], list[str] | None] | None = None) -> None:
         self._root = Path(root) if root else None
         self.stop_grace_s = stop_grace_s
         self.runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         # Asked once per started replica (its process is running): the argv of a helper to run beside
-        # it, in the same folder and environment, or None. LocalJobs sets it to start metrics reporters.
-        self.sidecar: Callable[[Run, Replica], list[str] | None] | None = None
+        # it, in the same folder and environment, or None. LocalJobs gives one that starts metrics reporters.
+        self.sidecar = sidecar
         self.sidecar_stop_s = SIDECAR_STOP_S
         atexit.register(self._at_exit)  # never leave a trainer (or its files) behind the emulator
 
@@ -171,9 +185,9 @@ class Runner:
 
     def start(self, run_id: str, replicas: list[ReplicaSpec], *, delay_s: float = 0.0,
               on_change: Callable[[Run], None] | None = None,
-              describe: Callable[[LogLine], dict] | None = None) -> Run:
+              describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> Run:
         """Start `replicas` after `delay_s` (the provisioning the cloud would do first), in the background."""
-        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe)
+        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe, metrics)
         self._add(run)
         thread = threading.Thread(target=self._supervise, args=(run, delay_s, on_change),
                                   name=f"emulator-run-{run_id}", daemon=True)
@@ -401,8 +415,5 @@ def trainer_argv(image: str, command: list[str], args: list[str]) -> list[str] |
     Either the gcpgpu-trainer image with trainer arguments (its entrypoint runs the trainer), or any
     image whose command is `python -m gcpgpu.trainer ...`.
     """
-    if not command and TRAINER_IMAGE.search(image):
-        return [sys.executable, "-m", "gcpgpu.trainer", *args]
-    if len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1:3] == ["-m", "gcpgpu.trainer"]:
-        return [sys.executable, "-m", "gcpgpu.trainer", *command[3:], *args]
-    return None
+    own = trainer_args(image, command, args)
+    return None if own is None else [sys.executable, "-m", TRAINER_MODULE, *own]

@@ -21,28 +21,18 @@ if TYPE_CHECKING:
 __all__ = ["MonitoringBackend", "configure", "dashboards_service", "grpc_service"]
 
 
-def _backend(emulator: Emulator) -> MonitoringBackend:
-    backend = getattr(emulator, "monitoring", None)
-    if backend is None:  # an Emulator that predates this API: give it one
-        backend = MonitoringBackend(emulator.faults, emulator.clock, emulator.compute)
-        emulator.monitoring = backend  # type: ignore[attr-defined]
-    # Vertex AI jobs the emulator runs get cloudml_job metrics too (read only, found when serving starts).
-    backend.vertex = getattr(emulator, "vertex", None)
-    return backend
-
-
 def grpc_service(emulator: Emulator) -> Any:
     """google.monitoring.v3.MetricService (imported here: grpc and the Monitoring types are heavy)."""
     from .service import METRICS, MonitoringService
 
-    return MonitoringService(emulator, _backend(emulator), services=(METRICS,))
+    return MonitoringService(emulator, emulator.monitoring, services=(METRICS,))
 
 
 def dashboards_service(emulator: Emulator) -> Any:
     """google.monitoring.dashboard.v1.DashboardsService."""
     from .service import DASHBOARDS, MonitoringService
 
-    return MonitoringService(emulator, _backend(emulator), services=(DASHBOARDS,))
+    return MonitoringService(emulator, emulator.monitoring, services=(DASHBOARDS,))
 
 
 def configure(grpc_address: str, settings: dict) -> dict:

@@ -52,13 +52,14 @@ def _key(project: str, metric_type: str, metric_labels: dict, resource_type: str
 class MonitoringBackend(DashboardsMixin):
     """The Monitoring API's behaviour over in-memory state."""
 
-    def __init__(self, faults: Faults, clock: Clock, compute: Any | None = None, activity: Activity | None = None) -> None:
+    def __init__(self, faults: Faults, clock: Clock, compute: Any | None = None, activity: Activity | None = None,
+                 vertex: Any | None = None) -> None:
         self.faults = faults
         self.clock = clock
-        self.compute = compute
+        self.compute = compute  # its instances' running history: the VMs made-up metrics are for
         # What runs on which VM (written by the job agent): busy minutes look busy, the rest idle.
         self.activity = activity if activity is not None else Activity(clock)
-        self.vertex: Any = None  # the emulator's Vertex AI backend, when it has one: its jobs get cloudml_job metrics
+        self.vertex = vertex  # the emulator's Vertex AI backend, when it has one: its jobs get cloudml_job metrics
         self._lock = threading.RLock()
         self.knobs = Knobs()
         # The real API refuses points written more often than this per series (custom metrics: 5 s).

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core import rfc3339
-
 if TYPE_CHECKING:
     from ..server import Emulator
 
@@ -38,7 +36,7 @@ def emulated_cluster(
     for metric in ("CPUS", "INSTANCES", *([emu.world.gpus[gpu]["quota_metric"]] if gpu else [])):
         emu.faults.set_quota(region, metric, 1e9)
     emu.faults.set_quota("global", "GPUS_ALL_REGIONS", 1e9)
-    made = []
+    made: list[dict] = []
     for rank in range(nodes):
         body = {
             "name": f"{name}-{rank}",
@@ -50,13 +48,8 @@ def emulated_cluster(
         }
         emu.compute.insert_instance(project, zone, body)
     began = emu.clock.now() - running_minutes * 60
-    with emu.compute._lock:
-        coll = emu.compute.project(project).coll(f"zones/{zone}/instances")
-        for rank in range(nodes):
-            inst = coll[f"{name}-{rank}"]
-            inst["_phases"] = [[began - 2, "PROVISIONING"], [began - 1, "STAGING"], [began, "RUNNING"]]
-            inst["creationTimestamp"] = rfc3339(began - 2)
-            made.append(inst)
+    for rank in range(nodes):
+        made.append(emu.compute.backdate(project, zone, f"{name}-{rank}", began))
     if busy:
         for inst in made:
             emu.activity.begin(inst["id"], f"cluster/{project}/{name}-job/{inst['name']}", at=began)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request
 
-from ..core import ApiError
-from .backend import VertexError, rfc3339
+from ..core import ApiError, proto_timestamp
+from .errors import VertexError
 
 if TYPE_CHECKING:
     from ..server import Emulator
@@ -67,7 +67,7 @@ def operation_json(op: Any, done: bool) -> dict:
         "name": op.name,
         "metadata": {
             "@type": "type.googleapis.com/google.cloud.aiplatform.v1.DeleteOperationMetadata",
-            "genericMetadata": {"createTime": rfc3339(op.created), "updateTime": rfc3339(op.done_at if done else op.created)},
+            "genericMetadata": {"createTime": proto_timestamp(op.created), "updateTime": proto_timestamp(op.done_at if done else op.created)},
         },
         "done": done,
     }

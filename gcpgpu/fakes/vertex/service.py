@@ -22,7 +22,7 @@ from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
 from ..core import ApiError
 from ..grpc_service import GET_OPERATION as GET_OPERATION
 from ..grpc_service import EmulatedService, abort_with_details, from_message, to_message
-from .backend import VertexError
+from .errors import VertexError
 
 if TYPE_CHECKING:
     from ..server import Emulator

@@ -1,0 +1,117 @@
+"""How the emulator runs a Vertex AI custom job on this machine, when it can.
+
+A job whose replicas run the bundled trainer (the gcpgpu-trainer image with trainer arguments, or
+a `python -m gcpgpu.trainer` command) really runs: one local process per replica, with CLUSTER_SPEC
+on loopback ports and AIP_* output directories under a local folder standing in for
+base_output_directory. Anything else cannot run here; `local_plan` says why, and the job is simulated.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
+
+
+@dataclass
+class LocalPlan:
+    """How the emulator runs a job here: per pool, the argv, the container env, the replica count."""
+
+    pools: list[int]
+    argv: list[list[str]]
+    env: list[dict[str, str]]
+    gpus_per_replica: int
+
+
+def local_plan(job: dict) -> LocalPlan | str:
+    """The local processes for a job, or why it cannot run here (then it is simulated)."""
+    pools = (job.get("jobSpec") or {}).get("workerPoolSpecs") or []
+    counts, argvs, envs = [], [], []
+    gpus = 0
+    for i, pool in enumerate(pools[:2]):
+        pool = pool or {}
+        count = int(pool.get("replicaCount") or 0) if (pool.get("containerSpec") or pool.get("machineSpec")) else 0
+        counts.append(count)
+        if not count:
+            argvs.append([])
+            envs.append({})
+            continue
+        container = pool.get("containerSpec")
+        if not container:
+            return f"worker pool {i} uses a Python package, which the emulator cannot install"
+        argv = trainer_argv(container.get("imageUri") or "", list(container.get("command") or []),
+                            list(container.get("args") or []))
+        if argv is None:
+            return (f"worker pool {i} runs image {container.get('imageUri')!r}"
+                    + (f" with command {container.get('command')!r}" if container.get("command") else "")
+                    + ", which is not the bundled trainer")
+        argvs.append(argv)
+        envs.append({e["name"]: str(e.get("value", "")) for e in container.get("env") or []})
+        gpus = max(gpus, int((pool.get("machineSpec") or {}).get("acceleratorCount") or 0))
+    if any(p for p in pools[2:]):
+        return "worker pools 2 and 3 (parameter or reduction servers) are not run by the emulator"
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed where the emulator runs"
+    return LocalPlan(counts, argvs, envs, gpus)
+
+
+def replicas(job: dict, plan: LocalPlan, run_dir: Path) -> list[ReplicaSpec]:
+    """One process per replica: CLUSTER_SPEC on loopback ports, AIP_* folders under `run_dir` standing in for gs://."""
+    pools = plan.pools
+    hosts = {f"workerpool{i}": [f"127.0.0.1:{_free_port()}" for _ in range(n)] for i, n in enumerate(pools) if n}
+    job_id = job["name"].rsplit("/", 1)[1]
+    out = (((job.get("jobSpec") or {}).get("baseOutputDirectory") or {}).get("outputUriPrefix")
+           or f"gs://emulator-vertex-{job_id}")
+    local_base = run_dir / "gcs" / out[len("gs://"):].strip("/")
+    replicas = []
+    for pool, count in enumerate(pools):
+        for index in range(count):
+            task = f"workerpool{pool}-{index}"
+            env = dict(plan.env[pool])
+            env.update({
+                "CLUSTER_SPEC": json.dumps({"cluster": hosts, "environment": "cloud",
+                                            "task": {"type": f"workerpool{pool}", "index": index, "trial": ""},
+                                            "job": json.dumps({"job_id": job_id})}),
+                "CLOUD_ML_JOB_ID": job_id,
+                "AIP_MODEL_DIR": f"{local_base}/model/",
+                "AIP_CHECKPOINT_DIR": f"{local_base}/checkpoints/",
+                "AIP_TENSORBOARD_LOG_DIR": f"{local_base}/logs/",
+                # One process per replica on this CPU-only machine; the trainer's own opt-in to CPU.
+                "GCPGPU_NPROC_PER_NODE": "1",
+                "GCPGPU_TRAINER_ALLOW_CPU": "1",
+            })
+            replicas.append(ReplicaSpec(task, plan.argv[pool], env))
+    for sub in ("model", "checkpoints", "logs"):
+        (local_base / sub).mkdir(parents=True, exist_ok=True)
+    return replicas
+
+
+def describer(job: dict) -> Callable[[LogLine], dict]:
+    """Cloud Logging entries as Vertex AI writes them: resource ml_job, one log per replica, stderr as ERROR."""
+    project = job["_project_id"]
+    job_id = job["name"].rsplit("/", 1)[1]
+
+    def describe(line: LogLine) -> dict:
+        labels = {"job_id": job_id, "project_id": project, "task_name": line.task or "service"}
+        log = line.task or f"ml.googleapis.com%2F{job_id}"
+        return {
+            "logName": f"projects/{project}/logs/{log}",
+            "resource": {"type": "ml_job", "labels": labels},
+            "labels": {"ml.googleapis.com/job_id/log_area": "user" if line.task else "service",
+                       **({"ml.googleapis.com/task_name": line.task} if line.task else {})},
+            "jsonPayload": {"message": line.text, **({"attrs": {"tag": line.task}} if line.task else {})},
+            "severity": "ERROR" if line.stream == "stderr" else "INFO",
+        }
+
+    return describe
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

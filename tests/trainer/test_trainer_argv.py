@@ -1,0 +1,62 @@
+"""The trainer's command-line contract, which the tool, the image's launcher and the emulator all read."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+import pytest
+
+import gcpgpu.trainer.argv as argv
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--steps", "5"], None),
+        (["--log-json", "a.jsonl", "--steps", "5"], "a.jsonl"),
+        (["--log-json=b c.jsonl"], "b c.jsonl"),
+        (["--log-json", "a", "--log-json=b"], "b"),  # argparse keeps the last
+        (["--log-json"], None),
+        (["--steps", "5", "--", "--log-json", "x"], None),
+    ],
+)
+def test_log_json_path(args, expected):
+    assert argv.log_json_path(args) == expected
+
+
+@pytest.mark.parametrize(
+    ("image", "command", "expected"),
+    [
+        ("us-central1-docker.pkg.dev/p/gcpgpu/gcpgpu-trainer:latest", [], ["--steps", "5"]),
+        ("gcpgpu-trainer@sha256:" + "0" * 64, [], ["--steps", "5"]),
+        ("us-docker.pkg.dev/p/r/other:latest", [], None),  # another image's entrypoint: not ours to read
+        ("any:1", ["python3", "-m", "gcpgpu.trainer", "--model", "tiny"], ["--model", "tiny", "--steps", "5"]),
+        ("any:1", ["/usr/bin/python3.11", "-m", "gcpgpu.trainer"], ["--steps", "5"]),
+        ("gcpgpu-trainer:1", ["bash", "-c", "python -m gcpgpu.trainer"], None),  # a command replaces the entrypoint
+    ],
+)
+def test_the_trainers_arguments_in_a_container(image, command, expected):
+    assert argv.trainer_args(image, command, ["--steps", "5"]) == expected
+    assert argv.runs_bundled_trainer(image, command) is (expected is not None)
+
+
+def test_the_trainers_flags_in_a_local_command_line():
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "-m", "gcpgpu.trainer", "--steps", "3"]
+    assert argv.args_in_command_line(torchrun) == ["--steps", "3"]
+    assert argv.args_in_command_line([sys.executable, "-m", "gcpgpu.metrics.reporter", "--steps", "3"]) == []
+
+
+@pytest.mark.parametrize(("value", "off"), [("0", True), (" Off ", True), ("false", True), ("1", False), ("", False)])
+def test_gcpgpu_metrics_turns_the_reporter_off(value, off):
+    assert argv.metrics_off({"GCPGPU_METRICS": value}) is off
+    assert argv.metrics_off({}) is False
+
+
+def test_it_imports_only_the_standard_library():
+    # The emulator imports this module and nothing else of gcpgpu; the trainer's room is stdlib and torch.
+    tree = ast.parse(open(argv.__file__).read())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert all(not isinstance(node, ast.ImportFrom) or node.level == 0 for node in ast.walk(tree))
+    assert {m.split(".")[0] for m in imported} <= set(sys.stdlib_module_names) | {"__future__"}
