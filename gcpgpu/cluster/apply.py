@@ -20,7 +20,6 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
-from .kinds import NODES
 from .lease import Lease, LeaseLost
 from .observe import Node, Observed, observe, observe_nodes, observe_nodes_by_name
 from .plan import Plan

@@ -40,7 +40,7 @@ STATE_VERSION = 1
 #   raising core.ApiError for API errors. The first matching pattern wins.
 REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$",
-     "gcpgpu.fakes.jobs.agent:GuestAttributesRest.for_emulator"),
+     "gcpgpu.fakes.jobs.guest_attributes:GuestAttributesRest.for_emulator"),
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
     (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
     (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),

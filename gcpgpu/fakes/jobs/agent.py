@@ -42,16 +42,13 @@ from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_ar
 from .storage import Storage
 
 if TYPE_CHECKING:
-    from werkzeug.wrappers import Request
 
     from ..compute.backend import ComputeBackend
     from ..events import VmEvents
-    from .host import Host
 
 NAMESPACE = "gcpgpu"
 MAX_VALUE = 256
 SIMULATED_RUN_S = 3.0  # how long a job the emulator cannot run pretends to run
-GUEST_PATTERN = r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$"
 LOG_NAME = "gcplogs-docker-driver"  # what Docker's gcplogs driver writes to
 
 
@@ -292,36 +289,3 @@ def _cluster_of(inst: dict, job: dict) -> str:
     items = {i.get("key"): i.get("value") or "" for i in inst.get("metadata", {}).get("items", [])}
     return str(job.get("cluster") or items.get("gcpgpu-cluster") or (inst.get("labels") or {}).get("gcpgpu-cluster")
                or "")
-
-
-class GuestAttributesRest:
-    """instances.getGuestAttributes (queryPath or variableKey), answered from the agent's reports."""
-
-    @classmethod
-    def for_emulator(cls, emulator: Host) -> GuestAttributesRest:
-        return cls(emulator)
-
-    def __init__(self, emulator: Host) -> None:
-        self.emulator = emulator
-
-    def handle(self, request: Request) -> tuple[int, dict]:
-        if request.method != "GET":
-            raise ApiError(405, "methodNotAllowed", "getGuestAttributes is a GET.")
-        parts = request.path.strip("/").split("/")
-        project, zone, name = parts[3], parts[5], parts[7]
-        inst = self.emulator.compute.get(project, f"zones/{zone}/instances", name)  # 404 as compute answers it
-        agent = self.emulator.jobs.agent
-        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"])}
-        link = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{name}/guestAttributes"
-        key = request.args.get("variableKey")
-        if key:
-            if key not in attrs:
-                raise ApiError(404, "notFound", f"The resource '{link}/{key}' was not found")
-            return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{key}", "variableKey": key,
-                         "variableValue": attrs[key]}
-        path = request.args.get("queryPath", "")
-        prefix = path.rstrip("/") + "/" if path else ""
-        items = [{"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
-                 for k, v in sorted(attrs.items()) if k.startswith(prefix)]
-        return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{path}", "queryPath": path,
-                     "queryValue": {"items": items} if items else {}}

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from .host import Host
 
-PATTERN = r"^/v2/entries:list$"
 DEFAULT_PAGE = 50
 MAX_PAGE = 1000
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from ..server import Emulator
     from .backend import MonitoringBackend
 
-PATTERN = r"^/monitoring/v[13]/"
 _ROUTE = re.compile(r"^/monitoring/(v[13])/projects/([^/]+)/(timeSeries|metricDescriptors|monitoredResourceDescriptors"
                     r"|dashboards)(?:/(.+))?$")
 

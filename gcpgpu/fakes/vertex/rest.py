@@ -25,7 +25,6 @@ from .errors import VertexError
 if TYPE_CHECKING:
     from ..server import Emulator
 
-PATTERN = r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)"
 
 _ROUTES = [
     ("POST", re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/customJobs$"), "create"),

@@ -1,0 +1,46 @@
+"""instances.getGuestAttributes over REST (queryPath or variableKey): the wire format of what the
+nodes report, answered from the job agent's and the node health reports (jobs/agent.py, jobs/node.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..core import ApiError
+
+if TYPE_CHECKING:
+    from werkzeug.wrappers import Request
+
+    from .host import Host
+
+
+class GuestAttributesRest:
+    """instances.getGuestAttributes (queryPath or variableKey), answered from the agent's reports."""
+
+    @classmethod
+    def for_emulator(cls, emulator: Host) -> GuestAttributesRest:
+        return cls(emulator)
+
+    def __init__(self, emulator: Host) -> None:
+        self.emulator = emulator
+
+    def handle(self, request: Request) -> tuple[int, dict]:
+        if request.method != "GET":
+            raise ApiError(405, "methodNotAllowed", "getGuestAttributes is a GET.")
+        parts = request.path.strip("/").split("/")
+        project, zone, name = parts[3], parts[5], parts[7]
+        inst = self.emulator.compute.get(project, f"zones/{zone}/instances", name)  # 404 as compute answers it
+        agent = self.emulator.jobs.agent
+        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"])}
+        link = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{name}/guestAttributes"
+        key = request.args.get("variableKey")
+        if key:
+            if key not in attrs:
+                raise ApiError(404, "notFound", f"The resource '{link}/{key}' was not found")
+            return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{key}", "variableKey": key,
+                         "variableValue": attrs[key]}
+        path = request.args.get("queryPath", "")
+        prefix = path.rstrip("/") + "/" if path else ""
+        items = [{"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
+                 for k, v in sorted(attrs.items()) if k.startswith(prefix)]
+        return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{path}", "queryPath": path,
+                     "queryValue": {"items": items} if items else {}}
