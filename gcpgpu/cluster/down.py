@@ -12,7 +12,6 @@ import copy
 from typing import Any
 
 from gcpgpu.errors import CloudError
-from gcpgpu.gcp.operations import call
 
 from .kinds import NODES
 from .nat import settle as settle_nats
@@ -79,7 +78,7 @@ def _set_size(s: Session, kept: list[Node], nodes: int) -> None:
 
     def put(n: Node) -> Any:
         items = {**n.metadata, "gcpgpu-nodes": str(nodes)}
-        return call(s.client("InstancesClient").set_metadata, {
+        return s.call(s.client("InstancesClient").set_metadata, {
             "project": s.project, "zone": n.zone, "instance": n.name,
             "metadata_resource": compute_v1.Metadata(
                 fingerprint=n.metadata_fingerprint,

@@ -15,7 +15,6 @@ from typing import Any
 
 from gcpgpu.errors import is_google_error
 from gcpgpu.gcp.errors import Failure, classify
-from gcpgpu.gcp.operations import call
 
 from .observe import observe_nodes
 from .plan import Plan
@@ -34,7 +33,7 @@ def place_flex(session: Session, plan: Plan, missing: list[str], zone: str) -> F
 
     def insert(name: str) -> Any:
         body = session.owned("Instance", plan.flex_insert_body(name, zone))
-        return call(session.client("InstancesClient").insert, {"project": session.project, "zone": zone,
+        return session.call(session.client("InstancesClient").insert, {"project": session.project, "zone": zone,
                                                                "instance_resource": body})
 
     try:

@@ -17,11 +17,10 @@ def set_labels(session: Session, items: list[tuple[Node, dict[str, str]]]) -> No
     """instances.setLabels on each (node, its new labels) in parallel, under the node's label fingerprint."""
     from google.cloud import compute_v1
 
-    from gcpgpu.gcp.operations import call
 
     def one(item: tuple[Node, dict[str, str]]) -> Any:
         node, labels = item
-        return call(session.client("InstancesClient").set_labels, {
+        return session.call(session.client("InstancesClient").set_labels, {
             "project": session.project, "zone": node.zone, "instance": node.name,
             "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
                 labels=labels, label_fingerprint=node.label_fingerprint)})

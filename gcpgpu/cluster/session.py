@@ -92,7 +92,8 @@ class Session:
 
     # -- mutations: each step first proves the attempt still holds its lease (the fence) -----------
     def call(self, fn: Callable[..., Any], request: dict[str, Any]) -> Any:
-        """One mutation (gcp.operations.call), fenced."""
+        """One mutation (gcp.operations.call), fenced right before it is sent: a check a whole batch
+        earlier would let a run stopped between the check and its requests send them after it resumes."""
         self.check_lease()
         return call(fn, request)
 
@@ -115,7 +116,7 @@ class Session:
         """Delete (zone/region, name) items of one kind in parallel and wait; gone counts as deleted;
         the first error raised."""
         self.check_lease()
-        raise_first(delete_batch(self.clients, self.project, kind, items))
+        raise_first(delete_batch(self.clients, self.project, kind, items, self.check_lease))
 
     def clean_zone(self, cluster: str, zone: str, names: list[str], reservation: str | None = None) -> None:
         """After a failed placement in `zone`, remove the VMs this attempt left there (bulkInsert may place

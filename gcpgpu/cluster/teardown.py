@@ -27,13 +27,14 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-def delete_batch(clients: Clients, project: str, kind: Kind,
-                 items: list[tuple[str | None, str]]) -> list[BaseException | None]:
+def delete_batch(clients: Clients, project: str, kind: Kind, items: list[tuple[str | None, str]],
+                 fence: Callable[[], None] = lambda: None) -> list[BaseException | None]:
     """Delete (zone/region, name) items of one kind in parallel and wait for them; each item's error
-    (None: deleted or already gone)."""
+    (None: deleted or already gone). `fence()` runs right before each request is sent."""
     client = clients.compute(kind.client)
 
     def delete(item: tuple[str | None, str]) -> Any:
+        fence()
         where, name = item
         req: dict[str, Any] = {"project": project, kind.field: name}
         if kind.scope:
@@ -51,7 +52,7 @@ def delete_batch(clients: Clients, project: str, kind: Kind,
 def delete_observed(clients: Clients, project: str, obs: Observed, step: Any = None,
                     fence: Callable[[], None] = lambda: None) -> list[str]:
     """Delete everything in `obs` in dependency order; one line per resource left, [] when all are gone.
-    `fence()` runs before each kind's batch (it raises to stop: the run lost its lease)."""
+    `fence()` runs before each kind's batch and each request (it raises to stop: the run lost its lease)."""
     failed: list[tuple[Kind, tuple[str | None, str], BaseException]] = []
     for kind in KINDS:
         items = kind.items(obs.of(kind))
@@ -60,7 +61,7 @@ def delete_observed(clients: Clients, project: str, obs: Observed, step: Any = N
         fence()
         if step:
             step(kind.field, f"Deleting {len(items)} {kind.word}(s)")
-        for item, err in zip(items, delete_batch(clients, project, kind, items), strict=True):
+        for item, err in zip(items, delete_batch(clients, project, kind, items, fence), strict=True):
             if err is not None:
                 failed.append((kind, item, err))
     # Once more, in the same order, for what failed: a resource in use (resourceInUseByAnotherResource)
@@ -71,7 +72,7 @@ def delete_observed(clients: Clients, project: str, obs: Observed, step: Any = N
         if not batch:
             continue
         fence()
-        errs = delete_batch(clients, project, kind, [f[1] for f in batch])
+        errs = delete_batch(clients, project, kind, [f[1] for f in batch], fence)
         left += [(f[0], f[1], e) for f, e in zip(batch, errs, strict=True) if e is not None]
     return [f"{kind.word} {name}" + (f" ({where})" if where else "") + f": {one_line(err)}"
             for kind, (where, name), err in left]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gcpgpu import catalog, nccl
@@ -34,6 +35,12 @@ LOG_NAME = "gcplogs-docker-driver"  # Docker's gcplogs driver writes the contain
 JOB_KEYS = ("gcpgpu-job", "gcpgpu-job-id", "gcpgpu-job-agent", "gcpgpu-job-cancel", "gcpgpu-node-rank",
             "gcpgpu-nnodes", "gcpgpu-master-addr", "gcpgpu-master-port")
 ACTIVE = ("PENDING", "RUNNING")
+Fence = Callable[[], None]
+
+
+def unfenced() -> None:
+    pass
+
 NODE_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
@@ -130,8 +137,9 @@ def run_key(job_id: str, attempt: int) -> str:
     return job_id if attempt == 0 else f"{job_id}-r{attempt}"
 
 
-def deliver(clients: Clients, project: str, record: dict, chosen: list[Node]) -> None:
-    """Put `record` (a job attempt) on `chosen` in rank order: metadata with the agent, rank and rendezvous."""
+def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fence: Fence = unfenced) -> None:
+    """Put `record` (a job attempt) on `chosen` in rank order: metadata with the agent, rank and rendezvous.
+    `fence()` runs right before each request (a recovery's lease check)."""
     master = chosen[0].internal_ip
     if not master:
         raise CloudError(f"node {chosen[0].name} has no internal IP yet; try again in a moment")
@@ -164,15 +172,16 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node]) ->
             # Last: the node's watcher wakes on this key and then reads the others.
             "gcpgpu-job-id": run,
         })
-        return _set_metadata(clients, project, node, items)
+        return _set_metadata(clients, project, node, items, fence)
 
     batch(clients, project, put, list(enumerate(chosen)))
 
 
-def _set_metadata(clients: Clients, project: str, node: Node, items: dict[str, str]) -> Any:
+def _set_metadata(clients: Clients, project: str, node: Node, items: dict[str, str], fence: Fence) -> Any:
     """Start replacing the node's metadata with `items`, under the fingerprint it was read with."""
     from google.cloud import compute_v1
 
+    fence()
     metadata = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,
                                    items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
     return call(clients.compute("InstancesClient").set_metadata, {
@@ -283,14 +292,15 @@ def aggregate(states: list[str]) -> str:
     return "PENDING"
 
 
-def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = False) -> None:
+def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = False,
+           fence: Fence = unfenced) -> None:
     """Ask every node of the job to stop it (metadata gcpgpu-job-cancel); the agents do the stopping.
     With only_running, the nodes that are RUNNING (a recovery stops the survivors of a lost node)."""
     mine = [(i, j) for i, j in _job_nodes(clients, project, jid) if not only_running or i.status == "RUNNING"]
 
     def put(pair: tuple[Node, dict]) -> Any:
         node, job = pair
-        return _set_metadata(clients, project, node, {**node.metadata, "gcpgpu-job-cancel": run_of(job)})
+        return _set_metadata(clients, project, node, {**node.metadata, "gcpgpu-job-cancel": run_of(job)}, fence)
 
     batch(clients, project, put, mine)
 

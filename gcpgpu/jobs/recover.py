@@ -139,8 +139,7 @@ class Follower:
                       history=history, recover=self.recover)
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {attempt} on {len(nodes)} node(s)"
                                      + (" with --resume" if "--resume" in args else ""))
-        s.check_lease()
-        cluster_jobs.deliver(self.clients, self.project, record, nodes)
+        cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
 
     def _causes(self, lost: list[dict]) -> dict[str, str]:
         """Why each node went: its zone's system operation (as Google's preemption-history sample reads it)."""
@@ -160,10 +159,9 @@ class Follower:
     def _stop_survivors(self, s: Session | None = None) -> None:
         """Cancel the job on the nodes still RUNNING and wait until their agents report it stopped
         (fenced by the recovery's lease when `s` is given)."""
-        if s is not None:
-            s.check_lease()
         try:
-            cluster_jobs.cancel(self.clients, self.project, self.jid, only_running=True)
+            cluster_jobs.cancel(self.clients, self.project, self.jid, only_running=True,
+                                fence=s.check_lease if s is not None else cluster_jobs.unfenced)
         except CloudError:
             return  # nothing of the job is left on the cluster
         deadline = time.monotonic() + STOP_TIMEOUT_S
