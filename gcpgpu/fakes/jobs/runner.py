@@ -20,6 +20,7 @@ before the run is reported ended; a cancel stops it with the replicas; reset kil
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import shutil
@@ -403,10 +404,46 @@ class Runner:
 
 
 def _signal_group(pid: int, sig: int) -> None:
+    """`sig` to the replica's own session. SIGKILL, a dead host, reaches every process it started
+    too, whatever session they moved to: torchrun starts its workers in sessions of their own, which
+    a group signal misses (they would go on training on a host that no longer exists). A SIGTERM
+    stays with the group: torchrun passes it on to its workers itself."""
+    tree = _descendants(pid) if sig == signal.SIGKILL else []
     try:
-        os.killpg(pid, sig)  # the replica's own session: its children (torchrun's workers) too
+        os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+    for child in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, sig)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (read from /proc before anything is signalled, so that none is
+    reparented away first); [] where there is no /proc."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
 
 
 def trainer_argv(image: str, command: list[str], args: list[str]) -> list[str] | None:

@@ -1,0 +1,53 @@
+"""A lost host loses everything on it (issue 23, item 3): torchrun starts its workers in sessions of
+their own, and a host error must end them too, as a dead machine would."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+
+# A replica shaped like torchrun: it starts a worker in a session of its own, says the worker's pid,
+# and waits. The worker (like a trainer) would go on for a minute.
+LAUNCHER = """
+import subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+print(worker.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (dead, not yet reaped by its new parent) is gone too
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+def test_a_host_error_kills_workers_that_left_the_replicas_session(tmp_path):
+    runner = Runner(root=tmp_path)
+    try:
+        run = runner.start("job-1", [ReplicaSpec("node-0", [sys.executable, "-c", LAUNCHER], {})])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(line.text.strip().isdigit() for line in run.log_lines()):
+            time.sleep(0.05)
+        worker = int(next(line.text for line in run.log_lines() if line.text.strip().isdigit()))
+        assert _alive(worker)
+        assert os.getsid(worker) != os.getsid(run.replicas[0].popen.pid)  # out of the replica's session
+
+        runner.lose("job-1", 0.0, "host error")  # no notice: everything on the host dies at once
+        run.wait(30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(worker):
+            time.sleep(0.05)
+        assert not _alive(worker), "the worker outlived its host"
+        assert run.state == "failed"
+    finally:
+        runner.reset()
