@@ -103,6 +103,7 @@ def up(s: Session, plan: Plan) -> list[Node]:
         _adopt_reservation(s, plan)
     try:
         _ensure_shared(s, plan, obs)
+        _start_stopped(s, plan, obs)
         existing = {n.name for n in obs.nodes}
         missing = [n for n in plan.node_names if n not in existing]
         zones = sorted({n.zone for n in obs.nodes}) or plan.zones
@@ -122,6 +123,20 @@ def up(s: Session, plan: Plan) -> list[Node]:
     except Exception:
         rollback(s, plan.name)
         raise
+
+
+def _start_stopped(s: Session, plan: Plan, obs: Observed) -> None:
+    """Planned nodes that are TERMINATED (a Spot VM preempted with termination action STOP, a host
+    error, a stop by hand) start again on their own disks, names and ranks: what `cluster status`
+    says `up` will do. A start that finds no capacity fails like a stockout of the zone."""
+    stopped = [n for n in obs.nodes if n.name in plan.node_names and n.status == "TERMINATED"]
+    if not stopped:
+        return
+    s.report.step("start", f"Starting {len(stopped)} TERMINATED node(s) again: "
+                           + ", ".join(n.name for n in stopped[:5]) + (" ..." if len(stopped) > 5 else ""))
+    with s.report.waiting("waiting for the nodes to start"):
+        s.batch(lambda n: s.call(s.client("InstancesClient").start,
+                                 {"project": s.project, "zone": n.zone, "instance": n.name}), stopped)
 
 
 def _check_compatible(s: Session, plan: Plan, obs: Observed) -> None:

@@ -248,6 +248,10 @@ def problems(obs: Observed) -> list[str]:
         names = [f"{obs.cluster}-{r}" for r in range(expected) if f"{obs.cluster}-{r}" not in have]
         which = names if len(names) == expected - len(have) else [f"rank {r}" for r in ranks]
         out.append(f"{expected - len(have)} of {expected} node(s) missing: {', '.join(which[:8])}")
+    for n in obs.nodes:
+        if n.status == "TERMINATED":
+            out.append(f"node {n.name} is TERMINATED ({'Spot VM preempted' if n.provisioning == 'SPOT' else 'stopped'}"
+                       f"): 'gcpgpu cluster up {obs.cluster} ...' starts it again")
     by_rank: dict[str, list[str]] = {}
     for n in obs.nodes:
         rank = n.labels.get(LABEL_RANK)

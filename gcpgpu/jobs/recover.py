@@ -142,18 +142,20 @@ class Follower:
         cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
 
     def _causes(self, lost: list[dict]) -> dict[str, str]:
-        """Why each node went: its zone's system operation (as Google's preemption-history sample reads it)."""
+        """Why each node went: its zone's newest system operation on it (as Google's preemption-history
+        sample reads them). A node name is reused by every recovery, so an older VM's preemption must
+        not explain a newer VM's host error: the newest operation wins, and the VM's own id when known."""
         ops = self.clients.compute("ZoneOperationsClient")
+        ids = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
         out = {}
         for row in lost:
             link = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{row['zone']}/instances/{row['node']}"
             out[row["node"]] = f"node {row['node_status'].lower()}" if row["node_status"] != "RUNNING" else "lost"
-            for op_type, cause in CAUSES.items():
-                found = list(ops.list(request={"project": self.project, "zone": row["zone"],
-                                               "filter": f'operationType="{op_type}" AND targetLink="{link}"'}))
-                if found:
-                    out[row["node"]] = cause
-                    break
+            found = [op for op in ops.list(request={"project": self.project, "zone": row["zone"],
+                                                    "filter": f'targetLink="{link}"'})
+                     if op.operation_type in CAUSES and (row["node"] not in ids or str(op.target_id) == ids[row["node"]])]
+            if found:
+                out[row["node"]] = CAUSES[max(found, key=lambda op: (op.insert_time, int(op.id or 0))).operation_type]
         return out
 
     def _stop_survivors(self, s: Session | None = None) -> None:

@@ -1,0 +1,45 @@
+"""Nodes lost without a recovery, and why a node was lost (issue 23, item 8)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from helpers import PROJECT, clients, make_plan
+
+from gcpgpu.cli import main
+from gcpgpu.cluster.apply import Cluster
+from gcpgpu.jobs import ids, recover
+
+
+def cli(*argv: str):
+    return CliRunner().invoke(main, ["--project", PROJECT, *argv])
+
+
+def test_a_terminated_node_shows_in_status_and_up_starts_it_again(gcp):
+    nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2, machine_type="a2-highgpu-1g"))
+    assert gcp.compute.lose_instance(PROJECT, nodes[1].zone, "c-1", "host_error", 0.0)
+
+    status = json.loads(cli("--format", "json", "cluster", "status", "c").stdout)
+    assert [(n["name"], n["status"]) for n in status["nodes"]] == [("c-0", "RUNNING"), ("c-1", "TERMINATED")]
+    assert any("c-1 is TERMINATED" in p and "gcpgpu cluster up c" in p for p in status["problems"]), status
+
+    again = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", nodes[1].zone,
+                "--yes")
+    assert again.exit_code == 0, again.output
+    status = json.loads(cli("--format", "json", "cluster", "status", "c").stdout)
+    assert [(n["name"], n["status"], n["rank"]) for n in status["nodes"]] == [("c-0", "RUNNING", 0),
+                                                                             ("c-1", "RUNNING", 1)]
+    assert status["problems"] == []
+
+
+def test_a_host_error_after_an_earlier_preemption_of_the_same_node_is_called_a_host_error(gcp):
+    nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2, machine_type="a2-highgpu-1g"))
+    zone = nodes[1].zone
+    assert gcp.compute.lose_instance(PROJECT, zone, "c-1", "preempt", 0.0)
+    clients(gcp).compute("InstancesClient").start(project=PROJECT, zone=zone, instance="c-1").result()
+    assert gcp.compute.lose_instance(PROJECT, zone, "c-1", "host_error", 0.0)
+
+    follower = recover.Follower(clients(gcp), PROJECT, ids.parse("cluster:c:job-1"), 1)
+    causes = follower._causes([{"node": "c-1", "zone": zone, "node_status": "TERMINATED"}])
+    assert causes == {"c-1": "host error"}
