@@ -43,3 +43,21 @@ def test_a_host_error_after_an_earlier_preemption_of_the_same_node_is_called_a_h
     follower = recover.Follower(clients(gcp), PROJECT, ids.parse("cluster:c:job-1"), 1)
     causes = follower._causes([{"node": "c-1", "zone": zone, "node_status": "TERMINATED"}])
     assert causes == {"c-1": "host error"}
+
+
+def test_job_follow_keeps_the_recover_count_submit_was_given(gcp):
+    """submit --recover 2, the submitting process gone, then 'job follow' elsewhere: it said 'up to 3
+    recoveries' (the Spot default), not the 2 the job was submitted with."""
+    from gcpgpu.jobs import cluster as cluster_jobs
+    from gcpgpu.jobs.spec import JobSpec, validate
+
+    gcp.jobs.agent.simulated_run_s = 0.5
+    up = cli("cluster", "up", "k", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+             "--spot", "--yes")
+    assert up.exit_code == 0, up.output
+    job = validate(JobSpec(target="cluster", cluster="k", image="busybox", command=["true"]), project=PROJECT,
+                   region="us-central1", zone=None)
+    jid, _ = cluster_jobs.submit(clients(gcp), PROJECT, job, "k", recover=2)
+    followed = cli("job", "follow", str(jid))
+    assert followed.exit_code == 0, followed.output
+    assert "up to 2 recoveries" in followed.output and "up to 3" not in followed.output

@@ -120,7 +120,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
             return
         from gcpgpu.jobs import cluster as cluster_jobs
 
-        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"])
+        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover)
     if settings.format == "table":
         click.echo(str(jid))
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
@@ -260,12 +260,20 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> di
     """Follow a cluster job to its end, recovering it from lost nodes (jobs/recover.py)."""
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.errors import Interrupted
+    from gcpgpu.jobs import cluster as cluster_jobs
     from gcpgpu.jobs import recover as recovery
 
-    n = recover if recover is not None else recovery.default_recover(settings.clients, settings.project,
-                                                                        jid.cluster)
+    record = cluster_jobs.record_of(settings.clients, settings.project, jid)
+    if recover is not None:
+        n = recover
+    elif record.get("recover") is not None:  # what submit --recover (or the last follower) said
+        n = int(record["recover"])
+    else:
+        n = recovery.default_recover(settings.clients, settings.project, jid.cluster)
     if n:
-        info(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes")
+        used = len(record.get("history") or [])
+        info(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"
+             + (f" ({used} used)" if used else ""))
 
     def said(state: dict) -> None:
         info(f"{time.strftime('%H:%M:%S')} {jid}: {state['state']}"

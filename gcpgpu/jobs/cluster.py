@@ -64,8 +64,10 @@ def _job_of(node: Node) -> dict | None:
     return job if isinstance(job, dict) and "id" in job else None
 
 
-def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[ids.JobId, dict]:
-    """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan."""
+def submit(clients: Clients, project: str, job: ValidJob, cluster: str,
+           recover: int | None = None) -> tuple[ids.JobId, dict]:
+    """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
+    `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N."""
     nodes = ranked_nodes(clients, project, cluster)
     if not nodes:
         raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
@@ -110,7 +112,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple
         "args": job.args, "env": env, "nnodes": want, "master_port": MASTER_PORT,
         "machine_type": machine.name, "gpus_per_node": machine.gpu_count, "timeout": job.spec.timeout,
         "mounts": mounts, "gcs_buckets": buckets, "node_dirs": node_dirs, "output_dir": job.spec.output_dir,
-        "bundled_trainer": job.bundled_trainer, "attempt": 0, "run": job_id, "history": [],
+        "bundled_trainer": job.bundled_trainer, "attempt": 0, "run": job_id, "history": [], "recover": recover,
     }
     deliver(clients, project, record, chosen)
     jid = ids.JobId("cluster", cluster=cluster, job=job_id)
