@@ -22,6 +22,7 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 MAX_SPEC_BYTES = 256 * 1024
 MAX_VALUE_CHARS = 4096  # any one string: a flag's value, a spec value, a trainer argument
 MAX_ITEMS = 1000  # entries of one list or mapping in a spec file
+MAX_NODES = 5000  # values (scalars, lists, mappings) in a whole spec file
 MAX_DEPTH = 8  # nesting of YAML collections (a spec needs 2: a mapping of lists or mappings)
 SHOWN_CHARS = 80  # how much of a refused value an error line quotes
 
@@ -105,17 +106,26 @@ def read_yaml(path: str) -> Any:
     where = f"-f {shown(path, quote=False)}"
 
     class BoundedLoader(yaml.SafeLoader):
-        """SafeLoader that refuses aliases (the only way a few bytes of YAML expand to gigabytes) and
-        deep nesting (the composer recurses once per level)."""
+        """SafeLoader that refuses aliases (the only way a few bytes of YAML expand to gigabytes), deep
+        nesting (the composer recurses once per level), long collections and too many values, each
+        as it is read rather than after the whole file is."""
 
         depth = 0
+        nodes = 0
 
         def compose_node(self, parent: Any, index: Any) -> Any:
             event = self.peek_event()
+            self.nodes += 1
+            if self.nodes > MAX_NODES:
+                raise UsageProblem(f"{where}: line {event.start_mark.line + 1} is past {MAX_NODES} values; a spec "
+                                   "file holds a few settings (put data in files the job reads)")
             if isinstance(event, yaml.AliasEvent):
                 raise UsageProblem(f"{where}: line {event.start_mark.line + 1} uses the YAML alias "
                                    f"*{shown(event.anchor, quote=False)}; a spec file takes plain values: "
                                    "write the value out where it is used")
+            if parent is not None and len(parent.value) >= MAX_ITEMS:
+                raise UsageProblem(f"{where}: line {event.start_mark.line + 1} makes a list or mapping of more "
+                                   f"than {MAX_ITEMS} entries; a spec file holds a few settings")
             if self.depth >= MAX_DEPTH:
                 raise UsageProblem(f"{where}: line {event.start_mark.line + 1} nests lists or mappings more than "
                                    f"{MAX_DEPTH} deep; a spec file is a mapping of values, lists and mappings")
