@@ -6,14 +6,30 @@ wrote them.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from gcpgpu.errors import UsageProblem
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+# Bounds on what a spec file or a flag may hold. A real spec is a few hundred bytes; these keep a
+# hostile or mistaken input (an alias bomb, /dev/zero, a 200 MB value) from costing more than a
+# fraction of a second and a few MB before it is refused, and keep every error line short.
+MAX_SPEC_BYTES = 256 * 1024
+MAX_VALUE_CHARS = 4096  # any one string: a flag's value, a spec value, a trainer argument
+MAX_ITEMS = 1000  # entries of one list or mapping in a spec file
+MAX_NODES = 5000  # values (scalars, lists, mappings) in a whole spec file
+MAX_DEPTH = 8  # nesting of YAML collections (a spec needs 2: a mapping of lists or mappings)
+SHOWN_CHARS = 80  # how much of a refused value an error line quotes
+
+# A Google service account's e-mail: ACCOUNT@PROJECT.iam.gserviceaccount.com, and Google's own
+# (PROJECT_NUMBER-compute@developer.gserviceaccount.com, PROJECT@appspot.gserviceaccount.com, ...).
+_DNS_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+SERVICE_ACCOUNT = re.compile(rf"^{_DNS_LABEL}@(?:{_DNS_LABEL}\.)+gserviceaccount\.com$")
 
 # A spec-file key that is not a field: function(value, where, out) puts what it stands for into out.
 Alias = Callable[[Any, str, dict[str, Any]], None]
@@ -43,6 +59,110 @@ def parse_pairs(values: Iterable[str] | None, option: str, example: str = "") ->
     return out
 
 
+def shown(value: Any, quote: bool = True) -> str:
+    """A value as an error line quotes it: control characters escaped, long values cut short."""
+    text = repr(value) if quote or not isinstance(value, str) else repr(value)[1:-1]
+    if len(text) > SHOWN_CHARS:
+        size = f"{len(value)} characters" if isinstance(value, str) else "long"
+        text = f"{text[:SHOWN_CHARS]}... ({size})"
+    return text
+
+
+def read_spec_text(path: str) -> str:
+    """A spec file's text: a regular file of at most MAX_SPEC_BYTES, UTF-8 (else one-line UsageProblem).
+
+    The file is opened without blocking and checked with fstat before anything is read, so a FIFO,
+    a terminal or /dev/zero is refused at once instead of hanging or reading until memory runs out.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise UsageProblem(f"-f {shown(path, quote=False)}: cannot read it ({e.strerror})") from e
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+            raise UsageProblem(f"-f {shown(path, quote=False)}: is {kind}; give a YAML file")
+        try:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+        except OSError as e:
+            raise UsageProblem(f"-f {shown(path, quote=False)}: cannot read it ({e.strerror})") from e
+    if len(raw) > MAX_SPEC_BYTES:
+        raise UsageProblem(f"-f {shown(path, quote=False)}: larger than {MAX_SPEC_BYTES // 1024} KiB; a spec file "
+                           "holds a few settings (put data and long configs in files the job reads)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageProblem(f"-f {shown(path, quote=False)}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
+                           f"offset {e.start}); save it as UTF-8 YAML") from e
+
+
+def read_yaml(path: str) -> Any:
+    """-f PATH parsed as YAML within the bounds above: no aliases, MAX_DEPTH levels of nesting."""
+    import yaml
+
+    text = read_spec_text(path)
+    where = f"-f {shown(path, quote=False)}"
+
+    class BoundedLoader(yaml.SafeLoader):
+        """SafeLoader that refuses aliases (the only way a few bytes of YAML expand to gigabytes), deep
+        nesting (the composer recurses once per level), long collections and too many values, each
+        as it is read rather than after the whole file is."""
+
+        depth = 0
+        nodes = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            self.nodes += 1
+            if self.nodes > MAX_NODES:
+                raise UsageProblem(f"{where}: line {event.start_mark.line + 1} is past {MAX_NODES} values; a spec "
+                                   "file holds a few settings (put data in files the job reads)")
+            if isinstance(event, yaml.AliasEvent):
+                raise UsageProblem(f"{where}: line {event.start_mark.line + 1} uses the YAML alias "
+                                   f"*{shown(event.anchor, quote=False)}; a spec file takes plain values: "
+                                   "write the value out where it is used")
+            if parent is not None and len(parent.value) >= MAX_ITEMS:
+                raise UsageProblem(f"{where}: line {event.start_mark.line + 1} makes a list or mapping of more "
+                                   f"than {MAX_ITEMS} entries; a spec file holds a few settings")
+            if self.depth >= MAX_DEPTH:
+                raise UsageProblem(f"{where}: line {event.start_mark.line + 1} nests lists or mappings more than "
+                                   f"{MAX_DEPTH} deep; a spec file is a mapping of values, lists and mappings")
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise UsageProblem(f"{where}: not valid YAML ({shown(str(e).splitlines()[0], quote=False)})") from e
+    except ValueError as e:  # a constructor's own limit, e.g. an integer of more than 4300 digits
+        raise UsageProblem(f"{where}: a value cannot be read ({shown(str(e).split(';')[0], quote=False)})") from e
+    finally:
+        loader.dispose()
+
+
+def check_bounds(value: Any, where: str) -> None:
+    """Refuse a spec value longer than MAX_VALUE_CHARS, or a list or mapping of more than MAX_ITEMS entries."""
+    if isinstance(value, str):
+        if len(value) > MAX_VALUE_CHARS:
+            raise UsageProblem(f"{where} is {len(value)} characters long; a value takes at most {MAX_VALUE_CHARS}")
+    elif isinstance(value, (list, dict)):
+        if len(value) > MAX_ITEMS:
+            raise UsageProblem(f"{where} has {len(value)} entries; at most {MAX_ITEMS}")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(value, dict):
+                check_bounds(key, f"{where}: a key")
+                check_bounds(item, f"{where}.{shown(key, quote=False)}")
+            else:
+                check_bounds(item, f"{where}[{key}]")
+
+
 def load_spec_file(
     path: str,
     what: str,
@@ -60,17 +180,7 @@ def load_spec_file(
     listed: the names an unknown key's message offers (default: the known fields and the aliases).
     types: field -> type hint; each converted value must have its field's type (see check_type).
     """
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageProblem(f"-f {path}: cannot read it ({e.strerror})") from e
-    except UnicodeDecodeError as e:
-        raise UsageProblem(f"-f {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                           "save it as UTF-8 YAML") from e
-    except yaml.YAMLError as e:
-        raise UsageProblem(f"-f {path}: not valid YAML ({str(e).splitlines()[0]})") from e
+    data = read_yaml(path)
     if not isinstance(data, dict):
         if data is None:
             raise UsageProblem(f"-f {path}: the file is empty; expected a mapping of {what} fields")
@@ -81,12 +191,14 @@ def load_spec_file(
     out: dict[str, Any] = {}
     for key, value in data.items():
         k = str(key).replace("-", "_")
-        where = f"-f {path}: {key}"
+        check_bounds(key, f"-f {path}: a key")
+        where = f"-f {path}: {shown(key, quote=False)}"
+        check_bounds(value, where)
         if k in aliases:
             aliases[k](value, where, out)
             continue
         if k not in known:
-            raise UsageProblem(f"-f {path}: unknown field {key!r}; known fields: {', '.join(sorted(names))}")
+            raise UsageProblem(f"-f {path}: unknown field {shown(key)}; known fields: {', '.join(sorted(names))}")
         out[k] = convert(k, value, where, out) if convert is not None else value
         if types is not None and k in types:
             check_type(out[k], types[k], where)
@@ -129,18 +241,45 @@ def check_type(value: Any, annotation: Any, where: str) -> None:
                 return
         else:
             return  # a type this check does not know: left to the spec's own validation
-    shown = f"a list ({len(value)} items)" if isinstance(value, list) else \
-        "a mapping" if isinstance(value, dict) else repr(value)
-    raise UsageProblem(f"{where} is {shown}; it must be {' or '.join(words)}")
+    got = f"a list ({len(value)} items)" if isinstance(value, list) else \
+        "a mapping" if isinstance(value, dict) else shown(value)
+    raise UsageProblem(f"{where} is {got}; it must be {' or '.join(words)}")
 
 
-def refuse_empty_options(ctx: Any) -> None:
-    """An option given as '' (or only spaces) is a mistake, never "not given": say which one (exit 2)."""
+def check_option_values(ctx: Any) -> None:
+    """Refuse, in one line naming the option (exit 2), a value given as '' (or only spaces: a mistake,
+    never "not given"), one longer than MAX_VALUE_CHARS, or one that is not UTF-8 text (bytes the
+    shell passed through that no Google API and no instance metadata can carry)."""
     for param in ctx.command.params:
         value = ctx.params.get(param.name)
         values = value if isinstance(value, (list, tuple)) else [value]
-        if any(isinstance(v, str) and not v.strip() for v in values):
-            name = max(param.opts, key=len) if getattr(param, "opts", None) else str(param.name).upper()
-            if param.param_type_name == "argument":
-                name = str(param.name).upper()
-            raise UsageProblem(f"{name} is empty: give a value, or leave {name} out")
+        name = max(param.opts, key=len) if getattr(param, "opts", None) else str(param.name).upper()
+        if param.param_type_name == "argument":
+            name = str(param.name).upper()
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                continue
+            which = f"{name} (argument {i + 1})" if param.param_type_name == "argument" else name
+            if not v.strip():
+                raise UsageProblem(f"{name} is empty: give a value, or leave {name} out")
+            if len(v) > MAX_VALUE_CHARS:
+                raise UsageProblem(f"{which} is {len(v)} characters long; a value takes at most {MAX_VALUE_CHARS}")
+            check_utf8(v, which)
+
+
+def check_service_account(value: str, where: str) -> None:
+    """Refuse a value that is not a service account's e-mail address."""
+    if len(value) > 254 or not SERVICE_ACCOUNT.match(value):
+        raise UsageProblem(f"{where} {shown(value)} must be a service account's e-mail address, like "
+                           "trainer@PROJECT.iam.gserviceaccount.com")
+
+
+def check_utf8(value: str, where: str) -> None:
+    """Refuse a string holding bytes that were not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = value[e.start]
+        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"{bad!r}"
+        raise UsageProblem(f"{where} {shown(value)} is not UTF-8 text ({byte} at character {e.start + 1}); "
+                           "Google's APIs and instance metadata carry UTF-8 only") from None

@@ -1,15 +1,22 @@
 """Every bad input is refused before the first API call: exit 2, one line naming the field, no request.
 
 One table across the commands that reach the cloud (cluster up/plan/down/status, job submit) and
-their spec files. Each row runs the real CLI against the emulator and reads its request log.
+their spec files, hostile ones included (alias bombs, /dev/zero, a FIFO, huge values, paths that
+climb out of a bucket, undecodable bytes). Each row runs the real CLI in a child process against
+the emulator, under an address-space limit and a timeout, and reads the emulator's request log.
 """
 
 from __future__ import annotations
 
-import pytest
-from click.testing import CliRunner
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
-from gcpgpu.cli import main
+import pytest
+
+import gcpgpu
 
 P = ["--project", "test-proj"]
 UP = [*P, "cluster", "up", "--yes"]
@@ -17,8 +24,35 @@ OK = ["c", "--machine-type", "a3-highgpu-8g", "--zone", "us-central1-a"]
 SUBMIT = [*P, "--region", "us-central1", "job", "submit"]
 VERTEX = [*SUBMIT, "--vertex", "--machine-type", "a3-highgpu-8g"]
 
-# (id, argv, {file name: contents (str or bytes)}, text the one line must contain)
-CASES: list[tuple[str, list[str], dict[str, str | bytes], str]] = [
+CLUSTER_JOB = [*SUBMIT, "--cluster", "c", "--image", "busybox"]
+MEMORY_LIMIT = 512 * 2**20  # bytes of address space: the CLI needs under 100 MB for any refusal
+TIME_LIMIT_S = 60  # a hang guard, far above the second a refusal takes
+
+
+def _bomb(field: str, head: str = "vertex: true\nmachine_type: a3-highgpu-8g\n", mapping: bool = False) -> str:
+    """The issue's 405-byte YAML alias bomb (9^9 strings once expanded) under `field`: a list of
+    lists, or a mapping of lists."""
+    names = "abcdefghi"
+    item = "  {n}: &{n} [{v}]" if mapping else "  - &{n} [{v}]"
+    lines = [head + f"{field}:", item.format(n="a", v=", ".join(["l"] * 9))]
+    lines += [item.format(n=n, v=", ".join(["*" + p] * 9)) for p, n in zip(names, names[1:], strict=False)]
+    return "\n".join(lines) + "\n"
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _sparse_200mb(path: Path) -> None:
+    with path.open("wb") as f:
+        f.write(b"name: c\n")
+        f.truncate(200 * 2**20)
+
+
+Content = str | bytes | Callable[[Path], None]
+
+# (id, argv, {file name: contents (str, bytes, or a function that makes the file)}, text the one line must contain)
+CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
     # -- project ids by GCP's rules, and empty global options
     ("project-too-short", ["--project", "ab", "cluster", "up", "--yes", *OK], {}, "--project 'ab'"),
     ("project-too-long", ["--project", "a" * 31, "cluster", "up", "--yes", *OK], {}, "30"),
@@ -155,25 +189,114 @@ CASES: list[tuple[str, list[str], dict[str, str | bytes], str]] = [
      {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\ntimeout: [1h]\n"}, "timeout"),
     ("job-file-restart-int", [*SUBMIT, "-f", "{d}/j.yaml"],
      {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\nrestart: 3\n"}, "restart"),
+    # -- spec files that would cost unbounded memory or time (issue 23, item 1)
+    ("job-file-alias-bomb-args", [*SUBMIT, "-f", "{d}/j.yaml", "--dry-run"],
+     {"j.yaml": _bomb("args", "cluster: c1\n")}, "YAML alias *a"),
+    ("job-file-alias-bomb-command", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": _bomb("command")}, "YAML alias"),
+    ("job-file-alias-bomb-env", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": _bomb("env", mapping=True)}, "YAML alias"),
+    ("file-alias-merge-key", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "labels: &l {team: ml}\nname: c\nmachine_type: a3-highgpu-8g\n<<: {labels: *l}\n"}, "YAML alias *l"),
+    ("job-file-dev-zero", [*SUBMIT, "-f", "/dev/zero", "--dry-run"], {}, "-f /dev/zero: is a device"),
+    ("job-file-fifo", [*SUBMIT, "-f", "{d}/fifo", "--dry-run"], {"fifo": _fifo}, "is a named pipe"),
+    ("file-200mb", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": _sparse_200mb}, "larger than 256 KiB"),
+    ("job-file-300kb", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": "vertex: true\n" + "# pad\n" * 50_000},
+     "larger than 256 KiB"),
+    ("job-file-long-value", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\nimage: " + "a" * 200_000 + "\n"},
+     "image is 200000 characters long"),
+    ("job-file-long-env-value", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\nenv:\n  K: " + "v" * 5000 + "\n"},
+     "env.K is 5000 characters long"),
+    ("file-long-key", [*UP, "-f", "{d}/c.yaml"], {"c.yaml": "? " + "k" * 5000 + "\n: 1\n"}, "a key is 5000 characters"),
+    ("job-file-many-args", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "cluster: c\nargs: [" + ", ".join(["x"] * 5000) + "]\n"}, "list or mapping of more than 1000 entries"),
+    ("job-file-many-values", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "args: [" + ",".join("[" + ",".join(["a"] * 900) + "]" for _ in range(140)) + "]\n"},
+     "past 5000 values"),
+    ("job-file-deep-nesting", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": "args: " + "[" * 100_000 + "\n"},
+     "nests lists or mappings"),
+    ("job-file-huge-int", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": "vertex: true\nnodes: " + "9" * 5000 + "\n"},
+     "a value cannot be read"),
+    ("flag-too-long", [*UP, *OK, "--image", "a" * 100_000], {}, "--image is 100000 characters long"),
+    ("job-arg-too-long", [*CLUSTER_JOB, "--", "x" * 5000], {}, "TRAINER_ARGS (argument 1) is 5000 characters"),
+    # -- output folders that climb out of their bucket or folder (item 4)
+    ("job-output-dir-dotdot", [*VERTEX, "--output-dir", "gs://bucket/../../x"], {}, "'..'"),
+    ("job-output-dir-dotdot-cluster", [*CLUSTER_JOB, "--output-dir", "gs://bucket/../../x"], {}, "'..'"),
+    ("job-output-dir-dot", [*VERTEX, "--output-dir", "gs://bucket/./x"], {}, "'.'"),
+    ("job-output-dir-empty-segment", [*VERTEX, "--output-dir", "gs://bucket//x"], {}, "empty ('//')"),
+    ("job-output-dir-node-dotdot", [*CLUSTER_JOB, "--output-dir", "/mnt/shared/../../etc"], {}, "'..'"),
+    ("job-output-dir-bucket", [*VERTEX, "--output-dir", "gs://../x"], {}, "is not a bucket name"),
+    ("job-output-dir-newline", [*VERTEX, "--output-dir", "gs://bucket/a\nb"], {}, "control characters"),
+    ("job-file-output-dir-dotdot", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "vertex: true\nmachine_type: a3-highgpu-8g\noutput_dir: gs://b-1/runs/../../../x\n"}, "'..'"),
+    # -- values Compute, Vertex or docker would take as something else (item 5)
+    ("image-not-image-path", [*UP, *OK, "--image", "foo/global/images/x"], {}, "--image 'foo/global/images/x'"),
+    ("image-shell", [*UP, *OK, "--image", "projects/p-1234/global/images/x;reboot"], {}, "--image"),
+    ("network-command-substitution", [*UP, *OK, "--network", "networks/$(id)/default"], {}, "--network"),
+    ("network-path", [*UP, *OK, "--network", "projects/other-proj/global/networks/default"], {}, "--network"),
+    ("subnetwork-path", [*UP, *OK, "--subnetwork", "a/b"], {}, "--subnetwork 'a/b'"),
+    ("service-account-not-google", [*UP, *OK, "--service-account", "me@example.com"], {}, "--service-account"),
+    ("scope-alias", [*UP, *OK, "--scope", "cloud-platform"], {}, "--scope 'cloud-platform'"),
+    ("scope-other-host", [*UP, *OK, "--scope", "https://evil.example/auth/cloud-platform"], {}, "--scope"),
+    ("file-network-path", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nnetwork: global/networks/$(x)\n"},
+     "--network"),
+    ("file-scopes-bad", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nscopes: [all]\n"}, "--scope 'all'"),
+    ("job-image-shell", [*VERTEX, "--image", "busybox;reboot"], {}, "--image 'busybox;reboot'"),
+    ("job-image-uppercase", [*VERTEX, "--image", "Registry.io/Team/Img"], {}, "--image"),
+    ("job-image-option", [*CLUSTER_JOB[:-2], "--image", "--privileged"], {}, "--image"),
+    ("job-service-account-bad", [*VERTEX, "--service-account", "x@y.z"], {}, "--service-account 'x@y.z'"),
+    # -- what used to end in a traceback (item 6)
+    ("job-command-unbalanced", [*VERTEX, "--command", "python 'x"], {}, "no closing quotation"),
+    ("job-command-unbalanced-dry-run", [*CLUSTER_JOB, "--command", "python 'x", "--dry-run"], {},
+     "no closing quotation"),
+    ("job-file-command-unbalanced", [*SUBMIT, "-f", "{d}/j.yaml"], {"j.yaml": "cluster: c\ncommand: \"sh -c 'x\"\n"},
+     "no closing quotation"),
+    ("job-args-not-utf8-vertex", [*VERTEX, "--image", "busybox", "--", "\udcff\udcfe"], {}, "not UTF-8"),
+    ("job-args-not-utf8-vertex-dry-run", [*VERTEX, "--dry-run", "--image", "busybox", "--", "\udcff"], {},
+     "not UTF-8"),
+    ("job-args-not-utf8-cluster", [*CLUSTER_JOB, "--", "--name", "caf\udce9"], {}, "byte 0xe9"),
+    ("job-args-not-utf8-cluster-dry-run", [*CLUSTER_JOB, "--dry-run", "--", "\udcff"], {}, "not UTF-8"),
+    ("job-env-not-utf8", [*CLUSTER_JOB, "--env", "K=\udcff"], {}, "--env"),
+    ("job-label-newline", [*VERTEX, "--label", "a\nb=c"], {}, "--label a\\nb=c"),
 ]
+
+
+# The child limits its own address space before importing anything (a preexec_fn would fork this
+# process, whose emulator runs gRPC threads that a fork leaves in a bad state).
+CHILD = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT})); "
+         "from gcpgpu.cli import main; main()")
+
+
+def _make(path: Path, content: Content) -> None:
+    if callable(content):
+        content(path)
+    else:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
 @pytest.mark.parametrize(("argv", "files", "expect"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_refused_in_one_line_before_any_call(gcp, tmp_path, argv, files, expect):
     for name, content in files.items():
-        path = tmp_path / name
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        _make(tmp_path / name, content)
     argv = [a.replace("{d}", str(tmp_path)) for a in argv]
+    # The child imports the same gcpgpu as this test (a worktree's, say), and talks to this emulator.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(gcpgpu.__file__).parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
     gcp.requests.clear()
-    result = CliRunner().invoke(main, argv)
-    lines = result.output.strip().splitlines()
-    assert result.exit_code == 2, result.output
-    assert len(lines) == 1, result.output
+    done = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, env=env, timeout=TIME_LIMIT_S,
+                          stdin=subprocess.DEVNULL)
+    output = (done.stdout + done.stderr).decode(errors="replace")
+    lines = output.strip().splitlines()
+    assert done.returncode == 2, output[-2000:]
+    assert len(lines) == 1, output[-2000:]
     assert expect in lines[0], lines[0]
+    assert len(lines[0]) < 400, lines[0]  # a refused value is quoted short, never echoed whole
     assert gcp.requests.all() == [], [r.path for r in gcp.requests.all()]
 
 
-def test_the_table_covers_at_least_sixty_inputs_across_commands_and_spec_files():
-    assert len(CASES) >= 60
+def test_the_table_covers_at_least_a_hundred_inputs_across_commands_and_spec_files():
+    assert len(CASES) >= 100
     assert len({c[0] for c in CASES}) == len(CASES)
-    assert sum(1 for c in CASES if c[2]) >= 20  # spec files, not just flags
+    assert sum(1 for c in CASES if c[2] or "/dev/zero" in c[1]) >= 40  # spec files, not just flags

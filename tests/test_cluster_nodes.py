@@ -317,7 +317,7 @@ def test_emulator_refuses_a_second_nat_for_all_subnetworks(gcp):
 
 def test_a3_high_plan_names_the_tcpx_kernel_it_cannot_install_unless_an_image_is_given():
     assert any("linux-gcp-tcpx" in n for n in make("a3-highgpu-8g").notes)
-    custom = "projects/p/global/images/family/a3-tcpx"
+    custom = "projects/my-proj/global/images/family/a3-tcpx"
     assert not any("linux-gcp-tcpx" in n for n in make("a3-highgpu-8g", image=custom).notes)
     assert not any("linux-gcp-tcpx" in n for n in make("a3-megagpu-8g").notes)
 

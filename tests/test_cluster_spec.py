@@ -181,3 +181,22 @@ def test_footnote_sources_numbers_repeated_sources_once_and_keeps_nested_parenth
     assert [r["details"] for r in rows] == ["disk [1]", "agent (x [1]) (unverified)", "plain", None]
     assert notes == "Sources:\n[1] CT a (b, c)"
     assert footnote_sources([{"details": "plain"}]) == ([{"details": "plain"}], None)
+
+
+@pytest.mark.parametrize("image", [
+    "projects/debian-cloud/global/images/family/debian-12",
+    "https://www.googleapis.com/compute/v1/projects/ubuntu-os-cloud/global/images/ubuntu-2204-jammy-v20240927",
+    "global/images/my-tcpx-image", "projects/example.com:ml-proj/global/images/family/tcpx"])
+def test_boot_images_compute_takes_are_accepted(image):
+    props = make_plan(zones=["us-central1-a"], image=image).instance_properties
+    assert props["disks"][0]["initializeParams"]["sourceImage"] == image
+
+
+def test_network_subnetwork_account_and_scopes_of_the_documented_shapes_are_accepted():
+    scopes = ["https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/devstorage.read_only"]
+    props = make_plan(zones=["us-central1-a"], network="sysnet", subnetwork="sysnet-usc1", scopes=scopes,
+                      service_account="nodes@test-proj.iam.gserviceaccount.com").instance_properties
+    assert props["serviceAccounts"] == [{"email": "nodes@test-proj.iam.gserviceaccount.com", "scopes": scopes}]
+    nic = props["networkInterfaces"][0]
+    assert nic["network"] == f"projects/{PROJECT}/global/networks/sysnet"
+    assert nic["subnetwork"] == f"projects/{PROJECT}/regions/us-central1/subnetworks/sysnet-usc1"

@@ -219,3 +219,39 @@ def test_secret_looking_env_names_draw_a_warning():
 def test_missing_region_for_vertex():
     with pytest.raises(UsageProblem, match="no region set"):
         validate(JobSpec(target="vertex", machine_type="a2-highgpu-8g"), project=PROJECT, region=None, zone=None)
+
+
+@pytest.mark.parametrize("image", [
+    "busybox", "busybox:1.36", "library/busybox@sha256:" + "a" * 64, "localhost:5000/team/img:dev",
+    "us-central1-docker.pkg.dev/my-proj/repo/gcpgpu-trainer:v1.2_rc-3",
+    "nvcr.io/nvidia/pytorch:24.12-py3", "ghcr.io/org/sub__name/x-y.z:Tag"])
+def test_container_image_references_docker_takes_are_accepted(image):
+    assert validate(JobSpec(target="cluster", cluster="c", image=image), project=PROJECT, region=None,
+                    zone=None).image == image
+
+
+@pytest.mark.parametrize("out", ["gs://b-1/runs/exp1", "gs://b-1/runs/exp1/", "gs://b-1", "gs://my.bucket.example/x",
+                                 "/mnt/shared/runs/", "/gcs/b-1/runs/exp1"])
+def test_output_dirs_without_dot_segments_are_accepted(out):
+    job = validate(JobSpec(target="cluster", cluster="c", image="busybox", output_dir=out), project=PROJECT,
+                   region=None, zone=None)
+    assert job.spec.output_dir == out
+
+
+@pytest.mark.parametrize("account", ["trainer@test-proj.iam.gserviceaccount.com",
+                                     "123456789012-compute@developer.gserviceaccount.com",
+                                     "test-proj@appspot.gserviceaccount.com",
+                                     "sa@my-proj.example.com.iam.gserviceaccount.com"])
+def test_service_account_addresses_google_issues_are_accepted(account):
+    request = vertex_request(machine_type="a3-highgpu-8g", image="busybox", service_account=account)
+    assert request["customJob"]["jobSpec"]["serviceAccount"] == account
+
+
+def test_a_command_in_a_spec_file_is_split_like_a_shell_and_an_unbalanced_one_refused(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("cluster: c\nimage: busybox\ncommand: \"sh -c 'echo hi there'\"\n")
+    assert JobSpec.from_sources(str(good), {}).command == ["sh", "-c", "echo hi there"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: c\ncommand: \"sh -c 'echo\"\n")
+    with pytest.raises(UsageProblem, match="command .*no closing quotation"):
+        JobSpec.from_sources(str(bad), {})

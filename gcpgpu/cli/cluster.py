@@ -60,9 +60,9 @@ def _spec_options(fn: Callable) -> Callable:
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     from gcpgpu.cluster.spec import ClusterSpec, parse_duration
-    from gcpgpu.specfile import parse_pairs, refuse_empty_options
+    from gcpgpu.specfile import check_option_values, parse_pairs
 
-    refuse_empty_options(click.get_current_context())
+    check_option_values(click.get_current_context())
     if kw.get("spot") and kw.get("flex_start"):
         raise UsageProblem("--spot and --flex-start exclude each other: choose one provisioning model")
     labels = parse_pairs(kw.get("labels"), "--label")
@@ -239,9 +239,9 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
     """
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.cluster.apply import Cluster
-    from gcpgpu.specfile import refuse_empty_options
+    from gcpgpu.specfile import check_option_values
 
-    refuse_empty_options(click.get_current_context())
+    check_option_values(click.get_current_context())
     _check_name(name)
     if keep_nodes is not None and keep_nodes < 1:
         raise UsageProblem(f"--nodes {keep_nodes} must be at least 1 (to delete the whole cluster, leave --nodes out)")

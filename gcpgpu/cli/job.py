@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Callable
 from typing import Any
@@ -143,10 +142,10 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 
 
 def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
-    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, validate
-    from gcpgpu.specfile import parse_pairs, refuse_empty_options
+    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, split_command, validate
+    from gcpgpu.specfile import check_option_values, parse_pairs
 
-    refuse_empty_options(click.get_current_context())
+    check_option_values(click.get_current_context())
     if kw.get("vertex") and kw.get("cluster"):
         raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
     if kw.get("spot") and kw.get("flex_start"):
@@ -159,7 +158,7 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         "machine_type": kw.get("machine_type"),
         "nodes": kw.get("nodes"),
         "image": kw.get("image"),
-        "command": shlex.split(kw["command"]) if kw.get("command") else None,
+        "command": split_command(kw["command"]) if kw.get("command") else None,
         "args": list(trainer_args) or None,
         "strategy": "spot" if kw.get("spot") else ("flex-start" if kw.get("flex_start") else None),
         "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,

@@ -13,7 +13,7 @@ from typing import Any
 
 from gcpgpu import catalog
 from gcpgpu.errors import UsageProblem
-from gcpgpu.specfile import load_spec_file
+from gcpgpu.specfile import check_service_account, load_spec_file, shown
 from gcpgpu.specfile import parse_duration as parse_duration
 
 from .names import RFC1035, check_cluster_name
@@ -29,6 +29,12 @@ DEFAULT_FLEX_WAIT = 3600
 PROVISIONING = ("standard", "spot", "flex-start")
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11"
 DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# The boot image as Compute's sourceImage takes it: a full URL or a partial path to an image or an
+# image family, in another project or (global/images/...) this one.
+_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+IMAGE_PATH = re.compile(r"^(?:(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta)/)?"
+                        rf"projects/(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{{4,28}}[a-z0-9]/)?global/images/(?:family/)?{_NAME}$")
+SCOPE = re.compile(r"^https://www\.googleapis\.com/auth/[a-z][a-z0-9._-]{0,99}$")
 
 
 @dataclass
@@ -197,14 +203,21 @@ class ClusterSpec:
             raise UsageProblem("--label: at most 60 labels (GCP allows 64 and gcpgpu uses 4)")
         if not isinstance(self.boot_disk_gb, int) or not 10 <= self.boot_disk_gb <= 65536:
             raise UsageProblem(f"--boot-disk-gb {self.boot_disk_gb!r} must be between 10 and 65536")
+        # The plan writes projects/PROJECT/global/networks/NAME (and .../subnetworks/NAME) itself, so
+        # these take the name alone; a path or anything else would reach Compute as a malformed URL.
         for what, value in (("--network", self.network), ("--subnetwork", self.subnetwork)):
-            if value is not None and not RFC1035.match(str(value).rsplit("/", 1)[-1]):
-                raise UsageProblem(f"{what} {value!r} is not a network name (RFC 1035)")
-        if self.service_account is not None and not re.match(r"^[^@\s]+@[^@\s]+\.[a-z]+$", self.service_account):
-            raise UsageProblem(f"--service-account {self.service_account!r} must be an e-mail address "
-                               "like trainer@PROJECT.iam.gserviceaccount.com")
-        if not re.search(r"global/images/", self.image or ""):
-            raise UsageProblem(f"--image {self.image!r} must be an image path like projects/P/global/images/family/F")
+            if value is not None and not (isinstance(value, str) and RFC1035.match(value)):
+                raise UsageProblem(f"{what} {shown(value)} must be the name of a {what[2:]} in the project: 1-63 "
+                                   "lowercase letters, digits and dashes, starting with a letter (e.g. default)")
+        if self.service_account is not None:
+            check_service_account(str(self.service_account), "--service-account")
+        for scope in self.scopes:
+            if not isinstance(scope, str) or not SCOPE.match(scope):
+                raise UsageProblem(f"--scope {shown(scope)} must be an OAuth scope URL, e.g. "
+                                   "https://www.googleapis.com/auth/cloud-platform")
+        if not isinstance(self.image, str) or len(self.image) > 300 or not IMAGE_PATH.match(self.image):
+            raise UsageProblem(f"--image {shown(self.image)} must be an image or image family path like "
+                               "projects/PROJECT/global/images/family/FAMILY (or .../global/images/NAME)")
 
 
 def _load_file(path: str) -> dict[str, Any]:

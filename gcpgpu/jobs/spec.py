@@ -26,8 +26,17 @@ NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVATION_PATH = re.compile(r"^projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-z])/reservations/([a-z](?:[-a-z0-9]*[a-z0-9])?)$")
 RESERVATION_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
-GCS = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$")
-SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$|^[^@\s]+@[^@\s]+$")
+# Cloud Storage bucket names: 3-63 characters (up to 222 with dots, each dot-separated part at
+# most 63), lowercase letters, digits, dashes, underscores and dots, starting and ending with a
+# letter or digit.
+BUCKET = re.compile(r"^(?=.{3,222}$)[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?)*$")
+# A container image reference as Docker's reference grammar writes it: [HOST[:PORT]/]PATH[:TAG][@DIGEST].
+# Separators inside a path component are one character class each, so no input backtracks badly.
+IMAGE_REF = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::\d{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+MAX_IMAGE_REF = 512  # name (255) + tag (128) + digest: refused by length before the pattern runs
 # The gcpgpu training image (`gcpgpu container build` pushes it there): its entrypoint applies the
 # machine's NCCL profile, works out the torchrun rendezvous and runs the trainer with the job's args.
 TRAINER_IMAGE_NAME = "gcpgpu-trainer"
@@ -181,42 +190,38 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
     reservation = _reservation(spec, target, project, region, zone)
 
     if spec.output_dir is not None:
-        if target == "vertex" and not GCS.match(spec.output_dir):
-            raise UsageProblem(f"--output-dir {spec.output_dir!r} must be a Cloud Storage folder for Vertex AI, "
-                               "e.g. gs://BUCKET/runs/exp1")
-        if target == "cluster" and not (GCS.match(spec.output_dir) or spec.output_dir.startswith("/")):
-            raise UsageProblem(f"--output-dir {spec.output_dir!r} must be gs://BUCKET/PATH or an absolute path on "
-                               "the nodes (e.g. a shared filesystem)")
-        if target == "cluster" and not GCS.match(spec.output_dir) and (
-                re.search(r"[:,\s]", spec.output_dir) or spec.output_dir.rstrip("/") in ("", "/gcs")):
-            # Docker's --volume splits on ':' (and ',' in --mount); / and /gcs would hide the node's own files.
-            raise UsageProblem(f"--output-dir {spec.output_dir!r}: a node path without ':', ',' or spaces, below / "
-                               "and outside /gcs (e.g. /mnt/shared/runs/exp1)")
+        check_output_dir(str(spec.output_dir), target)
     if spec.service_account is not None:
         if target != "vertex":
             raise UsageProblem("--service-account applies to --vertex jobs; cluster jobs run as the nodes' "
                                "service account")
-        if not SERVICE_ACCOUNT.match(spec.service_account):
-            raise UsageProblem(f"--service-account {spec.service_account!r} must be an e-mail address like "
-                               "trainer@PROJECT.iam.gserviceaccount.com")
+        specfile.check_service_account(spec.service_account, "--service-account")
     for key, value in spec.labels.items():
-        if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", key) or not re.match(r"^[a-z0-9_-]{0,63}$", str(value)):
-            raise UsageProblem(f"--label {key}={value}: label keys and values are lowercase letters, digits, _ "
-                               "and -, 63 characters at most (keys start with a letter)")
+        if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", str(key)) or not re.match(r"^[a-z0-9_-]{0,63}$", str(value)):
+            raise UsageProblem(f"--label {specfile.shown(f'{key}={value}', quote=False)}: label keys and values are "
+                               "lowercase letters, digits, _ and -, 63 characters at most (keys start with a letter)")
 
     command = [str(c) for c in spec.command or []]
     args = [str(a) for a in spec.args or []]
+    # Vertex's request (protobuf) and instance metadata (JSON) carry UTF-8 only: a byte the shell
+    # passed through undecoded would otherwise fail deep inside the client library.
+    for what, values in (("--command", command), ("trainer argument", args)):
+        for i, value in enumerate(values):
+            specfile.check_utf8(value, f"{what} {i + 1}" if what != "--command" else what)
     image = spec.image
     if not image:
         if not project:
             raise UsageProblem("no project set for the default image: pass --project, or --image URI")
         image_region = region or "us-central1"
         image = DEFAULT_IMAGE.format(region=image_region, project=project.replace(":", "/"))
-    elif re.search(r"\s", image) or not re.match(r"^[A-Za-z0-9][\w.\-/:@]*$", image):
-        raise UsageProblem(f"--image {image!r} is not a container image URI (e.g. "
-                           "us-central1-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG)")
+    elif len(image) > MAX_IMAGE_REF or not IMAGE_REF.match(image):
+        raise UsageProblem(f"--image {specfile.shown(image)} is not a container image reference "
+                           "[HOST/]PATH[:TAG][@sha256:DIGEST] with a lowercase path, e.g. "
+                           "us-central1-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG")
 
     env = parse_env(spec.env, "--env")
+    for key, value in env.items():
+        specfile.check_utf8(value, f"--env {key}")
     for key in env:
         if SECRET_HINT.search(key):
             warnings.append(f"--env {key} looks like a secret: a job's environment is stored in plain text (the "
@@ -236,6 +241,53 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         check_trainer_args(own_args, world=(nodes or 1) * (machine.gpu_count if machine else 1),
                            exact=nodes is not None and machine is not None, output_dir=spec.output_dir)
     return valid
+
+
+def split_command(value: str, where: str = "--command") -> list[str]:
+    """A command line split as a shell would (quotes group words), refusing one a shell could not split."""
+    import shlex
+
+    try:
+        return shlex.split(value)
+    except ValueError as e:  # "No closing quotation", "No escaped character"
+        raise UsageProblem(f"{where} {specfile.shown(value)}: {str(e).lower()}; quote it as a shell would, "
+                           "e.g. --command 'python -m mypkg.train --name \"run 1\"'") from None
+
+
+def check_output_dir(value: str, target: str) -> None:
+    """--output-dir: gs://BUCKET[/PATH] (either target) or, for cluster jobs, an absolute node path; in
+    both, no '.', '..' or empty segment (a path that climbs out of its bucket or folder)."""
+    shown = specfile.shown(value)
+    if value.startswith("gs://"):
+        bucket, _, path = value[len("gs://"):].partition("/")
+        if not BUCKET.match(bucket):
+            raise UsageProblem(f"--output-dir {shown}: {specfile.shown(bucket)} is not a bucket name (3-63 "
+                               "lowercase letters, digits, -, _ and ., starting and ending with a letter or digit)")
+        _check_segments(path, shown, "gs://BUCKET/runs/exp1")
+        if len(path.encode("utf-8")) > 1000 or re.search(r"[\x00-\x1f\x7f]", path):
+            raise UsageProblem(f"--output-dir {shown}: an object path is at most 1000 bytes, without control "
+                               "characters")
+        return
+    if target == "vertex":
+        raise UsageProblem(f"--output-dir {shown} must be a Cloud Storage folder for Vertex AI, "
+                           "e.g. gs://BUCKET/runs/exp1")
+    if not value.startswith("/"):
+        raise UsageProblem(f"--output-dir {shown} must be gs://BUCKET/PATH or an absolute path on "
+                           "the nodes (e.g. a shared filesystem)")
+    if re.search(r"[:,\s\x00-\x1f\x7f]", value) or value.rstrip("/") in ("", "/gcs"):
+        # Docker's --volume splits on ':' (and ',' in --mount); / and /gcs would hide the node's own files.
+        raise UsageProblem(f"--output-dir {shown}: a node path without ':', ',' or spaces, below / "
+                           "and outside /gcs (e.g. /mnt/shared/runs/exp1)")
+    _check_segments(value[1:], shown, "/mnt/shared/runs/exp1")
+
+
+def _check_segments(path: str, shown: str, example: str) -> None:
+    # A trailing '/' names the same folder; any other empty, '.' or '..' segment is refused rather
+    # than resolved: on a node '..' climbs out of the bucket's mount into the container's own disk.
+    segments = path[:-1].split("/") if path.endswith("/") else path.split("/")
+    if path and any(seg in ("", ".", "..") for seg in segments):
+        raise UsageProblem(f"--output-dir {shown}: no '.', '..' or empty ('//') path segments; "
+                           f"write the folder out, e.g. {example}")
 
 
 def _reservation(spec: JobSpec, target: str, project: str | None, region: str | None,
@@ -342,9 +394,7 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         value = parse_duration(value, where)
     if k in ("command", "args"):
         if isinstance(value, str):
-            import shlex
-
-            value = shlex.split(value)
+            value = split_command(value, where)
         if not isinstance(value, list):
             raise UsageProblem(f"{where} must be a list of strings (or one string, split like a shell would)")
         value = [str(v) for v in value]

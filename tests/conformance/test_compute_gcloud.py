@@ -106,3 +106,58 @@ def test_regional_bulk_create_lands_in_a_zone_with_capacity_the_policy_allows(gc
     assert "rc-01" in out and "us-central1-a" not in out and "us-central1-b" not in out
     ops = json.loads(_ok(gcloud("gcloud compute operations list --regions=us-central1 --format=json")))
     assert [o["operationType"] for o in ops] == ["bulkInsert", "bulkInsert"]
+
+
+def _relabel_until_url_safe(instances, name: str) -> str:
+    """Relabel `name` through the Python client until its label fingerprint holds '-' or '_'."""
+    from google.cloud import compute_v1
+
+    for i in range(200):
+        fp = instances.get(project=PROJECT, zone=ZONE, instance=name).label_fingerprint
+        if set(fp) & set("+/-_"):
+            return fp
+        instances.set_labels(project=PROJECT, zone=ZONE, instance=name, instances_set_labels_request_resource=(
+            compute_v1.InstancesSetLabelsRequest(labels={"n": str(i)}, label_fingerprint=fp))).result()
+    raise AssertionError("no label fingerprint with '+', '/', '-' or '_' in 200 tries")
+
+
+def _remeta_until_url_safe(instances, projects, name: str) -> tuple[str, str]:
+    """Rewrite the instance's and the project's metadata until both fingerprints hold '-' or '_'."""
+    from google.cloud import compute_v1
+
+    fps = ["", ""]
+    for i in range(200):
+        md = instances.get(project=PROJECT, zone=ZONE, instance=name).metadata
+        common = projects.get(project=PROJECT).common_instance_metadata
+        fps = [md.fingerprint, common.fingerprint]
+        if all(set(fp) & set("+/-_") for fp in fps):
+            return md.fingerprint, common.fingerprint
+        items = [compute_v1.Items(key="n", value=str(i))]
+        if not set(fps[0]) & set("+/-_"):
+            instances.set_metadata(project=PROJECT, zone=ZONE, instance=name, metadata_resource=compute_v1.Metadata(
+                fingerprint=md.fingerprint, items=items)).result()
+        if not set(fps[1]) & set("+/-_"):
+            projects.set_common_instance_metadata(project=PROJECT, metadata_resource=compute_v1.Metadata(
+                fingerprint=common.fingerprint, items=items)).result()
+    raise AssertionError(f"no metadata fingerprints with '+', '/', '-' or '_' in 200 tries: {fps}")
+
+
+def test_label_and_metadata_edits_under_fingerprints_past_base64s_62nd_letter(gcloud, gcp):
+    from gcpgpu.gcp.clients import Clients
+
+    clients = Clients(emulator=gcp.address, project=PROJECT)
+    instances, projects = clients.compute("InstancesClient"), clients.compute("ProjectsClient")
+    _ok(gcloud(f"gcloud compute instances create fp --zone={ZONE} --machine-type=e2-standard-4 --no-address"))
+    fp = _relabel_until_url_safe(instances, "fp")
+    # gcloud decodes the fingerprint it read and sends it back URL-safe: with '+' or '/' stored,
+    # the emulator used to answer 412 conditionNotMet. Compute itself writes byte fields URL-safe.
+    _ok(gcloud(f"gcloud compute instances add-labels fp --zone={ZONE} --labels=team=ml"))
+    assert not set(fp) & set("+/")
+    _remeta_until_url_safe(instances, projects, "fp")
+    _ok(gcloud(f"gcloud compute instances add-metadata fp --zone={ZONE} --metadata=owner=ml"))
+    _ok(gcloud("gcloud compute project-info add-metadata --metadata=site=emulator"))
+    got = json.loads(_ok(gcloud(f"gcloud compute instances describe fp --zone={ZONE} --format=json")))
+    assert got["labels"]["team"] == "ml"
+    assert {"key": "owner", "value": "ml"} in got["metadata"]["items"]
+    info = json.loads(_ok(gcloud("gcloud compute project-info describe --format=json")))
+    assert {"key": "site", "value": "emulator"} in info["commonInstanceMetadata"]["items"]

@@ -346,3 +346,36 @@ def test_bulk_insert_groups_one_insert_operation_per_vm(gcp: Emulator, instances
         "project": PROJECT, "zone": ZONE, "filter": f"operationGroupId={group2} AND operationType=insert"}))
     assert [o.error.errors[0].code for o in grouped] == ["ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"] * 2
     assert [i.name for i in instances.list(project=PROJECT, zone=ZONE)] == ["g-1", "g-2", "g-3"]
+
+
+def _fingerprint_past_the_62nd_letter(instances, name: str) -> str:
+    """Relabel `name` until its label fingerprint holds one of base64's two alphabet-specific letters."""
+    for i in range(200):
+        fp = instances.get(project=PROJECT, zone=ZONE, instance=name).label_fingerprint
+        if set(fp) & set("+/-_"):
+            return fp
+        instances.set_labels(project=PROJECT, zone=ZONE, instance=name, instances_set_labels_request_resource=(
+            compute_v1.InstancesSetLabelsRequest(labels={"n": str(i)}, label_fingerprint=fp))).result()
+    raise AssertionError("no fingerprint with '+', '/', '-' or '_' in 200 tries")
+
+
+def test_fingerprints_use_the_url_safe_alphabet_and_either_alphabet_is_accepted(instances) -> None:
+    insert(instances, vm("labelled"))
+    fp = _fingerprint_past_the_62nd_letter(instances, "labelled")
+    # As Compute writes `format: byte` fields (real responses read e.g. "IZjMMp0A_8k="): never '+' or '/'.
+    assert set(fp) & set("-_") and not set(fp) & set("+/") and fp.endswith("=")
+    # gcloud decodes and re-encodes what it read; other clients may send the standard alphabet or
+    # drop the padding: the same bytes are the same fingerprint.
+    standard = fp.replace("-", "+").replace("_", "/")
+    instances.set_labels(project=PROJECT, zone=ZONE, instance="labelled", instances_set_labels_request_resource=(
+        compute_v1.InstancesSetLabelsRequest(labels={"a": "1"}, label_fingerprint=standard.rstrip("=")))).result()
+    got = instances.get(project=PROJECT, zone=ZONE, instance="labelled")
+    assert got.labels == {"a": "1"}
+    with pytest.raises(exceptions.PreconditionFailed):  # the old fingerprint, in either alphabet, is stale
+        instances.set_labels(project=PROJECT, zone=ZONE, instance="labelled", instances_set_labels_request_resource=(
+            compute_v1.InstancesSetLabelsRequest(labels={}, label_fingerprint=fp)))
+    md = got.metadata
+    instances.set_metadata(project=PROJECT, zone=ZONE, instance="labelled", metadata_resource=compute_v1.Metadata(
+        fingerprint=md.fingerprint.replace("-", "+").replace("_", "/"),
+        items=[compute_v1.Items(key="k", value="v")])).result()
+    assert [i.key for i in instances.get(project=PROJECT, zone=ZONE, instance="labelled").metadata.items] == ["k"]

@@ -140,3 +140,45 @@ def test_network_and_subnet_operations_are_global_and_regional(compute) -> None:
     assert rop.target_link.endswith("/subnetworks/ops-sub")
     names = [o.name for o in compute("RegionOperationsClient").list(project=PROJECT, region=REGION)]
     assert op.name in names
+
+
+MALFORMED = ["networks/$(id)/default", "global/networks/$(id)/default", "projects/p/global/networks/default/x",
+             "https://www.googleapis.com/compute/v1/global/networks/default", "global/subnetworks/default",
+             "Default"]
+
+
+@pytest.mark.parametrize("link", MALFORMED)
+def test_a_malformed_network_reference_is_refused_as_compute_refuses_it(compute, instances, link) -> None:
+    # Read by its last segment, networks/$(id)/default used to be taken as the network 'default'.
+    with pytest.raises(exceptions.BadRequest) as e:
+        instances.insert(project=PROJECT, zone="us-central1-a", instance_resource=vm("web-1", network=link))
+    assert e.value.message.endswith(f": Invalid value for field 'resource.networkInterfaces[0].network': '{link}'. "
+                                    "The URL is malformed.")
+    with pytest.raises(exceptions.BadRequest, match="The URL is malformed"):
+        compute("FirewallsClient").insert(project=PROJECT, firewall_resource=compute_v1.Firewall(
+            name="fw", network=link, allowed=[compute_v1.Allowed(I_p_protocol="tcp")]))
+    with pytest.raises(exceptions.BadRequest, match="The URL is malformed"):
+        compute("SubnetworksClient").insert(project=PROJECT, region=REGION, subnetwork_resource=compute_v1.Subnetwork(
+            name="sub", network=link, ip_cidr_range="10.200.0.0/24"))
+    with pytest.raises(exceptions.BadRequest, match="The URL is malformed"):
+        compute("RoutersClient").insert(project=PROJECT, region=REGION, router_resource=compute_v1.Router(
+            name="r", network=link))
+    assert [i.name for i in instances.list(project=PROJECT, zone="us-central1-a")] == []
+
+
+@pytest.mark.parametrize("subnet", ["regions/us-central1/subnetworks/$(id)", "subnetworks/default/x"])
+def test_a_malformed_subnetwork_reference_is_refused(instances, subnet) -> None:
+    with pytest.raises(exceptions.BadRequest) as e:
+        instances.insert(project=PROJECT, zone="us-central1-a", instance_resource=vm("web-1", subnetwork=subnet))
+    assert e.value.message.endswith(f"'resource.networkInterfaces[0].subnetwork': '{subnet}'. The URL is malformed.")
+
+
+@pytest.mark.parametrize("link", [
+    f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/global/networks/default",
+    f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/global/networks/default",
+    f"projects/{PROJECT}/global/networks/default", "global/networks/default", "default"])
+def test_full_urls_partial_paths_and_names_reach_the_network(instances, link) -> None:
+    insert(instances, vm("web-1", network=link,
+                         subnetwork=f"projects/{PROJECT}/regions/{REGION}/subnetworks/default"))
+    nic = instances.get(project=PROJECT, zone="us-central1-a", instance="web-1").network_interfaces[0]
+    assert nic.network.endswith(f"/projects/{PROJECT}/global/networks/default")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ..core import ApiError, check_name, fingerprint, invalid, not_found, required
+from ..core import ApiError, check_name, invalid, not_found, required
+from .links import fingerprint, global_name
 from .state import FLEX_START_RANGE, GPU_FREE_MIGRATION_ERROR, Project, _check_labels, last
 
 
@@ -177,10 +178,10 @@ class InstanceSpecMixin:
             sub = self._in_region(p, region, "subnetworks", sub_link, f"{field}.subnetwork",
                                   f"Subnetwork must be in region '{region}'.")
             net = p.coll("global/networks").get(last(sub["network"]))
-            if net_link and last(net_link) != net["name"]:
+            if net_link and global_name(net_link, "networks", f"{field}.network") != net["name"]:
                 raise invalid(f"{field}.network", net_link, "Subnetwork does not belong to this network.")
         else:
-            net_name = last(net_link or "global/networks/default")
+            net_name = global_name(net_link or "global/networks/default", "networks", f"{field}.network")
             net = p.coll("global/networks").get(net_name)
             if net is None:
                 raise not_found(f"projects/{project}/global/networks/{net_name}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from ..core import ApiError, already_exists, fingerprint, invalid, not_found, required, rfc3339
+from ..core import ApiError, already_exists, invalid, not_found, required, rfc3339
+from .links import fingerprint, same_fingerprint
 from .state import Project, _check_labels, _mutation, _names_from_pattern, _stockout_error, last
 
 
@@ -277,7 +278,7 @@ class InstancesMixin:
         _check_labels(labels, "labels")
 
         def change(inst: dict) -> None:
-            if body.get("labelFingerprint") != inst["labelFingerprint"]:
+            if not same_fingerprint(body.get("labelFingerprint"), inst["labelFingerprint"]):
                 raise ApiError(412, "conditionNotMet",
                                "Labels fingerprint either invalid or resource labels have changed")
             inst["labels"] = labels
@@ -292,7 +293,7 @@ class InstancesMixin:
             raise ApiError(400, "invalid", f"Metadata total size {total} exceeds the 512 KB limit.")
 
         def change(inst: dict) -> None:
-            if body.get("fingerprint") != inst["metadata"]["fingerprint"]:
+            if not same_fingerprint(body.get("fingerprint"), inst["metadata"]["fingerprint"]):
                 raise ApiError(412, "conditionNotMet",
                                "Supplied fingerprint does not match current metadata fingerprint.")
             inst["metadata"] = {"kind": "compute#metadata", "fingerprint": fingerprint(items), "items": items}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ..core import already_exists, check_name, fingerprint, invalid, not_found, required, rfc3339
+from ..core import already_exists, check_name, invalid, not_found, required, rfc3339
+from .links import fingerprint, global_name
 from .state import Project, _mutation, last
 
 
@@ -107,9 +108,10 @@ class NetworksMixin:
             cidr = ipaddress.ip_network(body["ipCidrRange"])
         except ValueError as e:
             raise invalid("resource.ipCidrRange", body["ipCidrRange"], "Must be a valid IPv4 CIDR range.") from e
-        net = p.coll("global/networks").get(last(body["network"]))
+        net_name = global_name(body["network"], "networks", "resource.network")
+        net = p.coll("global/networks").get(net_name)
         if net is None:
-            raise not_found(f"projects/{p.name}/global/networks/{last(body['network'])}")
+            raise not_found(f"projects/{p.name}/global/networks/{net_name}")
         if body["name"] in p.coll(f"regions/{region}/subnetworks"):
             raise already_exists(f"projects/{p.name}/regions/{region}/subnetworks/{body['name']}")
         for _path, other in p.iter_kind("subnetworks"):
@@ -133,7 +135,7 @@ class NetworksMixin:
                 ipaddress.ip_network(rng)
             except ValueError as e:
                 raise invalid("resource.sourceRanges", rng, "Must be a CIDR range.") from e
-        net_name = last(body.get("network") or "global/networks/default")
+        net_name = global_name(body.get("network") or "global/networks/default", "networks", "resource.network")
         net = p.coll("global/networks").get(net_name)
         if net is None:
             raise not_found(f"projects/{p.name}/global/networks/{net_name}")

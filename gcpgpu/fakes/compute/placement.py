@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from ..core import ApiError, already_exists, check_name, invalid, not_found, required
+from .links import regional_name
 from .state import Project, _mutation, _stockout_error, last
 
 
@@ -84,8 +83,7 @@ class PlacementMixin:
 
     def _in_region(self, p: Project, region: str, kind: str, link: str, field_name: str, elsewhere: str) -> dict:
         """The regional `kind` resource that `link` (a path or bare name) names, which must be in `region`."""
-        m = re.search(rf"regions/([^/]+)/{kind}/([^/]+)$", link)
-        ref_region, name = (m.group(1), m.group(2)) if m else (region, last(link))
+        ref_region, name = regional_name(link, kind, field_name, region)
         if ref_region != region:
             raise invalid(field_name, link, elsewhere)
         res = p.coll(f"regions/{region}/{kind}").get(name)

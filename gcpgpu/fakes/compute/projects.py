@@ -9,7 +9,8 @@ resource re-reads and retries likewise).
 
 from __future__ import annotations
 
-from ..core import ApiError, fingerprint
+from ..core import ApiError
+from .links import fingerprint, same_fingerprint
 from .state import Project, _mutation
 
 MAX_METADATA_BYTES = 512 * 1024
@@ -30,7 +31,7 @@ class ProjectsMixin:
             raise ApiError(400, "invalid", f"Metadata total size {total} exceeds the 512 KB limit.")
         link = self.link(p.name, "")[:-1]
         current = self.common_metadata(p)
-        if body.get("fingerprint") != current["fingerprint"]:
+        if not same_fingerprint(body.get("fingerprint"), current["fingerprint"]):
             err = ApiError(412, "CONDITION_NOT_MET", "Supplied fingerprint does not match current metadata fingerprint.")
             return self.render_op(self._new_op(p.name, "global", "setMetadata", link, p.number, error=err))
         p.common_metadata = {

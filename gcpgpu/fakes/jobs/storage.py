@@ -11,6 +11,10 @@ Storage FUSE at /gcs/BUCKET) or a path on the node. Here:
 ROOT is a folder kept for the emulator's life (next to its --state-file when it has one, so it
 outlives a restart too); reset empties it. A second job on the same cluster therefore finds the
 first one's checkpoints, and a node that is deleted and created again starts with an empty disk.
+
+Nothing a job names lands outside ROOT: paths are resolved by their text, '.' and empty segments
+dropped and '..' stopped at the bucket's or the disk's top (gs://b/../../x is ROOT/gcs/x), and a
+relative path is taken from the node's / as the container's working directory is.
 """
 
 from __future__ import annotations
@@ -42,16 +46,15 @@ class Storage:
             return self._root
 
     def local(self, value: str, instance_id: str) -> str:
-        """The local folder for a gs:// URI, a /gcs/ path or a node path; anything else unchanged."""
+        """The local folder, inside ROOT, for a gs:// URI, a /gcs/ path or a node path."""
         keep_slash = "/" if value.endswith("/") else ""
         if value.startswith("gs://"):
-            rel = value[len("gs://"):].strip("/")
-            return str(self.root / "gcs" / rel) + keep_slash
-        if value.startswith("/gcs/"):
-            return str(self.root / "gcs" / value[len("/gcs/"):].strip("/")) + keep_slash
-        if value.startswith("/") and ".." not in Path(value).parts:
-            return str(self.root / "nodes" / str(instance_id) / value.strip("/")) + keep_slash
-        return value
+            base, rel = self.root / "gcs", value[len("gs://"):]
+        elif value.startswith("/gcs/"):
+            base, rel = self.root / "gcs", value[len("/gcs/"):]
+        else:
+            base, rel = self.root / "nodes" / _segment(str(instance_id)), value
+        return str(base.joinpath(*_inside(rel))) + keep_slash
 
     def localize_env(self, env: dict[str, str], instance_id: str) -> dict[str, str]:
         """The job's environment with its output folders made local (the folders are created)."""
@@ -78,3 +81,22 @@ class Storage:
         """Remove a temporary root at exit; a root given by the caller stays."""
         if self._made is not None:
             shutil.rmtree(self._made, ignore_errors=True)
+
+
+def _inside(path: str) -> list[str]:
+    """The segments of `path` resolved by text alone, never climbing above its top."""
+    parts: list[str] = []
+    for seg in path.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(seg)
+    return parts
+
+
+def _segment(name: str) -> str:
+    # An instance id is digits; anything else still names one folder, never a path.
+    return "_".join(_inside(name)) or "_"
