@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 import warnings
 from pathlib import Path
 
@@ -25,5 +24,6 @@ def test_pyproject_metadata_builds_without_setuptools_deprecation_warnings():
     assert dist.metadata.get_name() == "gcpgpu"
     # The build that `pip install -e .` runs uses the build-system's setuptools, not this one: it must
     # be new enough to read project.license as an SPDX string (setuptools 77 and later).
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     assert "setuptools>=77" in requires
