@@ -59,7 +59,7 @@ def _spec_options(fn: Callable) -> Callable:
 
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
-    from gcpgpu.cluster.spec import ClusterSpec, parse_duration
+    from gcpgpu.cluster.spec import MAX_NAME, ClusterSpec, parse_duration
     from gcpgpu.specfile import parse_pairs, refuse_empty_options
 
     refuse_empty_options(click.get_current_context())
@@ -102,6 +102,8 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         flags["flex_wait"] = parse_duration(kw["flex_wait"], "--flex-wait")
     _check_global_location(settings, flags)
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
+    if isinstance(spec.name, str) and spec.name != spec.name.lower():
+        _check_name(spec.name, MAX_NAME)  # a name with capitals: refused with its lowercase form
     return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
 
 
@@ -126,12 +128,16 @@ def _check_global_location(settings: Settings, flags: dict[str, Any]) -> None:
         flags["region"] = g_region  # a region flag is an instruction, not a default a zone may override
 
 
-def _check_name(name: str) -> None:
+def _check_name(name: str, longest: int = 63) -> None:
     from gcpgpu.cluster.spec import RFC1035
+    from gcpgpu.specfile import lowercase_hint
 
-    if not RFC1035.match(name) or len(name) > 63:
-        raise UsageProblem(f"NAME {name!r} is not a cluster name: lowercase letters, digits and dashes, starting "
-                           "with a letter and not ending with a dash")
+    def ok(value: str) -> bool:
+        return bool(RFC1035.match(value)) and len(value) <= longest
+
+    if not ok(name):
+        raise UsageProblem(f"NAME {name!r} is not a cluster name: 1-{longest} lowercase letters, digits and dashes, "
+                           f"starting with a letter and not ending with a dash{lowercase_hint(name, ok)}")
 
 
 def _show_plan(plan: Any, table: bool = True) -> None:

@@ -142,14 +142,15 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
                            "(a gcpgpu cluster's VMs)")
     if target == "cluster":
         if not spec.cluster or not CLUSTER_NAME.match(spec.cluster):
+            hint = specfile.lowercase_hint(spec.cluster, CLUSTER_NAME.match)
             raise UsageProblem(f"--cluster {spec.cluster!r} is not a cluster name (lowercase letters, digits and "
-                               "dashes; see 'gcpgpu cluster list')")
+                               f"dashes; see 'gcpgpu cluster list'){hint}")
     elif spec.cluster:
         raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
     name = spec.name or "train"
     if not NAME.match(name):
         raise UsageProblem(f"--name {name!r} must be lowercase letters, digits and dashes, starting with a letter, "
-                           "40 characters at most")
+                           f"40 characters at most{specfile.lowercase_hint(name, NAME.match)}")
 
     machine = None
     if spec.machine_type:

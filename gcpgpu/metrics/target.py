@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.specfile import lowercase_hint
 
 from .sources import NAMESPACE, Metric
 
@@ -27,7 +28,7 @@ def check_cluster_name(name: str) -> str:
     """A cluster name as `gcpgpu cluster up` allows it, or a UsageProblem naming the rule."""
     if not _CLUSTER.match(name or ""):
         raise UsageProblem(f"--cluster {name!r} is not a cluster name: 1-40 lowercase letters, digits and dashes, "
-                           "starting with a letter (see 'gcpgpu cluster list')")
+                           f"starting with a letter (see 'gcpgpu cluster list'){lowercase_hint(name, _CLUSTER.match)}")
     return name
 
 
