@@ -64,3 +64,120 @@ def test_a_lowercase_name_still_works_and_a_hopeless_one_gets_no_suggestion(gcp)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["machineType"] == "a3-highgpu-8g"
     assert "did you mean" not in refused(gcp, *P, "cluster", "status", "9Demo")
+
+
+# -- item 5: messages name what exists and what the user typed; a command's own option wins
+def _commands_named_in_messages() -> list[tuple[str, str]]:
+    """(where, text) of every `'gcpgpu ...'` a message of the tool quotes, and every inline `gcpgpu ...` of the README."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / "gcpgpu").rglob("*.py")):
+        for m in re.finditer(r"'(gcpgpu [^']*)'", path.read_text()):
+            found.append((str(path.relative_to(root)), m.group(1)))
+    for m in re.finditer(r"`(gcpgpu [^`]*)`", (root / "README.md").read_text()):
+        found.append(("README.md", m.group(1)))
+    return found
+
+
+def _unknown_parts(text: str) -> list[str]:
+    """The subcommands and options of one `gcpgpu ...` line that the CLI does not have."""
+    import shlex
+
+    import click
+
+    from gcpgpu.cli.options import GLOBAL_OPTIONS
+
+    global_flags = {f: o for o in GLOBAL_OPTIONS for f in o.flags}
+    words = shlex.split(text.split("|")[0].replace("{", "X").replace("}", ""))[1:]
+    ctx = click.Context(main)
+    command: click.Command = main
+    problems, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word == "--":
+            break  # the trainer's arguments
+        if word.startswith("-"):
+            flag = word.split("=", 1)[0]
+            param = next((p for p in command.params if flag in (*p.opts, *p.secondary_opts)), None)
+            if param is None and flag in global_flags:
+                skip = "=" not in word and not global_flags[flag].kwargs.get("is_flag")
+                continue
+            if param is None and flag not in ("-h", "--help"):
+                problems.append(f"{command.name} has no option {flag}")
+            skip = param is not None and not getattr(param, "is_flag", False) and "=" not in word
+            continue
+        if isinstance(command, click.Group) and word[:1].islower() and word[:1].isalpha():
+            sub = command.get_command(ctx, word)
+            if sub is None:  # click answers "No such command" here, with or without invoke_without_command
+                problems.append(f"no command '{command.name} {word}'")
+                break
+            ctx, command = click.Context(sub, parent=ctx, info_name=word), sub
+    return problems
+
+
+def test_every_gcpgpu_command_a_message_or_the_readme_names_exists():
+    named = _commands_named_in_messages()
+    assert len(named) > 40
+    wrong = [f"{where}: '{text}': {problem}" for where, text in named for problem in _unknown_parts(text)]
+    assert wrong == []
+
+
+def test_catalog_zones_lists_the_zones_a_cluster_may_use():
+    result = run("--format", "json", "catalog", "zones", "--machine-type", "a3-megagpu-8g")
+    assert result.exit_code == 0, result.output
+    zones = json.loads(result.stdout)
+    assert "us-east5-a" in {z["zone"] for z in zones}
+    assert all("a3-megagpu-8g" in z["machine_types"] for z in zones)
+    assert "us-east5-b" not in {z["zone"] for z in zones}  # the catalog offers no A3 Mega there
+
+
+def test_an_unknown_zone_points_at_a_command_that_lists_the_known_ones(gcp):
+    line = refused(gcp, *P, "cluster", "plan", "c", "--machine-type", "a3-highgpu-8g", "--zone", "mars-north1-a")
+    assert line.startswith("Error: --zone 'mars-north1-a' is not a zone the catalog knows")
+    assert "'gcpgpu catalog zones'" in line and run("catalog", "zones").exit_code == 0
+
+
+@pytest.mark.parametrize(("option", "value"), [("--zone", "europe-west4-b"), ("--zones", "us-central1-a,europe-west4-b")])
+def test_a_zone_outside_the_region_names_the_option_the_user_typed(gcp, option, value):
+    line = refused(gcp, *P, "cluster", "up", "c", "--machine-type", "a3-highgpu-8g", "--region", "us-central1",
+                   option, value, "--yes")
+    assert f"{option} europe-west4-b is in europe-west4, not in --region us-central1" in line
+
+
+@pytest.mark.parametrize(("argv", "region", "zones", "note"), [
+    # The README's rule: a command's own option of the same name is the one it reads.
+    (["--region", "us-central1", "cluster", "plan", "c", "--region", "us-east5"], "us-east5", None,
+     "using the command's --region us-east5, not the global --region us-central1"),
+    (["--region", "us-central1", "cluster", "plan", "c", "--zone", "europe-west4-b"], "europe-west4",
+     ["europe-west4-b"], "using the command's --zone europe-west4-b, not the global --region us-central1"),
+    (["--zone", "us-central1-b", "cluster", "plan", "c", "--zone", "us-central1-a"], "us-central1",
+     ["us-central1-a"], "not the global --zone us-central1-b"),
+    (["--zone", "europe-west4-b", "cluster", "plan", "c", "--region", "us-east5"], "us-east5", None,
+     "using the command's --region us-east5, not the global --zone europe-west4-b"),
+    # Global flags the command agrees with, or that it takes as its default, get no note.
+    (["--region", "us-east5", "cluster", "plan", "c", "--region", "us-east5"], "us-east5", None, None),
+    (["--region", "us-east5", "cluster", "plan", "c"], "us-east5", None, None),
+    (["--region", "us-east5", "cluster", "plan", "c", "--zone", "us-east5-a"], "us-east5", ["us-east5-a"], None),
+])
+def test_a_commands_own_location_replaces_the_global_one_with_a_note(gcp, argv, region, zones, note):
+    result = run(*P, "--format", "json", *argv, "--machine-type", "a3-megagpu-8g")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["region"] == region
+    if zones:
+        assert plan["zones"] == zones
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: using")]
+    assert len(notes) == (1 if note else 0), result.stderr
+    assert note is None or note in notes[0]
+    assert gcp.requests.all() == []
+
+
+def test_two_global_flags_that_disagree_are_still_refused(gcp):
+    line = refused(gcp, *P, "--region", "us-east4", "--zone", "us-central1-a", "cluster", "plan", "c",
+                   "--machine-type", "a3-megagpu-8g")
+    assert "--zone us-central1-a is not in --region us-east4" in line
