@@ -181,3 +181,47 @@ def test_two_global_flags_that_disagree_are_still_refused(gcp):
     line = refused(gcp, *P, "--region", "us-east4", "--zone", "us-central1-a", "cluster", "plan", "c",
                    "--machine-type", "a3-megagpu-8g")
     assert "--zone us-central1-a is not in --region us-east4" in line
+
+
+# -- item 3: gcloud-env keeps the user's project (or says which it sets), one folder per emulator
+def _gcloud_config(folder, project: str) -> None:
+    (folder / "configurations").mkdir(parents=True, exist_ok=True)
+    (folder / "configurations" / "config_default").write_text(f"[core]\nproject = {project}\n")
+
+
+def test_gcloud_env_keeps_the_users_project_and_says_so(gcp, tmp_path, monkeypatch, isolated_gcloud):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _gcloud_config(isolated_gcloud, "users-project")
+    result = run("emulator", "gcloud-env")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "cache" / "gcpgpu" / "emulator-gcloud" / gcp.address.replace(":", "-")
+    assert f"export CLOUDSDK_CONFIG={folder}" in result.stdout
+    assert "gcloud config set core/project users-project --quiet" in result.stdout
+    assert (f"gcloud and gcpgpu now use your project users-project (from your gcloud configuration), with the "
+            f"emulator at {gcp.address}; gcloud's configuration: {folder}") in result.stderr
+
+
+def test_gcloud_env_without_a_project_says_which_one_it_sets(gcp, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    result = run("emulator", "gcloud-env")
+    assert result.exit_code == 0, result.output
+    assert "gcloud config set core/project emulator-project --quiet" in result.stdout
+    assert "now use the placeholder project emulator-project (none was set)" in result.stderr
+    flagged = run("--project", "flag-project", "emulator", "gcloud-env")
+    assert "core/project flag-project" in flagged.stdout and "(from --project)" in flagged.stderr
+    assert "is not a project id" in refused(gcp, "--project", "Bad", "emulator", "gcloud-env")
+
+
+def test_each_emulator_gets_its_own_gcloud_folder(monkeypatch, tmp_path):
+    from gcpgpu.cli.emulator import gcloud_config_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folders = {gcloud_config_dir(a) for a in ("127.0.0.1:8085", "127.0.0.1:8086", "localhost:8085")}
+    assert len(folders) == 3 and all(f.parent == tmp_path / "gcpgpu" / "emulator-gcloud" for f in folders)
+
+
+def test_empty_listings_name_the_project(gcp):
+    result = run("--project", "my-project", "cluster", "list")
+    assert result.exit_code == 0 and "No gcpgpu clusters in project my-project." in result.stderr
+    result = run("--project", "my-project", "job", "list", "--clusters")
+    assert result.exit_code == 0 and "No jobs in project my-project." in result.stderr

@@ -385,9 +385,10 @@ def list_cmd(settings: Settings) -> None:
     """List the project's gcpgpu clusters (one API call)."""
     from gcpgpu.cluster.observe import list_clusters
 
-    rows = list_clusters(settings.clients, settings.project)
+    project = settings.project
+    rows = list_clusters(settings.clients, project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
-                ("zones", "ZONE"), ("status", "STATUS")], empty="No gcpgpu clusters in this project.")
+                ("zones", "ZONE"), ("status", "STATUS")], empty=f"No gcpgpu clusters in project {project}.")
 
 
 @cluster.command(context_settings={"ignore_unknown_options": True})
