@@ -225,3 +225,51 @@ def test_empty_listings_name_the_project(gcp):
     assert result.exit_code == 0 and "No gcpgpu clusters in project my-project." in result.stderr
     result = run("--project", "my-project", "job", "list", "--clusters")
     assert result.exit_code == 0 and "No jobs in project my-project." in result.stderr
+
+
+# -- item 1: cluster ssh runs nothing against the emulator: no gcloud, no ssh, no ~/.ssh
+@pytest.fixture
+def recorded_tools(tmp_path, monkeypatch):
+    """gcloud and ssh stubs first on PATH that record each call, and a HOME of the test's own."""
+    import os
+    import stat
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for tool in ("gcloud", "ssh", "ssh-keygen"):
+        stub = bin_dir / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\nexit 0\n')
+        stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return lambda: log.read_text().splitlines() if log.exists() else []
+
+
+def test_cluster_ssh_against_the_emulator_runs_nothing_and_says_why(gcp, recorded_tools, tmp_path):
+    up = run(*P, "cluster", "up", "flex", "--machine-type", "a3-highgpu-8g", "--nodes", "2", "--region",
+             "us-central1", "--iap-ssh", "--yes")
+    assert up.exit_code == 0, up.output
+    line = refused(gcp, *P, "cluster", "ssh", "flex", "--node", "1", "--", "nvidia-smi")
+    assert f"cluster ssh: the emulator at {gcp.address} has no VM to log in to" in line
+    assert recorded_tools() == []
+    assert list((tmp_path / "home").iterdir()) == []  # no ~/.ssh, no gcloud configuration written
+
+
+def test_cluster_ssh_with_only_gcloud_pointed_at_an_emulator_runs_nothing(gcp, recorded_tools, monkeypatch,
+                                                                          isolated_gcloud):
+    """After `eval "$(gcpgpu emulator gcloud-env)"` without GCPGPU_EMULATOR: gcloud would still write keys."""
+    monkeypatch.delenv("GCPGPU_EMULATOR")
+    (isolated_gcloud / "configurations").mkdir()
+    (isolated_gcloud / "configurations" / "config_default").write_text(
+        f"[api_endpoint_overrides]\ncompute = http://{gcp.address}/compute/v1/\n[core]\nproject = my-project\n")
+    line = refused(gcp, "cluster", "ssh", "flex", "--", "nvidia-smi")
+    assert "sends compute to http://" in line and "has no VM to log in to" in line
+    assert recorded_tools() == []
+    monkeypatch.setenv("CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE", "http://localhost:8085/compute/v1/")
+    assert "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE" in refused(gcp, "cluster", "ssh", "flex")
+
+
+def test_a_local_image_build_against_the_emulator_does_not_push_to_the_real_registry(gcp, recorded_tools):
+    line = refused(gcp, *P, "--region", "us-central1", "container", "build", "--local", "--flavor", "none")
+    assert "--local against the emulator" in line and "--no-push" in line

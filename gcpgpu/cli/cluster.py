@@ -401,12 +401,14 @@ def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> N
 
     Runs `gcloud compute ssh NODE --tunnel-through-iap`. The cluster needs a firewall rule that lets
     IAP's range reach port 22: bring it up with --iap-ssh (re-running `up` adds just that rule).
+    Against the emulator (or a gcloud pointed at one) there is no VM: it says so and runs nothing.
     """
     from gcpgpu.cluster import ssh as node_ssh
 
     _check_name(name)
     if rank < 0:
         raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
+    node_ssh.refuse_on_emulator(settings.emulator, settings.environ)
     args = list(command[1:] if command[:1] == ("--",) else command)
     argv, warning = node_ssh.gcloud_argv(settings.clients, settings.project, name, rank, args)
     if warning:
