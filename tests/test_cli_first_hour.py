@@ -184,21 +184,22 @@ def test_two_global_flags_that_disagree_are_still_refused(gcp):
 
 
 # -- item 3: gcloud-env keeps the user's project (or says which it sets), one folder per emulator
-def _gcloud_config(folder, project: str) -> None:
+def _gcloud_config(folder, project: str, extra: str = "") -> None:
     (folder / "configurations").mkdir(parents=True, exist_ok=True)
-    (folder / "configurations" / "config_default").write_text(f"[core]\nproject = {project}\n")
+    (folder / "configurations" / "config_default").write_text(f"[core]\nproject = {project}\n{extra}")
 
 
 def test_gcloud_env_keeps_the_users_project_and_says_so(gcp, tmp_path, monkeypatch, isolated_gcloud):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    _gcloud_config(isolated_gcloud, "users-project")
+    _gcloud_config(isolated_gcloud, "users-project", "[compute]\nregion = europe-west4\n")
     result = run("emulator", "gcloud-env")
     assert result.exit_code == 0, result.output
     folder = tmp_path / "cache" / "gcpgpu" / "emulator-gcloud" / gcp.address.replace(":", "-")
     assert f"export CLOUDSDK_CONFIG={folder}" in result.stdout
     assert "gcloud config set core/project users-project --quiet" in result.stdout
-    assert (f"gcloud and gcpgpu now use your project users-project (from your gcloud configuration), with the "
-            f"emulator at {gcp.address}; gcloud's configuration: {folder}") in result.stderr
+    assert "gcloud config set compute/region europe-west4 --quiet" in result.stdout
+    assert (f"gcloud and gcpgpu now use your project users-project (from your gcloud configuration), region "
+            f"europe-west4, with the emulator at {gcp.address}; gcloud's configuration: {folder}") in result.stderr
 
 
 def test_gcloud_env_without_a_project_says_which_one_it_sets(gcp, tmp_path, monkeypatch):

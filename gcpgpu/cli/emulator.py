@@ -31,8 +31,9 @@ def gcloud_config_dir(address: str) -> Path:
 
 
 def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | None = None,
-                     project: str | None = None) -> list[str]:
-    """Shell lines that point gcloud at the emulator: a scratch config, no credentials, every API it serves."""
+                     project: str | None = None, location: dict[str, str] | None = None) -> list[str]:
+    """Shell lines that point gcloud at the emulator: a scratch config, no credentials, every API it serves;
+    the project (and compute/region, compute/zone in `location`) the user had, so nothing changes under them."""
     base = f"http://{address}"
     overrides = overrides or {"compute": f"{base}/compute/v1/"}
     return [
@@ -41,6 +42,7 @@ def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | 
         *[f"gcloud config set api_endpoint_overrides/{api} {shlex.quote(url)} --quiet"
           for api, url in sorted(overrides.items())],
         f"gcloud config set core/project {shlex.quote(project or PROJECT)} --quiet",
+        *[f"gcloud config set compute/{key} {shlex.quote(value)} --quiet" for key, value in (location or {}).items()],
         "gcloud config set component_manager/disable_update_check true --quiet",
     ]
 
@@ -189,15 +191,19 @@ def gcloud_env(settings: Settings, config_dir: str | None) -> None:
 
     gcloud (and gcpgpu, which reads gcloud's configuration) keep the project you use now: --project,
     the environment, or your gcloud configuration's core/project; only when none is set do they get
-    the placeholder emulator-project. Which one, and the folder, are said on stderr.
+    the placeholder emulator-project. Your region and zone, where set, are kept alike. Which project,
+    and the folder, are said on stderr.
     """
     address = _address(settings)
     # settings.project refuses a malformed id here, in one line, rather than gcloud later.
     project = settings.project if settings.optional("project") is not None else None
+    location = {key: value for key in ("region", "zone") if (value := settings.optional(key))}
     served = _control(address, "info")  # fail early, with one line, if nothing is listening there
     folder = config_dir or str(gcloud_config_dir(address))
     source = {"flag": "--project", "env": "the environment", "gcloud": "your gcloud configuration"}.get(
         settings.source("project") or "", "")
-    sys.stdout.write("\n".join(_gcloud_commands(address, folder, served.get("gcloud_overrides"), project)) + "\n")
+    lines = _gcloud_commands(address, folder, served.get("gcloud_overrides"), project, location)
+    sys.stdout.write("\n".join(lines) + "\n")
     said = f"your project {project} (from {source})" if project else f"the placeholder project {PROJECT} (none was set)"
+    said += "".join(f", {key} {value}" for key, value in location.items())
     info(f"gcloud and gcpgpu now use {said}, with the emulator at {address}; gcloud's configuration: {folder}")
