@@ -7,6 +7,7 @@ before any API call.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -274,3 +275,57 @@ def test_cluster_ssh_with_only_gcloud_pointed_at_an_emulator_runs_nothing(gcp, r
 def test_a_local_image_build_against_the_emulator_does_not_push_to_the_real_registry(gcp, recorded_tools):
     line = refused(gcp, *P, "--region", "us-central1", "container", "build", "--local", "--flavor", "none")
     assert "--local against the emulator" in line and "--no-push" in line
+
+
+# -- done when: nothing the tool runs while pointed at the emulator reaches past it
+SWEEP = [
+    ["catalog"], ["catalog", "zones"], ["plan", "memory", "--model", "124m"], ["nccl", "env", "--machine-type",
+                                                                              "a3-megagpu-8g"],
+    ["emulator", "info"], ["emulator", "faults"], ["emulator", "gcloud-env"],
+    ["cluster", "plan", "demo", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--region", "us-central1"],
+    ["cluster", "up", "demo", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--region", "us-central1",
+     "--iap-ssh", "--yes"],
+    ["cluster", "status", "demo"], ["cluster", "list"], ["cluster", "doctor", "demo"],
+    ["cluster", "ssh", "demo", "--node", "1", "--", "nvidia-smi"], ["cluster", "ssh", "demo"],
+    ["job", "submit", "--vertex", "--region", "us-central1", "--machine-type", "a2-highgpu-1g", "--dry-run", "--",
+     "--model", "tiny"],
+    ["job", "submit", "--cluster", "demo", "--wait", "--", "--model", "tiny", "--steps", "3", "--seq-len", "32",
+     "--log-json", "m.jsonl"],
+    ["job", "list"], ["job", "status", "{job}"], ["job", "logs", "{job}"], ["job", "follow", "{job}"],
+    ["job", "cancel", "{job}"],
+    ["metrics", "tail", "--cluster", "demo", "--once"], ["metrics", "tail", "--job", "{job}", "--once"],
+    ["metrics", "report", "--cluster", "demo", "--since", "30m", "-o", "{tmp}/r.html"],
+    ["metrics", "dashboard", "create", "--cluster", "demo"], ["metrics", "dashboard", "delete", "--cluster", "demo"],
+    ["container", "build", "--machine-type", "a3-highgpu-8g", "--region", "us-central1"],
+    ["cluster", "down", "demo", "--nodes", "1", "--yes"], ["cluster", "down", "demo", "--yes"],
+    ["emulator", "reset"],
+]
+
+
+@pytest.mark.slow
+def test_no_command_pointed_at_the_emulator_reaches_google_cloud_gcloud_or_ssh(gcp, recorded_tools, tmp_path,
+                                                                                monkeypatch):
+    """Issue 24, done when: every command group run against the emulator (in this process, with the
+    emulator) while an audit hook refuses and records any connection beyond loopback and any start of
+    gcloud or ssh; stubs on PATH would record one started any other way, and HOME gets no ~/.ssh and
+    no gcloud configuration."""
+    from emulator_guard import Guard, watch_this_process
+
+    guard = Guard(tmp_path / "guard")
+    monkeypatch.setenv("PYTHONPATH", guard.pythonpath(Path(__file__).resolve().parents[1]))  # the trainers
+    monkeypatch.setenv("GCPGPU_GUARD_LOG", str(guard.log))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    codes, job = {}, ""
+    with watch_this_process() as records:
+        for argv in SWEEP:
+            argv = [a.replace("{job}", job).replace("{tmp}", str(tmp_path)) for a in argv]
+            result = run(*P, *argv)
+            codes[" ".join(argv)] = result.exit_code
+            if argv[:2] == ["job", "submit"] and "--dry-run" not in argv:
+                job = result.stdout.split()[0]
+    assert records == [] and guard.problems() == [] and recorded_tools() == []
+    home = tmp_path / "home"
+    assert not (home / ".ssh").exists() and not (home / ".config" / "gcloud").exists()  # (matplotlib's cache may be)
+    refused = {c: code for c, code in codes.items() if code}
+    assert refused == {"cluster ssh demo --node 1 -- nvidia-smi": 2, "cluster ssh demo": 2}, refused
