@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml setup.py containers/versions.env Makefile
 	$(BIN)/python -m pip install -q --no-deps torchao==$(TORCHAO_VERSION)
 	$(BIN)/python -m pip install -q -e '.[dev,trainer]'
 	touch $(STAMP)
+	@echo "gcpgpu is installed in $(BIN)/: run '. $(BIN)/activate' to put it on PATH in this shell"
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

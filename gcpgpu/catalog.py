@@ -155,12 +155,16 @@ def get_machine_type(name: str, *, option: str = "--machine-type") -> MachineTyp
 
     `option` is how the user gave the name: a flag, an argument, or a spec file's field.
     """
-    # Accept what the API hands back (zones/z/machineTypes/a3-highgpu-8g) and stray capitals.
-    key = name.strip().rsplit("/", 1)[-1].lower()
+    # Accept what the API hands back (zones/z/machineTypes/a3-highgpu-8g). Capitals are refused with
+    # the lowercase name, as cluster names are: one rule for every name the user types.
+    key = name.strip().rsplit("/", 1)[-1]
     known = machine_types()
     if key in known:
         return known[key]
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    if key.lower() in known:
+        raise UsageProblem(f"{option} {name!r} is not a machine type name (they are lowercase); "
+                           f"did you mean {key.lower()!r}?")
+    close = difflib.get_close_matches(key.lower(), list(known), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else ""
     raise UsageProblem(f"{option} {name!r} is not a known GPU machine type{hint} (see 'gcpgpu catalog')")
 

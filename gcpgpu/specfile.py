@@ -37,6 +37,17 @@ Alias = Callable[[Any, str, dict[str, Any]], None]
 Convert = Callable[[str, Any, str, dict[str, Any]], Any]
 
 
+def lowercase_hint(value: Any, ok: Callable[[str], bool]) -> str:
+    """'; did you mean 'demo'?' when capitals alone keep `value` from being a valid name, else ''.
+
+    Names in Google Cloud are lowercase: a capital is refused everywhere alike (machine types, cluster
+    and job names), never folded silently, and the refusal says which name would do.
+    """
+    if isinstance(value, str) and value != value.lower() and ok(value.lower()):
+        return f"; did you mean {value.lower()!r}?"
+    return ""
+
+
 def parse_duration(value: str | int | float, where: str) -> int:
     """'90m', '2h', '1d', '3600s' or plain seconds -> whole seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -116,10 +116,14 @@ def test_unknown_machine_type_without_a_close_one():
     assert "(see 'gcpgpu catalog')" in caught.value.format_message()
 
 
-def test_api_urls_and_capitals_resolve():
+def test_api_urls_resolve_and_capitals_get_the_lowercase_name():
     url = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/machineTypes/a3-highgpu-8g"
     assert get_machine_type(url).name == "a3-highgpu-8g"
-    assert get_machine_type(" A2-HighGPU-1G ").name == "a2-highgpu-1g"
+    assert get_machine_type(" a2-highgpu-1g ").name == "a2-highgpu-1g"
+    # Refused as a cluster name with capitals is (issue 24 item 11), never folded silently.
+    with pytest.raises(UsageProblem) as caught:
+        get_machine_type("A2-HighGPU-1G")
+    assert "did you mean 'a2-highgpu-1g'?" in caught.value.format_message()
 
 
 def test_catalog_is_read_only_and_cached():

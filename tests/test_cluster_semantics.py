@@ -281,6 +281,8 @@ def test_cluster_ssh_goes_through_iap_with_the_command_quoted_once(gcp, cli, mon
     from gcpgpu.cluster import ssh
 
     calls: list[list[str]] = []
+    # As against Google Cloud: against the emulator ssh refuses (tests/test_cli_first_hour.py).
+    monkeypatch.setattr(ssh, "emulated_target", lambda emulator, environ: None)
     monkeypatch.setattr(ssh.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(ssh.subprocess, "call", lambda argv: calls.append(argv) or 3)
     cli("cluster", "up", "s", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
@@ -307,6 +309,7 @@ def test_cluster_ssh_goes_through_iap_with_the_command_quoted_once(gcp, cli, mon
 def test_ssh_rule_is_opt_in_and_ssh_warns_without_it(gcp, cli, monkeypatch):
     from gcpgpu.cluster import ssh
 
+    monkeypatch.setattr(ssh, "emulated_target", lambda emulator, environ: None)  # as against Google Cloud
     monkeypatch.setattr(ssh.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(ssh.subprocess, "call", lambda argv: 0)
     plan = cli("cluster", "plan", "o", "--machine-type", "a2-highgpu-1g", "--region", "us-central1", "--iap-ssh")

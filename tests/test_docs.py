@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DIFFERENCES = ROOT / "gcpgpu" / "data" / "differences.md"
@@ -35,3 +41,225 @@ def test_every_test_named_in_differences_exists() -> None:
     assert len(cited) >= 20
     missing = [f"{f}::{n}" for f, n in cited if n not in _test_names(ROOT / "tests" / f)]
     assert missing == []
+
+
+# ------------------------------------------------------------------ the README's code blocks (issue 24)
+# Each code block of the README, by its first line, and how a test runs it: on the emulator as shown
+# (after `setup`, what a reader made before: a cluster, a reservation), as a GPU-sized twin whose
+# `job submit` lines run with --dry-run and whose trainer lines are parsed by the trainer (`gpu`), or
+# not at all (`skip`: why, and what covers it instead).
+@dataclass(frozen=True)
+class Twin:
+    setup: str = ""
+    gpu: bool = False
+    skip: str = ""
+    code: int = 0
+    says: str = ""
+    reservation: bool = False  # a reservation "sold" (with its own placement policy) bought outside gcpgpu
+
+
+SMALL_CLUSTER = "gcpgpu cluster up {} --machine-type a2-highgpu-1g --nodes 2 --region us-central1 --yes"
+TWINS: dict[str, Twin] = {
+    "make install": Twin(skip="builds .venv from PyPI; test_make_install_says_how_to_put_gcpgpu_on_path checks "
+                              "the PATH step it names"),
+    "gcpgpu --format json cluster status demo": Twin(setup=SMALL_CLUSTER.format("demo")),
+    "gcpgpu emulator start --port 8085": Twin(skip="test_readme_emulator_blocks_run_as_shown (on a free port)"),
+    "export GCPGPU_EMULATOR=127.0.0.1:8085": Twin(skip="test_readme_emulator_blocks_run_as_shown (on a free port)"),
+    "gcpgpu cluster plan   demo --machine-type a3-highgpu-8g --nodes 4 --region us-central1": Twin(),
+    "gcpgpu cluster up   demo --machine-type a3-highgpu-8g --nodes 4 --region us-central1 --yes": Twin(),
+    "gcpgpu cluster up held --machine-type a3-highgpu-8g --nodes 2 --zone us-central1-a --reservation sold --yes":
+        Twin(reservation=True),
+    "gcpgpu cluster up  demo --machine-type a3-highgpu-8g --nodes 4 --region us-central1 --iap-ssh --yes":
+        Twin(code=2, says="has no VM to log in to"),
+    "gcpgpu cluster doctor demo": Twin(setup=SMALL_CLUSTER.format("demo")),
+    "gcpgpu job submit --vertex --region us-central1 --machine-type a2-highgpu-1g --nodes 2 --wait -- --model tiny "
+    "--steps 20 --seq-len 64": Twin(says="SUCCEEDED"),
+    "gcpgpu job submit --vertex --region us-central1 --machine-type a3-highgpu-8g --nodes 4 --spot -- --model 350m "
+    "--parallel fsdp --precision bf16 --batch-size 32": Twin(gpu=True),
+    'JOB=$(gcpgpu job submit --cluster jobs -- --model tiny --steps 20 --seq-len 64)':
+        Twin(setup=SMALL_CLUSTER.format("jobs"), says="SUCCEEDED"),
+    "gcpgpu cluster up spot --machine-type a2-highgpu-1g --nodes 2 --spot --region us-central1 --yes":
+        Twin(says="SUCCEEDED"),
+    "gcpgpu cluster up spot --machine-type a3-highgpu-8g --nodes 4 --spot --region us-central1 --yes": Twin(gpu=True),
+    "python -m gcpgpu.trainer --model tiny --steps 20 --seq-len 64": Twin(says="Memory per GPU: tiny"),
+    "python -m gcpgpu.trainer --model 124m --parallel fsdp --precision bf16 --data synthetic --steps 100 "
+    "--batch-size 32": Twin(gpu=True),
+    "gcpgpu nccl env --machine-type a3-megagpu-8g": Twin(says="gcpgpu-trainer:"),
+    "gcpgpu/cli/        click commands, one module per group, loaded lazily": Twin(skip="folders, not commands"),
+}
+# Filters a command's output may be piped into; any other `|` in a block runs two commands at once.
+FILTERS = ("head", "tail", "grep", "jq", "less", "wc")
+
+
+def readme_blocks() -> list[tuple[int, list[str]]]:
+    """(line number, lines) of every indented code block of the README, indentation removed."""
+    blocks: list[tuple[int, list[str]]] = []
+    current: list[str] = []
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for number, line in enumerate([*lines, ""], start=1):
+        if line.startswith("    ") and line.strip():
+            current.append(line)
+            continue
+        if current:
+            blocks.append((number - len(current), textwrap.dedent("\n".join(current)).splitlines()))
+            current = []
+    return blocks
+
+
+def _twin(lines: list[str]) -> Twin:
+    # A block without a twin fails test_every_readme_code_block_has_a_twin, not this module's collection.
+    return TWINS.get(lines[0], Twin(skip="no twin yet"))
+
+
+def test_every_readme_code_block_has_a_twin():
+    firsts = [lines[0] for _, lines in readme_blocks()]
+    assert sorted(firsts) == sorted(TWINS), "a README block changed: update TWINS (what runs it here, or why not)"
+
+
+def test_readme_code_blocks_are_safe_to_paste():
+    """Pasted whole, a block runs each line as shown, one after the other: no pipe that runs commands at
+    once, no placeholder or `...` to fill in, no trailing comment (zsh passes it on as arguments), no
+    question that would take the next pasted line as its answer, nothing that serves until Ctrl-C
+    with lines after it."""
+    wrong = []
+    for number, lines in readme_blocks():
+        if _twin(lines).skip == "folders, not commands":
+            continue
+        for line in lines:
+            where = f"README.md:{number}: {line}"
+            for piped in re.findall(r"\|\s*(\S+)", line):
+                if piped not in FILTERS:
+                    wrong.append(f"{where}: '| {piped}' runs two commands at once")
+            if re.search(r"(^|\s)#", line):
+                wrong.append(f"{where}: a comment on a command line")
+            if "..." in line or re.search(r"(?<![$\w])[A-Z][A-Z0-9_]{2,}\b(?!=)", line):
+                wrong.append(f"{where}: a placeholder to fill in")
+            if (re.search(r"gcpgpu cluster (up|down)\b", line) and len(lines) > 1
+                    and not re.search(r"--yes|--dry-run", line)):
+                wrong.append(f"{where}: asks a question that the next pasted line would answer")
+            if "emulator start" in line and len(lines) > 1:
+                wrong.append(f"{where}: serves until Ctrl-C, so the lines after it wait")
+    assert wrong == []
+
+
+def test_make_install_says_how_to_put_gcpgpu_on_path():
+    """Issue 24 item 8: after `make install`, `gcpgpu` was not on PATH and nothing said how to get it there."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shown = subprocess.run(["make", "-n", "-B", "install"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "run '. .venv/bin/activate' to put it on PATH" in shown.stdout
+    install = next(lines for _, lines in readme_blocks() if lines[0] == "make install")
+    assert install == ["make install", ". .venv/bin/activate", "gcpgpu --help"]
+
+
+def _gpu_twin(lines: list[str]) -> list[str]:
+    """A GPU-sized block as the emulator can check it in seconds: `job submit` with --dry-run, the trainer's
+    arguments parsed by the trainer; the rest (cluster up, plan memory) as shown."""
+    out = []
+    for line in lines:
+        trainer = re.match(r"^(?:python -m|torchrun .*-m) gcpgpu\.trainer (.*)$", line)
+        if trainer:
+            out.append(f"python -c 'import sys; from gcpgpu.trainer.config import parse_args; parse_args(sys.argv[1:])'"
+                       f" {trainer.group(1)}")
+        elif line.startswith("gcpgpu job submit "):
+            out.append(line.replace(" --wait", "").replace("gcpgpu job submit ", "gcpgpu job submit --dry-run ", 1))
+        else:
+            out.append(line)
+    return out
+
+
+def _reservation_sold(gcp) -> None:
+    from google.cloud import compute_v1
+
+    from gcpgpu.gcp.clients import Clients
+
+    clients = Clients(emulator=gcp.address)
+    policy = "projects/my-project/regions/us-central1/resourcePolicies/sold-compact"
+    clients.compute("ResourcePoliciesClient").insert(
+        project="my-project", region="us-central1", resource_policy_resource=compute_v1.ResourcePolicy(
+            name="sold-compact", group_placement_policy=compute_v1.ResourcePolicyGroupPlacementPolicy(
+                collocation="COLLOCATED"))).result()
+    clients.compute("ReservationsClient").insert(
+        project="my-project", zone="us-central1-a", reservation_resource=compute_v1.Reservation(
+            name="sold", specific_reservation_required=True, resource_policies={"placement": policy},
+            specific_reservation=compute_v1.AllocationSpecificSKUReservation(
+                count=2, instance_properties=compute_v1.AllocationSpecificSKUAllocationReservedInstanceProperties(
+                    machine_type="a3-highgpu-8g")))).result()
+
+
+RUN_HERE = [pytest.param(lines, id=f"README.md:{number}") for number, lines in readme_blocks()
+            if not _twin(lines).skip]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lines", RUN_HERE)
+def test_readme_code_block_runs_on_the_emulator_and_reaches_nothing_else(lines, gcp, tmp_path, monkeypatch):
+    """Each block runs as shown (GPU-sized ones as their checked twin) against a fresh emulator, in bash,
+    while every Python process it starts is watched: no connection beyond loopback, no gcloud or ssh,
+    nothing changed in HOME (issue 24: 'nothing run against the emulator may reach Google Cloud')."""
+    from emulator_guard import Guard, watch_this_process
+
+    twin = _twin(lines)
+    guard = Guard(tmp_path / "guard")
+    # The emulator runs in this process and starts the trainers: they are watched through PYTHONPATH.
+    monkeypatch.setenv("PYTHONPATH", guard.pythonpath(ROOT))
+    monkeypatch.setenv("GCPGPU_GUARD_LOG", str(guard.log))
+    if twin.reservation:
+        _reservation_sold(gcp)
+    script = [*twin.setup.splitlines(), *(_gpu_twin(lines) if twin.gpu else lines)]
+    work = tmp_path / "work"
+    work.mkdir()
+    with watch_this_process() as here:
+        done = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(script)], cwd=work, capture_output=True,
+                              text=True, timeout=600, env=guard.env(ROOT, GCPGPU_EMULATOR=gcp.address))
+    output = done.stdout + done.stderr
+    assert done.returncode == twin.code, output[-3000:]
+    assert twin.says in output, output[-3000:]
+    assert guard.problems() + [f"in-process: {r}" for r in here] == []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_readme_emulator_blocks_run_as_shown(tmp_path):
+    """The emulator section's two blocks, in two shells as the README says, on a free port instead of 8085
+    (another emulator may hold it): gcpgpu and then gcloud point at it, gcloud in a folder of this
+    emulator's own and with the user's project, and the user's own gcloud configuration is untouched."""
+    from emulator_guard import Guard
+
+    blocks = {lines[0]: lines for _, lines in readme_blocks()}
+    start = blocks["gcpgpu emulator start --port 8085"]
+    point = blocks["export GCPGPU_EMULATOR=127.0.0.1:8085"]
+    port = str(_free_port())
+    guard = Guard(tmp_path / "guard")
+    env = guard.env(ROOT)
+    server = subprocess.Popen(["bash", "-c", "exec " + start[0].replace("8085", port)], env=env, cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        announced = []
+        for line in server.stderr:  # the emulator says where it listens once it does
+            announced.append(line)
+            if "Stop with Ctrl-C" in line:
+                break
+        assert any(f"127.0.0.1:{port}" in line for line in announced), "".join(announced)
+        script = "\n".join(line.replace("8085", port) for line in point) + "\ngcpgpu cluster list"
+        done = subprocess.run(["bash", "-c", "set -e\n" + script], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gcloud and gcpgpu now use your project my-project (from your gcloud configuration)" in done.stderr
+    assert "No gcpgpu clusters in project my-project." in done.stderr
+    folder = guard.home / ".cache" / "gcpgpu" / "emulator-gcloud" / f"127.0.0.1-{port}"
+    gcloud_calls = guard.calls.read_text().splitlines()
+    assert any(f"api_endpoint_overrides/compute http://127.0.0.1:{port}/compute/v1/" in c for c in gcloud_calls)
+    assert all(c.split("\t")[1] == str(folder) for c in gcloud_calls)
+    assert guard.problems(allow_gcloud_under=folder) == []

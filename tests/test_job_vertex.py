@@ -70,4 +70,4 @@ def test_unknown_job_is_a_cloud_error(gcp):
 def test_list_without_region_lists_cluster_jobs_only(gcp):
     result = CliRunner().invoke(main, ["--project", "test-proj", "job", "list"])
     assert result.exit_code == 0, result.output
-    assert "no region set" in result.output and "No jobs." in result.output
+    assert "no region set" in result.output and "No jobs in project" in result.output

@@ -86,3 +86,36 @@ def show(machine_type: str) -> None:
     """
     emit(machine_catalog.get_machine_type(machine_type, option="MACHINE_TYPE"), _SHOW_COLUMNS)
     _price_note()
+
+
+@catalog.command("zones")
+@click.option("--machine-type", help="Only the zones that offer this machine type.")
+@click.option("--region", "only_region", metavar="REGION", help="Only this region's zones.")
+def zones(machine_type: str | None, only_region: str | None) -> None:
+    """Regions and zones the catalog knows, and the GPUs each zone offers.
+
+    \b
+    The zones `cluster up --zone/--zones/--region` accept; the data is the catalog's
+    (gcpgpu/data/machines.yaml `availability`), not a live query.
+    \b
+    Example:
+      gcpgpu catalog zones --machine-type a3-megagpu-8g
+    """
+    from gcpgpu.errors import UsageProblem
+
+    wanted = machine_catalog.get_machine_type(machine_type).name if machine_type else None
+    table = machine_catalog.availability()
+    if only_region is not None and only_region not in table:
+        raise UsageProblem(f"--region {only_region!r} is not a region the catalog knows; known: {', '.join(table)}")
+    known = machine_catalog.machine_types()
+    rows = [{"region": region, "zone": zone,
+             "gpus": sorted({known[m].gpu.model for m in offered}),
+             "machine_types": list(offered)}
+            for region, zone_table in table.items() if only_region in (None, region)
+            for zone, offered in zone_table.items() if wanted is None or wanted in offered]
+    emit(rows, [Column("region", "REGION"), Column("zone", "ZONE"),
+                Column("gpus", "GPUS OFFERED", format=", ".join)],
+         empty=f"No zone in the catalog offers {wanted}." if wanted else "No zones.")
+    if current_format() == "table":
+        info(f"Availability as the catalog records it ({machine_catalog.availability_as_of()}); "
+             "not a live query, and Google's offer changes.")

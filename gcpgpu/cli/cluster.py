@@ -100,30 +100,43 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
     if kw.get("flex_wait") is not None:
         flags["flex_wait"] = parse_duration(kw["flex_wait"], "--flex-wait")
-    _check_global_location(settings, flags)
+    note = _own_location_first(settings, flags, "--zone" if kw.get("zone") else "--zones")
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
-    return spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
+    if isinstance(spec.name, str) and spec.name != spec.name.lower():
+        _check_name(spec.name)  # a name with capitals: refused with its lowercase form, before the spec's checks
+    spec = spec.validate(default_region=settings.optional("region"), default_zone=settings.optional("zone"))
+    if note:  # after validation: bad input stays one line
+        info(note)
+    return spec
 
 
-def _check_global_location(settings: Settings, flags: dict[str, Any]) -> None:
-    """The global --region/--zone given as flags bind as firmly as the command's own: a contradiction is refused."""
-    from gcpgpu.settings import region_of_zone
+def _own_location_first(settings: Settings, flags: dict[str, Any], zone_option: str) -> str | None:
+    """The command's own --zone/--zones/--region are what it reads; the global --region/--zone are its
+    default when it has none (README, "Conventions"). A zone outside the region is refused naming
+    the option the user typed. Returns a note naming a global flag the command does not use."""
+    from gcpgpu import catalog
 
-    g_region = settings.region_flag
-    g_zone = settings.zone_flag
+    region = flags["region"]
     for z in flags["zones"]:
-        zr = region_of_zone(z)
-        if g_region and zr and zr != g_region:
-            raise UsageProblem(f"--zone {z} is not in --region {g_region}; drop one, or pass --region {zr}")
-        if g_zone and z != g_zone:
-            raise UsageProblem(f"the command's --zone {z} contradicts the global --zone {g_zone}; give one zone")
-    if flags["region"] and g_zone and region_of_zone(g_zone) not in (None, flags["region"]):
-        raise UsageProblem(f"--region {flags['region']} does not contain the global --zone {g_zone}; "
-                           f"drop one, or pass --region {region_of_zone(g_zone)}")
-    if flags["region"] and g_region and flags["region"] != g_region:
-        raise UsageProblem(f"--region {flags['region']} contradicts the global --region {g_region}; give one region")
-    if not flags["zones"] and not flags["region"] and g_region:
+        zr = catalog.region_of(z)
+        if zr is None:
+            raise UsageProblem(f"{zone_option} {z!r} is not a zone the catalog knows (as of "
+                               f"{catalog.availability_as_of()}); see 'gcpgpu catalog zones'")
+        if region and zr != region:
+            raise UsageProblem(f"{zone_option} {z} is in {zr}, not in --region {region}; "
+                               f"drop one, or pass --region {zr}")
+    g_region, g_zone = settings.region_flag, settings.zone_flag
+    if flags["zones"] or region:
+        reads = {"region": region or catalog.region_of(flags["zones"][0]), "zones": flags["zones"]}
+        unused = [f"--{name} {value}" for name, value in (("region", g_region), ("zone", g_zone))
+                  if value and not (value == reads["region"] if name == "region" else value in reads["zones"])]
+        if not unused:
+            return None
+        own = f"{zone_option} {','.join(flags['zones'])}" if flags["zones"] else f"--region {region}"
+        return f"note: using the command's {own}, not the global {' and '.join(unused)}"
+    if g_region:
         flags["region"] = g_region  # a region flag is an instruction, not a default a zone may override
+    return None
 
 
 def _check_name(name: str) -> None:
@@ -369,9 +382,10 @@ def list_cmd(settings: Settings) -> None:
     """List the project's gcpgpu clusters (one API call)."""
     from gcpgpu.cluster.observe import list_clusters
 
-    rows = list_clusters(settings.clients, settings.project)
+    project = settings.project
+    rows = list_clusters(settings.clients, project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
-                ("zones", "ZONE"), ("status", "STATUS")], empty="No gcpgpu clusters in this project.")
+                ("zones", "ZONE"), ("status", "STATUS")], empty=f"No gcpgpu clusters in project {project}.")
 
 
 @cluster.command(context_settings={"ignore_unknown_options": True})
@@ -384,12 +398,14 @@ def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> N
 
     Runs `gcloud compute ssh NODE --tunnel-through-iap`. The cluster needs a firewall rule that lets
     IAP's range reach port 22: bring it up with --iap-ssh (re-running `up` adds just that rule).
+    Against the emulator (or a gcloud pointed at one) there is no VM: it says so and runs nothing.
     """
     from gcpgpu.cluster import ssh as node_ssh
 
     _check_name(name)
     if rank < 0:
         raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
+    node_ssh.refuse_on_emulator(settings.emulator, settings.environ)
     args = list(command[1:] if command[:1] == ("--",) else command)
     argv, warning = node_ssh.gcloud_argv(settings.clients, settings.project, name, rank, args)
     if warning:

@@ -87,6 +87,10 @@ def build(
     staging = images.parse_staging(staging_dir) if staging_dir else None
     if no_push and local is False:
         raise UsageProblem("--no-push applies to --local builds only; Cloud Build always pushes its images")
+    if local and settings.emulator and not no_push and not dry_run:
+        # The emulator has no registry: `docker push` would reach the real Artifact Registry.
+        raise UsageProblem("--local against the emulator: the push would go to the real Artifact Registry; "
+                           "add --no-push to build here only, or drop --local (the emulator stands in for Cloud Build)")
     project, region = settings.project, settings.region
 
     files = images.context_files(images.source_root())

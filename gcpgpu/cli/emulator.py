@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import urllib.error
@@ -19,12 +20,20 @@ from gcpgpu.settings import Settings
 DEFAULT_PORT = 8085
 
 
-PROJECT = "emulator-project"  # the project gcloud-env gives gcloud; any name works in the emulator
+PROJECT = "emulator-project"  # the project gcloud-env gives gcloud when none is set; any name works in the emulator
+
+
+def gcloud_config_dir(address: str) -> Path:
+    """The scratch gcloud configuration folder of the emulator at `address`: one per emulator, the
+    user's own, so two emulators (or two users) never share one and the real configuration stays as it is."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(cache) / "gcpgpu" / "emulator-gcloud" / address.replace(":", "-").strip("[]")
 
 
 def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | None = None,
-                     project: str | None = None) -> list[str]:
-    """Shell lines that point gcloud at the emulator: a scratch config, no credentials, every API it serves."""
+                     project: str | None = None, location: dict[str, str] | None = None) -> list[str]:
+    """Shell lines that point gcloud at the emulator: a scratch config, no credentials, every API it serves;
+    the project (and compute/region, compute/zone in `location`) the user had, so nothing changes under them."""
     base = f"http://{address}"
     overrides = overrides or {"compute": f"{base}/compute/v1/"}
     return [
@@ -33,6 +42,7 @@ def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | 
         *[f"gcloud config set api_endpoint_overrides/{api} {shlex.quote(url)} --quiet"
           for api, url in sorted(overrides.items())],
         f"gcloud config set core/project {shlex.quote(project or PROJECT)} --quiet",
+        *[f"gcloud config set compute/{key} {shlex.quote(value)} --quiet" for key, value in (location or {}).items()],
         "gcloud config set component_manager/disable_update_check true --quiet",
     ]
 
@@ -54,8 +64,8 @@ def _announce(emu: Any, state_file: str | None) -> None:
         f"  compute_v1.InstancesClient(credentials=AnonymousCredentials(), client_options={{'api_endpoint': 'http://{address}'}})",
         "  (or let gcpgpu.gcp.clients.Clients(emulator=...) build them: it also redirects operation polling)",
         "",
-        "Point gcloud at it (a scratch config, so your real one is untouched):",
-        *[f"  {c}" for c in _gcloud_commands(address, "/tmp/gcpgpu-emulator-gcloud", emu.info()["gcloud_overrides"])],
+        "Point gcloud at it (a scratch configuration of this emulator's own; your real one is untouched):",
+        f'  eval "$(gcpgpu --emulator {address} emulator gcloud-env)"',
         "",
         "Stop with Ctrl-C (or SIGTERM).",
     ]
@@ -172,13 +182,28 @@ def reset(settings: Settings) -> None:
 
 
 @emulator.command("gcloud-env")
-@click.option("--config-dir", default="/tmp/gcpgpu-emulator-gcloud", show_default=True,
-              help="Scratch CLOUDSDK_CONFIG directory, so your real gcloud configuration is untouched.")
+@click.option("--config-dir", metavar="DIR",
+              help="Scratch CLOUDSDK_CONFIG folder (default: one per emulator, "
+                   "$XDG_CACHE_HOME/gcpgpu/emulator-gcloud/HOST-PORT), so your real gcloud configuration is untouched.")
 @click.pass_obj
-def gcloud_env(settings: Settings, config_dir: str) -> None:
-    """Print the shell commands that point gcloud at a running emulator (eval them)."""
+def gcloud_env(settings: Settings, config_dir: str | None) -> None:
+    """Print the shell commands that point gcloud at a running emulator (eval them).
+
+    gcloud (and gcpgpu, which reads gcloud's configuration) keep the project you use now: --project,
+    the environment, or your gcloud configuration's core/project; only when none is set do they get
+    the placeholder emulator-project. Your region and zone, where set, are kept alike. Which project,
+    and the folder, are said on stderr.
+    """
     address = _address(settings)
+    # settings.project refuses a malformed id here, in one line, rather than gcloud later.
+    project = settings.project if settings.optional("project") is not None else None
+    location = {key: value for key in ("region", "zone") if (value := settings.optional(key))}
     served = _control(address, "info")  # fail early, with one line, if nothing is listening there
-    # gcloud gets the project gcpgpu would use (flag or environment), else a placeholder name.
-    project = settings.optional("project")
-    sys.stdout.write("\n".join(_gcloud_commands(address, config_dir, served.get("gcloud_overrides"), project)) + "\n")
+    folder = config_dir or str(gcloud_config_dir(address))
+    source = {"flag": "--project", "env": "the environment", "gcloud": "your gcloud configuration"}.get(
+        settings.source("project") or "", "")
+    lines = _gcloud_commands(address, folder, served.get("gcloud_overrides"), project, location)
+    sys.stdout.write("\n".join(lines) + "\n")
+    said = f"your project {project} (from {source})" if project else f"the placeholder project {PROJECT} (none was set)"
+    said += "".join(f", {key} {value}" for key, value in location.items())
+    info(f"gcloud and gcpgpu now use {said}, with the emulator at {address}; gcloud's configuration: {folder}")

@@ -376,7 +376,7 @@ def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int
 
         found = cluster_jobs.list_jobs(settings.clients, project)
         rows += [r for r in found if not state or r["state"] == state.upper()]
-    emit(rows, JOB_COLUMNS, empty="No jobs.")
+    emit(rows, JOB_COLUMNS, empty=f"No jobs in project {project}.")
 
 
 @job.command()

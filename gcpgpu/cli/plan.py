@@ -7,6 +7,7 @@ import click
 from gcpgpu.errors import UsageProblem
 from gcpgpu.output import emit
 from gcpgpu.settings import Settings
+from gcpgpu.trainer.config import TrainConfig
 
 GIB = 1024**3
 
@@ -16,20 +17,32 @@ def plan() -> None:
     """Estimate before you spend: memory per GPU for a training setup."""
 
 
+# Every default is the trainer's own (TrainConfig, no torch import), so `plan memory` and
+# `python -m gcpgpu.trainer` given the same flags describe the same run.
+_TRAINER = TrainConfig()
+
+
 @plan.command()
-@click.option("--model", required=True, help="Model size: tiny, 124m, 350m, 774m or 1.3b.")
-@click.option("--batch-size", type=int, required=True, help="Global batch in sequences (as the trainer's --batch-size).")
-@click.option("--seq-len", type=int, default=1024, show_default=True, help="Tokens per sequence.")
-@click.option("--precision", default="bf16", show_default=True, help="fp32, bf16, fp16 or fp8.")
-@click.option("--parallel", default="ddp", show_default=True, help="none, ddp or fsdp (FSDP counts as ZeRO-3).")
+@click.option("--model", default=_TRAINER.model, show_default=True, help="Model size: tiny, 124m, 350m, 774m or 1.3b.")
+@click.option("--batch-size", type=int, default=_TRAINER.batch_size, show_default=True,
+              help="Global batch in sequences (as the trainer's --batch-size).")
+@click.option("--seq-len", type=int, default=_TRAINER.seq_len, show_default=True, help="Tokens per sequence.")
+@click.option("--precision", default=_TRAINER.precision, show_default=True, help="fp32, bf16, fp16 or fp8.")
+@click.option("--parallel", default=_TRAINER.parallel, show_default=True,
+              help="auto (ddp on more than one GPU, else none), none, ddp or fsdp (FSDP counts as ZeRO-3).")
 @click.option("--gpus", type=int, help="GPUs in all (default: the machine type's GPUs, else 1).")
-@click.option("--grad-accum", type=int, default=1, show_default=True, help="Gradient accumulation steps.")
+@click.option("--grad-accum", type=int, default=_TRAINER.grad_accum, show_default=True,
+              help="Gradient accumulation steps.")
 @click.option("--machine-type", help="Check the fit against this machine's GPU memory (from the catalog).")
 @click.pass_obj
 def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precision: str, parallel: str,
            gpus: int | None, grad_accum: int, machine_type: str | None) -> None:
     """Per-GPU parameters, gradients, optimizer state and activations (with and without activation
-    checkpointing), whether it fits, and the setting to use if it does not."""
+    checkpointing), whether it fits, and the setting to use if it does not.
+
+    Options and defaults are the trainer's: the same flags plan the run `python -m gcpgpu.trainer`
+    (or torchrun over --gpus processes) would make.
+    """
     from gcpgpu import catalog
     from gcpgpu.trainer import memory as mem
     from gcpgpu.trainer.sizes import SIZES
@@ -38,8 +51,8 @@ def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precis
         raise UsageProblem(f"--model {model!r} must be one of {', '.join(SIZES)}")
     if precision not in mem.PRECISIONS:
         raise UsageProblem(f"--precision {precision!r} must be one of {', '.join(mem.PRECISIONS)}")
-    if parallel not in mem.PARALLELS:
-        raise UsageProblem(f"--parallel {parallel!r} must be one of {', '.join(mem.PARALLELS)}")
+    if parallel not in ("auto", *mem.PARALLELS):
+        raise UsageProblem(f"--parallel {parallel!r} must be one of auto, {', '.join(mem.PARALLELS)}")
     mt = catalog.get_machine_type(machine_type) if machine_type else None
     gpus = gpus if gpus is not None else (mt.gpu_count if mt else 1)
     for flag, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--gpus", gpus), ("--grad-accum", grad_accum)):
@@ -47,6 +60,8 @@ def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precis
             raise UsageProblem(f"{flag} {value} must be at least 1")
     if batch_size % (gpus * grad_accum):
         raise UsageProblem(f"--batch-size {batch_size} must be divisible by --gpus x --grad-accum = {gpus * grad_accum}")
+    if parallel == "auto":  # as the trainer resolves it once it knows how many processes run
+        parallel = "ddp" if gpus > 1 else "none"
     if parallel == "none" and gpus > 1:
         raise UsageProblem(f"--parallel none runs on one GPU, not --gpus {gpus}; use ddp or fsdp")
     gpu_bytes = mt.gpu.memory_gib * GIB if mt else None

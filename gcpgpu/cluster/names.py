@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from gcpgpu.errors import UsageProblem
+from gcpgpu.specfile import lowercase_hint
 
 LABEL_CLUSTER = "gcpgpu-cluster"
 LABEL_RANK = "gcpgpu-rank"
@@ -31,10 +32,7 @@ def check_cluster_name(name: object, field: str = "NAME") -> str:
     text = name if isinstance(name, str) else ""
     if CLUSTER_NAME.match(text):
         return text
-    hint = ""
-    lower = text.lower()
-    if text and lower != text and CLUSTER_NAME.match(lower):
-        hint = f"; did you mean {lower!r}?"
+    hint = lowercase_hint(text, lambda v: bool(CLUSTER_NAME.match(v)))
     raise UsageProblem(f"{field} {name!r} is not a cluster name: 1-{MAX_NAME} lowercase letters, digits and dashes, "
                        f"starting with a letter and not ending with a dash{hint}")
 

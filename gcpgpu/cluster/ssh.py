@@ -4,19 +4,64 @@ Nodes have no external IP by default; IAP TCP forwarding reaches them on their i
 once a firewall rule lets IAP's range (plan.IAP_RANGE) reach port 22 (`cluster up --iap-ssh`).
 A command after `--` runs on the node as the user typed it: its words are shell-quoted once
 (`shlex.join`) into gcloud's `--command`, which the node's login shell reads.
+
+Against the emulator there is no VM to log in to, and `gcloud compute ssh` would still write ssh keys
+under ~/.ssh, add them to project metadata and reach IAP (Google Cloud) with the same project id. So
+when gcpgpu or gcloud is pointed at an emulator, `cluster ssh` refuses before any call and runs nothing.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 import shutil
 import subprocess
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.gcp.clients import Clients
 
 from .observe import observe
 from .plan import IAP_RANGE
+
+
+def _loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def emulated_target(emulator: str | None, environ: Mapping[str, str]) -> str | None:
+    """What points `cluster ssh` at an emulator, in words, or None when it would reach Google Cloud.
+
+    gcpgpu's own --emulator/GCPGPU_EMULATOR, or gcloud's compute endpoint sent to a loopback address
+    (what `eval "$(gcpgpu emulator gcloud-env)"` does), by environment or by the active configuration.
+    """
+    from gcpgpu.settings import active_gcloud_config, read_gcloud_properties
+
+    if emulator:
+        return f"the emulator at {emulator}"
+    url = environ.get("CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE", "")
+    if url and _loopback(url):
+        return f"CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE={url} (an emulator)"
+    url = read_gcloud_properties(environ).get("api_endpoint_overrides", "compute", fallback="")
+    if url and _loopback(url):
+        return f"gcloud's configuration {active_gcloud_config(environ)[1]}, which sends compute to {url} (an emulator),"
+    return None
+
+
+def refuse_on_emulator(emulator: str | None, environ: Mapping[str, str]) -> None:
+    """One line, exit 2, before any call, when the target is an emulator: there is no VM to reach."""
+    target = emulated_target(emulator, environ)
+    if target:
+        raise UsageProblem(f"cluster ssh: {target} has no VM to log in to (emulated nodes are API records), so nothing "
+                           "runs: no gcloud, no ssh keys; against Google Cloud it runs 'gcloud compute ssh NODE "
+                           "--tunnel-through-iap'")
 
 
 def gcloud_argv(clients: Clients, project: str, cluster: str, rank: int, command: list[str]) -> tuple[list[str], str | None]:

@@ -148,7 +148,7 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
     name = spec.name or "train"
     if not NAME.match(name):
         raise UsageProblem(f"--name {name!r} must be lowercase letters, digits and dashes, starting with a letter, "
-                           "40 characters at most")
+                           f"40 characters at most{specfile.lowercase_hint(name, NAME.match)}")
 
     machine = None
     if spec.machine_type:
