@@ -61,3 +61,33 @@ def test_job_follow_keeps_the_recover_count_submit_was_given(gcp):
     followed = cli("job", "follow", str(jid))
     assert followed.exit_code == 0, followed.output
     assert "up to 2 recoveries" in followed.output and "up to 3" not in followed.output
+
+
+def test_a_cluster_half_built_by_ctrl_c_is_listed_as_incomplete_with_what_to_run(gcp):
+    """Interrupted right before its bulkInsert: policy, networks, subnets and firewall rules, no node.
+    'cluster list' said nothing of it; now it lists it and says what up or down would do."""
+    import pytest
+
+    from gcpgpu.cluster.session import Reporter
+
+    class CtrlC(Reporter):
+        def step(self, key: str, text: str) -> None:
+            if key == "instances":
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Cluster(clients(gcp), PROJECT, CtrlC()).up(make_plan(nodes=2))
+    rows = json.loads(cli("--format", "json", "cluster", "list").stdout)
+    assert [(r["cluster"], r["nodes"]) for r in rows] == [("c", 0)]
+    assert rows[0]["status"].startswith("incomplete (0 node(s), 1 placement polic(ies)")
+    assert "'gcpgpu cluster up c ...' finishes it" in rows[0]["status"]
+    assert "'gcpgpu cluster down c' removes it" in rows[0]["status"]
+
+
+def test_cluster_list_counts_a_node_relabelled_by_hand(gcp):
+    Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2, machine_type="a2-highgpu-1g"))
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "c-1")
+    gcp.compute.set_labels(PROJECT, "us-central1-a", "c-1",
+                           {"labels": {"team": "x"}, "labelFingerprint": inst["labelFingerprint"]})
+    rows = json.loads(cli("--format", "json", "cluster", "list").stdout)
+    assert [(r["cluster"], r["nodes"], r["gpus"]) for r in rows] == [("c", 2, 2)]

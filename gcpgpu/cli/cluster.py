@@ -379,7 +379,7 @@ def doctor(settings: Settings, name: str) -> None:
 @cluster.command("list")
 @click.pass_obj
 def list_cmd(settings: Settings) -> None:
-    """List the project's gcpgpu clusters (one API call)."""
+    """List the project's gcpgpu clusters, half-built ones included (one list call per resource kind)."""
     from gcpgpu.cluster.observe import list_clusters
 
     project = settings.project

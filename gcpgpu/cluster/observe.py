@@ -12,8 +12,17 @@ from typing import Any
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import parallel, raise_first, retrying
 
-from .kinds import KINDS, NODES, Kind, last
-from .names import LABEL_ATTEMPT, LABEL_CLUSTER, LABEL_MANAGED, LABEL_RANK, attempt_of, is_marked, node_rank
+from .kinds import KINDS, NODES, ROUTERS, Kind, last
+from .names import (
+    LABEL_ATTEMPT,
+    LABEL_CLUSTER,
+    LABEL_MANAGED,
+    LABEL_RANK,
+    attempt_of,
+    is_marked,
+    node_rank,
+    owner_of,
+)
 
 
 def _node_of_cluster(inst: Any, cluster: str) -> bool:
@@ -44,6 +53,7 @@ class Node:
     host: str | None = None
     network: str | None = None  # the primary NIC's network
     networks: list[str] = field(default_factory=list)  # every NIC's
+    cluster: str = ""  # whose node it is: its label, else its description marker or metadata
     id: str = ""  # the instance id Monitoring series carry
     metadata: dict[str, str] = field(default_factory=dict)
     metadata_fingerprint: str = ""
@@ -97,10 +107,13 @@ class Observed:
         return ", ".join(f"{len(self.of(kind))} {kind.plural}" for kind in KINDS if kind is NODES or self.of(kind))
 
 
-def _node(cluster: str, inst: Any) -> Node:
+def _node(cluster: str | None, inst: Any) -> Node:
+    """The node model of an instance; `cluster` None: the cluster it says it belongs to."""
     accs = list(inst.guest_accelerators)
     labels = dict(inst.labels)
     metadata = {i.key: i.value for i in inst.metadata.items}
+    if cluster is None:
+        cluster = labels.get(LABEL_CLUSTER) or owner_of(inst.description) or metadata.get("gcpgpu-cluster") or ""
     expected = metadata.get("gcpgpu-nodes", "")
     return Node(
         name=inst.name,
@@ -118,6 +131,7 @@ def _node(cluster: str, inst: Any) -> Node:
         expected_nodes=int(expected) if expected.isdigit() else None,
         network=last(inst.network_interfaces[0].network) if inst.network_interfaces else None,
         networks=[last(nic.network) for nic in inst.network_interfaces],
+        cluster=cluster,
         id=str(inst.id),
         metadata=metadata,
         metadata_fingerprint=inst.metadata.fingerprint,
@@ -155,9 +169,9 @@ def ranked_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
 
 def project_nodes(clients: Clients, project: str, managed_only: bool = True) -> list[Node]:
     """Every gcpgpu node of the project (any cluster; every VM with managed_only=False), from one
-    aggregatedList; a node's cluster is its label."""
+    aggregatedList; each knows its cluster (Node.cluster, "" for a VM that is no cluster's)."""
     found = list_nodes(clients, project, f"labels.{LABEL_MANAGED} = true" if managed_only else "")
-    return [_node(inst.labels.get(LABEL_CLUSTER, ""), inst) for inst in found]
+    return [_node(None, inst) for inst in found]
 
 
 def observe_nodes_by_name(clients: Clients, project: str, cluster: str) -> list[Node]:
@@ -214,24 +228,49 @@ def observe(clients: Clients, project: str, cluster: str) -> Observed:
 
 
 def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
-    """Every gcpgpu cluster with nodes in the project: one aggregatedList over the managed label."""
-    clusters: dict[str, list[Node]] = {}
-    for node in project_nodes(clients, project):
-        clusters.setdefault(node.labels.get(LABEL_CLUSTER, "?"), []).append(node)
-    rows = []
-    for name, nodes in sorted(clusters.items()):
-        states: dict[str, int] = {}
-        for n in nodes:
-            states[n.status] = states.get(n.status, 0) + 1
-        rows.append({
-            "cluster": name,
-            "machine_type": nodes[0].machine_type,
-            "nodes": len(nodes),
-            "gpus": sum(n.gpus for n in nodes),
-            "zones": ",".join(sorted({n.zone for n in nodes})),
-            "status": ", ".join(f"{v} {k}" for k, v in sorted(states.items())),
-        })
-    return rows
+    """Every gcpgpu cluster in the project, one list call per resource kind in parallel: by its nodes
+    (label, else the marker a node relabelled by hand still carries) and by its label-less
+    resources, so a cluster half-built by an interrupted `up` (networks, no nodes yet) shows too."""
+
+    def read(kind: Kind) -> list[tuple[str, Any]]:
+        if kind is NODES:
+            return [(n.cluster, n) for n in project_nodes(clients, project, managed_only=False) if n.cluster]
+        client = clients.compute(kind.client)
+        if kind.listing:
+            pager = retrying()(client.aggregated_list)(request={"project": project})
+            found = [r for _scope, scoped in pager for r in getattr(scoped, kind.listing)]
+        else:
+            found = list(retrying()(client.list)(request={"project": project}))
+        return [(owner, r) for r in found if (owner := owner_of(r.description))]
+
+    # A Cloud NAT serves its network, not one cluster: `down` may keep one for other VMs (nat.py).
+    kinds = [kind for kind in KINDS if kind is not ROUTERS]
+    results = raise_first(parallel(read, kinds))
+    clusters: dict[str, Observed] = {}
+    for kind, found in zip(kinds, results, strict=True):
+        for owner, item in found:
+            obs = clusters.setdefault(owner, Observed(owner))
+            obs.of(kind).append(item if kind is NODES else kind.record(item) if kind.record else item)
+    return [_cluster_row(name, obs) for name, obs in sorted(clusters.items())]
+
+
+def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
+    nodes = obs.nodes
+    states: dict[str, int] = {}
+    for n in nodes:
+        states[n.status] = states.get(n.status, 0) + 1
+    status = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
+    if not nodes:
+        status = (f"incomplete ({obs.summary()}): 'gcpgpu cluster up {name} ...' finishes it, "
+                  f"'gcpgpu cluster down {name}' removes it")
+    return {
+        "cluster": name,
+        "machine_type": nodes[0].machine_type if nodes else "-",
+        "nodes": len(nodes),
+        "gpus": sum(n.gpus for n in nodes),
+        "zones": ",".join(sorted({n.zone for n in nodes})) or "-",
+        "status": status,
+    }
 
 
 def problems(obs: Observed) -> list[str]:
