@@ -33,15 +33,24 @@ class CloudError(click.ClickException):
 
 
 class Interrupted(click.ClickException):
-    """The user pressed Ctrl-C (exit 130, as shells report SIGINT)."""
+    """The user pressed Ctrl-C (exit 130, as shells report SIGINT). `message`: what to do next, said
+    once on the line that starts with "Interrupted." (nothing else prints it)."""
 
     exit_code = 130
 
-    def __init__(self) -> None:
-        super().__init__("interrupted")
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or "interrupted")
+        self.advice = message
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo("Interrupted.", file=file, err=True)
+        click.echo(f"Interrupted. {self.advice}".rstrip(), file=file, err=True)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """A connection failure (requests' for REST, or Python's own), checked by name so requests is not
+    imported here."""
+    return any(cls.__module__.startswith("requests") and cls.__name__ == "ConnectionError"
+               for cls in type(exc).__mro__) or isinstance(exc, ConnectionError)
 
 
 def is_google_error(exc: BaseException) -> bool:

@@ -181,6 +181,32 @@ def test_rerun_after_a_kill_between_bulkinsert_and_rank_labels_labels_every_node
 
 
 # ---------------------------------------------------------------- the lease
+def test_a_run_waiting_for_the_lease_says_who_holds_it_when_stderr_is_not_a_terminal(gcp, monkeypatch):
+    """Under CI or a pipe there is no spinner: a wait of minutes printed nothing at all."""
+    held = Lease(clients(gcp), PROJECT, "c", holder="someone", op="up")
+    assert held.try_acquire() is None  # held, and nobody renews it: it expires after the TTL (2 s here)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    result = CliRunner().invoke(main, ["cluster", "down", "c", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "taking cluster c's lease" in result.output
+    assert "cluster c is busy: up by " in result.output and "lease expires in" in result.output
+
+
+def test_ctrl_c_says_interrupted_once_with_what_to_run(gcp, monkeypatch):
+    from gcpgpu.cli import progress
+
+    def interrupt(self, key: str, text: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(progress.ConsoleReporter, "step", interrupt)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    result = CliRunner().invoke(main, ["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--zone",
+                                       "us-central1-a", "--yes"])
+    assert result.exit_code == 130
+    said = [line for line in result.output.splitlines() if "Interrupted" in line]
+    assert len(said) == 1 and "gcpgpu cluster up c" in said[0], result.output
+
+
 def test_a_second_run_with_no_wait_exits_1_in_one_line_naming_the_holder(gcp, monkeypatch):
     held = Lease(clients(gcp), PROJECT, "c", holder="someone", op="up")
     held.acquire()

@@ -31,3 +31,16 @@ def test_min_count_summary_reads_past_to_its_cause():
 def test_other_capacity_codes_cluster_toolkit_treats_alike():
     for code in ("REGION_RESOURCE_POOL_EXHAUSTED", "RESOURCE_POOL_EXHAUSTED", "resourcePoolExhausted"):
         assert classify(_op_error(400, code)).kind == "stockout"
+
+
+def test_a_cleanup_line_about_an_unreachable_endpoint_is_one_short_line():
+    """A roll-back that cannot reach the API said so with urllib3's paragraph of pool details."""
+    import requests
+
+    from gcpgpu.cluster.teardown import one_line
+
+    exc = requests.exceptions.ConnectionError(
+        "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /compute/v1/projects/p\n"
+        " (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f>: Failed to establish "
+        "a new connection: [Errno 111] Connection refused'))")
+    assert one_line(exc) == "cannot reach the API endpoint (ConnectionError)"

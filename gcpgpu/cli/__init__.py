@@ -23,7 +23,7 @@ import click
 
 from gcpgpu import __version__
 from gcpgpu.cli.options import adopt_global_options, enable_verbose_logging, root_options
-from gcpgpu.errors import CloudError, Interrupted, describe_google_error, is_google_error
+from gcpgpu.errors import CloudError, Interrupted, describe_google_error, is_connection_error, is_google_error
 from gcpgpu.settings import Settings
 
 # name -> "module:attribute" of a click command. A registered module that does not exist
@@ -127,7 +127,7 @@ class LazyGroup(click.Group):
         except Exception as exc:
             if is_google_error(exc):
                 message = describe_google_error(exc)
-            elif _is_connection_error(exc):
+            elif is_connection_error(exc):
                 message = f"cannot reach the API endpoint: {_connection_target(ctx, exc)}"
             else:
                 raise  # our own bug: the traceback is the useful report
@@ -148,12 +148,6 @@ def _stdout_closed() -> NoReturn:
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         pass  # not a real file (tests capture stdout): nothing is flushed at exit
     raise click.exceptions.Exit(EXIT_STDOUT_CLOSED)
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    """requests' (REST) connection failures, checked by name so requests is not imported here."""
-    return any(cls.__module__.startswith("requests") and cls.__name__ == "ConnectionError"
-               for cls in type(exc).__mro__) or isinstance(exc, ConnectionError)
 
 
 def _connection_target(ctx: click.Context, exc: BaseException) -> str:

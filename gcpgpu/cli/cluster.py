@@ -229,9 +229,9 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -
     try:
         nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p, wait_for_lease=not no_wait)
     except KeyboardInterrupt:
-        info(f"Interrupted. Everything created so far is named and labelled for cluster {p.name}: run "
-             f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to remove it.")
-        raise Interrupted() from None
+        raise Interrupted(f"Everything created so far is named and labelled for cluster {p.name}: run "
+                          f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to "
+                          "remove it.") from None
     emit([n.row() for n in nodes], NODE_COLUMNS, title=f"Cluster {p.name}: {len(nodes)} node(s) RUNNING")
 
 
@@ -267,8 +267,7 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
                                                                            wait_for_lease=not no_wait)
     except KeyboardInterrupt:
-        info(f"Interrupted. Run 'gcpgpu cluster down {name}' again to finish.")
-        raise Interrupted() from None
+        raise Interrupted(f"Run 'gcpgpu cluster down {name}' again to finish.") from None
     dashboards = _delete_dashboards(settings, project, name)
     if settings.format != "table":
         emit({"cluster": name, "deleted": found.count(), "found": found.summary() if not found.empty else "nothing",
@@ -285,8 +284,7 @@ def _shrink(settings: Settings, project: str, name: str, nodes: int, yes: bool, 
     try:
         gone = Cluster(settings.clients, project, ConsoleReporter()).shrink(name, nodes, wait_for_lease=not no_wait)
     except KeyboardInterrupt:
-        info(f"Interrupted. Run 'gcpgpu cluster down {name} --nodes {nodes}' again to finish.")
-        raise Interrupted() from None
+        raise Interrupted(f"Run 'gcpgpu cluster down {name} --nodes {nodes}' again to finish.") from None
     if settings.format != "table":
         emit({"cluster": name, "nodes": nodes, "deleted": [n.name for n in gone]})
     else:

@@ -283,10 +283,9 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> di
     try:
         return _with_cause(settings, follower.run())
     except KeyboardInterrupt:
-        info(f"Interrupted: {jid} is no longer followed ('gcpgpu job follow {jid}' follows it again). What a "
-             f"recovery had created is named and labelled for cluster {jid.cluster}: 'gcpgpu cluster up "
-             f"{jid.cluster} ...' completes it, 'gcpgpu cluster down {jid.cluster}' removes it.")
-        raise Interrupted() from None
+        raise Interrupted(f"{jid} is no longer followed ('gcpgpu job follow {jid}' follows it again). What a "
+                          f"recovery had created is named and labelled for cluster {jid.cluster}: 'gcpgpu cluster up "
+                          f"{jid.cluster} ...' completes it, 'gcpgpu cluster down {jid.cluster}' removes it.") from None
 
 
 def _fail_unless_succeeded(state: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +11,11 @@ from gcpgpu.cluster.session import Reporter
 
 
 class ConsoleReporter(Reporter):
-    """Phases as lines on stderr, waits as a live spinner (rich)."""
+    """Phases as lines on stderr, waits as a live spinner (rich) on a terminal. Elsewhere (CI, a pipe,
+    nohup) a wait is a line, and what it waits on (who holds the lease, how many nodes run) a line
+    when it first changes and then at most every QUIET_S seconds: never minutes of silence."""
+
+    QUIET_S = 10.0
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -25,5 +30,17 @@ class ConsoleReporter(Reporter):
 
     @contextlib.contextmanager
     def waiting(self, text: str) -> Iterator[Any]:
-        with self.console.status(text) as status:
-            yield lambda t: status.update(t)
+        if self.console.is_terminal:
+            with self.console.status(text) as status:
+                yield lambda t: status.update(t)
+            return
+        self.note(text)
+        said: dict[str, Any] = {"at": None, "text": text}
+
+        def update(new: str) -> None:
+            now = time.monotonic()
+            if new != said["text"] and (said["at"] is None or now - said["at"] >= self.QUIET_S):
+                self.note(new)
+                said.update(at=now, text=new)
+
+        yield update
