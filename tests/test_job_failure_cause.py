@@ -122,3 +122,5 @@ def test_cluster_job_with_uint32_data_and_no_vocab_size_names_the_option(cluster
     assert ("ended FAILED: gcpgpu.trainer: error: --vocab-size: required with --data-dtype uint32" in final), final
     status = json.loads(cli("--format", "json", "job", "status", result.stdout.splitlines()[0]).stdout)
     assert status["cause"].startswith("gcpgpu.trainer: error: --vocab-size: required with --data-dtype uint32")
+    # The ERROR column names the node and its status, never torchrun's closing banner as if it were the error.
+    assert status["error"].startswith("node ") and "====" not in status["error"], status["error"]

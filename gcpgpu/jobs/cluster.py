@@ -26,6 +26,7 @@ from gcpgpu.gcp.operations import batch, call, parallel
 from gcpgpu.resources import render
 
 from . import ids
+from . import logs as job_logs
 from .spec import DEFAULT_IMAGE, ValidJob, job_env
 
 MASTER_PORT = 29500
@@ -262,7 +263,8 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     failed = next((r for r in rows if r["state"] == "FAILED"), None)
     error = None
     if failed:
-        said = f": {failed['message']}" if failed["message"] else ""
+        # A node's last words may be its launcher's banner (torchrun's "=====" report): never the error.
+        said = f": {failed['message']}" if failed["message"] and not job_logs.launcher_noise(failed["message"]) else ""
         error = f"node {failed['node']} (rank {failed['rank']}) exited with status {failed['exit_code']}{said}"
     started = [r["started"] for r in rows if r["started"]]
     ended = [r["ended"] for r in rows if r["ended"]]

@@ -93,6 +93,12 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Int
 _PEER_FAILED = re.compile(r"^gcpgpu\.trainer: rank \d+: a collective failed")
 
 
+def launcher_noise(line: str) -> bool:
+    """True for what a launcher prints around a worker's failure (banners, its own report), not the cause."""
+    text = _PREFIX.sub("", line.rstrip())
+    return not text or bool(_LAUNCHER_NOISE.search(text))
+
+
 def first_error_line(lines: Iterable[str]) -> str | None:
     """The first line of a job's output that names why it failed, or None.
 
