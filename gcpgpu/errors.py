@@ -75,7 +75,14 @@ def entry_text(err: Any, name: str) -> str | None:
 
 
 def describe_google_error(exc: BaseException) -> str:
-    """One line for a Google API error: '409 alreadyExists: The resource ... already exists'."""
+    """One line for a Google API error: '409 alreadyExists: The resource ... already exists'. Retries
+    that ran out (api_core's RetryError) are told by their last error and how long they tried."""
+    cause = getattr(exc, "cause", None)
+    if type(exc).__name__ == "RetryError" and isinstance(cause, BaseException) and is_google_error(cause):
+        tried = getattr(exc, "message", "") or ""
+        seconds = tried.split("Timeout of ", 1)[-1].split("s exceeded", 1)[0] if "Timeout of " in tried else ""
+        return f"{describe_google_error(cause)} (still failing after {seconds} s of retries)" if seconds else \
+            f"{describe_google_error(cause)} (still failing after retries)"
     errors = error_entries(exc)
     first = errors[0] if errors else None
 

@@ -44,3 +44,17 @@ def test_a_cleanup_line_about_an_unreachable_endpoint_is_one_short_line():
         " (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f>: Failed to establish "
         "a new connection: [Errno 111] Connection refused'))")
     assert one_line(exc) == "cannot reach the API endpoint (ConnectionError)"
+
+
+def test_retries_that_ran_out_are_told_by_their_last_error_not_the_clients_text():
+    """At 90 % injected 503s a failed up ended with api_core's 'Timeout of 90.0s exceeded, last
+    exception: 503 POST http://...' text."""
+    from google.api_core import exceptions
+
+    from gcpgpu.errors import describe_google_error
+
+    last = exceptions.ServiceUnavailable(
+        "POST http://127.0.0.1:1/compute/v1/projects/p/zones/z/instances/bulkInsert: Service Unavailable",
+        errors=[{"reason": "backendError", "message": "Service Unavailable"}])
+    said = describe_google_error(exceptions.RetryError("Timeout of 90.0s exceeded", last))
+    assert said == "503 backendError: Service Unavailable (still failing after 90.0 s of retries)"
