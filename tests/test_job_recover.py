@@ -124,9 +124,18 @@ def test_steps_redone_come_from_the_trainer_s_own_lines(monkeypatch):
              "resumed from /gcs/b/c/step_00000010 at step 10", "step     17 | loss 0.9",
              "resumed from /gcs/b/c/step_00000015 at step 15"]
     monkeypatch.setattr(recover.Follower, "_messages", lambda self: lines)
-    history = [{"attempt": 1, "last_step": 12}, {"attempt": 2, "last_step": 17}]
+    history = [{"attempt": 1, "last_step": 12, "log_every": 1}, {"attempt": 2, "last_step": 17, "log_every": 5}]
     got = recover.steps_redone(None, "p", ids.parse("cluster:c:train-abc123"), history)
-    assert [(h["resumed_at"], h["steps_redone"]) for h in got] == [(10, 3), (15, 3)]
+    # Logged every step: exact. Every 5th: the lost attempt may have run 4 steps past its last line.
+    assert [(h["resumed_at"], h["steps_redone"], h["steps_redone_max"]) for h in got] == [(10, 3, 3), (15, 3, 7)]
+
+
+def test_log_every_default_is_the_trainers():
+    from gcpgpu.trainer.argv import LOG_EVERY_DEFAULT, log_every
+    from gcpgpu.trainer.config import TrainConfig
+
+    assert LOG_EVERY_DEFAULT == TrainConfig().log_every
+    assert log_every(["--model", "tiny"]) == LOG_EVERY_DEFAULT and log_every(["--log-every=3"]) == 3
 
 
 def test_recover_is_refused_for_vertex_before_any_call(gcp):

@@ -23,7 +23,7 @@ STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_
                   ("error", "ERROR"), ("cause", "CAUSE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("output_dir", "OUTPUT DIR")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("lost", "LOST NODE"), ("zone", "ZONE"), ("cause", "CAUSE"),
-                   ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("steps_redone", "STEPS REDONE")]
+                   ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("redone", "STEPS REDONE")]
 
 
 def _poll_s(settings: Settings) -> float:
@@ -237,6 +237,10 @@ def _status_with_history(settings: Settings, job_id: str) -> dict:
 
         state["history"] = steps_redone(settings.clients, settings.project, ids.parse(job_id), state["history"])
         state["steps_redone"] = sum(h["steps_redone"] or 0 for h in state["history"])
+        state["steps_redone_max"] = sum(h["steps_redone_max"] or 0 for h in state["history"])
+        for h in state["history"]:  # the table shows a range where the trainer's log cadence hides the end
+            h["redone"] = h["steps_redone"] if h["steps_redone"] == h["steps_redone_max"] else \
+                f"{h['steps_redone']}-{h['steps_redone_max']}"
     return state
 
 

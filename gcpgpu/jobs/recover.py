@@ -38,6 +38,7 @@ from gcpgpu.cluster.observe import observe_nodes, ranked_nodes
 from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.trainer.argv import log_every
 
 from . import cluster as cluster_jobs
 from . import ids
@@ -134,7 +135,7 @@ class Follower:
         history = list(record.get("history") or [])
         history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         "lost": names, "zone": zone, "cause": ", ".join(sorted({causes[n] for n in names})),
-                        "last_step": last_step})
+                        "last_step": last_step, "log_every": log_every(record["args"])})
         record.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
                       history=history, recover=self.recover)
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {attempt} on {len(nodes)} node(s)"
@@ -230,7 +231,9 @@ def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[d
     """The history with `resumed_at` and `steps_redone` filled in from the job's log, where it says so.
 
     Attempt k's trainer logs where it resumed ("resumed from ... at step S", or a fresh start at 0);
-    the steps redone are those the lost attempt had logged past S.
+    the steps redone are at least those the lost attempt had logged past S, and at most those plus
+    the steps it may have run after its last step line (it logs every `--log-every` steps):
+    `steps_redone` is the first, `steps_redone_max` the second.
     """
     if not history:
         return history
@@ -245,5 +248,7 @@ def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[d
         entry["resumed_at"] = at
         last = entry.get("last_step")
         entry["steps_redone"] = None if at is None or last is None else max(0, last + 1 - at)
+        unlogged = int(entry.get("log_every") or 1) - 1
+        entry["steps_redone_max"] = None if entry["steps_redone"] is None else entry["steps_redone"] + unlogged
         out.append(entry)
     return out

@@ -45,17 +45,31 @@ def args_in_command_line(argv: Sequence[str]) -> list[str]:
     return []
 
 
-def log_json_path(args: Sequence[str]) -> str | None:
-    """The trainer's `--log-json FILE` (or `--log-json=FILE`) in `args`: the last one, as argparse takes it."""
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of the trainer's `FLAG VALUE` (or `FLAG=VALUE`) in `args`: the last one, as argparse takes it."""
     found = None
     for i, arg in enumerate(args):
         if arg == "--":
             break
-        if arg == "--log-json" and i + 1 < len(args):
+        if arg == flag and i + 1 < len(args):
             found = args[i + 1]
-        elif arg.startswith("--log-json="):
+        elif arg.startswith(flag + "="):
             found = arg.split("=", 1)[1]
     return found or None
+
+
+def log_json_path(args: Sequence[str]) -> str | None:
+    """The trainer's `--log-json FILE`."""
+    return flag_value(args, "--log-json")
+
+
+LOG_EVERY_DEFAULT = 10  # the trainer's own default (trainer/config.py), kept equal by a test
+
+
+def log_every(args: Sequence[str]) -> int:
+    """Every how many steps the trainer logs a step line (`--log-every`)."""
+    value = flag_value(args, "--log-every")
+    return int(value) if value and value.isdigit() and int(value) > 0 else LOG_EVERY_DEFAULT
 
 
 def metrics_off(environ: Mapping[str, str]) -> bool:
