@@ -12,10 +12,12 @@ import pytest
 from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
 
 # A replica shaped like torchrun: it starts a worker in a session of its own, says the worker's pid,
-# and waits. The worker (like a trainer) would go on for a minute.
+# and waits. The worker (like a trainer busy in a collective) ignores SIGTERM and would go on for a minute.
 LAUNCHER = """
 import subprocess, sys, time
-worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+worker = subprocess.Popen([sys.executable, "-c",
+                           "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"],
+                          start_new_session=True)
 print(worker.pid, flush=True)
 time.sleep(60)
 """
@@ -31,7 +33,10 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
-def test_a_host_error_kills_workers_that_left_the_replicas_session(tmp_path):
+@pytest.mark.parametrize("grace_s", [0.0, 0.5], ids=["host-error", "preemption-notice"])
+def test_a_lost_host_kills_workers_that_left_the_replicas_session(tmp_path, grace_s):
+    """A host error kills at once; a preemption sends SIGTERM (the launcher dies, its worker is orphaned)
+    and SIGKILL after the notice, which must still reach the orphan."""
     runner = Runner(root=tmp_path)
     try:
         run = runner.start("job-1", [ReplicaSpec("node-0", [sys.executable, "-c", LAUNCHER], {})])
@@ -42,7 +47,7 @@ def test_a_host_error_kills_workers_that_left_the_replicas_session(tmp_path):
         assert _alive(worker)
         assert os.getsid(worker) != os.getsid(run.replicas[0].popen.pid)  # out of the replica's session
 
-        runner.lose("job-1", 0.0, "host error")  # no notice: everything on the host dies at once
+        runner.lose("job-1", grace_s, "lost")
         run.wait(30)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _alive(worker):

@@ -88,6 +88,9 @@ class Replica:
     ended: float | None = None
     last_error: str = ""  # the last non-empty stderr line: what a failure message quotes
     readers: list[threading.Thread] = field(default_factory=list)
+    # Every process seen under it, as (pid, start time): a worker orphaned when its launcher died of
+    # a SIGTERM is still the replica's to kill.
+    family: set[tuple[int, int]] = field(default_factory=set)
 
 
 class Run:
@@ -219,10 +222,10 @@ class Runner:
         if run is None or run.done:
             return
         run.kill_after_s = grace_s
+        if grace_s <= 0:  # before the failure is set: the supervisor's SIGTERM must not orphan anything first
+            self._stop(run, signal.SIGKILL)
         if run.failure is None:
             run.failure = (run.replicas[0].spec.task if run.replicas else "?", -1, reason)
-        if grace_s <= 0:
-            self._stop(run, signal.SIGKILL)
 
     def reset(self) -> None:
         """Kill every run at once and forget them (the emulator's reset)."""
@@ -348,6 +351,9 @@ class Runner:
                                 t.join(2)  # the failure message quotes the replica's last words
                             run.failure = (replica.spec.task, code, replica.last_error)
             if all(r.returncode is not None for r in run.replicas):
+                if stop_sent is not None:  # a launcher gone on SIGTERM may leave workers: the grace holds for them
+                    self._end_family(run, stop_sent + (self.stop_grace_s if run.kill_after_s is None
+                                                       else run.kill_after_s))
                 break
             if (run.failure is not None or run._cancel.is_set()) and stop_sent is None:
                 run.state = "cancelling" if run._cancel.is_set() and run.failure is None else run.state
@@ -372,8 +378,22 @@ class Runner:
 
     def _stop(self, run: Run, sig: int) -> None:
         for replica in run.replicas:
-            if replica.popen is not None and replica.popen.poll() is None:
+            if replica.popen is None:
+                continue
+            replica.family |= _descendants(replica.popen.pid)
+            if replica.popen.poll() is None:
                 _signal_group(replica.popen.pid, sig)
+            if sig == signal.SIGKILL:  # a dead host: whatever the replica started dies with it
+                _kill_family(replica.family)
+
+    @staticmethod
+    def _end_family(run: Run, deadline: float) -> None:
+        """Wait until `deadline` (monotonic) for what the replicas started to exit, then SIGKILL the rest,
+        as a container's end or a host's loss ends every process in it."""
+        family = set().union(*(r.family for r in run.replicas))
+        while any(_start_time(pid) == start for pid, start in family) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _kill_family(family)
 
     @staticmethod
     def _signal_sidecars(run: Run, sig: int) -> None:
@@ -404,45 +424,57 @@ class Runner:
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    """`sig` to the replica's own session. SIGKILL, a dead host, reaches every process it started
-    too, whatever session they moved to: torchrun starts its workers in sessions of their own, which
-    a group signal misses (they would go on training on a host that no longer exists). A SIGTERM
-    stays with the group: torchrun passes it on to its workers itself."""
-    tree = _descendants(pid) if sig == signal.SIGKILL else []
-    try:
+    """`sig` to the process group of a replica (or sidecar) session. SIGKILL, a dead host, reaches
+    every process it started too, whatever session they moved to: torchrun starts its workers in
+    sessions of their own, which a group signal misses (they would go on training on a host that no
+    longer exists). A SIGTERM stays with the group: torchrun passes it on to its workers itself."""
+    family = _descendants(pid) if sig == signal.SIGKILL else set()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for child in tree:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(child, sig)
+    _kill_family(family)
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live descendant of `pid` (read from /proc before anything is signalled, so that none is
-    reparented away first); [] where there is no /proc."""
-    parents: dict[int, list[int]] = {}
+def _kill_family(family: set[tuple[int, int]]) -> None:
+    """SIGKILL each (pid, start time) that is still that process (a pid reused since is left alone)."""
+    for pid, start in family:
+        if _start_time(pid) == start:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _stat(pid: int | str) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _start_time(pid: int) -> int | None:
+    """When `pid` started (field 22 of its stat), None once it has exited (a zombie included)."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields and fields[0] != b"Z" else None
+
+
+def _descendants(pid: int) -> set[tuple[int, int]]:
+    """Every live descendant of `pid` as (pid, start time), read from /proc before anything is
+    signalled (so none is reparented away first); empty where there is no /proc."""
+    parents: dict[int, list[tuple[int, int]]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return []
+        return set()
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        parents.setdefault(int(fields[1]), []).append(int(entry))
-    out: list[int] = []
+        if entry.isdigit() and (fields := _stat(entry)):
+            parents.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
+    out: set[tuple[int, int]] = set()
     todo = [pid]
     while todo:
-        kids = parents.get(todo.pop(), [])
-        out += kids
-        todo += kids
+        for child in parents.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child[0])
     return out
 
 
