@@ -32,6 +32,12 @@ def _spec_options(fn: Callable) -> Callable:
                      help="DWS flex-start VMs that run at most DURATION (10m..7d, e.g. 4h)."),
         click.option("--flex-wait", metavar="DURATION",
                      help="How long a --flex-start request waits for capacity (0, or 90s..2h; default 1h)."),
+        click.option("--max-run-duration", metavar="DURATION",
+                     help="Compute Engine ends each node this long after it starts, even with nobody "
+                          "watching (30s..120d; e.g. 24h). Flex-start sets it with --flex-start."),
+        click.option("--termination-action", metavar="delete|stop",
+                     help="What ends the nodes at --max-run-duration: stop (default; disks kept, 'up' "
+                          "restarts them) or delete. On Spot VMs it also applies to preemption."),
         click.option("--reservation", help="Consume this existing specific reservation."),
         click.option("--create-reservation", is_flag=True, default=None,
                      help="Create a reservation for the nodes (placement policy attached) and consume it."),
@@ -100,6 +106,13 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
     if kw.get("flex_wait") is not None:
         flags["flex_wait"] = parse_duration(kw["flex_wait"], "--flex-wait")
+    if kw.get("max_run_duration") is not None:
+        if kw.get("flex_start"):
+            raise UsageProblem("--max-run-duration and --flex-start both set the run duration: give it once "
+                               f"(--flex-start {kw['flex_start']})")
+        flags["max_run_duration"] = parse_duration(kw["max_run_duration"], "--max-run-duration")
+    if kw.get("termination_action") is not None:
+        flags["termination_action"] = kw["termination_action"]
     note = _own_location_first(settings, flags, "--zone" if kw.get("zone") else "--zones")
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     if isinstance(spec.name, str) and spec.name != spec.name.lower():
@@ -157,7 +170,7 @@ def _show_plan(plan: Any, table: bool = True) -> None:
         emit(rows, [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
              title=f"Plan for cluster {plan.name}", caption=sources, max_width=120)
     cost = plan.cost_per_hour
-    price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, catalog prices of {catalog.prices_as_of()})"
+    price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, {catalog.price_note(plan.machine)})"
              if cost is not None else "hourly cost unknown (no catalog price)")
     info(f"{plan.spec.nodes} x {plan.machine.name} = {plan.gpus} x {plan.machine.gpu.model}; {price}")
     for note in plan.notes:
