@@ -9,11 +9,28 @@ from typing import Any
 import click
 
 from gcpgpu.errors import Interrupted, UsageProblem
-from gcpgpu.output import emit, info
+from gcpgpu.output import Column, emit, info
 from gcpgpu.settings import Settings
 
 NODE_COLUMNS = [("name", "NAME"), ("zone", "ZONE"), ("internal_ip", "INTERNAL IP"), ("status", "STATUS"),
                 ("gpus", "GPUS"), ("rank", "RANK"), ("block", "BLOCK"), ("subblock", "SUB-BLOCK")]
+
+
+def _uptime(value: Any) -> str:
+    from gcpgpu.cluster.cost import shown_uptime
+
+    return shown_uptime(value)
+
+
+def _money(value: Any) -> str:
+    from gcpgpu.cluster.cost import shown_cost
+
+    return shown_cost(value)
+
+
+# Node-hours since each node's last start x the catalog's hourly price ('-': no price, or not running).
+COST_COLUMNS = [Column("uptime_s", "UPTIME", justify="right", format=_uptime),
+                Column("cost_usd", "COST SO FAR", justify="right", format=_money)]
 
 
 def _spec_options(fn: Callable) -> Callable:
@@ -330,7 +347,7 @@ def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]
 @click.pass_obj
 def status(settings: Settings, name: str) -> None:
     """Show a cluster's nodes, their state and GPUs, placement policy and reservation use."""
-    from gcpgpu.cluster import lease
+    from gcpgpu.cluster import cost, lease
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.observe import problems
     from gcpgpu.errors import CloudError
@@ -341,13 +358,15 @@ def status(settings: Settings, name: str) -> None:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
     flagged = problems(obs)
     holder = lease.current(settings.clients, settings.project, name)
+    rows, spent = cost.node_rows(obs.nodes)
     if settings.format != "table":
-        emit({"cluster": name, "nodes": [n.row() for n in obs.nodes], "placementPolicies": obs.policies,
+        emit({"cluster": name, "nodes": rows, "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
               "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
-              "busy": lease.describe(holder) if holder else None})
+              "busy": lease.describe(holder) if holder else None, **spent})
         return
-    emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
+    emit(rows, [*NODE_COLUMNS, *COST_COLUMNS], title=f"Cluster {name}", empty="No nodes.")
+    info(cost.cost_line(obs.nodes, spent))
     for p in obs.policies:
         used = sum(1 for n in obs.nodes)
         room = f"{used}/{p['vm_count']} VMs" if p["vm_count"] else f"{used} VM(s), no vmCount"
@@ -398,7 +417,8 @@ def list_cmd(settings: Settings) -> None:
     project = settings.project
     rows = list_clusters(settings.clients, project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
-                ("zones", "ZONE"), ("status", "STATUS")], empty=f"No gcpgpu clusters in project {project}.")
+                ("zones", "ZONE"), ("status", "STATUS"), *COST_COLUMNS],
+         empty=f"No gcpgpu clusters in project {project}.")
 
 
 @cluster.command(context_settings={"ignore_unknown_options": True})

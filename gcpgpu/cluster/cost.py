@@ -68,6 +68,14 @@ class NodeRun:
         return None if self.price_per_hour is None else self.price_per_hour * self.seconds / 3600
 
 
+def ended_by_run_limit(node: Any) -> bool:
+    """Whether a stopped node's last run lasted its whole maxRunDuration (Compute Engine ended it)."""
+    started, stopped = parse_timestamp(node.last_start), parse_timestamp(node.last_stop)
+    if not node.max_run_s or started is None or stopped is None:
+        return False
+    return stopped - started >= node.max_run_s - 1  # Google may end it up to 30 s late, never early
+
+
 def node_price(machine_type: str, provisioning: str) -> float | None:
     """The catalog's hourly price per node for a machine type and provisioning model, or None."""
     try:

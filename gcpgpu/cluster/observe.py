@@ -47,6 +47,11 @@ class Node:
     id: str = ""  # the instance id Monitoring series carry
     metadata: dict[str, str] = field(default_factory=dict)
     metadata_fingerprint: str = ""
+    created: str = ""  # creationTimestamp, lastStartTimestamp, lastStopTimestamp (RFC 3339): uptime and cost
+    last_start: str = ""
+    last_stop: str = ""
+    ends_at: str = ""  # resourceStatus.scheduling.terminationTimestamp: when maxRunDuration ends this run
+    max_run_s: int | None = None  # scheduling.maxRunDuration, when the node has one
 
     @property
     def region(self) -> str:
@@ -121,6 +126,11 @@ def _node(cluster: str, inst: Any) -> Node:
         id=str(inst.id),
         metadata=metadata,
         metadata_fingerprint=inst.metadata.fingerprint,
+        created=inst.creation_timestamp,
+        last_start=inst.last_start_timestamp,
+        last_stop=inst.last_stop_timestamp,
+        ends_at=inst.resource_status.scheduling.termination_timestamp,
+        max_run_s=int(inst.scheduling.max_run_duration.seconds) or None,
         **_topology(inst),
     )
 
@@ -218,6 +228,8 @@ def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
     clusters: dict[str, list[Node]] = {}
     for node in project_nodes(clients, project):
         clusters.setdefault(node.labels.get(LABEL_CLUSTER, "?"), []).append(node)
+    from .cost import summary
+
     rows = []
     for name, nodes in sorted(clusters.items()):
         states: dict[str, int] = {}
@@ -230,6 +242,7 @@ def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
             "gpus": sum(n.gpus for n in nodes),
             "zones": ",".join(sorted({n.zone for n in nodes})),
             "status": ", ".join(f"{v} {k}" for k, v in sorted(states.items())),
+            **summary(nodes),
         })
     return rows
 
@@ -248,10 +261,14 @@ def problems(obs: Observed) -> list[str]:
         names = [f"{obs.cluster}-{r}" for r in range(expected) if f"{obs.cluster}-{r}" not in have]
         which = names if len(names) == expected - len(have) else [f"rank {r}" for r in ranks]
         out.append(f"{expected - len(have)} of {expected} node(s) missing: {', '.join(which[:8])}")
+    from .cost import ended_by_run_limit
+
     for n in obs.nodes:
         if n.status == "TERMINATED":
-            out.append(f"node {n.name} is TERMINATED ({'Spot VM preempted' if n.provisioning == 'SPOT' else 'stopped'}"
-                       f"): 'gcpgpu cluster up {obs.cluster} ...' starts it again")
+            why = "Spot VM preempted" if n.provisioning == "SPOT" else "stopped"
+            if ended_by_run_limit(n):
+                why = "stopped by Compute Engine: its --max-run-duration ended"
+            out.append(f"node {n.name} is TERMINATED ({why}): 'gcpgpu cluster up {obs.cluster} ...' starts it again")
     by_rank: dict[str, list[str]] = {}
     for n in obs.nodes:
         rank = n.labels.get(LABEL_RANK)
