@@ -24,6 +24,8 @@ _GPU_KEYS = {
     "model", "memory_gib", "vertex_accelerator", "quota_metric", "spot_quota_metric",
     "peak_bf16_tflops", "price_per_hour", "spot_price_per_hour",
 }  # fmt: skip
+# Where a GPU's prices come from; absent: the catalog-wide `prices` entry (as_of, source).
+_PRICE_KEYS = {"price_source", "price_as_of", "price_verified"}
 _FAMILY_KEYS = {
     "gpu_nics", "gpudirect", "nic_type", "gpu_nic_mtu", "gvnic_networks", "gvnic_mtu",
     "compact_max_vms", "compact_max_vms_verified", "max_net_gbps",
@@ -45,6 +47,9 @@ class GpuType:
     peak_bf16_tflops: float | None
     price_per_hour: float | None
     spot_price_per_hour: float | None
+    price_source: str = ""
+    price_as_of: str = ""
+    price_verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,9 +104,13 @@ def _price(per_gpu: float | None, count: int) -> float | None:
 def gpu_types() -> MappingProxyType[str, GpuType]:
     """Every GPU in the catalog, by Compute accelerator type name."""
     gpus = {}
+    prices = _raw()["prices"]
     for name, entry in _raw()["gpus"].items():
-        _check_keys("gpu", name, entry, _GPU_KEYS)
-        gpus[name] = GpuType(name=name, **{key: entry.get(key) for key in _GPU_KEYS})
+        _check_keys("gpu", name, entry, _GPU_KEYS | _PRICE_KEYS)
+        gpus[name] = GpuType(name=name, **{key: entry.get(key) for key in _GPU_KEYS},
+                             price_source=str(entry.get("price_source") or prices.get("source") or ""),
+                             price_as_of=str(entry.get("price_as_of") or prices["as_of"]),
+                             price_verified=bool(entry.get("price_verified", prices.get("verified", False))))
     return MappingProxyType(gpus)
 
 
@@ -148,6 +157,16 @@ def machine_types() -> MappingProxyType[str, MachineType]:
 def prices_as_of() -> str:
     """The date the catalog's prices were quoted (e.g. '2025-01'); prices change."""
     return str(_raw()["prices"]["as_of"])
+
+
+def price_as_of(machine: MachineType) -> str:
+    """The date `machine`'s prices were quoted: its GPU's own date where the data gives one."""
+    return machine.gpu.price_as_of or prices_as_of()
+
+
+def price_note(machine: MachineType) -> str:
+    """Where `machine`'s price comes from, in a few words: 'catalog prices of 2025-03-06, unverified'."""
+    return f"catalog prices of {price_as_of(machine)}" + ("" if machine.gpu.price_verified else ", unverified")
 
 
 def get_machine_type(name: str, *, option: str = "--machine-type") -> MachineType:

@@ -6,6 +6,7 @@ wrote them.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
@@ -209,7 +210,11 @@ def load_spec_file(
             aliases[k](value, where, out)
             continue
         if k not in known:
-            raise UsageProblem(f"-f {path}: unknown field {shown(key)}; known fields: {', '.join(sorted(names))}")
+            # The nearest names when there are some: the whole list grows with every field and
+            # would push the one line past what a terminal shows.
+            close = difflib.get_close_matches(k, sorted(names), n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"known fields: {', '.join(sorted(names))}"
+            raise UsageProblem(f"-f {path}: unknown field {shown(key)}; {hint}")
         out[k] = convert(k, value, where, out) if convert is not None else value
         if types is not None and k in types:
             check_type(out[k], types[k], where)

@@ -89,8 +89,31 @@ def test_prices_are_per_node():
     a3 = get_machine_type("a3-highgpu-8g")
     assert (a3.price_per_hour, a3.spot_price_per_hour) == (55.84, 16.72)
     assert get_machine_type("a2-highgpu-1g").price_per_hour == 3.52
-    assert get_machine_type("a3-megagpu-8g").price_per_hour is None  # unknown, not zero
+    assert get_machine_type("a4-highgpu-8g").price_per_hour is None  # unknown, not zero
     assert catalog.prices_as_of() == "2025-01"
+
+
+# The families that had no price: per node, per model, each with a source and an as-of date.
+NEW_PRICES = {
+    "a2-ultragpu-1g": (5.0688, 2.0275), "a2-ultragpu-8g": (40.5504, 16.22),
+    "a3-megagpu-8g": (92.9376, 37.392), "a3-ultragpu-8g": (83.492, 50.0856),
+    "g2-standard-12": (1.0004, 0.3936), "g2-standard-48": (4.0016, 1.5744), "g2-standard-96": (8.0032, 3.1488),
+}
+
+
+@pytest.mark.parametrize(("name", "prices"), sorted(NEW_PRICES.items()))
+def test_a2_ultra_a3_mega_a3_ultra_and_g2_have_dated_sourced_prices(name, prices):
+    machine = get_machine_type(name)
+    assert (machine.price_per_hour, machine.spot_price_per_hour) == prices
+    assert machine.gpu.price_source and machine.gpu.price_as_of[:4] in ("2025", "2026")
+    assert machine.gpu.price_verified is False  # nobody here read Google's own page: said so, in the data
+    assert catalog.price_note(machine) == f"catalog prices of {machine.gpu.price_as_of}, unverified"
+
+
+def test_a4_has_no_price_and_says_why():
+    a4 = get_machine_type("a4-highgpu-8g")
+    assert (a4.price_per_hour, a4.spot_price_per_hour) == (None, None)
+    assert "no figure found" in a4.gpu.price_source
 
 
 def test_verified_figures_from_a_real_api():

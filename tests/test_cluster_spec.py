@@ -130,7 +130,52 @@ def test_created_reservation_carries_the_placement_policy_and_is_consumed():
 def test_cost_comes_from_dated_catalog_prices():
     assert make_plan(machine_type="a3-highgpu-8g").cost_per_hour == round(2 * 8 * 6.98, 2)
     assert make_plan(machine_type="a3-highgpu-8g", provisioning="spot").cost_per_hour == round(2 * 8 * 2.09, 2)
-    assert make_plan(machine_type="a3-megagpu-8g").cost_per_hour is None  # no price in the catalog: unknown, not 0
+    assert make_plan(machine_type="a3-megagpu-8g").cost_per_hour == round(2 * 8 * 11.6172, 2)  # dated, sourced
+    assert make_plan(machine_type="a4-highgpu-8g", region="us-east5").cost_per_hour is None  # no price: unknown, not 0
+
+
+def test_max_run_duration_caps_standard_and_spot_nodes_on_compute_itself():
+    """--max-run-duration puts Compute Engine's own scheduling.maxRunDuration and
+    instanceTerminationAction on every node (field names and enums as the Compute v1 discovery
+    document has them), default STOP, so the cap holds with no agent left to enforce it."""
+    std = make_plan(machine_type="a3-highgpu-8g", max_run_duration=86400)
+    sched = std.instance_properties["scheduling"]
+    assert (sched["provisioningModel"], sched["maxRunDuration"], sched["instanceTerminationAction"]) == (
+        "STANDARD", {"seconds": "86400"}, "STOP")
+    assert std.to_dict()["maxRunDuration"] == {"seconds": 86400, "instanceTerminationAction": "STOP"}
+    spot = make_plan(machine_type="a3-highgpu-8g", provisioning="spot", max_run_duration=3600,
+                     termination_action="delete").instance_properties["scheduling"]
+    assert (spot["maxRunDuration"], spot["instanceTerminationAction"]) == ({"seconds": "3600"}, "DELETE")
+    flex = make_plan(machine_type="a3-highgpu-8g", provisioning="flex-start", max_run_duration=3600,
+                     termination_action="stop").instance_properties["scheduling"]
+    assert (flex["maxRunDuration"], flex["instanceTerminationAction"]) == ({"seconds": "3600"}, "STOP")
+    plain = make_plan(machine_type="a3-highgpu-8g")
+    assert "maxRunDuration" not in plain.instance_properties["scheduling"]
+    assert plain.to_dict()["maxRunDuration"] is None
+
+
+@pytest.mark.parametrize(("flags", "expect"), [
+    (["--max-run-duration", "10s"], "--max-run-duration 10s is out of range"),
+    (["--max-run-duration", "121d"], "between 30s and 120d"),
+    (["--max-run-duration", "soon"], "--max-run-duration 'soon' is not a duration"),
+    (["--termination-action", "delete"], "--termination-action needs --max-run-duration"),
+    (["--max-run-duration", "1h", "--termination-action", "suspend"], "--termination-action 'suspend' must be"),
+    (["--flex-start", "2h", "--max-run-duration", "1h"], "--max-run-duration and --flex-start"),
+    (["--flex-start", "8d"], "between 10m and 7d for flex-start"),
+])
+def test_bad_run_durations_are_one_line_naming_the_flag(flags, expect):
+    result = CliRunner().invoke(main, ["--project", PROJECT, "cluster", "plan", "c", "--machine-type",
+                                       "a3-highgpu-8g", "--zone", "us-central1-a", *flags])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0], result.output
+
+
+def test_spec_file_takes_max_run_duration_and_termination_action(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("name: c\nmachine_type: a3-highgpu-8g\nmax_run_duration: 12h\ntermination_action: DELETE\n")
+    spec = ClusterSpec.from_sources(str(f), {}).validate(default_region="us-central1")
+    assert (spec.max_run_duration, spec.termination_action) == (43200, "delete")
 
 
 def test_startup_script_quotes_the_cluster_name():

@@ -9,11 +9,28 @@ from typing import Any
 import click
 
 from gcpgpu.errors import Interrupted, UsageProblem
-from gcpgpu.output import emit, info
+from gcpgpu.output import Column, emit, info
 from gcpgpu.settings import Settings
 
 NODE_COLUMNS = [("name", "NAME"), ("zone", "ZONE"), ("internal_ip", "INTERNAL IP"), ("status", "STATUS"),
                 ("gpus", "GPUS"), ("rank", "RANK"), ("block", "BLOCK"), ("subblock", "SUB-BLOCK")]
+
+
+def _uptime(value: Any) -> str:
+    from gcpgpu.cluster.cost import shown_uptime
+
+    return shown_uptime(value)
+
+
+def _money(value: Any) -> str:
+    from gcpgpu.cluster.cost import shown_cost
+
+    return shown_cost(value)
+
+
+# Node-hours since each node's last start x the catalog's hourly price ('-': no price, or not running).
+COST_COLUMNS = [Column("uptime_s", "UPTIME", justify="right", format=_uptime),
+                Column("cost_usd", "COST SO FAR", justify="right", format=_money)]
 
 
 def _spec_options(fn: Callable) -> Callable:
@@ -32,6 +49,12 @@ def _spec_options(fn: Callable) -> Callable:
                      help="DWS flex-start VMs that run at most DURATION (10m..7d, e.g. 4h)."),
         click.option("--flex-wait", metavar="DURATION",
                      help="How long a --flex-start request waits for capacity (0, or 90s..2h; default 1h)."),
+        click.option("--max-run-duration", metavar="DURATION",
+                     help="Compute Engine ends each node this long after it starts, even with nobody "
+                          "watching (30s..120d; e.g. 24h). Flex-start sets it with --flex-start."),
+        click.option("--termination-action", metavar="delete|stop",
+                     help="What ends the nodes at --max-run-duration: stop (default; disks kept, 'up' "
+                          "restarts them) or delete. On Spot VMs it also applies to preemption."),
         click.option("--reservation", help="Consume this existing specific reservation."),
         click.option("--create-reservation", is_flag=True, default=None,
                      help="Create a reservation for the nodes (placement policy attached) and consume it."),
@@ -100,6 +123,13 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
     if kw.get("flex_wait") is not None:
         flags["flex_wait"] = parse_duration(kw["flex_wait"], "--flex-wait")
+    if kw.get("max_run_duration") is not None:
+        if kw.get("flex_start"):
+            raise UsageProblem("--max-run-duration and --flex-start both set the run duration: give it once "
+                               f"(--flex-start {kw['flex_start']})")
+        flags["max_run_duration"] = parse_duration(kw["max_run_duration"], "--max-run-duration")
+    if kw.get("termination_action") is not None:
+        flags["termination_action"] = kw["termination_action"]
     note = _own_location_first(settings, flags, "--zone" if kw.get("zone") else "--zones")
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     if isinstance(spec.name, str) and spec.name != spec.name.lower():
@@ -157,7 +187,7 @@ def _show_plan(plan: Any, table: bool = True) -> None:
         emit(rows, [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
              title=f"Plan for cluster {plan.name}", caption=sources, max_width=120)
     cost = plan.cost_per_hour
-    price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, catalog prices of {catalog.prices_as_of()})"
+    price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, {catalog.price_note(plan.machine)})"
              if cost is not None else "hourly cost unknown (no catalog price)")
     info(f"{plan.spec.nodes} x {plan.machine.name} = {plan.gpus} x {plan.machine.gpu.model}; {price}")
     for note in plan.notes:
@@ -315,7 +345,7 @@ def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]
 @click.pass_obj
 def status(settings: Settings, name: str) -> None:
     """Show a cluster's nodes, their state and GPUs, placement policy and reservation use."""
-    from gcpgpu.cluster import lease
+    from gcpgpu.cluster import cost, lease
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.observe import problems
     from gcpgpu.errors import CloudError
@@ -326,13 +356,15 @@ def status(settings: Settings, name: str) -> None:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
     flagged = problems(obs)
     holder = lease.current(settings.clients, settings.project, name)
+    rows, spent = cost.node_rows(obs.nodes)
     if settings.format != "table":
-        emit({"cluster": name, "nodes": [n.row() for n in obs.nodes], "placementPolicies": obs.policies,
+        emit({"cluster": name, "nodes": rows, "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
               "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
-              "busy": lease.describe(holder) if holder else None})
+              "busy": lease.describe(holder) if holder else None, **spent})
         return
-    emit([n.row() for n in obs.nodes], NODE_COLUMNS, title=f"Cluster {name}", empty="No nodes.")
+    emit(rows, [*NODE_COLUMNS, *COST_COLUMNS], title=f"Cluster {name}", empty="No nodes.")
+    info(cost.cost_line(obs.nodes, spent))
     for p in obs.policies:
         used = sum(1 for n in obs.nodes)
         room = f"{used}/{p['vm_count']} VMs" if p["vm_count"] else f"{used} VM(s), no vmCount"
@@ -383,7 +415,8 @@ def list_cmd(settings: Settings) -> None:
     project = settings.project
     rows = list_clusters(settings.clients, project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
-                ("zones", "ZONE"), ("status", "STATUS")], empty=f"No gcpgpu clusters in project {project}.")
+                ("zones", "ZONE"), ("status", "STATUS"), *COST_COLUMNS],
+         empty=f"No gcpgpu clusters in project {project}.")
 
 
 @cluster.command(context_settings={"ignore_unknown_options": True})

@@ -12,6 +12,7 @@ from typing import Any
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import parallel, raise_first, retrying
 
+from .cost import summary
 from .kinds import KINDS, NODES, ROUTERS, Kind, last
 from .names import (
     LABEL_ATTEMPT,
@@ -57,6 +58,11 @@ class Node:
     id: str = ""  # the instance id Monitoring series carry
     metadata: dict[str, str] = field(default_factory=dict)
     metadata_fingerprint: str = ""
+    created: str = ""  # creationTimestamp, lastStartTimestamp, lastStopTimestamp (RFC 3339): uptime and cost
+    last_start: str = ""
+    last_stop: str = ""
+    ends_at: str = ""  # resourceStatus.scheduling.terminationTimestamp: when maxRunDuration ends this run
+    max_run_s: int | None = None  # scheduling.maxRunDuration, when the node has one
 
     @property
     def region(self) -> str:
@@ -135,6 +141,11 @@ def _node(cluster: str | None, inst: Any) -> Node:
         id=str(inst.id),
         metadata=metadata,
         metadata_fingerprint=inst.metadata.fingerprint,
+        created=inst.creation_timestamp,
+        last_start=inst.last_start_timestamp,
+        last_stop=inst.last_stop_timestamp,
+        ends_at=inst.resource_status.scheduling.termination_timestamp,
+        max_run_s=int(inst.scheduling.max_run_duration.seconds) or None,
         **_topology(inst),
     )
 
@@ -270,6 +281,7 @@ def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
         "gpus": sum(n.gpus for n in nodes),
         "zones": ",".join(sorted({n.zone for n in nodes})) or "-",
         "status": status,
+        **summary(nodes),
     }
 
 
@@ -287,10 +299,14 @@ def problems(obs: Observed) -> list[str]:
         names = [f"{obs.cluster}-{r}" for r in range(expected) if f"{obs.cluster}-{r}" not in have]
         which = names if len(names) == expected - len(have) else [f"rank {r}" for r in ranks]
         out.append(f"{expected - len(have)} of {expected} node(s) missing: {', '.join(which[:8])}")
+    from .cost import ended_by_run_limit
+
     for n in obs.nodes:
         if n.status == "TERMINATED":
-            out.append(f"node {n.name} is TERMINATED ({'Spot VM preempted' if n.provisioning == 'SPOT' else 'stopped'}"
-                       f"): 'gcpgpu cluster up {obs.cluster} ...' starts it again")
+            why = "Spot VM preempted" if n.provisioning == "SPOT" else "stopped"
+            if ended_by_run_limit(n):
+                why = "stopped by Compute Engine: its --max-run-duration ended"
+            out.append(f"node {n.name} is TERMINATED ({why}): 'gcpgpu cluster up {obs.cluster} ...' starts it again")
     by_rank: dict[str, list[str]] = {}
     for n in obs.nodes:
         rank = n.labels.get(LABEL_RANK)

@@ -15,6 +15,7 @@ from typing import Any
 from gcpgpu import catalog
 from gcpgpu.resources import render
 
+from .cost import format_duration
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
 
@@ -92,6 +93,14 @@ class Plan:
             "instanceProperties": self.instance_properties,
         }
 
+    def max_run_duration(self) -> dict[str, Any] | None:
+        """The server-side cap as the nodes carry it (scheduling.maxRunDuration, instanceTerminationAction)."""
+        sched = self.instance_properties["scheduling"]
+        if "maxRunDuration" not in sched:
+            return None
+        return {"seconds": int(sched["maxRunDuration"]["seconds"]),
+                "instanceTerminationAction": sched["instanceTerminationAction"]}
+
     @property
     def flex_start(self) -> bool:
         return self.spec.provisioning == "flex-start"
@@ -160,8 +169,11 @@ class Plan:
         queue = ""
         if self.flex_start:
             wait = self.spec.flex_wait or 0
-            queue = (f", instances.insert waiting up to {wait // 60}m for capacity, deleted after "
-                     f"{int(sched['maxRunDuration']['seconds']) // 60}m") if wait else ", only if capacity is there now"
+            queue = f", instances.insert waiting up to {wait // 60}m for capacity" if wait \
+                else ", only if capacity is there now"
+        if "maxRunDuration" in sched:
+            ended = {"DELETE": "deleted", "STOP": "stopped"}[sched["instanceTerminationAction"]]
+            queue += f", {ended} by Compute Engine {format_duration(int(sched['maxRunDuration']['seconds']))} after it starts"
         for n in self.node_names:
             rows.append({"kind": "instance", "name": n, "where": " > ".join(self.zones),
                          "details": f"{self.machine.name}, {self.machine.gpu_count} x {self.machine.gpu.model}, "
@@ -221,7 +233,8 @@ class Plan:
             "zones": self.zones,
             "provisioning": self.spec.provisioning,
             "costPerHourUsd": self.cost_per_hour,
-            "pricesAsOf": catalog.prices_as_of(),
+            "pricesAsOf": catalog.price_as_of(self.machine),
+            "maxRunDuration": self.max_run_duration(),
             "placementPolicy": self.policy,
             "networks": self.networks,
             "subnetworks": self.subnets,
@@ -322,14 +335,21 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     # DELETE|STOP, maxRunDuration a Duration with int64 `seconds`); tests/conformance/test_fabric_*.py.
     scheduling: dict[str, Any] = {"onHostMaintenance": "TERMINATE"}  # GPU VMs cannot live-migrate
     if spec.provisioning == "spot":
-        scheduling.update(provisioningModel="SPOT", automaticRestart=False, instanceTerminationAction="STOP")
+        # One field for both ends of a Spot VM: preemption and the end of maxRunDuration.
+        scheduling.update(provisioningModel="SPOT", automaticRestart=False,
+                          instanceTerminationAction=(spec.termination_action or "stop").upper())
     elif spec.provisioning == "flex-start":
-        scheduling.update(provisioningModel="FLEX_START", automaticRestart=False, instanceTerminationAction="DELETE",
-                          maxRunDuration={"seconds": str(spec.max_run_duration)})
+        scheduling.update(provisioningModel="FLEX_START", automaticRestart=False,
+                          instanceTerminationAction=(spec.termination_action or "delete").upper())
     else:
         # Cluster Toolkit turns automatic restart off with compact placement: a node restarted
         # elsewhere would leave the group.
         scheduling.update(provisioningModel="STANDARD", automaticRestart=policy is None)
+    if spec.max_run_duration is not None:
+        # Compute Engine ends the VM itself this long after it last entered RUNNING, whoever is
+        # still watching: the cap holds with every agent and laptop gone.
+        scheduling.update(maxRunDuration={"seconds": str(spec.max_run_duration)},
+                          instanceTerminationAction=(spec.termination_action or "stop").upper())
 
     if reservation_name:
         affinity = {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",

@@ -16,11 +16,21 @@ from gcpgpu.errors import UsageProblem
 from gcpgpu.specfile import check_service_account, load_spec_file, shown
 from gcpgpu.specfile import parse_duration as parse_duration
 
+from .cost import format_duration
 from .names import RFC1035, check_cluster_name
 
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 FLEX_START_SECONDS = (600, 604800)  # Cluster Toolkit's bounds for maxRunDuration: 10 min .. 7 days
+# scheduling.maxRunDuration per provisioning model. Flex-start: the bounds above. Standard and Spot
+# VMs take any duration from 30 s to 120 days (Google's "Limit the run time of a VM": "the minimum
+# time limit is 30 seconds and the maximum is 120 days"; legacy preemptible VMs cannot have one).
+MAX_RUN_SECONDS = {"flex-start": FLEX_START_SECONDS, "standard": (30, 120 * 86400), "spot": (30, 120 * 86400)}
+# Scheduling.instanceTerminationAction (Compute v1 discovery: DELETE | STOP; STOP is "default
+# action"). gcpgpu's defaults: flex-start VMs are deleted (as before), standard and Spot VMs are
+# stopped, so their boot disks stay and `cluster up` starts them again.
+TERMINATION_ACTIONS = ("delete", "stop")
+DEFAULT_TERMINATION = {"flex-start": "delete", "standard": "stop", "spot": "stop"}
 # How long a flex-start request may wait for capacity (Instance.params.requestValidForDuration):
 # 0 = only if capacity is there now, else 90 s .. 2 h (gcp-facts section 10; the API field doc
 # gives no bounds: unverified beyond that record).
@@ -47,7 +57,8 @@ class ClusterSpec:
     region: str | None = None
     zones: list[str] = field(default_factory=list)
     provisioning: str = "standard"
-    max_run_duration: int | None = None  # seconds, flex-start only
+    max_run_duration: int | None = None  # seconds: Compute ends the VMs then (flex-start: required)
+    termination_action: str | None = None  # "delete" | "stop" at the end of max_run_duration (None: per model)
     flex_wait: int | None = None  # seconds a flex-start request waits for capacity (default 1 h)
     reservation: str | None = None
     create_reservation: bool = False
@@ -155,23 +166,16 @@ class ClusterSpec:
                 raise UsageProblem("--flex-start can't consume a reservation (it provisions with NO_RESERVATION)")
             if self.max_run_duration is None:
                 raise UsageProblem("--flex-start needs a run duration, e.g. --flex-start 4h (10m to 7d)")
-            lo, hi = FLEX_START_SECONDS
-            if not lo <= int(self.max_run_duration) <= hi:
-                raise UsageProblem(f"--flex-start {self.max_run_duration}s is out of range: "
-                                   "the run duration must be between 10m and 7d")
             if self.flex_wait is None:
                 self.flex_wait = DEFAULT_FLEX_WAIT
             lo, hi = FLEX_WAIT_SECONDS
             if not isinstance(self.flex_wait, int) or not (self.flex_wait == 0 or lo <= self.flex_wait <= hi):
                 raise UsageProblem(f"--flex-wait {self.flex_wait!r}s must be 0 (only if capacity is there now) "
                                    "or between 90s and 2h")
-        elif self.max_run_duration is not None:
-            raise UsageProblem("max_run_duration applies to flex-start nodes only: give --flex-start DURATION "
-                               "(e.g. --flex-start 4h) instead")
         elif self.flex_wait is not None:
             raise UsageProblem("--flex-wait applies to flex-start nodes only: add --flex-start DURATION "
                                "(e.g. --flex-start 4h)")
-
+        self._validate_run_duration()
         if self.placement is None:
             # Compact by default wherever it applies: several nodes (flex-start VMs included: the AI
             # Hypercomputer guide creates them with compact placement).
@@ -182,6 +186,31 @@ class ClusterSpec:
             note = "" if mt.compact_max_vms_verified else " (catalog figure, unverified)"
             raise UsageProblem(f"--nodes {self.nodes}: a compact placement policy holds at most {mt.compact_max_vms} "
                                f"{mt.family} VMs{note}; use fewer nodes or --no-placement")
+
+    def _validate_run_duration(self) -> None:
+        """The server-side cap: scheduling.maxRunDuration and instanceTerminationAction, per model."""
+        flex = self.provisioning == "flex-start"
+        flag = "--flex-start" if flex else "--max-run-duration"
+        if self.termination_action is not None:
+            action = str(self.termination_action).strip().lower()
+            if action not in TERMINATION_ACTIONS:
+                raise UsageProblem(f"--termination-action {shown(self.termination_action)} must be delete or stop "
+                                   "(what Compute Engine does to the nodes when --max-run-duration ends)")
+            if self.max_run_duration is None:
+                raise UsageProblem("--termination-action needs --max-run-duration DURATION (e.g. "
+                                   "--max-run-duration 24h): it says what happens when that time is up")
+            self.termination_action = action
+        if self.max_run_duration is None:
+            return
+        seconds = self.max_run_duration
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise UsageProblem(f"{flag} {shown(seconds)} is not a duration; write e.g. 90m, 24h or 7d")
+        lo, hi = MAX_RUN_SECONDS[self.provisioning]
+        if not lo <= seconds <= hi:
+            allowed = "10m and 7d for flex-start VMs" if flex else "30s and 120d (Compute Engine's limits)"
+            raise UsageProblem(f"{flag} {format_duration(seconds)} is out of range: the run duration must be "
+                               f"between {allowed}")
+        self.termination_action = self.termination_action or DEFAULT_TERMINATION[self.provisioning]
 
     def _validate_node(self, mt: catalog.MachineType) -> None:
         """Fill the family's image and boot disk type; refuse a disk type the family cannot boot from."""

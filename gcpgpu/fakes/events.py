@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 # f(project, zone, instance name)
 MetadataListener = Callable[[str, str, str], None]
-# f(project, zone, instance name, instance id, kind (preempt | host_error), notice seconds)
+# f(project, zone, instance name, instance id, kind (preempt | host_error | max_run_duration), notice seconds)
 LossListener = Callable[[str, str, str, str, str, float], None]
 
 

@@ -1,4 +1,5 @@
-"""The emulator's fault clock: fires armed node losses (Faults.preemptions) when they come due.
+"""The emulator's fault clock: fires armed node losses (Faults.preemptions) when they come due,
+and ends the VMs whose scheduling.maxRunDuration is up (compute/runtime.py).
 
 A loss is data on the world (core.Faults), armed from a test (`gcp.faults.preempt("c-1", after_s=30)`),
 a faults file or `gcpgpu emulator faults --set preempt=c-1@30s`. This clock, one thread per running
@@ -87,4 +88,5 @@ class FaultClock:
                 if self.compute.lose_instance(project, zone, inst["name"], entry["kind"],
                                               float(self.faults.preempt_grace_s)):
                     lost.append(inst["name"])
-        return lost
+        # Not a fault but the same kind of event on the same clock: VMs whose maxRunDuration is up.
+        return lost + self.compute.end_expired_runs()

@@ -4,8 +4,8 @@ One class over one shared state, put together from a mixin per resource family, 
 EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (zones, regions,
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
 and reservations), `routers` (Cloud Router + NAT), `instance_spec` (an instance body checked and
-stored), `instances`, `templates`, `preemption` (losing a VM), `topology` (where a compact-placed VM
-sits) and `flex` (flex-start requests that wait for capacity).
+stored), `instances`, `templates`, `preemption` (losing a VM), `runtime` (a VM's maxRunDuration),
+`topology` (where a compact-placed VM sits) and `flex` (flex-start requests that wait for capacity).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .placement import PlacementMixin
 from .preemption import PreemptionMixin
 from .projects import ProjectsMixin
 from .routers import RoutersMixin
+from .runtime import RunDurationMixin
 from .state import BASE, GLOBAL, MAX_PAGE, REGIONAL, ZONAL, BackendBase, Project, check_project, last, public
 from .templates import TemplatesMixin
 from .topology import TopologyMixin
@@ -31,5 +32,5 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 
 class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, RoutersMixin,
                      PlacementMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
-                     TopologyMixin, FlexStartMixin, BackendBase):
+                     RunDurationMixin, TopologyMixin, FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

@@ -48,6 +48,9 @@ class CrudMixin:
         kind = res.get("kind")
         if kind == "compute#instance":
             out["status"] = self.instance_status(res)
+            ends = self._termination_status(res)
+            if ends:  # defined while a time-limited VM runs, removed when it stops
+                out["resourceStatus"] = {**out.get("resourceStatus", {}), "scheduling": ends}
         elif kind == "compute#reservation":
             out["specificReservation"]["inUseCount"] = str(self._reservation_in_use(res))
         return out

@@ -14,7 +14,7 @@ capacity `faults.capacity` releases in creation order; quota is checked when the
 
 from __future__ import annotations
 
-from ..core import invalid
+from ..core import invalid, rfc3339
 from .state import Project, last
 
 FLEX_WINDOW = (90, 7200)  # seconds; 0 also allowed (only if capacity is there now)
@@ -54,7 +54,7 @@ class FlexStartMixin:
                 inst.pop("_flex_deadline")
                 dur = self._op_seconds()
                 inst["_phases"] = [[now, "PROVISIONING"], [now + 0.5 * dur, "STAGING"], [now + dur, "RUNNING"]]
-                inst["lastStartTimestamp"] = inst["creationTimestamp"]
+                inst["lastStartTimestamp"] = rfc3339(now + dur)  # when it runs, not when it was queued
                 self._assign_topology(p, zone, self.world.region_of(zone), [inst])
             elif now >= inst["_flex_deadline"]:
                 inst["_gone_at"] = now  # the request expired: GCP deletes the unfilled VM

@@ -53,6 +53,7 @@ class InstanceSpecMixin:
             raise ApiError(400, "invalid", GPU_FREE_MIGRATION_ERROR)
         if model in ("SPOT", "FLEX_START") and sched.get("automaticRestart"):
             sched["automaticRestart"] = False
+        self._check_run_limit(sched, field)
         if model == "FLEX_START":
             secs = int((sched.get("maxRunDuration") or {}).get("seconds", 0))
             if not FLEX_START_RANGE[0] <= secs <= FLEX_START_RANGE[1]:

@@ -42,6 +42,7 @@ class InstancesMixin:
             t = running_since
             inst["_phases"] = [[t - 2, "PROVISIONING"], [t - 1, "STAGING"], [t, "RUNNING"]]
             inst["creationTimestamp"] = rfc3339(t - 2)
+            inst["lastStartTimestamp"] = rfc3339(t)
             return inst
 
     def _append_phase(self, inst: dict, *steps: str) -> None:
@@ -314,6 +315,7 @@ class InstancesMixin:
         def change(inst: dict) -> None:
             if self.instance_status(inst) not in ("TERMINATED", "STOPPING"):
                 self._append_phase(inst, "STOPPING", "TERMINATED")
+                inst["lastStopTimestamp"] = rfc3339(inst["_phases"][-1][0])  # what uptime and billing end at
 
         return self._mutate_instance(project, zone, name, "stop", change, request_id=request_id)
 
@@ -333,6 +335,8 @@ class InstancesMixin:
                 err = _stockout_error(zone, inst["_machine_type"])
             if err is None:
                 self._append_phase(inst, "STAGING", "RUNNING")
+                # A new run: uptime, billing and a maxRunDuration all count from here.
+                inst["lastStartTimestamp"] = rfc3339(inst["_phases"][-1][0])
         return self.render_op(self._new_op(p.name, f"zones/{zone}", "start", inst["selfLink"], inst["id"], error=err))
 
 

@@ -166,7 +166,8 @@ class ClusterAgent:
         if run_id is None:
             return
         run = self.runner.get(run_id)
-        why = "preempted" if kind == "preempt" else "lost to a host error"
+        why = {"preempt": "preempted", "max_run_duration": "ended by Compute Engine at its maxRunDuration"}.get(
+            kind, "lost to a host error")
         if run is not None and run.replicas and not run.done:
             run.log("", "stderr", f"gcpgpu emulator: node {name} was {why}"
                                   + (f": SIGTERM now, SIGKILL in {notice_s:g}s" if notice_s > 0 else ": killed"))

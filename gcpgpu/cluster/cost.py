@@ -1,0 +1,149 @@
+"""What a cluster has run and cost so far, from what Compute Engine reports on each node.
+
+A node is billed for its machine while it runs (Compute Engine's billing: vCPU, memory and GPUs
+stop when the VM stops; disks do not, and are not counted here). Each node's current run began at
+its `lastStartTimestamp` (its `creationTimestamp` when the API has no start yet) and ends now,
+or at `lastStopTimestamp` for a node that has stopped since. Earlier runs, and nodes deleted
+since (a recovery replaces a lost node with a new VM), are not visible on the nodes and are not
+counted: the figure is a floor for the cluster's life, exact for its current run.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gcpgpu import catalog
+
+# States in which Compute Engine bills the machine (instance lifecycle: PROVISIONING and STAGING
+# are not billed; STOPPING is until the VM is TERMINATED).
+BILLED = ("RUNNING", "STOPPING", "SUSPENDING")
+PRICED_MODELS = {"STANDARD": "price_per_hour", "SPOT": "spot_price_per_hour",
+                 "RESERVATION_BOUND": "price_per_hour"}  # flex-start has its own (uncatalogued) price
+
+
+def format_duration(seconds: float) -> str:
+    """3h05m, 2d4h, 45m, 30s: the two largest units, for tables."""
+    s = max(int(seconds), 0)
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m" if not secs else f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def parse_timestamp(text: str | None) -> float | None:
+    """Seconds since the epoch from Compute's RFC 3339 timestamps; None for an empty or odd one."""
+    if not text:
+        return None
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text.strip())
+    if not m:
+        return None
+    base = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    tz = m.group(3)
+    offset = 0 if tz == "Z" else (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
+    return base + float(m.group(2) or 0) - offset
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """One node's current (or last) run: when it began, how long, and at what hourly price."""
+
+    name: str
+    started: float | None
+    seconds: float
+    running: bool
+    price_per_hour: float | None  # None: the catalog has no price for this machine and model
+
+    @property
+    def cost(self) -> float | None:
+        return None if self.price_per_hour is None else self.price_per_hour * self.seconds / 3600
+
+
+def ended_by_run_limit(node: Any) -> bool:
+    """Whether a stopped node's last run lasted its whole maxRunDuration (Compute Engine ended it)."""
+    started, stopped = parse_timestamp(node.last_start), parse_timestamp(node.last_stop)
+    if not node.max_run_s or started is None or stopped is None:
+        return False
+    return stopped - started >= node.max_run_s - 1  # Google may end it up to 30 s late, never early
+
+
+def node_price(machine_type: str, provisioning: str) -> float | None:
+    """The catalog's hourly price per node for a machine type and provisioning model, or None."""
+    try:
+        machine = catalog.get_machine_type(machine_type)
+    except Exception:  # a VM of a type the catalog does not know: no price, not an error
+        return None
+    attr = PRICED_MODELS.get((provisioning or "STANDARD").upper())
+    return getattr(machine, attr) if attr else None
+
+
+def node_run(node: Any, now: float | None = None) -> NodeRun:
+    """The run of a cluster Node (cluster.observe.Node) as of `now`."""
+    now = time.time() if now is None else now
+    started = parse_timestamp(node.last_start) or parse_timestamp(node.created)
+    stopped = parse_timestamp(node.last_stop)
+    running = node.status in BILLED and started is not None and started <= now
+    if running:
+        seconds = now - started
+    elif started is not None and stopped is not None and stopped > started:
+        seconds = stopped - started
+    else:
+        seconds = 0.0
+    return NodeRun(node.name, started, max(seconds, 0.0), running, node_price(node.machine_type, node.provisioning))
+
+
+def summary(nodes: list[Any], now: float | None = None) -> dict[str, Any]:
+    """UPTIME (the longest current run, None when no node runs), node-hours and COST SO FAR (None
+    when any node's price is unknown: a partial sum would look like the whole bill)."""
+    runs = [node_run(n, now) for n in nodes]
+    live = [r.seconds for r in runs if r.running]
+    costs = [r.cost for r in runs]
+    known = all(c is not None for c in costs)
+    return {"uptime_s": max(live) if live else None,
+            "node_hours": round(sum(r.seconds for r in runs) / 3600, 3),
+            "cost_usd": round(sum(c for c in costs if c is not None), 2) if known and runs else None}
+
+
+def shown_uptime(value: float | None) -> str:
+    return "-" if value is None else format_duration(value)
+
+
+def shown_cost(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def node_rows(nodes: list[Any], now: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each node's row (Node.row()) with its uptime and cost so far, and the cluster's totals."""
+    now = time.time() if now is None else now
+    rows = []
+    for n in nodes:
+        run = node_run(n, now)
+        rows.append({**n.row(), "uptime_s": round(run.seconds) if run.running else None,
+                     "cost_usd": None if run.cost is None else round(run.cost, 2),
+                     **({"ends_at": n.ends_at} if n.ends_at else {})})
+    return rows, summary(nodes, now)
+
+
+def cost_line(nodes: list[Any], spent: dict[str, Any]) -> str:
+    """The line under `cluster status`'s table: uptime, node-hours, cost so far and its prices' date,
+    and when Compute Engine's maxRunDuration ends the first node."""
+    cost = shown_cost(spent["cost_usd"]) if spent["cost_usd"] is not None else "- (no catalog price)"
+    note = ""
+    if nodes and spent["cost_usd"] is not None:
+        try:
+            note = f" ({catalog.price_note(catalog.get_machine_type(nodes[0].machine_type))})"
+        except Exception:  # an unknown machine type has no price note
+            note = ""
+    ends = sorted(n.ends_at for n in nodes if n.ends_at)
+    cap = f"; Compute Engine ends the first node at {ends[0]} (--max-run-duration)" if ends else ""
+    return (f"uptime {shown_uptime(spent['uptime_s'])}, {spent['node_hours']:g} node-hours, "
+            f"cost so far {cost}{note}{cap}")
