@@ -98,3 +98,27 @@ def test_no_catalog_price_shows_a_dash_not_zero():
                                                (86400 * 2 + 3600 * 4, "2d4h")])
 def test_durations_read_as_people_write_them(seconds, text):
     assert cost.format_duration(seconds) == text
+
+
+def test_a_follower_does_not_undo_the_clusters_own_run_cap(gcp):
+    """Nodes stopped by their --max-run-duration are what the user asked for: a recovery would start
+    them again with a fresh full run. The follower stops the job and says why instead."""
+    from gcpgpu.errors import CloudError
+    from gcpgpu.jobs import cluster as cluster_jobs
+    from gcpgpu.jobs import recover
+    from gcpgpu.jobs.spec import JobSpec, validate
+
+    gcp.faults.preempt_grace_s = 0.0
+    gcp.jobs.agent.simulated_run_s = 3600.0
+    up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", ZONE, "--spot",
+             "--max-run-duration", "10m", "--yes")
+    assert up.exit_code == 0, up.output
+    job = validate(JobSpec(target="cluster", cluster="c", image="busybox", command=["sleep", "3600"]),
+                   project=PROJECT, region="us-central1", zone=None)
+    jid, _ = cluster_jobs.submit(clients(gcp), PROJECT, job, "c")
+    gcp.clock.advance(601)
+    wait_for(lambda: {n.status for n in observe_nodes(clients(gcp), PROJECT, "c")} == {"TERMINATED"},
+             what="both nodes stopped by their maxRunDuration")
+    with pytest.raises(CloudError, match="max-run-duration ended.*not recovered"):
+        recover.Follower(clients(gcp), PROJECT, jid, 3, poll_s=0.1).run()
+    assert {n.status for n in observe_nodes(clients(gcp), PROJECT, "c")} == {"TERMINATED"}  # left stopped

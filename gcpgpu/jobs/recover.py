@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gcpgpu.cluster.apply import NoCapacity, up
+from gcpgpu.cluster.cost import ended_by_run_limit
 from gcpgpu.cluster.kinds import NODES
 from gcpgpu.cluster.names import node_name
 from gcpgpu.cluster.observe import observe_nodes, ranked_nodes
@@ -49,6 +50,7 @@ STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s gr
 STEP_LINE = re.compile(r"^step\s+(\d+) \| loss ")
 RESUMED = re.compile(r"resumed from \S+ at step (\d+)|no checkpoint in .*: starting from step (0)")
 CAUSES = {"compute.instances.preempted": "preempted", "compute.instances.hostError": "host error"}
+RUN_LIMIT = "its --max-run-duration ended"
 
 
 def default_recover(clients: Clients, project: str, cluster: str) -> int:
@@ -88,6 +90,12 @@ class Follower:
                 used = state["recoveries"]
                 causes = self._causes(lost)
                 what = ", ".join(f"{r['node']} ({causes[r['node']]})" for r in lost)
+                if any(causes[r["node"]] == RUN_LIMIT for r in lost):
+                    # The cluster's own --max-run-duration: what the user asked for, not a loss to undo
+                    # (a recovery would give the nodes a fresh full run).
+                    self._stop_survivors()
+                    raise CloudError(f"job {self.jid} stopped: node {what}; not recovered: the cap is the "
+                                     f"cluster's own; its checkpoints stay in {state.get('output_dir') or 'its --ckpt-dir'}")
                 if used >= self.recover:
                     self._stop_survivors()
                     limit = "recovery is off (--recover 0)" if self.recover == 0 else \
@@ -147,16 +155,19 @@ class Follower:
         sample reads them). A node name is reused by every recovery, so an older VM's preemption must
         not explain a newer VM's host error: the newest operation wins, and the VM's own id when known."""
         ops = self.clients.compute("ZoneOperationsClient")
-        ids = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
+        found = {n.name: n for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
+        ids = {name: n.id for name, n in found.items()}
         out = {}
         for row in lost:
             link = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{row['zone']}/instances/{row['node']}"
             out[row["node"]] = f"node {row['node_status'].lower()}" if row["node_status"] != "RUNNING" else "lost"
-            found = [op for op in ops.list(request={"project": self.project, "zone": row["zone"],
+            seen = [op for op in ops.list(request={"project": self.project, "zone": row["zone"],
                                                     "filter": f'targetLink="{link}"'})
                      if op.operation_type in CAUSES and (row["node"] not in ids or str(op.target_id) == ids[row["node"]])]
-            if found:
-                out[row["node"]] = CAUSES[max(found, key=lambda op: (op.insert_time, int(op.id or 0))).operation_type]
+            if seen:
+                out[row["node"]] = CAUSES[max(seen, key=lambda op: (op.insert_time, int(op.id or 0))).operation_type]
+            elif row["node"] in found and ended_by_run_limit(found[row["node"]]):
+                out[row["node"]] = RUN_LIMIT
         return out
 
     def _stop_survivors(self, s: Session | None = None) -> None:
