@@ -6,7 +6,8 @@ disk.py       objects as files under the emulator's storage root, where jobs see
               their metadata (generation, md5Hash, crc32c, content type) kept apart, refreshed when a
               job changed a file.
 listing.py    list semantics: prefix, delimiter, startOffset/endOffset, matchGlob, pageToken.
-backend.py    buckets and objects: insert, get, list, patch, delete, copy, compose, preconditions.
+conditions.py preconditions (ifGenerationMatch, ifMetagenerationMatch, ...): 412 when one does not hold.
+backend.py    buckets and objects: insert, get, list, patch, delete, copy, compose.
 uploads.py    resumable upload sessions (POST to start, PUT chunks with Content-Range, 308 until done).
 resources.py  the JSON resources (storage#bucket, storage#object) with links back to this emulator.
 rest.py       the wire: /storage/v1/..., /upload/storage/v1/..., /download/storage/v1/...

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import ApiError, Clock
 from . import listing
+from .conditions import NONE, Conditions
 from .disk import ObjectStore, hashes_of
 from .names import (
     bad_request,
@@ -25,7 +25,6 @@ from .names import (
     conflict,
     no_bucket,
     no_object,
-    precondition_failed,
 )
 from .uploads import Uploads
 
@@ -39,41 +38,6 @@ BUCKET_WRITABLE = ("labels", "versioning", "storageClass", "iamConfiguration")
 MULTI_REGIONS = ("US", "EU", "ASIA")
 
 
-@dataclass(frozen=True)
-class Conditions:
-    """ifGenerationMatch (0: only if there is no live object), ifGenerationNotMatch, ifMetageneration*."""
-
-    generation_match: int | None = None
-    generation_not_match: int | None = None
-    metageneration_match: int | None = None
-    metageneration_not_match: int | None = None
-
-    @classmethod
-    def from_query(cls, args: Any) -> Conditions:
-        def number(key: str) -> int | None:
-            value = args.get(key)
-            if value in (None, ""):
-                return None
-            try:
-                return int(value)
-            except ValueError:
-                raise bad_request(f"Invalid value for {key}: {value!r}") from None
-
-        return cls(number("ifGenerationMatch"), number("ifGenerationNotMatch"),
-                   number("ifMetagenerationMatch"), number("ifMetagenerationNotMatch"))
-
-    def check(self, record: dict | None) -> None:
-        gen = int(record["generation"]) if record else 0
-        meta = int(record["metageneration"]) if record else None
-        if (self.generation_match is not None and self.generation_match != gen) \
-                or (self.generation_not_match is not None and self.generation_not_match == gen) \
-                or (self.metageneration_match is not None and self.metageneration_match != meta) \
-                or (self.metageneration_not_match is not None and meta is not None
-                    and self.metageneration_not_match == meta):
-            raise precondition_failed()
-
-
-NONE = Conditions()
 
 
 class StorageBackend:
@@ -84,7 +48,7 @@ class StorageBackend:
         self.store = ObjectStore(disk)
         self.clock = clock or Clock()
         self._lock = threading.RLock()
-        self.uploads = Uploads(self)
+        self.uploads = Uploads(self.store, self.check_insert, self.insert_object)
 
     def reset(self) -> None:
         """Forget every bucket, object and upload session."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import mimetypes
 import os
 import shutil
 import uuid
@@ -143,7 +142,8 @@ class ObjectStore:
         generation = max(st.st_mtime_ns // 1000, int(held["generation"]) + 1 if held else 0)
         record = {
             "bucket": bucket, "name": name, "generation": generation, "metageneration": 1,
-            "contentType": mimetypes.guess_type(name)[0] or "application/octet-stream",
+            # Not guessed from the name: system tables call a PyTorch '.pt' file a SNES page table.
+            "contentType": "application/octet-stream",
             "size": st.st_size, "mtimeNs": st.st_mtime_ns, "md5Hash": md5, "crc32c": crc,
             "timeCreated": st.st_mtime, "updated": st.st_mtime,
         }

@@ -26,7 +26,8 @@ from urllib.parse import quote, unquote
 from werkzeug.wrappers import Request, Response
 
 from ..core import ApiError
-from .backend import WRITABLE, Conditions
+from .backend import WRITABLE
+from .conditions import Conditions
 from .names import bad_request, http_date
 from .resources import bucket_resource, object_resource
 

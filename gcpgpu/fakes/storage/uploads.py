@@ -15,15 +15,17 @@ from __future__ import annotations
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ..core import ApiError
+from .conditions import Conditions
 from .names import bad_request
 
 if TYPE_CHECKING:
-    from .backend import Conditions, StorageBackend
+    from .disk import ObjectStore
 
 _RANGE = re.compile(r"^bytes (?:\*|(\d+)-(\d+))/(\*|\d+)$")
 _CHUNK = 1 << 20
@@ -45,10 +47,17 @@ class Session:
 
 
 class Uploads:
-    """The open resumable upload sessions of one storage backend."""
+    """The open resumable upload sessions of one storage backend.
 
-    def __init__(self, backend: StorageBackend) -> None:
-        self.backend = backend
+    `check(bucket, name, conditions)` refuses a session the object could not come of; `insert(bucket,
+    name, file, attrs, conditions, declared)` makes the object from the session's bytes.
+    """
+
+    def __init__(self, store: ObjectStore, check: Callable[[str, str, Conditions], None],
+                 insert: Callable[..., dict]) -> None:
+        self.store = store
+        self.check = check
+        self.insert = insert
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
@@ -64,8 +73,8 @@ class Uploads:
 
     def start(self, bucket: str, name: str, attrs: dict, conditions: Conditions, declared: dict) -> str:
         """A new session for gs://bucket/name; its id goes into the upload URL."""
-        self.backend.check_insert(bucket, name, conditions)
-        path = self.backend.store.scratch()
+        self.check(bucket, name, conditions)
+        path = self.store.scratch()
         path.touch()
         session = Session(uuid.uuid4().hex, bucket, name, attrs, conditions, declared, path)
         with self._lock:
@@ -104,8 +113,8 @@ class Uploads:
                 return session.received, None
             declared = {**session.declared, **_hashes(hash_header)}
             try:
-                session.result = self.backend.insert_object(session.bucket, session.name, session.path,
-                                                            session.attrs, session.conditions, declared)
+                session.result = self.insert(session.bucket, session.name, session.path, session.attrs,
+                                             session.conditions, declared)
             except ApiError:
                 self.cancel(upload_id)  # its bytes are gone (refused): the client starts again, as on Google
                 raise
