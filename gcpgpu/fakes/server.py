@@ -119,7 +119,7 @@ class Emulator:
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids, self.storage)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
         self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address)
-        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
+        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)

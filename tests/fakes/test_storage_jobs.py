@@ -43,3 +43,17 @@ def test_a_job_reads_an_uploaded_object_and_its_outputs_are_objects(gcp):
     assert meta.download_as_bytes() == on_disk.read_bytes() and meta.size == on_disk.stat().st_size
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
     assert status["output_dir"] == "gs://out-bucket/exp1"
+
+
+@pytest.mark.slow
+def test_a_vertex_jobs_output_dir_is_objects_in_the_same_storage(gcp):
+    pytest.importorskip("torch")
+    storage = Clients(emulator=gcp.address, project="test-proj").storage()
+    storage.create_bucket("vx-bucket")
+    job = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "1",
+              "--output-dir", "gs://vx-bucket/run1", "--wait", "--", "--model", "tiny", "--steps", "4",
+              "--batch-size", "4", "--seq-len", "32", "--log-every", "1")
+    assert job.exit_code == 0, job.output
+    names = [b.name for b in storage.list_blobs("vx-bucket", prefix="run1/")]
+    assert any(n.startswith("run1/checkpoints/") and n.endswith("/.metadata") for n in names), names
+    assert "are objects in the emulator's Cloud Storage" in cli("job", "logs", job.stdout.splitlines()[0]).output
