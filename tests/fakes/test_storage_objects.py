@@ -173,3 +173,12 @@ def test_uploaded_objects_are_files_jobs_read_and_files_jobs_write_are_objects(g
     assert second.generation > first.generation and second.size == len(b"second, longer")
     assert bucket.blob("ckpt/step_1.pt").download_as_bytes() == b"second, longer"
     assert bucket.get_blob("ckpt/step_1.pt").generation == second.generation  # stable until written again
+
+
+def test_a_prefix_that_climbs_lists_nothing_outside_the_bucket(gcp, storage, bucket):
+    storage.create_bucket("next-bucket").blob("secret.txt").upload_from_string(b"x")
+    for prefix in ("../next-bucket/", "a/../../next-bucket/", "//"):
+        assert list(storage.list_blobs(bucket, prefix=prefix)) == []
+    # A folder a job made under /gcs/ with a name no bucket can have is not listed as one.
+    (gcp.storage.disk.root / "gcs" / "Not_A_Bucket").mkdir()
+    assert sorted(b.name for b in storage.list_buckets()) == ["next-bucket", "obj-bucket"]

@@ -151,10 +151,10 @@ class StorageBackend:
         """Make `source` (a file, moved into place) the live generation of gs://bucket/name."""
         attrs, declared = attrs or {}, declared or {}
         try:
+            md5, crc = hashes_of(source)  # before the lock: other writes go on while a big file is read
             with self._lock:
                 self.check_insert(bucket, name, conditions)
                 current = self.store.record(bucket, name)
-                md5, crc = hashes_of(source)
                 if declared.get("md5Hash") and declared["md5Hash"] != md5:
                     raise bad_request(f'Provided MD5 hash "{declared["md5Hash"]}" doesn\'t match calculated MD5 hash "{md5}".')
                 if declared.get("crc32c") and declared["crc32c"] != crc:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import google_crc32c
 
-from .names import conflict
+from .names import conflict, is_bucket_name
 
 if TYPE_CHECKING:
     from ..jobs.storage import Storage
@@ -99,12 +99,13 @@ class ObjectStore:
 
     # -- buckets ----------------------------------------------------------------------------
     def bucket_names(self) -> list[str]:
-        """Every bucket: made through the API, or by a job writing under /gcs/BUCKET."""
+        """Every bucket: made through the API, or by a job writing under /gcs/BUCKET (a folder whose name
+        no bucket could have is not one)."""
         names = set()
         for folder in (self.data, self.meta):
             if folder.is_dir():
                 names.update(p.name for p in folder.iterdir() if p.is_dir())
-        return sorted(n for n in names if self.has_bucket(n))
+        return sorted(n for n in names if is_bucket_name(n) and self.has_bucket(n))
 
     def has_bucket(self, bucket: str) -> bool:
         return self.bucket_dir(bucket).is_dir()
@@ -210,8 +211,10 @@ class ObjectStore:
     def names(self, bucket: str, prefix: str = "") -> list[str]:
         """Every object name in the bucket that starts with `prefix`, in Google's order (UTF-8 bytes)."""
         base = self.bucket_dir(bucket)
-        start_rel = prefix.rpartition("/")[0]
-        start = base.joinpath(*start_rel.split("/")) if start_rel else base
+        start_rel = prefix.rpartition("/")[0].split("/")
+        # Walk from the prefix's folder; a prefix no object name could start with ('..', '//') walks
+        # from the top, and matches nothing, rather than leading the walk out of the bucket.
+        start = base if any(s in ("", ".", "..") for s in start_rel) else base.joinpath(*start_rel)
         found: list[str] = []
         if not start.is_dir() or os.path.islink(start):
             return found

@@ -19,11 +19,11 @@ MAX_OBJECT_BYTES = 1024
 MAX_SEGMENT_BYTES = 255  # a file name on the emulator's disk
 
 
-def check_bucket_name(name: str) -> None:
+def is_bucket_name(name: str) -> bool:
     """Cloud Storage's bucket naming rules: 3-63 characters (222 with dots, 63 between them), lowercase
     letters, digits, '-', '_' and '.', starting and ending with a letter or digit, no IP address, no 'goog'."""
     parts = name.split(".")
-    ok = (
+    return (
         bool(_BUCKET.match(name))
         and 3 <= len(name) <= (222 if "." in name else 63)
         and all(0 < len(p) <= 63 for p in parts)
@@ -31,7 +31,10 @@ def check_bucket_name(name: str) -> None:
         and not name.startswith("goog")
         and "google" not in name
     )
-    if not ok:
+
+
+def check_bucket_name(name: str) -> None:
+    if not is_bucket_name(name):
         raise ApiError(400, "invalid", f"Invalid bucket name: '{name}'")
 
 
