@@ -93,3 +93,16 @@ def test_reset_forgets_buckets(gcp, storage):
     storage.create_bucket("gone-bucket").blob("a").upload_from_string(b"x")
     gcp.reset()
     assert storage.lookup_bucket("gone-bucket") is None
+
+
+def test_buckets_and_objects_outlive_a_restart_with_a_state_file(tmp_path):
+    state = tmp_path / "state.json"
+    with Emulator(state_file=state) as emu:
+        storage = Clients(emulator=emu.address, project=PROJECT).storage()
+        storage.create_bucket("kept-bucket").blob("k.txt").upload_from_string(b"kept")
+        generation = storage.bucket("kept-bucket").get_blob("k.txt").generation
+    with Emulator(state_file=state) as emu:
+        storage = Clients(emulator=emu.address, project=PROJECT).storage()
+        blob = storage.bucket("kept-bucket").get_blob("k.txt")
+        assert blob.download_as_bytes() == b"kept" and blob.generation == generation
+        assert [b.name for b in storage.list_buckets()] == ["kept-bucket"]
