@@ -50,7 +50,6 @@ _SKIP_SUFFIXES = (".pyc", ".pyo", ".swp")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REPO = re.compile(r"^[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_CHUNK = 1 << 20  # emulator uploads go in 1 MiB messages (gRPC refuses more than 4 MiB)
 
 
 # --- what to build ---------------------------------------------------------------------------------------
@@ -266,14 +265,10 @@ def run_local(commands: list[list[str]], context: Context, echo: Callable[[str],
 
 
 def upload_source(clients: Any, bucket: str, obj: str, data: bytes, *, create_bucket: bool) -> None:
-    """Put the context at gs://bucket/obj: Cloud Storage for real, the emulator's own method when emulated."""
-    if clients.is_emulated:
-        _emulator_put(clients, bucket, obj, data)
-        return
+    """Put the context at gs://bucket/obj with google-cloud-storage (the emulator serves Cloud Storage too)."""
     from google.api_core import exceptions
-    from google.cloud import storage
 
-    client = storage.Client(project=clients.project)
+    client = clients.storage()
     try:
         client.bucket(bucket).blob(obj).upload_from_string(data, content_type="application/gzip")
     except exceptions.NotFound:
@@ -290,14 +285,6 @@ def _emulator_call(clients: Any, method: str, payload: bytes) -> dict:
     channel = clients.cloudbuild().transport.grpc_channel
     call = channel.unary_unary(method, request_serializer=lambda b: b, response_deserializer=json.loads)
     return call(payload, timeout=30)
-
-
-def _emulator_put(clients: Any, bucket: str, obj: str, data: bytes) -> None:
-    import json
-
-    for offset in range(0, max(len(data), 1), _CHUNK):
-        head = json.dumps({"bucket": bucket, "name": obj, "offset": offset}).encode()
-        _emulator_call(clients, "/gcpgpu.emulator.v1.Storage/PutObject", head + b"\n" + data[offset : offset + _CHUNK])
 
 
 class LogReader:

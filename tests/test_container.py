@@ -338,11 +338,13 @@ def test_cloud_build_submits_a_valid_build_and_reports_success(gcp):
     assert record["images"] == [image]
     assert "FLAVOR=tcpx" in record["steps"][0]["args"]
     source = record["source"]["storageSource"]
-    held = gcp.cloudbuild.objects[f"{source['bucket']}/{source['object']}"]["data"]
+    # The source went to the emulator's Cloud Storage (as to Google's), before the build that fetches it.
+    held = gcp.storage.read_bytes(source["bucket"], source["object"])
+    assert gcp.storage.get_bucket(source["bucket"])["project"] == PROJECT  # made on first use, as gcloud does
     assert "containers/Dockerfile" in members(held) and "cloudbuild.yaml" in members(held)
-    assert [r.path.rsplit("/", 1)[-1] for r in gcp.requests.all(api="cloudbuild")][:3] == [
-        "PutObject", "CreateBuild", "Read",
-    ]  # fmt: skip
+    calls = [(r.api, r.path.rsplit("/", 1)[-1]) for r in gcp.requests.all() if r.api in ("storage", "cloudbuild")]
+    upload = max(i for i, (api, _) in enumerate(calls) if api == "storage")  # after making the default bucket
+    assert calls[upload + 1:upload + 3] == [("cloudbuild", "CreateBuild"), ("cloudbuild", "Read")]
 
 
 def test_cloud_build_json_result(gcp):

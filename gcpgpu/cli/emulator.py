@@ -63,6 +63,7 @@ def _announce(emu: Any, state_file: str | None) -> None:
         "  from google.cloud import compute_v1",
         f"  compute_v1.InstancesClient(credentials=AnonymousCredentials(), client_options={{'api_endpoint': 'http://{address}'}})",
         "  (or let gcpgpu.gcp.clients.Clients(emulator=...) build them: it also redirects operation polling)",
+        f"  Cloud Storage: export STORAGE_EMULATOR_HOST=http://{address}  (google-cloud-storage reads it)",
         "",
         "Point gcloud at it (a scratch configuration of this emulator's own; your real one is untouched):",
         f'  eval "$(gcpgpu --emulator {address} emulator gcloud-env)"',
@@ -116,7 +117,7 @@ def _load_faults_file(path: str) -> dict:
 
 @click.group()
 def emulator() -> None:
-    """Run the offline GCP emulator (Compute Engine, Cloud Monitoring, Vertex AI, ...) and point tools at it."""
+    """Run the offline GCP emulator (Compute Engine, Cloud Storage, Cloud Monitoring, Vertex AI, ...) and point tools at it."""
 
 
 @emulator.command()
@@ -188,6 +189,9 @@ def reset(settings: Settings) -> None:
 @click.pass_obj
 def gcloud_env(settings: Settings, config_dir: str | None) -> None:
     """Print the shell commands that point gcloud at a running emulator (eval them).
+
+    Every API the emulator serves over REST gets its api_endpoint_overrides (compute, ai, logging,
+    monitoring, storage), so `gcloud storage ls` lists the emulator's buckets.
 
     gcloud (and gcpgpu, which reads gcloud's configuration) keep the project you use now: --project,
     the environment, or your gcloud configuration's core/project; only when none is set do they get

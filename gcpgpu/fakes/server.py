@@ -29,6 +29,7 @@ from .faults import FaultClock
 from .jobs import LocalJobs
 from .jobs.storage import Storage
 from .monitoring.backend import MonitoringBackend
+from .storage.backend import StorageBackend
 from .vertex.backend import VertexBackend
 from .world import default_world
 
@@ -36,8 +37,9 @@ HOST = "127.0.0.1"
 STATE_VERSION = 1
 
 # APIs plug in here, one line each, imported only when the emulator starts.
-# REST: (path regex, "module:factory"); factory(emulator) -> object with handle(request) -> (status, body),
-#   raising core.ApiError for API errors. The first matching pattern wins.
+# REST: (path regex, "module:factory"); factory(emulator) -> object with handle(request) -> (status, body)
+#   or a werkzeug Response (headers of its own, streamed bytes), raising core.ApiError for API errors.
+#   The first matching pattern wins.
 REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$",
      "gcpgpu.fakes.jobs.guest_attributes:GuestAttributesRest.for_emulator"),
@@ -45,6 +47,7 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
     (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),
     (r"^/monitoring/v[13]/", "gcpgpu.fakes.monitoring.rest:MonitoringRest.for_emulator"),
+    (r"^/((resumable/)?upload/|download/)?storage/v1/", "gcpgpu.fakes.storage.rest:StorageRest.for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -108,13 +111,15 @@ class Emulator:
         self.requests = RequestLog()
         self.activity = Activity(self.clock)  # what runs where: the job agent writes it, Monitoring reads it
         self.events = VmEvents()  # Compute announces metadata changes and lost VMs; the job agent acts on them
-        # Job outputs (buckets, node disks) outlive a restart when the state does.
-        storage = Storage(self.state_file.with_name(self.state_file.name + ".storage")) if self.state_file else None
+        # One folder for Cloud Storage's buckets and jobs' outputs and node disks; it outlives a
+        # restart when the state does.
+        disk = Storage(self.state_file.with_name(self.state_file.name + ".storage") if self.state_file else None)
+        self.storage = StorageBackend(disk, self.clock)
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids, self.events)
-        self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids)
+        self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids, self.storage)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
-        self.jobs = LocalJobs(self.compute, self.activity, self.events, storage, address=self.serving_address)
-        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute)
+        self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address)
+        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
@@ -130,6 +135,7 @@ class Emulator:
         self.vertex.reset()
         self.jobs.reset()
         self.monitoring.reset()
+        self.storage.reset()
         self.activity.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
@@ -177,6 +183,7 @@ class Emulator:
                 "logging": f"{self.url}/v2/",
                 "cloudbuild": "grpc",
                 "monitoring": f"{self.url}/monitoring/ and grpc",
+                "storage": f"{self.url}/storage/v1/ (uploads /upload/storage/v1/, downloads /download/storage/v1/)",
             },
             # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
             # (Cloud Build is served over gRPC only, which gcloud does not speak).
@@ -185,6 +192,7 @@ class Emulator:
                 "aiplatform": f"{self.url}/",
                 "logging": f"{self.url}/",
                 "monitoring": f"{self.url}/monitoring/",
+                "storage": f"{self.url}/storage/v1/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }
@@ -202,7 +210,8 @@ class Emulator:
 
     def _api(self, request: Request) -> Response:
         t0 = time.perf_counter()
-        api = request.path.strip("/").split("/", 1)[0]
+        # Cloud Storage's media paths (/upload/storage/..., /download/storage/...) are storage's too.
+        api = re.sub(r"^/((resumable/)?upload|download)/", "/", request.path).strip("/").split("/", 1)[0]
         status = 500
         try:
             if self.faults.latency_ms:
@@ -214,8 +223,9 @@ class Emulator:
             handler = next((h for pattern, h in self._rest if pattern.match(request.path)), None)
             if handler is None:
                 raise ApiError(404, "notFound", f"The emulator serves no API at {request.path}.")
-            status, body = handler.handle(request)
-            response = _json(status, body)
+            result = handler.handle(request)
+            response = result if isinstance(result, Response) else _json(*result)
+            status = response.status_code
         except ApiError as e:
             status = e.code
             response = _json(e.code, e.to_json())
@@ -247,8 +257,11 @@ class Emulator:
             path, _, query = target.partition("?")
             if "://" in path:
                 path = "/" + path.split("://", 1)[1].split("/", 1)[1]
+            # The outer request's host, so links in the answers lead back here; the raw target, so an
+            # escaped '/' in an object name stays escaped.
             env = EnvironBuilder(path=path, method=method, query_string=query, data=body.strip() or None,
-                                 headers=headers).get_environ()
+                                 headers=headers, base_url=request.host_url,
+                                 environ_overrides={"RAW_URI": target}).get_environ()
             sub = self._api(Request(env))
             content_id = part.get("Content-ID", "").strip("<>")
             out.append(

@@ -101,6 +101,21 @@ class Clients:
         channel = grpc.insecure_channel(self.emulator_info["grpc"])
         return cloudbuild_v1.CloudBuildClient(transport=CloudBuildGrpcTransport(channel=channel))
 
+    def storage(self) -> Any:
+        """A google.cloud.storage Client: Application Default Credentials for real; anonymous, over plain
+        http to the emulator's REST port, when emulated (its JSON API, uploads and downloads are there)."""
+        with self._lock:
+            if "storage" not in self._cache:
+                from google.cloud import storage
+
+                if self.emulator:
+                    self._cache["storage"] = storage.Client(
+                        project=self.project or "emulator-project", credentials=self._credentials(),
+                        client_options={"api_endpoint": f"http://{self.emulator}"})
+                else:
+                    self._cache["storage"] = storage.Client(project=self.project)
+            return self._cache["storage"]
+
     def monitoring(self) -> Any:
         """A google.cloud.monitoring_v3 MetricServiceClient (gRPC: the library has no REST transport)."""
         with self._lock:

@@ -1,7 +1,8 @@
 """gcloud, unchanged, pointed at the emulator by `eval "$(gcpgpu emulator gcloud-env)"`.
 
 Every API the emulator serves over REST gets its api_endpoint_overrides line (compute, aiplatform,
-logging, monitoring), so each gcloud group below talks to the emulator and nothing reaches Google.
+logging, monitoring, storage), so each gcloud group below talks to the emulator and nothing reaches
+Google (gcloud storage: tests/conformance/test_storage_clients.py).
 Skipped where gcloud is not installed.
 """
 
@@ -28,7 +29,8 @@ def test_gcloud_env_names_every_api_the_emulator_serves(gcp, tmp_path):
     out = CliRunner().invoke(main, ["emulator", "gcloud-env", "--config-dir", str(tmp_path)]).stdout
     for api, url in gcp.info()["gcloud_overrides"].items():
         assert f"api_endpoint_overrides/{api} {url}" in out
-    assert {"compute", "aiplatform", "logging", "monitoring"} <= set(gcp.info()["gcloud_overrides"])
+    assert {"compute", "aiplatform", "logging", "monitoring", "storage"} <= set(gcp.info()["gcloud_overrides"])
+    assert f"api_endpoint_overrides/storage {gcp.url}/storage/v1/" in out  # the JSON API's base, as gcloud wants it
     assert "core/project" in out and "auth/disable_credentials true" in out
 
 

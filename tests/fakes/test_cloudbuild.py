@@ -13,7 +13,7 @@ from google.api_core import exceptions
 from google.cloud.devtools import cloudbuild_v1 as cb
 
 from gcpgpu.fakes.cloudbuild.backend import DEFAULT_SECONDS, SIMULATED
-from gcpgpu.fakes.cloudbuild.service import PUT_OBJECT, READ_LOG
+from gcpgpu.fakes.cloudbuild.service import READ_LOG
 from gcpgpu.fakes.server import Emulator
 from gcpgpu.gcp.clients import Clients
 
@@ -53,10 +53,12 @@ def tarball(*names: str) -> bytes:
     return gzip.compress(raw.getvalue())
 
 
-def put(client: cb.CloudBuildClient, bucket: str, name: str, data: bytes) -> dict:
-    call = client.transport.grpc_channel.unary_unary(PUT_OBJECT, request_serializer=lambda b: b,
-                                                     response_deserializer=json.loads)
-    return call(json.dumps({"bucket": bucket, "name": name}).encode() + b"\n" + data)
+def put(clients: Clients, bucket: str, name: str, data: bytes) -> None:
+    """Upload a source object to the emulator's Cloud Storage, as gcloud builds submit does."""
+    storage = clients.storage()
+    if storage.lookup_bucket(bucket) is None:
+        storage.create_bucket(bucket)
+    storage.bucket(bucket).blob(name).upload_from_string(data)
 
 
 def read_log(client: cb.CloudBuildClient, build_id: str, offset: int = 0) -> dict:
@@ -133,8 +135,8 @@ def test_missing_source_object_fails_at_fetch(gcp, client):
     assert "gs://b-src/nope.tgz not found" in build.status_detail
 
 
-def test_a_dockerfile_missing_from_the_source_fails_the_step(gcp, client):
-    put(client, "b-src", "ctx.tgz", tarball("pyproject.toml", "Dockerfile"))
+def test_a_dockerfile_missing_from_the_source_fails_the_step(gcp, client, clients):
+    put(clients, "b-src", "ctx.tgz", tarball("pyproject.toml", "Dockerfile"))
     gcp.clock.freeze()
     build_id = create(client, docker_build(bucket="b-src", object_="ctx.tgz")).metadata.build.id
     gcp.clock.advance(60)
@@ -144,8 +146,8 @@ def test_a_dockerfile_missing_from_the_source_fails_the_step(gcp, client):
     assert "lstat /workspace/containers/Dockerfile: no such file or directory" in build.status_detail
 
 
-def test_source_with_the_dockerfile_succeeds(gcp, client):
-    put(client, "b-src", "ctx.tgz", tarball("containers/Dockerfile", "gcpgpu/__init__.py"))
+def test_source_with_the_dockerfile_succeeds(gcp, client, clients):
+    put(clients, "b-src", "ctx.tgz", tarball("containers/Dockerfile", "gcpgpu/__init__.py"))
     gcp.clock.freeze()
     build_id = create(client, docker_build(bucket="b-src", object_="ctx.tgz")).metadata.build.id
     gcp.clock.advance(60)
@@ -280,24 +282,13 @@ def test_injected_errors_and_the_request_log(gcp, client):
     assert gcp.requests.all(api="cloudbuild")[-1].status == 503
 
 
-def test_reset_forgets_builds_and_objects(gcp, client):
-    put(client, "b-src", "ctx.tgz", b"data")
+def test_reset_forgets_builds_and_objects(gcp, client, clients):
+    put(clients, "b-src", "ctx.tgz", b"data")
     build_id = create(client, docker_build()).metadata.build.id
     gcp.reset()
     with pytest.raises(exceptions.NotFound):
         get(client, build_id)
-    assert gcp.cloudbuild.objects == {}
-
-
-def test_uploads_can_be_sent_in_pieces(client):
-    call = client.transport.grpc_channel.unary_unary(PUT_OBJECT, request_serializer=lambda b: b,
-                                                     response_deserializer=json.loads)
-    call(json.dumps({"bucket": "b-src", "name": "o"}).encode() + b"\n" + b"abc")
-    held = call(json.dumps({"bucket": "b-src", "name": "o", "offset": 3}).encode() + b"\n" + b"def")
-    assert held["size"] == 6
-    with pytest.raises(grpc.RpcError) as err:
-        call(json.dumps({"bucket": "b-src", "name": "o", "offset": 9}).encode() + b"\n" + b"x")
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "resumed at 9" in err.value.details()
+    assert gcp.storage.read_bytes("b-src", "ctx.tgz") is None
 
 
 @pytest.mark.parametrize("alone", [True, False], ids=["cloudbuild-only", "as-registered"])

@@ -142,7 +142,7 @@ def test_save_endpoint_writes_the_state_file(tmp_path: Path) -> None:
 
 
 def test_unknown_api_paths_get_google_shaped_errors(gcp: Emulator) -> None:
-    code, err = _call(gcp, "GET", "/storage/v1/b")
+    code, err = _call(gcp, "GET", "/bigquery/v2/projects")
     assert code == 404 and err["error"]["status"] == "NOT_FOUND"
     code, err = _call(gcp, "GET", f"/compute/v1/projects/{PROJECT}/zones/{ZONE}/gizmos")
     assert code == 404 and err["error"]["errors"][0]["reason"] == "notFound"

@@ -4,7 +4,8 @@ Builds are stored as the JSON the real API speaks (camelCase), plus private "_" 
 derived from timestamps when read (QUEUED -> WORKING -> SUCCESS or FAILURE), as the compute
 backend does for operations, so nothing runs in the background and a frozen clock makes tests
 deterministic. What the emulator can check without Docker it checks: the request's shape (as the
-real service refuses it), that the source object exists, that the Dockerfile a `docker build`
+real service refuses it), that the source object exists in the emulator's Cloud Storage (where
+gcpgpu, google-cloud-storage or gcloud uploaded it), that the Dockerfile a `docker build`
 step names is in that source, and that every image to push is one a step tags. The outcome, the
 log and a warning on the build all say that no Docker ran and no image was pushed.
 """
@@ -21,9 +22,12 @@ import re
 import tarfile
 import threading
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import ApiError, Clock, Faults, IdSource, not_found, rfc3339
+
+if TYPE_CHECKING:
+    from ..storage.backend import StorageBackend
 
 DEFAULT_SECONDS = 4.0  # QUEUED a quarter of it, WORKING the rest; Faults.operation_seconds overrides
 QUEUED_SHARE = 0.25
@@ -53,42 +57,26 @@ def project_number(project: str) -> str:
 
 
 class CloudBuildBackend:
-    """Builds per project, fake source objects, and the derived status, log and operation of each."""
+    """Builds per project, and the derived status, log and operation of each; sources are read from `storage`."""
 
-    def __init__(self, faults: Faults, clock: Clock | None = None, ids: IdSource | None = None) -> None:
+    def __init__(self, faults: Faults, clock: Clock | None = None, ids: IdSource | None = None,
+                 storage: StorageBackend | None = None) -> None:
         self.faults = faults
         self.clock = clock or Clock()
         self.ids = ids or IdSource()
+        self.storage = storage  # the emulator's Cloud Storage (None: every source object is missing)
         self._lock = threading.RLock()
         self.builds: dict[str, dict] = {}
-        self.objects: dict[str, dict] = {}  # "bucket/object" -> {"data": bytes, "generation": str}
         self.operations: dict[str, str] = {}  # operation name -> build id
 
     def reset(self) -> None:
         with self._lock:
             self.builds.clear()
-            self.objects.clear()
             self.operations.clear()
 
     def _seconds(self) -> float:
         s = self.faults.operation_seconds
         return DEFAULT_SECONDS if s is None else float(s)
-
-    # ------------------------------------------------------------------ fake object storage
-    def put_object(self, bucket: str, name: str, data: bytes, offset: int = 0) -> dict:
-        """Hold (or, with offset, extend) a source object: the emulator's stand-in for a GCS upload."""
-        if not bucket or not name:
-            raise ApiError(400, "invalid", "bucket and object name are required")
-        key = f"{bucket}/{name}"
-        with self._lock:
-            held = self.objects.get(key)
-            if offset:
-                if held is None or len(held["data"]) != offset:
-                    raise ApiError(400, "invalid", f"upload of gs://{key} resumed at {offset}, not at its end")
-                held["data"] += data
-            else:
-                held = self.objects[key] = {"data": data, "generation": self.ids.next()}
-            return {"bucket": bucket, "name": name, "generation": held["generation"], "size": len(held["data"])}
 
     # ------------------------------------------------------------------ builds
     def create(self, project_id: str, parent: str, build: dict) -> dict:
@@ -308,18 +296,18 @@ class CloudBuildBackend:
         storage = (body.get("source") or {}).get("storageSource")
         if storage:
             key = f"{storage.get('bucket', '')}/{storage.get('object', '')}"
-            held = self.objects.get(key)
+            held = self.storage.read_bytes(storage.get("bucket", ""), storage.get("object", "")) if self.storage else None
             lines.append(f"Fetching storage object: gs://{key}")
             if held is None:
                 detail = f"failed to fetch source: storage object gs://{key} not found"
                 outcome = {"status": "FAILURE", "failure": "FETCH_SOURCE_FAILED", "detail": detail}
                 lines.append(f"ERROR: {detail}")
             else:
-                files = _tar_members(held["data"])
+                files = _tar_members(held)
                 if files is None:
                     lines.append(f"[emulator] gs://{key} is not a gzipped tarball; its contents were not checked")
                 else:
-                    lines.append(f"[emulator] the source holds {len(files)} files ({len(held['data'])} bytes)")
+                    lines.append(f"[emulator] the source holds {len(files)} files ({len(held)} bytes)")
         built: set[str] = set()
         if outcome["status"] == "SUCCESS":
             lines.append("BUILD")

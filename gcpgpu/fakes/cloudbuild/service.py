@@ -5,14 +5,13 @@ Build in its BuildOperationMetadata, and as its response once done), GetBuild, L
 CancelBuild; google.longrunning.Operations/GetOperation for the client's `operation.result()`.
 Messages are (de)serialized with the library's own proto-plus types; the backend speaks JSON.
 
-Two emulator-only methods take JSON bytes, for what real Cloud Build does through Cloud Storage:
-  /gcpgpu.emulator.v1.Storage/PutObject       hold a source tarball as gs://BUCKET/OBJECT
+Sources are objects in the emulator's Cloud Storage (fakes/storage/), uploaded there as to Google.
+One emulator-only method takes JSON bytes, for what real Cloud Build writes to a logs bucket:
   /gcpgpu.emulator.v1.CloudBuildLogs/Read     a build's log from an offset (real: gs://LOGS/log-ID.txt)
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from google.cloud.devtools.cloudbuild_v1.types import cloudbuild as cb
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 
 SERVICE = "google.devtools.cloudbuild.v1.CloudBuild"
 MINE = "gcpgpu.fakes.cloudbuild:grpc_service"
-PUT_OBJECT = "/gcpgpu.emulator.v1.Storage/PutObject"
 READ_LOG = "/gcpgpu.emulator.v1.CloudBuildLogs/Read"
 
 
@@ -38,14 +36,8 @@ def to_build(data: dict) -> cb.Build:
     return to_message(cb.Build, data)
 
 
-def _object_request(raw: bytes) -> tuple[dict, bytes]:
-    # PutObject: a JSON header line, then the object's bytes.
-    head, _, data = raw.partition(b"\n")
-    return json.loads(head), data
-
-
 class CloudBuildService(EmulatedService):
-    """Routes the Cloud Build methods (and the emulator's two helpers) to emulator.cloudbuild."""
+    """Routes the Cloud Build methods (and the emulator's log reader) to emulator.cloudbuild."""
 
     api = "cloudbuild"
     target = MINE
@@ -61,7 +53,6 @@ class CloudBuildService(EmulatedService):
             f"/{SERVICE}/ListBuilds", self._list, cb.ListBuildsRequest.deserialize, cb.ListBuildsResponse.serialize, "GET"
         )
         self.serve(f"/{SERVICE}/CancelBuild", self._cancel, cb.CancelBuildRequest.deserialize, cb.Build.serialize, "POST")
-        self.serve(PUT_OBJECT, self._put_object, _object_request, json_response, "POST")
         self.serve(READ_LOG, self._read_log, json_request, json_response, "GET")
         # Other emulated APIs (Vertex AI) have operations too: a name that is not a build's goes on.
         self.serve_operations(lambda name: name in self.backend.operations, self._get_operation)
@@ -108,10 +99,6 @@ class CloudBuildService(EmulatedService):
         return op
 
     # ------------------------------------------------------------------ emulator helpers
-    def _put_object(self, request: tuple[dict, bytes]) -> dict:
-        head, data = request
-        return self.backend.put_object(head.get("bucket", ""), head.get("name", ""), data, int(head.get("offset", 0)))
-
     def _read_log(self, request: dict) -> dict:
         text, offset, done = self.backend.read_log(request.get("project", ""), request.get("id", ""), int(request.get("offset", 0)))
         return {"text": text, "offset": offset, "done": done}

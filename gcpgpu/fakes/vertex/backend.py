@@ -60,11 +60,13 @@ class VertexBackend:
     """Custom jobs per project and location, their state machine, and the local runs behind them."""
 
     def __init__(self, regions: dict[str, list[str]], clock: Clock, ids: IdSource, runner: Runner,
-                 compute: Any = None) -> None:
+                 compute: Any = None, storage: Any = None) -> None:
         self.regions = regions
         self.clock = clock
         self.ids = ids
         self.runner = runner
+        # The emulator's storage folder (jobs/storage.Storage): a job's gs:// output is objects there.
+        self.storage = storage
         # The Compute emulator, to check that a reservation a job names exists; None: don't check.
         self.compute = compute
         self.timings = dict(DEFAULT_TIMINGS)
@@ -178,15 +180,18 @@ class VertexBackend:
                                       f"report RUNNING, then SUCCEEDED after {run_s:g} s.")
             else:
                 job["labels"] = {**(job.get("labels") or {}), EMULATOR_LABEL: "local-run"}
-                replicas = local_run.replicas(job, plan, self.runner.workdir(name))
+                replicas = local_run.replicas(job, plan, self.runner.workdir(name), self.storage)
                 # Rank 0's trainer numbers go to this job's cloudml_job series, under its numeric id.
                 metrics = MetricsTarget(job["_project_id"], location, "job", job_id)
                 run = self.runner.start(name, replicas, delay_s=q + p, on_change=self._on_run_change(name),
                                         describe=describe, metrics=metrics)
                 gpus = plan.gpus_per_replica
+                out = local_run.output_uri(job)
+                outputs = (f"outputs under {out} are objects in the emulator's Cloud Storage" if out and self.storage
+                           else f"outputs under {run.workdir / 'gcs'} stand in for gs://")
                 run.log("", "stdout", f"gcpgpu emulator: running this job locally: {len(replicas)} replica "
                                       f"process(es) on 127.0.0.1, CPU only (the real job would have {gpus} GPU(s) "
-                                      f"per replica); outputs under {run.workdir / 'gcs'} stand in for gs://.")
+                                      f"per replica); {outputs}.")
             return self.render(job)
 
     def reservation_exists(self, name: str) -> bool:

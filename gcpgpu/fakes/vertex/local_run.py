@@ -14,8 +14,12 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
+
+if TYPE_CHECKING:
+    from ..jobs.storage import Storage
 
 
 @dataclass
@@ -60,14 +64,22 @@ def local_plan(job: dict) -> LocalPlan | str:
     return LocalPlan(counts, argvs, envs, gpus)
 
 
-def replicas(job: dict, plan: LocalPlan, run_dir: Path) -> list[ReplicaSpec]:
-    """One process per replica: CLUSTER_SPEC on loopback ports, AIP_* folders under `run_dir` standing in for gs://."""
+def output_uri(job: dict) -> str | None:
+    """The job's baseOutputDirectory (gs://BUCKET/PATH), if it names one."""
+    return ((job.get("jobSpec") or {}).get("baseOutputDirectory") or {}).get("outputUriPrefix") or None
+
+
+def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None = None) -> list[ReplicaSpec]:
+    """One process per replica: CLUSTER_SPEC on loopback ports, AIP_* folders in the emulator's Cloud
+    Storage (`storage`: the job's gs:// output is objects there), else under `run_dir`."""
     pools = plan.pools
     hosts = {f"workerpool{i}": [f"127.0.0.1:{_free_port()}" for _ in range(n)] for i, n in enumerate(pools) if n}
     job_id = job["name"].rsplit("/", 1)[1]
-    out = (((job.get("jobSpec") or {}).get("baseOutputDirectory") or {}).get("outputUriPrefix")
-           or f"gs://emulator-vertex-{job_id}")
-    local_base = run_dir / "gcs" / out[len("gs://"):].strip("/")
+    out = output_uri(job)
+    if out and storage is not None:
+        local_base = Path(storage.local(out, job_id))  # resolved inside the storage root, whatever the path says
+    else:
+        local_base = run_dir / "gcs" / f"emulator-vertex-{job_id}"
     replicas = []
     for pool, count in enumerate(pools):
         for index in range(count):
