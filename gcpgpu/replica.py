@@ -180,8 +180,9 @@ def make_mounts(environ: Mapping[str, str]) -> list[str]:
             where.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(local, where)
         except OSError as e:
-            raise LaunchError(f"{what}: cannot make {where} point at {local}: {e.strerror or e} (run the container "
-                              f"as a user that may create {where.parent}/{where.name})") from None
+            raise LaunchError(f"{what}: cannot make {where} point at {local}: {e.strerror or e} (this container's "
+                              f"user may not write {where.parent}: run it as root, or mount under a folder it owns)"
+                              ) from None
         # A link cannot refuse writes: read-only holds where the node mounts the bucket read-only itself.
         notes.append(f"{where} -> {source}{' (read-only)' if read_only else ''}")
     return notes
