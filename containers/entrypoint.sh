@@ -53,7 +53,7 @@ if [[ -n ${GCPGPU_SECRETS:-} || -n ${GCPGPU_SETUP:-} ]]; then
 fi
 
 if [[ $# -gt 0 && $1 != -* ]]; then
-  exec "${launcher[@]}" "$@"
+  exec ${launcher[@]+"${launcher[@]}"} "$@"
 fi
 
 profiling=0
@@ -80,7 +80,7 @@ cmd=(torchrun
   "$@")
 
 if [[ $profiling == 0 && ${#gcpgpu_reporter_args[@]} == 0 ]]; then
-  exec "${launcher[@]}" "${cmd[@]}"
+  exec ${launcher[@]+"${launcher[@]}"} "${cmd[@]}"
 fi
 
 reporter_pid=""
@@ -157,7 +157,7 @@ fi
 # A background job of a script ignores SIGINT unless it is given back: the INT passed on must count.
 (
   trap - INT QUIT
-  exec "${launcher[@]}" "${cmd[@]}"
+  exec ${launcher[@]+"${launcher[@]}"} "${cmd[@]}"
 ) &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null || true' TERM

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gcpgpu import replica  # stdlib only: the user's workdir, mounts, secrets and setup
 from gcpgpu.trainer.argv import log_json_path, metrics_off  # stdlib only: the trainer's command-line contract
 from gcpgpu.trainer.dist import Rendezvous  # stdlib only: the trainer's own parser numbers nodes the same way
 
@@ -355,8 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     environ = os.environ
     metadata = Metadata(environ.get("GCPGPU_METADATA_URL", "").strip() or METADATA_URL)
     if argv[:1] == ["exec"]:
-        from gcpgpu import replica
-
         return replica.run(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, metadata, prog)
     if argv[:1] not in ([], ["env"]) or argv[1:2] not in ([], ["--"]):
         print(f"{prog}: usage: python -m gcpgpu.launch [env [-- ARGS...] | exec -- CMD... | upload gs://DEST FILE...]",
@@ -368,14 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = plan(environ, metadata, environ.get("GCPGPU_SYSROOT", "").strip() or "/", args)
         # Files are written only once the machine and the rendezvous passed their checks.
-        from gcpgpu import replica
-
         workdir = replica.unpack_workdir(environ)
         if workdir is not None:
             result.workdir = str(workdir)
             result.notes.append(f"workdir: {environ['GCPGPU_WORKDIR'].strip()} unpacked into {workdir}")
         result.notes += [f"mount {note}" for note in replica.make_mounts(environ)]
-    except LaunchError as e:
+    except (LaunchError, replica.ReplicaError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return e.exit_code
     for line in result.notes:
@@ -387,8 +384,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Through the imported module, not __main__: gcpgpu.replica raises gcpgpu.launch's LaunchError, which
-    # this copy of the module would not recognise as its own.
-    from gcpgpu.launch import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

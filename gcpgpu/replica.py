@@ -45,9 +45,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
-from gcpgpu.launch import EXIT_BAD_INPUT, EXIT_REFUSED, LaunchError, Metadata
-
+EXIT_BAD_INPUT = 2  # the same codes as gcpgpu.launch: 2 a bad value, 3 what the replica cannot get or make
+EXIT_REFUSED = 3
 DEFAULT_WORKDIR = "/workdir"
 DEFAULT_GCS_ROOT = "/gcs"
 SECRETMANAGER_URL = "https://secretmanager.googleapis.com"
@@ -57,14 +58,28 @@ _SECRET = re.compile(r"^projects/[^/\s]+/secrets/[^/\s]+(?:/versions/[^/\s]+)?$"
 _TRANSIENT = (408, 429, 500, 502, 503, 504)
 
 
+class ReplicaError(Exception):
+    """Why the replica will not run the user's command; one line. exit_code: 2 bad input, 3 a missing thing."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Metadata(Protocol):
+    """What is asked of gcpgpu.launch's metadata server client (gcpgpu.launch imports this module)."""
+
+    def get(self, path: str) -> str | None: ...
+
+
 def gcs_path(url: str, environ: Mapping[str, str], field: str) -> tuple[Path, Path]:
     """(the bucket's folder, the object's path) where gs://BUCKET/PATH is read here: /gcs/BUCKET/PATH, as
     Vertex AI mounts buckets."""
     bucket, _, rest = url[len("gs://"):].partition("/") if url.startswith("gs://") else ("", "", "")
     if not bucket:
-        raise LaunchError(f"{field}: {url!r} is not gs://BUCKET[/PATH]", EXIT_BAD_INPUT)
+        raise ReplicaError(f"{field}: {url!r} is not gs://BUCKET[/PATH]", EXIT_BAD_INPUT)
     if ".." in PurePosixPath(rest).parts:
-        raise LaunchError(f"{field}: {url!r} has a '..' in its path", EXIT_BAD_INPUT)
+        raise ReplicaError(f"{field}: {url!r} has a '..' in its path", EXIT_BAD_INPUT)
     bucket_dir = Path(environ.get("GCPGPU_GCS_ROOT", "").strip() or DEFAULT_GCS_ROOT) / bucket
     return bucket_dir, bucket_dir / rest.strip("/") if rest.strip("/") else bucket_dir
 
@@ -104,17 +119,17 @@ def unpack_workdir(environ: Mapping[str, str]) -> Path | None:
     else:
         bucket_dir, archive = gcs_path(source, environ, "GCPGPU_WORKDIR")
         if not bucket_dir.is_dir():
-            raise LaunchError(f"GCPGPU_WORKDIR: {source} is not readable here: its bucket is not mounted at "
+            raise ReplicaError(f"GCPGPU_WORKDIR: {source} is not readable here: its bucket is not mounted at "
                               f"{bucket_dir}")
     if not archive.is_file():
-        raise LaunchError(f"GCPGPU_WORKDIR: {source} is not there ({archive} is missing)")
+        raise ReplicaError(f"GCPGPU_WORKDIR: {source} is not there ({archive} is missing)")
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
             for member in members:
                 why = _why_unsafe(member)
                 if why:
-                    raise LaunchError(f"GCPGPU_WORKDIR: refused {source}: entry {member.name!r} would land outside "
+                    raise ReplicaError(f"GCPGPU_WORKDIR: refused {source}: entry {member.name!r} would land outside "
                                       f"{dest} ({why}); nothing unpacked", EXIT_BAD_INPUT)
             dest.mkdir(parents=True, exist_ok=True)
             now = time.time()
@@ -124,9 +139,9 @@ def unpack_workdir(environ: Mapping[str, str]) -> Path | None:
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(dest, members=members, **safe)  # noqa: S202 (every member checked above)
     except getattr(tarfile, "FilterError", ()) as e:
-        raise LaunchError(f"GCPGPU_WORKDIR: refused {source}: {e}", EXIT_BAD_INPUT) from None
+        raise ReplicaError(f"GCPGPU_WORKDIR: refused {source}: {e}", EXIT_BAD_INPUT) from None
     except (tarfile.TarError, EOFError, OSError) as e:
-        raise LaunchError(f"GCPGPU_WORKDIR: could not unpack {source} into {dest}: {e}") from None
+        raise ReplicaError(f"GCPGPU_WORKDIR: could not unpack {source} into {dest}: {e}") from None
     return dest
 
 
@@ -141,16 +156,16 @@ def make_mounts(environ: Mapping[str, str]) -> list[str]:
     try:
         mounts = json.loads(raw)
     except ValueError as e:
-        raise LaunchError(f"GCPGPU_MOUNTS is not JSON ({e})", EXIT_BAD_INPUT) from None
+        raise ReplicaError(f"GCPGPU_MOUNTS is not JSON ({e})", EXIT_BAD_INPUT) from None
     if not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts):
-        raise LaunchError('GCPGPU_MOUNTS must be a JSON list of {"source": "gs://...", "target": "/...", "ro": ...}',
+        raise ReplicaError('GCPGPU_MOUNTS must be a JSON list of {"source": "gs://...", "target": "/...", "ro": ...}',
                           EXIT_BAD_INPUT)
     notes = []
     for mount in mounts:
         source, target, read_only = mount.get("source"), mount.get("target"), bool(mount.get("ro"))
         if not isinstance(source, str) or not isinstance(target, str) or not target.startswith("/") \
                 or posixpath.normpath(target) == "/":
-            raise LaunchError(f"GCPGPU_MOUNTS: {mount!r} needs a gs:// source and an absolute target other than /",
+            raise ReplicaError(f"GCPGPU_MOUNTS: {mount!r} needs a gs:// source and an absolute target other than /",
                               EXIT_BAD_INPUT)
         bucket_dir, local = gcs_path(source, environ, "GCPGPU_MOUNTS")
         where = Path(posixpath.normpath(target))
@@ -159,11 +174,11 @@ def make_mounts(environ: Mapping[str, str]) -> list[str]:
             notes.append(f"{where}: {source} already mounted")
             continue
         if not bucket_dir.is_dir():
-            raise LaunchError(f"{what}: the bucket is not mounted at {bucket_dir}")
+            raise ReplicaError(f"{what}: the bucket is not mounted at {bucket_dir}")
         try:
             if not local.is_dir():
                 if read_only:
-                    raise LaunchError(f"{what}: nothing at {source} to read ({local} is missing)")
+                    raise ReplicaError(f"{what}: nothing at {source} to read ({local} is missing)")
                 local.mkdir(parents=True, exist_ok=True)  # an output folder the job will fill
             if where.is_symlink():
                 if os.readlink(where) == str(local):
@@ -172,15 +187,15 @@ def make_mounts(environ: Mapping[str, str]) -> list[str]:
                 where.unlink()
             elif where.is_dir():
                 if any(where.iterdir()):
-                    raise LaunchError(f"{what}: {where} is a folder with files in this image; choose another mount "
+                    raise ReplicaError(f"{what}: {where} is a folder with files in this image; choose another mount "
                                       "point")
                 where.rmdir()
             elif where.exists():
-                raise LaunchError(f"{what}: {where} is a file in this image; choose another mount point")
+                raise ReplicaError(f"{what}: {where} is a file in this image; choose another mount point")
             where.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(local, where)
         except OSError as e:
-            raise LaunchError(f"{what}: cannot make {where} point at {local}: {e.strerror or e} (this container's "
+            raise ReplicaError(f"{what}: cannot make {where} point at {local}: {e.strerror or e} (this container's "
                               f"user may not write {where.parent}: run it as root, or mount under a folder it owns)"
                               ) from None
         # A link cannot refuse writes: read-only holds where the node mounts the bucket read-only itself.
@@ -199,16 +214,16 @@ def secret_names(environ: Mapping[str, str]) -> dict[str, str]:
     try:
         wanted = json.loads(raw)
     except ValueError as e:
-        raise LaunchError(f"GCPGPU_SECRETS is not JSON ({e})", EXIT_BAD_INPUT) from None
+        raise ReplicaError(f"GCPGPU_SECRETS is not JSON ({e})", EXIT_BAD_INPUT) from None
     if not isinstance(wanted, dict):
-        raise LaunchError('GCPGPU_SECRETS must be a JSON object {"ENV": "projects/P/secrets/NAME/versions/V"}',
+        raise ReplicaError('GCPGPU_SECRETS must be a JSON object {"ENV": "projects/P/secrets/NAME/versions/V"}',
                           EXIT_BAD_INPUT)
     out = {}
     for env, name in wanted.items():
         if not _ENV_NAME.match(env):
-            raise LaunchError(f"GCPGPU_SECRETS: {env!r} is not an environment variable name", EXIT_BAD_INPUT)
+            raise ReplicaError(f"GCPGPU_SECRETS: {env!r} is not an environment variable name", EXIT_BAD_INPUT)
         if not isinstance(name, str) or not _SECRET.match(name):
-            raise LaunchError(f"GCPGPU_SECRETS: {env}: {name!r} is not projects/P/secrets/NAME[/versions/V]",
+            raise ReplicaError(f"GCPGPU_SECRETS: {env}: {name!r} is not projects/P/secrets/NAME[/versions/V]",
                               EXIT_BAD_INPUT)
         out[env] = name if "/versions/" in name else f"{name}/versions/latest"
     return out
@@ -222,7 +237,7 @@ def _token(metadata: Metadata, endpoint: str, env: str, name: str) -> str | None
         except (ValueError, KeyError, TypeError):
             pass
     if endpoint.rstrip("/") == SECRETMANAGER_URL:
-        raise LaunchError(f"secret {env} ({name}): no access token: the metadata server gave none for the job's "
+        raise ReplicaError(f"secret {env} ({name}): no access token: the metadata server gave none for the job's "
                           "service account")
     return None  # another endpoint (the emulator) that needs none
 
@@ -247,16 +262,16 @@ def access_secret(env: str, name: str, endpoint: str, token: str | None, attempt
             except (ValueError, KeyError, TypeError):
                 message = e.reason
             hint = " (the job's service account needs roles/secretmanager.secretAccessor on it)" if e.code == 403 else ""
-            raise LaunchError(f"{where}: {e.code} {' '.join(str(message).split())[:300]}{hint}") from None
+            raise ReplicaError(f"{where}: {e.code} {' '.join(str(message).split())[:300]}{hint}") from None
         except (OSError, ValueError) as e:
             if attempt + 1 < attempts:
                 time.sleep(2 ** attempt)
                 continue
-            raise LaunchError(f"{where}: Secret Manager at {endpoint} did not answer ({e})") from None
+            raise ReplicaError(f"{where}: Secret Manager at {endpoint} did not answer ({e})") from None
     try:
         data = base64.b64decode(body["payload"]["data"], validate=True)
     except (KeyError, TypeError, binascii.Error):
-        raise LaunchError(f"{where}: Secret Manager's answer has no payload") from None
+        raise ReplicaError(f"{where}: Secret Manager's answer has no payload") from None
     expected = body["payload"].get("dataCrc32c")
     if expected is not None:
         try:
@@ -264,9 +279,9 @@ def access_secret(env: str, name: str, endpoint: str, token: str | None, attempt
         except ImportError:
             google_crc32c = None
         if google_crc32c is not None and str(google_crc32c.value(data)) != str(expected):
-            raise LaunchError(f"{where}: the payload arrived damaged (its CRC32C does not match)")
+            raise ReplicaError(f"{where}: the payload arrived damaged (its CRC32C does not match)")
     if b"\0" in data:
-        raise LaunchError(f"{where}: the value holds a NUL byte, which an environment variable cannot", EXIT_BAD_INPUT)
+        raise ReplicaError(f"{where}: the value holds a NUL byte, which an environment variable cannot", EXIT_BAD_INPUT)
     return data
 
 
@@ -317,7 +332,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str], metadata: Metadata,
     """Read the secrets, run the setup, then become the command; returns only on a failure (its exit status)."""
     try:
         secrets = secret_env(environ, metadata)
-    except LaunchError as e:
+    except ReplicaError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return e.exit_code
     env = {**environ, **secrets}

@@ -764,12 +764,15 @@ def test_a_mount_that_cannot_be_made_is_one_line(entrypoint, user_env, tmp_path,
     assert result.calls == []
 
 
-def test_resume_and_restart_reach_the_users_command_and_the_trainer(entrypoint, user_env):
-    env = {**user_env, "GCPGPU_RESUME": "1", "GCPGPU_RESTART": "2"}
+def test_resume_and_restart_reach_the_setup_the_users_command_and_the_trainer(entrypoint, user_env):
+    # Through the setup too: a setup may fetch what a resumed run needs.
+    env = {**user_env, "GCPGPU_RESUME": "1", "GCPGPU_RESTART": "2",
+           "GCPGPU_SETUP": 'echo "setup: resume=$GCPGPU_RESUME restart=$GCPGPU_RESTART"'}
     command = entrypoint("all_reduce_perf", env=env)
     trainer = entrypoint("--steps", "5", env=env)
     for run in (command, trainer):
         assert run.code == 0, run.stderr
+        assert "setup: resume=1 restart=2" in run.stdout
     for call in (command.calls[0], trainer.torchrun):
         assert call["env"]["GCPGPU_RESUME"] == "1" and call["env"]["GCPGPU_RESTART"] == "2"
 

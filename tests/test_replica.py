@@ -12,7 +12,8 @@ import google_crc32c
 import pytest
 
 from gcpgpu import replica
-from gcpgpu.launch import LaunchError, Metadata
+from gcpgpu.launch import Metadata
+from gcpgpu.replica import ReplicaError
 
 
 class Stub:
@@ -105,7 +106,7 @@ def test_a_busy_service_is_asked_again(stub, monkeypatch):
 )
 def test_a_failed_access_names_the_variable_and_the_secret_and_never_a_value(stub, answer, words):
     stub.answers = [answer]
-    with pytest.raises(LaunchError) as e:
+    with pytest.raises(ReplicaError) as e:
         replica.access_secret("X", "projects/p/secrets/x/versions/1", stub.url, "t")
     assert str(e.value) == f"secret X (projects/p/secrets/x/versions/1): {words}"
     assert "s3cr3t" not in str(e.value) and base64.b64encode(b"s3cr3t").decode() not in str(e.value)
@@ -113,7 +114,7 @@ def test_a_failed_access_names_the_variable_and_the_secret_and_never_a_value(stu
 
 def test_without_a_token_googles_endpoint_is_not_asked():
     env = {"GCPGPU_SECRETS": json.dumps({"HF_TOKEN": "projects/p/secrets/hf"})}
-    with pytest.raises(LaunchError, match=r"^secret HF_TOKEN \(projects/p/secrets/hf/versions/latest\): no access "
+    with pytest.raises(ReplicaError, match=r"^secret HF_TOKEN \(projects/p/secrets/hf/versions/latest\): no access "
                                           r"token: the metadata server gave none"):
         replica.secret_env(env, FakeMetadata({}))
 
@@ -128,6 +129,6 @@ def test_without_a_token_googles_endpoint_is_not_asked():
     ],
 )
 def test_bad_secret_names_are_refused_before_any_request(secrets, words):
-    with pytest.raises(LaunchError) as e:
+    with pytest.raises(ReplicaError) as e:
         replica.secret_names({"GCPGPU_SECRETS": secrets})
     assert e.value.exit_code == 2 and str(e.value).startswith(words)
