@@ -5,8 +5,9 @@ for the NCCL profile of this machine and the torchrun rendezvous (GCPGPU_NNODES,
 GCPGPU_MASTER_ADDR, GCPGPU_MASTER_PORT, GCPGPU_NPROC_PER_NODE, and the same five under torchrun's own
 names NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE for a user's launcher, whichever way
 the rendezvous was found), then `cd` into the unpacked --workdir when the job has one. When the
-machine needs a plugin, device or NIC that is not there, it prints one line saying what and exits 3 instead, so the job
-stops at once rather than training at a tenth of the speed or hanging in NCCL's setup.
+machine needs a plugin, device or NIC that is not there, it prints one line saying what and exits 3
+instead, so the job stops at once rather than training at a tenth of the speed or hanging in NCCL's
+setup.
 
 Inputs, strongest first (every one an environment variable, so a job spec can set it):
   machine type   GCPGPU_MACHINE_TYPE, then the metadata server's instance/machine-type
