@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
 # The gcpgpu training image's entrypoint: apply this machine's NCCL profile, work out the torchrun
-# rendezvous, and run the trainer (under Nsight Systems when GCPGPU_PROFILE=1).
+# rendezvous, bring the user's code, data and secrets, and run the trainer (under Nsight Systems when
+# GCPGPU_PROFILE=1) or the user's command.
 #
 #   docker run IMAGE --steps 100 ...        trainer flags: torchrun -m gcpgpu.trainer --steps 100 ...
 #   docker run IMAGE all_reduce_perf ...    a command: run it with the same NCCL environment
+#
+# Both get MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK, NPROC_PER_NODE (and GCPGPU_* twins), the same
+# on a cluster node and in a Vertex AI replica. The user's code (gcpgpu/replica.py documents them):
+#   GCPGPU_WORKDIR=gs://B/P.tar.gz   unpacked into /workdir (GCPGPU_WORKDIR_DIR), the working directory
+#   GCPGPU_MOUNTS=JSON               [{"source": "gs://B/P", "target": "/data", "ro": true}]: /data -> /gcs/B/P
+#   GCPGPU_SECRETS=JSON              {"ENV": "projects/P/secrets/S/versions/V"}: read from Secret Manager into
+#                                    the setup's and the command's environment, never into this shell
+#   GCPGPU_SETUP=CMD                 `bash -c CMD` in /workdir before the command; its failure ends the run
+#                                    with its status and "gcpgpu-entrypoint: setup failed (exit N): <last line>"
+#   GCPGPU_RESUME=1, GCPGPU_RESTART=N   set by job submit after a recovery or retry; passed on as they are
 #
 # The deciding is done in Python (gcpgpu/launch.py, which documents every input); this script
 # only evals its answer and builds the command line. Environment it reads here:
@@ -34,8 +45,15 @@ gcpgpu_reporter_args=()  # set by the plan when node 0's trainer writes --log-js
 plan="$("$python_bin" -m gcpgpu.launch env -- "$@")" || exit $?
 eval "$plan"
 
+# Secrets and setup: gcpgpu.launch reads the secrets, runs the setup, then execs the command, so the
+# values never pass through this shell (no `set -x` trace, no eval'd plan, no file holds them).
+launcher=()
+if [[ -n ${GCPGPU_SECRETS:-} || -n ${GCPGPU_SETUP:-} ]]; then
+  launcher=("$python_bin" -m gcpgpu.launch exec --)
+fi
+
 if [[ $# -gt 0 && $1 != -* ]]; then
-  exec "$@"
+  exec ${launcher[@]+"${launcher[@]}"} "$@"
 fi
 
 profiling=0
@@ -62,7 +80,7 @@ cmd=(torchrun
   "$@")
 
 if [[ $profiling == 0 && ${#gcpgpu_reporter_args[@]} == 0 ]]; then
-  exec "${cmd[@]}"
+  exec ${launcher[@]+"${launcher[@]}"} "${cmd[@]}"
 fi
 
 reporter_pid=""
@@ -139,7 +157,7 @@ fi
 # A background job of a script ignores SIGINT unless it is given back: the INT passed on must count.
 (
   trap - INT QUIT
-  exec "${cmd[@]}"
+  exec ${launcher[@]+"${launcher[@]}"} "${cmd[@]}"
 ) &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null || true' TERM

@@ -2,9 +2,12 @@
 
 containers/entrypoint.sh runs `python -m gcpgpu.launch` and evals what it prints: `export` lines
 for the NCCL profile of this machine and the torchrun rendezvous (GCPGPU_NNODES, GCPGPU_NODE_RANK,
-GCPGPU_MASTER_ADDR, GCPGPU_MASTER_PORT, GCPGPU_NPROC_PER_NODE). When the machine needs a plugin,
-device or NIC that is not there, it prints one line saying what and exits 3 instead, so the job
-stops at once rather than training at a tenth of the speed or hanging in NCCL's setup.
+GCPGPU_MASTER_ADDR, GCPGPU_MASTER_PORT, GCPGPU_NPROC_PER_NODE, and the same five under torchrun's own
+names NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE for a user's launcher, whichever way
+the rendezvous was found), then `cd` into the unpacked --workdir when the job has one. When the
+machine needs a plugin, device or NIC that is not there, it prints one line saying what and exits 3
+instead, so the job stops at once rather than training at a tenth of the speed or hanging in NCCL's
+setup.
 
 Inputs, strongest first (every one an environment variable, so a job spec can set it):
   machine type   GCPGPU_MACHINE_TYPE, then the metadata server's instance/machine-type
@@ -25,6 +28,10 @@ shell array gcpgpu_reporter_args (not exported) to the arguments of gcpgpu.metri
 the entrypoint runs beside torchrun: --log-json FILE and --cluster NAME (GCPGPU_CLUSTER, then the
 VM's metadata attribute gcpgpu-cluster) or --job ID (CLOUD_ML_JOB_ID, set by Vertex AI).
 GCPGPU_METRICS=0 turns the reporter off.
+
+The user's own code (gcpgpu.replica documents the variables): `env` also unpacks GCPGPU_WORKDIR and
+makes the GCPGPU_MOUNTS links, after every check above passed; `python -m gcpgpu.launch exec -- CMD`
+reads GCPGPU_SECRETS, runs GCPGPU_SETUP and then becomes CMD.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gcpgpu import replica  # stdlib only: the user's workdir, mounts, secrets and setup
 from gcpgpu.trainer.argv import log_json_path, metrics_off  # stdlib only: the trainer's command-line contract
 from gcpgpu.trainer.dist import Rendezvous  # stdlib only: the trainer's own parser numbers nodes the same way
 
@@ -220,6 +228,7 @@ class Plan:
     notes: list[str]
     warnings: list[str]
     reporter: list[str] | None = None  # gcpgpu.metrics.reporter's arguments (--pid is the entrypoint's)
+    workdir: str | None = None  # where the job's --workdir was unpacked: the setup's and command's directory
 
     def shell(self) -> str:
         from gcpgpu.nccl import export_lines
@@ -227,6 +236,8 @@ class Plan:
         lines = export_lines(self.exports, self.prepend)
         if self.reporter:
             lines.append(f"gcpgpu_reporter_args=({' '.join(shlex.quote(a) for a in self.reporter)})")
+        if self.workdir:
+            lines.append(f"cd -- {shlex.quote(self.workdir)}")
         return "\n".join(lines) + "\n"
 
 
@@ -306,6 +317,9 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
         GCPGPU_MASTER_PORT=str(rdzv.master_port),
         GCPGPU_NPROC_PER_NODE=nproc,
     )
+    # The same values under torchrun's names, so a user's own launch line reads them on any target.
+    exports.update(NNODES=str(rdzv.nnodes), NODE_RANK=str(rdzv.node_rank), MASTER_ADDR=rdzv.master_addr,
+                   MASTER_PORT=str(rdzv.master_port), NPROC_PER_NODE=nproc)
     how = ", ".join(sorted(set(rdzv.sources.values()))) or "single node"
     notes.append(
         f"node {rdzv.node_rank} of {rdzv.nnodes}, master {rdzv.master_addr}:{rdzv.master_port} ({how}), "
@@ -340,17 +354,26 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         upload(argv[1], argv[2:])
         return 0
+    environ = os.environ
+    metadata = Metadata(environ.get("GCPGPU_METADATA_URL", "").strip() or METADATA_URL)
+    if argv[:1] == ["exec"]:
+        return replica.run(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, metadata, prog)
     if argv[:1] not in ([], ["env"]) or argv[1:2] not in ([], ["--"]):
-        print(f"{prog}: usage: python -m gcpgpu.launch [env [-- ARGS...] | upload gs://DEST FILE...]", file=sys.stderr)
+        print(f"{prog}: usage: python -m gcpgpu.launch [env [-- ARGS...] | exec -- CMD... | upload gs://DEST FILE...]",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     # The container's arguments: trainer flags, unless the first is a command (as the entrypoint decides).
     rest = argv[2:]
     args = rest if not rest or rest[0].startswith("-") else None
-    environ = os.environ
-    metadata = Metadata(environ.get("GCPGPU_METADATA_URL", "").strip() or METADATA_URL)
     try:
         result = plan(environ, metadata, environ.get("GCPGPU_SYSROOT", "").strip() or "/", args)
-    except LaunchError as e:
+        # Files are written only once the machine and the rendezvous passed their checks.
+        workdir = replica.unpack_workdir(environ)
+        if workdir is not None:
+            result.workdir = str(workdir)
+            result.notes.append(f"workdir: {environ['GCPGPU_WORKDIR'].strip()} unpacked into {workdir}")
+        result.notes += [f"mount {note}" for note in replica.make_mounts(environ)]
+    except (LaunchError, replica.ReplicaError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return e.exit_code
     for line in result.notes:

@@ -161,6 +161,10 @@ def test_multi_stage_non_root_with_the_entrypoint(dockerfile):
     assert "containers/entrypoint.sh /usr/local/bin/gcpgpu-entrypoint" in copies
     assert any("GCPGPU_IMAGE_FLAVOR=${FLAVOR}" in rest for word, rest in final if word == "ENV")
     assert any("nsys --version" in rest for word, rest in final if word == "RUN")  # nsys proven present
+    # The image's user owns /workdir, where the entrypoint unpacks a job's --workdir.
+    (made,) = [rest for word, rest in final if word == "RUN" and "useradd" in rest]
+    assert re.search(r"mkdir -p [^&]*/workdir\b", made) and re.search(r"chown trainer [^&]*/workdir\b", made)
+    assert users[-1] == re.search(r"--uid (\d+)", made).group(1)
 
 
 def test_every_copy_source_is_in_the_build_context(dockerfile):
@@ -197,7 +201,7 @@ def test_context_is_reproducible_and_holds_what_the_image_needs():
     assert first.data == again.data and first.source_digest == again.source_digest
     held = members(first.data)
     for name in ("pyproject.toml", "containers/Dockerfile", "containers/entrypoint.sh", "gcpgpu/launch.py",
-                 "gcpgpu/nccl.py", "gcpgpu/data/machines.yaml", "templates/cloudbuild.yaml.j2", "cloudbuild.yaml"):
+                 "gcpgpu/replica.py", "gcpgpu/nccl.py", "gcpgpu/data/machines.yaml", "templates/cloudbuild.yaml.j2", "cloudbuild.yaml"):
         assert name in held, name
     assert held["containers/entrypoint.sh"].mode == 0o755
     assert not [n for n in held if "__pycache__" in n or n.endswith(".pyc")]

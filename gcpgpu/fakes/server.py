@@ -29,6 +29,7 @@ from .faults import FaultClock
 from .jobs import LocalJobs
 from .jobs.storage import Storage
 from .monitoring.backend import MonitoringBackend
+from .secretmanager.backend import SecretManagerBackend
 from .storage.backend import StorageBackend
 from .vertex.backend import VertexBackend
 from .world import default_world
@@ -48,6 +49,7 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),
     (r"^/monitoring/v[13]/", "gcpgpu.fakes.monitoring.rest:MonitoringRest.for_emulator"),
     (r"^/((resumable/)?upload/|download/)?storage/v1/", "gcpgpu.fakes.storage.rest:StorageRest.for_emulator"),
+    (r"^/v1/projects/[^/]+/secrets(?:[/:]|$)", "gcpgpu.fakes.secretmanager.rest:SecretManagerRest.for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -117,6 +119,7 @@ class Emulator:
         self.storage = StorageBackend(disk, self.clock)
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids, self.events)
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids, self.storage)
+        self.secretmanager = SecretManagerBackend(self.clock)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
         self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk)
@@ -132,6 +135,7 @@ class Emulator:
         """Forget every resource, fault and logged request (the world's data stays)."""
         self.compute.reset()
         self.cloudbuild.reset()
+        self.secretmanager.reset()
         self.vertex.reset()
         self.jobs.reset()
         self.monitoring.reset()
