@@ -188,6 +188,7 @@ class Emulator:
                 "cloudbuild": "grpc",
                 "monitoring": f"{self.url}/monitoring/ and grpc",
                 "storage": f"{self.url}/storage/v1/ (uploads /upload/storage/v1/, downloads /download/storage/v1/)",
+                "secretmanager": f"{self.url}/v1/",
             },
             # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
             # (Cloud Build is served over gRPC only, which gcloud does not speak).
@@ -197,6 +198,7 @@ class Emulator:
                 "logging": f"{self.url}/",
                 "monitoring": f"{self.url}/monitoring/",
                 "storage": f"{self.url}/storage/v1/",
+                "secretmanager": f"{self.url}/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }
