@@ -104,22 +104,28 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         from gcpgpu.jobs import vertex
 
         request = vertex.build_request(valid, settings.project)
+        for note in valid.notes:
+            info(f"note: {note}")
         if dry_run:
             emit(request, fmt=settings.format if settings.format != "table" else "yaml")
             return
         jid, state = vertex.submit(settings.clients, request)
     else:
-        if dry_run:
-            machine = valid.machine
-            emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": valid.nodes or "all",
-                  "image": valid.image, "command": valid.command, "args": valid.args,
-                  "env": job_spec.job_env(valid, machine, "vm"),
-                  "note": None if machine else "the NCCL profile of the cluster's machine type is added at submit"},
-                 fmt=settings.format if settings.format != "table" else "yaml")
-            return
         from gcpgpu.jobs import cluster as cluster_jobs
 
-        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover)
+        # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
+        # so it refuses, and fits defaults, as submit does.
+        placed = cluster_jobs.place(settings.clients, settings.project, valid, kw["cluster"])
+        for note in valid.notes:
+            info(f"note: {note}")
+        if dry_run:
+            nodes, machine = placed
+            emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": len(nodes),
+                  "machine_type": machine.name, "image": cluster_jobs.image_of(valid, settings.project, nodes),
+                  "command": valid.command, "args": valid.args, "env": job_spec.job_env(valid, machine, "vm")},
+                 fmt=settings.format if settings.format != "table" else "yaml")
+            return
+        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover, placed)
     if settings.format == "table":
         click.echo(str(jid))
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
