@@ -65,7 +65,8 @@ def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, i
         raise UsageProblem(f"--interval {interval:g} must be between 1 and 3600 seconds")
     fmt = fmt or settings.format  # the root's table|json|yaml when no local --format is given
     project = settings.project
-    run(Tail(settings.clients, project, kind, name, per_gpu=gpus), fmt, interval, once)
+    run(Tail(settings.clients, project, kind, name, per_gpu=gpus, job=job, region=settings.optional("region")),
+        fmt, interval, once)
 
 
 @metrics.command()

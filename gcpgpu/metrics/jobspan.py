@@ -71,8 +71,9 @@ def job_id(text: str, region: str | None) -> Any:
 
 
 def read(clients: Any, project: str, text: str, region: str | None) -> JobSpan | None:
-    """The job's span, or None when its id says too little (a bare number and no region) or the job
-    service does not know it (the metrics may outlive the job's record)."""
+    """The job's span, or None when its id says too little (a bare number and no region) or the job's
+    service cannot tell (it does not know the job, whose metrics may outlive its record, or refuses):
+    the views then show what they would without it."""
     from google.api_core import exceptions
 
     jid = job_id(text, region)
@@ -87,6 +88,6 @@ def read(clients: Any, project: str, text: str, region: str | None) -> JobSpan |
             from gcpgpu.jobs import cluster as cluster_jobs
 
             state = cluster_jobs.status(clients, project, jid)
-    except (CloudError, exceptions.NotFound):
+    except (CloudError, exceptions.GoogleAPICallError):
         return None
     return JobSpan(str(jid), str(state["state"]), _epoch(state.get("started")), _epoch(state.get("ended")))
