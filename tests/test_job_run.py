@@ -146,3 +146,22 @@ def test_cluster_job_on_two_nodes_runs_ranks_0_and_1(gcp, text_file):
     assert json.loads(cli("job", "status", other_id, fmt="json").stdout)["state"] == "CANCELLED"
     listed = {j["id"]: j["state"] for j in json.loads(cli("job", "list", "--clusters", fmt="json").stdout)}
     assert listed == {other_id: "CANCELLED"}
+
+
+@pytest.mark.slow
+def test_submit_wait_shows_steps_loss_and_throughput_as_they_come(gcp, text_file):
+    """Issue 24 item 6: `job submit --wait` printed nothing but RUNNING for a whole 20-step job; now each
+    step the trainer logs shows (from the job's log), before the job's final state."""
+    up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes")
+    assert up.exit_code == 0, up.output
+    result = cli("job", "submit", "--cluster", "c", "--wait", "--", *trainer(text_file, steps=4))
+    assert result.exit_code == 0, result.output
+    job_id = result.stdout.splitlines()[0]
+    steps = [line for line in result.stderr.splitlines() if re.search(r" step \d+ \| loss ", line)]
+    assert [re.search(r" step (\d+) ", line).group(1) for line in steps] == ["0", "1", "2", "3"], result.stderr
+    assert all(line.startswith(tuple("0123456789")) and f" {job_id}: step " in line and line.endswith(" tok/s/gpu")
+               for line in steps), steps
+    err = result.stderr
+    assert err.index(f"{job_id}: model tiny") < err.index(f"{job_id}: step 0 ") < err.index(f"{job_id}: step 3 ")
+    assert err.index(f"{job_id}: step 3 ") < err.index(f"{job_id}: SUCCEEDED")
+    assert "median over" in err  # the trainer's summary, then the end

@@ -8,6 +8,7 @@ emulator writes per memory_state, as the Ops Agent does.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -108,3 +109,89 @@ def test_a_job_the_agent_runs_makes_its_nodes_busy_and_the_rest_stay_idle(gcp):
     gcp.clock.advance(120)
     util = latest(client, UTIL, gcp.clock.now())
     assert all(v < 1 for v in util.values()), util  # the job is over: every node idle again
+
+
+def test_a_jobs_tail_says_no_data_yet_then_ended_and_never_shows_old_numbers_as_live(gcp):
+    """Issue 24 item 6: `metrics tail` showed 0 % GPU for the first minute of a job (the idle minute before it)
+    and went on showing the trainer's tokens/s after the job had ended."""
+    from gcpgpu.metrics.reporter import Reporter
+
+    emulated_cluster(gcp, "c", 2, busy=False)
+    gcp.jobs.agent.simulated_run_s = 600
+    reporter = Reporter("/nonexistent", project=PROJECT, kind="cluster", name="c",
+                        client=Clients(emulator=gcp.address, project=PROJECT).monitoring())
+    reporter.pending.add({"step": 90, "tokens_per_s": 5000.0, "world_size": 2, "mfu": 0.4})
+    assert reporter.flush()  # an earlier job's throughput, still in the cluster's series
+    time.sleep(1.1)  # job start times are whole seconds
+    submitted = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--command", "sleep 600")
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    deadline = time.monotonic() + 30
+    while json.loads(cli("--format", "json", "job", "status", job_id).stdout)["state"] != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    *nodes, total = tail_rows("--job", job_id)
+    for node in nodes:  # the newest GPU sample is the idle minute before the job: not the job's 0 %
+        assert node["gpu_util_pct"] is None and node["note"].startswith("no data yet (job started "), node
+    assert total["tokens_per_s"] is None and total["note"].startswith("no data yet"), total
+
+    assert cli("job", "cancel", job_id, "--wait").exit_code == 0
+    *_, total = tail_rows("--job", job_id)
+    assert total["tokens_per_s"] is None and total["mfu"] is None
+    assert total["note"].startswith("no data yet"), total  # the job ended without reporting: still not its numbers
+    table = cli("metrics", "tail", "--once", "--job", job_id)
+    assert table.exit_code == 0, table.output
+    assert f"job {job_id} ended CANCELLED at " in " ".join(table.stdout.split())  # the title says so
+
+
+def test_the_trainers_numbers_go_stale_when_it_falls_silent(gcp):
+    """Without a job to watch (--cluster), tokens/s the reporter last wrote minutes ago are not live."""
+    from gcpgpu.metrics.reporter import Reporter
+    from gcpgpu.metrics.tail import Tail
+
+    emulated_cluster(gcp, "c", 2)
+    client = Clients(emulator=gcp.address, project=PROJECT)
+    reporter = Reporter("/nonexistent", project=PROJECT, kind="cluster", name="c", client=client.monitoring())
+    reporter.pending.add({"step": 10, "tokens_per_s": 5000.0, "world_size": 2, "mfu": 0.4})
+    assert reporter.flush()
+    written = time.time()
+    fresh = Tail(client, PROJECT, "cluster", "c", clock=lambda: written + 60).refresh()
+    assert fresh.rows[-1].values["tokens_per_s"] == 10000.0
+    later = Tail(client, PROJECT, "cluster", "c", clock=lambda: written + 400).refresh()
+    assert later.rows[-1].values["tokens_per_s"] is None
+    assert not fresh.rows[-1].note
+    assert re.match(r"trainer silent for over [56] min; last 10\.0k tok/s", later.rows[-1].note), later.rows[-1].note
+
+
+def test_once_a_job_has_ended_its_last_numbers_are_not_shown_as_live(gcp):
+    """A Vertex job that reported 8k tokens/s, watched during its run and after its end (the emulator's clock)."""
+    from gcpgpu.metrics.reporter import Reporter
+    from gcpgpu.metrics.tail import Tail
+
+    gcp.vertex.timings["simulated_run_s"] = 600.0
+    submitted = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
+                    "--image", "busybox", "--command", "sleep 600")
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    number = job_id.rsplit(":", 1)[1]
+    client = Clients(emulator=gcp.address, project=PROJECT)
+    gcp.clock.advance(300)
+    reporter = Reporter("/nonexistent", project=PROJECT, kind="job", name=number, client=client.monitoring(),
+                        clock=gcp.clock.now)
+    reporter.pending.add({"step": 50, "tokens_per_s": 4000.0, "world_size": 2, "mfu": 0.3})
+    assert reporter.flush()
+    session = Tail(client, PROJECT, "job", number, clock=gcp.clock.now, job=job_id)
+
+    running = session.refresh()
+    *tasks, total = running.rows
+    assert total.values["tokens_per_s"] == 8000.0 and not total.note  # its own numbers, live
+    assert all(t.values["gpu_util_pct"] is not None and not t.note for t in tasks)
+
+    gcp.clock.advance(400)  # it ended 100 s ago
+    ended = session.refresh()
+    *tasks, total = ended.rows
+    assert total.values["tokens_per_s"] is None and total.values["mfu"] is None
+    assert total.note.startswith("job ended ") and total.note.endswith("; last 8.0k tok/s"), total.note
+    assert all(t.values["gpu_util_pct"] is None and t.note.startswith("job ended ") for t in tasks)
+    assert ended.job is not None and ended.job.state == "SUCCEEDED"

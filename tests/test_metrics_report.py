@@ -150,3 +150,36 @@ def test_a_single_sample_is_visible(gcp, monkeypatch, tmp_path):
     left, right = throughput.get_xlim()
     (x,) = line.get_xdata(orig=False)
     assert left < x < right  # inside the axis, not on its edge
+
+
+def test_a_job_report_covers_the_jobs_run_not_the_last_hour(gcp, monkeypatch, tmp_path):
+    """Issue 24 item 6: `metrics report --job` plotted the last hour, the job squeezed into its right 5 %."""
+    import gcpgpu.metrics.jobspan as jobspan
+    import gcpgpu.metrics.report as report_module
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    monkeypatch.setattr(jobspan, "clock", gcp.clock.now)
+    gcp.vertex.timings["simulated_run_s"] = 600.0  # a 10-minute job, by the emulator's clock
+    submitted = CliRunner().invoke(main, ["--region", "us-central1", "job", "submit", "--vertex", "--machine-type",
+                                          "a2-highgpu-1g", "--image", "busybox", "--command", "sleep 600"])
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    gcp.clock.advance(600 + 20 * 60)  # it ended 20 minutes ago
+    made = []
+    real = report_module.build_figure
+    monkeypatch.setattr(report_module, "build_figure", lambda *a: made.append(a) or real(*a))
+    result = CliRunner().invoke(main, ["metrics", "report", "--job", job_id, "-o", str(tmp_path / "job.png")])
+    assert result.exit_code == 0, result.output
+    assert f"Plotting job {job_id} from its start at" in result.stderr and "(SUCCEEDED)" in result.stderr
+    ((_target, panel_list, _slow, window),) = made
+    times = [t for p in panel_list for pts in p.lines.values() for t, _v in pts]
+    assert panel_list and times
+    run = max(times) - min(times)
+    assert run >= 8 * 60 and window.end - window.start <= run + 6 * 60  # the job fills the plot, two-minute margins
+    assert window.start <= min(times) and window.end >= max(times)
+
+    # --since still chooses the window.
+    made.clear()
+    hour = CliRunner().invoke(main, ["metrics", "report", "--job", job_id, "--since", "3h", "-o", str(tmp_path / "h.png")])
+    assert hour.exit_code == 0, hour.output
+    assert made[0][3].end - made[0][3].start == 3 * 3600

@@ -104,22 +104,28 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         from gcpgpu.jobs import vertex
 
         request = vertex.build_request(valid, settings.project)
+        for note in valid.notes:
+            info(f"note: {note}")
         if dry_run:
             emit(request, fmt=settings.format if settings.format != "table" else "yaml")
             return
         jid, state = vertex.submit(settings.clients, request)
     else:
-        if dry_run:
-            machine = valid.machine
-            emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": valid.nodes or "all",
-                  "image": valid.image, "command": valid.command, "args": valid.args,
-                  "env": job_spec.job_env(valid, machine, "vm"),
-                  "note": None if machine else "the NCCL profile of the cluster's machine type is added at submit"},
-                 fmt=settings.format if settings.format != "table" else "yaml")
-            return
         from gcpgpu.jobs import cluster as cluster_jobs
 
-        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover)
+        # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
+        # so it refuses, and fits defaults, as submit does.
+        placed = cluster_jobs.place(settings.clients, settings.project, valid, kw["cluster"])
+        for note in valid.notes:
+            info(f"note: {note}")
+        if dry_run:
+            nodes, machine = placed
+            emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": len(nodes),
+                  "machine_type": machine.name, "image": cluster_jobs.image_of(valid, settings.project, nodes),
+                  "command": valid.command, "args": valid.args, "env": job_spec.job_env(valid, machine, "vm")},
+                 fmt=settings.format if settings.format != "table" else "yaml")
+            return
+        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover, placed)
     if settings.format == "table":
         click.echo(str(jid))
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
@@ -132,10 +138,11 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         if settings.format != "table":
             emit(state)
         return
-    if valid.target == "cluster":
-        final = _follow_cluster_job(settings, jid, recover)
-    else:
-        final = _follow_state(settings, str(jid))
+    with _progress(settings, jid) as progress:
+        if valid.target == "cluster":
+            final = _follow_cluster_job(settings, jid, recover, progress)
+        else:
+            final = _follow_state(settings, str(jid), progress=progress)
     if settings.format != "table":
         emit(final)
     _fail_unless_succeeded(final)
@@ -244,13 +251,27 @@ def _status_with_history(settings: Settings, job_id: str) -> dict:
     return state
 
 
-def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], None] | None = None) -> dict:
-    """Poll the job until it ends, telling each change of state on stderr."""
+def _progress(settings: Settings, jid: Any) -> Any:
+    """While a job is followed: the trainer's steps, loss and tokens/s from its log as they come (stderr),
+    read as 'job logs --follow' reads them."""
+    from gcpgpu.jobs.logs import Progress
+
+    return Progress(settings.clients, settings.project, _log_filter(settings, jid),
+                    lambda line: info(f"{time.strftime('%H:%M:%S')} {jid}: {line}"),
+                    poll_s=_poll_s(settings) if settings.emulator else 5.0)
+
+
+def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], None] | None = None,
+                  progress: Any = None) -> dict:
+    """Poll the job until it ends, telling each change of state on stderr (after the trainer's last
+    progress lines, when `progress` shows them)."""
     last = None
     while True:
         state = _status(settings, job_id)
         if state["state"] != last:
             last = state["state"]
+            if progress is not None and last in TERMINAL:
+                progress.drain()
             info(f"{time.strftime('%H:%M:%S')} {job_id}: {last}")
             if on_change:
                 on_change(state)
@@ -259,7 +280,7 @@ def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], N
         time.sleep(_poll_s(settings))
 
 
-def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> dict:
+def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None, progress: Any = None) -> dict:
     """Follow a cluster job to its end, recovering it from lost nodes (jobs/recover.py)."""
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.errors import Interrupted
@@ -279,6 +300,8 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None) -> di
              + (f" ({used} used)" if used else ""))
 
     def said(state: dict) -> None:
+        if progress is not None and state["state"] in TERMINAL:
+            progress.drain()
         info(f"{time.strftime('%H:%M:%S')} {jid}: {state['state']}"
              + (f" (attempt {state['attempt']})" if state.get("attempt") else ""))
 
@@ -342,12 +365,13 @@ def follow(settings: Settings, job_id: str, recover: int | None) -> None:
     from gcpgpu.jobs import ids
 
     jid = ids.parse(job_id)
-    if jid.target == "vertex":
-        if recover is not None:
-            raise UsageProblem("--recover applies to cluster jobs; Vertex AI restarts a job's workers itself")
-        final = _follow_state(settings, str(jid))
-    else:
-        final = _follow_cluster_job(settings, jid, recover)
+    if jid.target == "vertex" and recover is not None:
+        raise UsageProblem("--recover applies to cluster jobs; Vertex AI restarts a job's workers itself")
+    with _progress(settings, jid) as progress:
+        if jid.target == "vertex":
+            final = _follow_state(settings, str(jid), progress=progress)
+        else:
+            final = _follow_cluster_job(settings, jid, recover, progress)
     if settings.format != "table":
         emit(final)
     _fail_unless_succeeded(final)

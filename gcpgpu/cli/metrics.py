@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gcpgpu.errors import UsageProblem
@@ -63,36 +65,64 @@ def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, i
         raise UsageProblem(f"--interval {interval:g} must be between 1 and 3600 seconds")
     fmt = fmt or settings.format  # the root's table|json|yaml when no local --format is given
     project = settings.project
-    run(Tail(settings.clients, project, kind, name, per_gpu=gpus), fmt, interval, once)
+    run(Tail(settings.clients, project, kind, name, per_gpu=gpus, job=job, region=settings.optional("region")),
+        fmt, interval, once)
 
 
 @metrics.command()
 @_target_options
-@click.option("--since", default="1h", show_default=True, metavar="DURATION",
-              help="How far back: e.g. 30m, 2h, 1d (at most six weeks).")
+@click.option("--since", metavar="DURATION", help="How far back: e.g. 30m, 2h, 1d (at most six weeks). Default: "
+              "with --job, the job's run (from its start to its end, with a margin); else 1h.")
 @click.option("-o", "--output", required=True, metavar="FILE", help="Where to write: FILE.html or FILE.png.")
 @click.pass_obj
-def report(settings: Settings, cluster: str | None, job: str | None, since: str, output: str) -> None:
+def report(settings: Settings, cluster: str | None, job: str | None, since: str | None, output: str) -> None:
     """Plot a cluster's or job's metrics over time to an HTML page or a PNG.
 
     One panel per metric, one line per node, stragglers in red and named. The HTML
-    page adds each node's averages over the window and embeds the figure.
+    page adds each node's averages over the window and embeds the figure. A job's
+    report covers its run unless --since says otherwise.
     """
     from gcpgpu.metrics.query import Window, parse_duration
     from gcpgpu.metrics.report import check_output, make_report
     from gcpgpu.metrics.target import pick, resolve
 
     kind, name = pick(cluster, job)
-    seconds = parse_duration(since)
+    seconds = parse_duration(since) if since is not None else None
     path = check_output(output)
     project = settings.project
     target = resolve(settings.clients, project, kind, name)
-    summary = make_report(settings.clients, target, Window.since(seconds), path)
+    window = Window.since(seconds) if seconds is not None else None
+    if window is None and job:
+        window = _job_window(settings, job)
+    summary = make_report(settings.clients, target, window or Window.since(3600), path)
     if settings.format != "table":
         emit(summary)
         return
     slow = f"; stragglers: {', '.join(summary['stragglers'])}" if summary["stragglers"] else ""
     info(f"Wrote {summary['output']} ({len(summary['panels'])} panel(s){slow}).")
+
+
+def _job_window(settings: Settings, job: str) -> Any:
+    """The job's run as a report window, saying so; None (the last hour) when its times are unknown."""
+    from gcpgpu.metrics import jobspan
+
+    span = jobspan.read(settings.clients, settings.project, job, settings.optional("region"))
+    window = span.window(jobspan.clock()) if span is not None else None
+    if window is None:
+        why = ("it has not started" if span is not None else
+               "its start and end are unknown (give the id 'gcpgpu job submit' printed, or --region for a number)")
+        info(f"note: plotting the last hour: {why}; --since chooses the window")
+        return None
+    ended = "" if span.ended is None else f" to its end at {_clock(span.ended)}"
+    info(f"Plotting job {span.id} from its start at {_clock(span.started)}{ended} ({span.state}), with a margin "
+         "either side; --since chooses another window")
+    return window
+
+
+def _clock(epoch: float | None) -> str:
+    import datetime as dt
+
+    return "?" if epoch is None else dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%H:%M:%S UTC")
 
 
 @metrics.group()

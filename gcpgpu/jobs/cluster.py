@@ -27,7 +27,7 @@ from gcpgpu.resources import render
 
 from . import ids
 from . import logs as job_logs
-from .spec import DEFAULT_IMAGE, ValidJob, job_env
+from .spec import DEFAULT_IMAGE, ValidJob, fit_trainer_args, job_env
 
 MASTER_PORT = 29500
 RXDM_WAIT_S = 180  # the TCPXO RxDM takes ~30 s to initialise (container-engine-accelerators README); headroom
@@ -65,10 +65,11 @@ def _job_of(node: Node) -> dict | None:
     return job if isinstance(job, dict) and "id" in job else None
 
 
-def submit(clients: Clients, project: str, job: ValidJob, cluster: str,
-           recover: int | None = None) -> tuple[ids.JobId, dict]:
-    """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
-    `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N."""
+def place(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[list[Node], catalog.MachineType]:
+    """The nodes the job would run on (the cluster's first --nodes, all by default) and their machine type,
+    with the job's trainer arguments checked and fitted (fit_trainer_args) to nodes x GPUs per node.
+
+    Reads only (one aggregatedList), so `job submit --dry-run` refuses what submit refuses."""
     nodes = ranked_nodes(clients, project, cluster)
     if not nodes:
         raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
@@ -80,12 +81,26 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str,
     if want > len(nodes):
         raise UsageProblem(f"--nodes {want}: cluster {cluster} has {len(nodes)} node(s); use --nodes "
                            f"{len(nodes)} or fewer, or grow it with 'gcpgpu cluster up {cluster} --nodes {want}'")
-    chosen = nodes[:want]
-    if job.bundled_trainer and job.nodes is None:
-        from .spec import check_trainer_args
+    # What the real cloud runs: every GPU of every chosen node (the emulator runs one process per node,
+    # and a batch that splits over the GPUs splits over the nodes too).
+    fit_trainer_args(job, world=want * machine.gpu_count, exact=True)
+    return nodes[:want], machine
 
-        trainer_args = job.command[3:] + job.args if job.command else job.args
-        check_trainer_args(trainer_args, world=want * machine.gpu_count, exact=True, output_dir=job.spec.output_dir)
+
+def image_of(job: ValidJob, project: str, chosen: list[Node]) -> str:
+    """The job's image; by default the trainer image from the Artifact Registry of the cluster's region."""
+    if job.spec.image is None:
+        return DEFAULT_IMAGE.format(region=chosen[0].region, project=project.replace(":", "/"))
+    return job.image
+
+
+def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover: int | None = None,
+           placed: tuple[list[Node], catalog.MachineType] | None = None) -> tuple[ids.JobId, dict]:
+    """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
+    `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N.
+    `placed`: what place() returned for this job, when the caller already read it."""
+    chosen, machine = placed or place(clients, project, job, cluster)
+    want = len(chosen)
     not_running = [n.name for n in chosen if n.status != "RUNNING"]
     if not_running:
         raise CloudError(f"node(s) {', '.join(not_running)} of cluster {cluster} are not RUNNING; see "
@@ -104,9 +119,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str,
     host_lib = profile.lib_dir if profile.lib_dir and profile.lib_dir.startswith("/var/lib/") else None
     if host_lib:  # the host installer's whole plugin dir (one version), as Cluster Toolkit's nccl-tests mount it
         mounts = [host_lib, *(p for p in mounts if not p.startswith(host_lib + "/"))]
-    image = job.image
-    if job.spec.image is None:  # the default image, from the Artifact Registry of the cluster's region
-        image = DEFAULT_IMAGE.format(region=chosen[0].region, project=project.replace(":", "/"))
+    image = image_of(job, project, chosen)
     buckets, node_dirs = output_mounts(job.spec.output_dir)
     record = {
         "id": job_id, "name": job.name, "cluster": cluster, "image": image, "command": job.command,

@@ -8,6 +8,7 @@ cluster.log_filter); --follow polls for newer ones until the job has ended.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -123,3 +124,69 @@ def first_error_line(lines: Iterable[str]) -> str | None:
 def failure_cause(clients: Clients, project: str, flt: str) -> str | None:
     """The first error line in a failed job's log (entries.list), or None when the log has none."""
     return first_error_line(message(entry) for entry in entries(clients, project, flt))
+
+
+# The trainer's progress as it prints it (rank 0): "step      9 | loss 10.8485 | lr 4.22e-04 | 226 tok/s/gpu | ...".
+_STEP = re.compile(r"^step\s+(\d+) \| loss (\S+) \|.*?\| ([^|]+ tok/s/gpu)")
+# The trainer's own notes worth seeing live: its start line, checkpoints, a stop and its summary.
+_NOTE = re.compile(r"^(?:gcpgpu\.trainer: (?!(?:rank \d+: )?error: )|saved checkpoint |resumed from |no checkpoint in )")
+
+
+def progress_line(text: str) -> str | None:
+    """A trainer log line as a short progress line ("step 9 | loss 10.8485 | 226 tok/s/gpu"), or None
+    for lines that are not progress (errors are quoted once the job has failed)."""
+    line = _PREFIX.sub("", text.strip())
+    if m := _STEP.match(line):
+        return f"step {m.group(1)} | loss {m.group(2)} | {m.group(3).strip()}"
+    if _NOTE.match(line) and "a collective failed" not in line:
+        return line.removeprefix("gcpgpu.trainer: ")
+    return None
+
+
+class Progress:
+    """Shows the trainer's progress lines from the job's log while something else follows the job's state.
+
+    A daemon thread polls the log every `poll_s` (the way `job logs --follow` reads it); drain() reads
+    what is left, so the last steps show before the job's final state does. A log that cannot be
+    read (no permission, say) only ends the progress lines: the job's state is still followed.
+    """
+
+    def __init__(self, clients: Clients, project: str, flt: str, say: Callable[[str], None],
+                 poll_s: float = POLL_S) -> None:
+        self.clients, self.project, self.flt, self.say, self.poll_s = clients, project, flt, say, poll_s
+        self._seen: set[str] = set()
+        self._since: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="job-progress", daemon=True)
+        self.failed = False
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.poll_s + 5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.drain()
+
+    def drain(self) -> None:
+        """Read the log's new entries and show the progress among them."""
+        with self._lock:
+            if self.failed:
+                return
+            try:
+                for entry in entries(self.clients, self.project, self.flt, self._since):
+                    key = entry.get("insertId") or f"{entry.get('timestamp')}|{message(entry)}"
+                    if key in self._seen:
+                        continue
+                    self._seen.add(key)
+                    self._since = entry.get("timestamp") or self._since
+                    line = progress_line(message(entry))
+                    if line:
+                        self.say(line)
+            except CloudError:
+                self.failed = True

@@ -128,6 +128,7 @@ class ValidJob:
     region: str | None
     reservation: dict | None  # Vertex reservationAffinity, camelCase
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # defaults chosen for the target, said before submit
 
     @property
     def bundled_trainer(self) -> bool:
@@ -236,11 +237,23 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
     valid = ValidJob(spec=spec, target=target, name=name, machine=machine, nodes=nodes, image=image,
                      command=command, args=args, env=env, region=region, reservation=reservation,
                      warnings=warnings)
-    own_args = trainer_args(image, command, args)
-    if own_args is not None:
-        check_trainer_args(own_args, world=(nodes or 1) * (machine.gpu_count if machine else 1),
-                           exact=nodes is not None and machine is not None, output_dir=spec.output_dir)
+    fit_trainer_args(valid, world=(nodes or 1) * (machine.gpu_count if machine else 1),
+                     exact=nodes is not None and machine is not None)
     return valid
+
+
+def fit_trainer_args(job: ValidJob, *, world: int, exact: bool) -> None:
+    """Check the bundled trainer's arguments for `world` GPU processes (nodes x GPUs per node, what the cloud
+    runs); where the user gave no --batch-size and the trainer's default does not split over them, add one
+    that does to job.args and say so in job.notes. Calling it again with the same world changes nothing."""
+    own = trainer_args(job.image, job.command, job.args)
+    if own is None:
+        return
+    fitted = check_trainer_args(own, world=world, exact=exact, output_dir=job.spec.output_dir)
+    if fitted is not None:
+        batch, note = fitted
+        job.args = [*job.args, "--batch-size", str(batch)]
+        job.notes.append(note)
 
 
 def split_command(value: str, where: str = "--command") -> list[str]:
@@ -325,16 +338,20 @@ def _reservation(spec: JobSpec, target: str, project: str | None, region: str | 
             "values": [full]}
 
 
-def check_trainer_args(args: list[str], *, world: int, exact: bool, output_dir: str | None = None) -> None:
+def check_trainer_args(args: list[str], *, world: int, exact: bool,
+                       output_dir: str | None = None) -> tuple[int, str] | None:
     """Refuse trainer arguments the trainer itself would refuse at start-up, before anything is submitted.
 
     Uses the trainer's own parser and checks (they import no torch). What only the remote machine
-    can know (whether a --data or --config file exists there) is left to the trainer.
+    can know (whether a --data or --config file exists there) is left to the trainer. When the user
+    gave no --batch-size and the trainer's default does not split over `world` x --grad-accum, returns
+    the global batch to use instead (the smallest such multiple at least the default) and a line
+    saying so; else None.
     """
     try:
         from gcpgpu.trainer import config as tconfig
     except ImportError:  # a trimmed installation without the trainer: it will check its own arguments
-        return
+        return None
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -343,7 +360,7 @@ def check_trainer_args(args: list[str], *, world: int, exact: bool, output_dir: 
         line = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid trainer arguments"
         raise UsageProblem(f"trainer arguments: {line.removeprefix('gcpgpu.trainer: error: ')}") from None
     if ns.get("config"):
-        return  # the options live in a file on the job's machines
+        return None  # the options live in a file on the job's machines
     names = {f.name for f in fields(tconfig.TrainConfig)}
     values = {k: v for k, v in ns.items() if k in names}
     values["data"] = "synthetic"  # the data file lives where the job runs, not here
@@ -355,14 +372,22 @@ def check_trainer_args(args: list[str], *, world: int, exact: bool, output_dir: 
     except tconfig.ConfigError as e:
         raise UsageProblem(f"trainer arguments: {e}") from None
     except TypeError:
-        return
+        return None
     if exact and world > 1 and cfg.parallel == "none":
         raise UsageProblem(f"trainer arguments: --parallel none runs one process but the job launches {world} "
                            "(nodes x GPUs); drop --parallel (auto picks ddp) or use ddp or fsdp")
-    if exact and cfg.batch_size % (world * cfg.grad_accum):
-        unit = world * cfg.grad_accum
-        raise UsageProblem(f"trainer arguments: --batch-size {cfg.batch_size} does not split over {world} GPU "
-                           f"processes x --grad-accum {cfg.grad_accum}; use a multiple of {unit}")
+    unit = world * cfg.grad_accum
+    if not exact or cfg.batch_size % unit == 0:
+        return None
+    over = f"{world} GPU processes" + (f" x --grad-accum {cfg.grad_accum}" if cfg.grad_accum > 1 else "")
+    above = -(-cfg.batch_size // unit) * unit
+    if "batch_size" not in ns:  # the trainer's default, not the user's choice: fit it to the target
+        return above, (f"trainer --batch-size {above} (the global batch): the default {cfg.batch_size} does not "
+                       f"split over the job's {over}; pass --batch-size to choose another multiple of {unit}")
+    below = cfg.batch_size // unit * unit
+    nearest = f"{below} or {above}" if below else f"{above}"
+    raise UsageProblem(f"trainer arguments: --batch-size {cfg.batch_size} does not split over {over}; "
+                       f"use a multiple of {unit} (nearest: {nearest})")
 
 
 def _load_file(path: str) -> dict[str, Any]:

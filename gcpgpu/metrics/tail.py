@@ -16,12 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from . import jobspan
 from .query import Window, fetch
 from .sources import metrics_for
 from .target import Target, resolve
 from .view import FIELDS, Snapshot, build, records, table
 
 REDISCOVER_S = 300.0  # a cluster's VMs rarely change; look them up again every 5 minutes
+JOB_STATE_S = 15.0  # how often a job's state (started, ended) is read again while it has not ended
 FORMATS = ("table", "json", "csv", "yaml")
 
 
@@ -38,6 +40,10 @@ class Tail:
     target: Target | None = None
     discovered_at: float = 0.0
     hinted: set[str] = field(default_factory=set)
+    job: str | None = None  # --job as given: its start and end say which values are live (freshness.py)
+    region: str | None = None  # where a Vertex job given by number alone runs
+    span: jobspan.JobSpan | None = None
+    span_read_at: float = float("-inf")
 
     def refresh(self) -> Snapshot:
         """Discover (first time, then every few minutes) and fetch one snapshot."""
@@ -45,9 +51,12 @@ class Tail:
         if self.target is None or (self.kind == "cluster" and now - self.discovered_at > REDISCOVER_S):
             self.target = resolve(self.clients, self.project, self.kind, self.name)
             self.discovered_at = now
+        if self.job and not (self.span and self.span.over) and now - self.span_read_at >= JOB_STATE_S:
+            self.span = jobspan.read(self.clients, self.project, self.job, self.region) or self.span
+            self.span_read_at = now
         metrics = metrics_for(self.kind)
         fetched = fetch(self.clients, self.target, metrics, Window.recent(now), self.per_gpu, latest_only=True)
-        return build(self.target, fetched, metrics, self.per_gpu, now=now)
+        return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span)
 
     def new_hints(self, snapshot: Snapshot) -> list[str]:
         fresh = [h for h in snapshot.hints() if h not in self.hinted]

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import freshness
+from .jobspan import JobSpan
 from .query import JOB_KEY, Fetched
 from .sources import HINTS, Metric
 from .target import Target
@@ -26,7 +28,7 @@ DCGM_KEYS = ("sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_
 FIELDS = (
     "kind", "name", "rank", "gpu", "net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets_sent_per_s",
     "packets_recv_per_s", "gpu_util_pct", "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s",
-    "pcie_gbytes_per_s", "tokens_per_s", "mfu", "straggler", "straggler_reasons",
+    "pcie_gbytes_per_s", "tokens_per_s", "mfu", "straggler", "straggler_reasons", "note",
 )  # fmt: skip
 _SUMMED = {"net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "nvlink_gbytes_per_s",
            "pcie_gbytes_per_s", "gpu_mem_bytes", "gpu_mem_free_bytes"}
@@ -42,6 +44,8 @@ class Row:
     history: list[float | None] = field(default_factory=list)
     history_of: str = ""
     straggler: list[str] = field(default_factory=list)  # why, e.g. "GPU 47% vs median 94%"
+    held: dict[str, str] = field(default_factory=dict)  # field -> why its value is not shown as live (freshness)
+    note: str = ""  # the first of those reasons, for the STATUS column
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Snapshot:
     missing: dict[str, list[str]]  # source -> rows without it
     calls: int = 0
     seconds: float = 0.0
+    job: JobSpan | None = None  # the job watched (metrics tail --job), when its state is known
 
     @property
     def stragglers(self) -> list[str]:
@@ -98,8 +103,11 @@ def _history(points: list[tuple[float, float]] | None, fetched: Fetched) -> list
 
 
 def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: bool = False,
-          now: float | None = None) -> Snapshot:
-    """Rows for every member (and GPU), a total row, stragglers marked, and what is missing."""
+          now: float | None = None, job: JobSpan | None = None) -> Snapshot:
+    """Rows for every member (and GPU), a total row, stragglers marked, and what is missing.
+
+    Values that are not live (freshness.py: before the watched job started, from its run once it
+    has ended, a silent trainer's) are held back: None, with the reason in the row's note."""
     data = fetched.data
     by_key = {m.key: m for m in metrics}
     # Members: discovered VMs, plus Vertex tasks (or late VMs) that appear only in the data.
@@ -142,11 +150,13 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
                 names = missing.setdefault(metric.source, [])
                 if member.name not in names:
                     names.append(member.name)
+        _hold(row, hist, fetched.window.period, job)
         _derive(row.values, machine, gpus_per_node, gpu_bytes)
         row.history_of, row.history = _pick_history(hist, fetched)
         node_rows.append(row)
         if per_gpu:
-            gpu_rows[member.name] = _gpu_rows(member.key, member.name, member.rank, data, metrics, fetched, gpu_bytes)
+            gpu_rows[member.name] = _gpu_rows(member.key, member.name, member.rank, data, metrics, fetched, gpu_bytes,
+                                              job)
 
     _mark(node_rows)
     all_gpus = [g for rows in gpu_rows.values() for g in rows]
@@ -161,6 +171,9 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
                 "link_share_pct"):
         vals = [r.values[key] for r in node_rows if r.values.get(key) is not None]
         total.values[key] = _combine(vals, key in _SUMMED)  # type: ignore[arg-type]
+        held = next((r.held[key] for r in node_rows if key in r.held), None)
+        if total.values[key] is None and held:
+            total.held[key] = held
     tokens = data.get("tokens_per_s", {}).get(JOB_KEY)
     if tokens:
         total.history_of, total.history = "tokens_per_s", _history(tokens, fetched)
@@ -171,6 +184,8 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
                           if cols else None) for i in range(len(cols[0]) if cols else 0)]
     if "tokens_per_s" in by_key and total.values.get("tokens_per_s") is None:
         missing["trainer"] = [total.name]
+    _hold_trainer(total, data, [m for m in metrics if m.job_level], fetched.window.period,
+                  fetched.window.end if now is None else now, job)
 
     rows: list[Row] = []
     for row in node_rows:
@@ -179,7 +194,46 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
     rows.append(total)
     dcgm = any(r.values.get(k) is not None for r in node_rows for k in DCGM_KEYS)
     return Snapshot(target, fetched.window.end if now is None else now, rows, dcgm, missing, fetched.calls,
-                    fetched.seconds)
+                    fetched.seconds, job)
+
+
+# Derived fields follow what they are made of.
+_DERIVED = {"net_sent_gbps": ("link_share_pct",), "net_recv_gbps": ("link_share_pct",),
+            "gpu_mem_bytes": ("gpu_mem_pct",)}
+
+
+def _hold(row: Row, hist: dict[str, list[tuple[float, float]] | None], period: float, job: JobSpan | None) -> None:
+    """Hold back the row's values whose newest point is not live for the watched job (freshness.node_value)."""
+    if job is None:
+        return
+    for key, pts in hist.items():
+        if not pts or row.values.get(key) is None:
+            continue
+        t = max(pts)[0]
+        reason = freshness.node_value(t, period, job)
+        if reason:
+            row.values[key] = None
+            for held in (key, *_DERIVED.get(key, ())):
+                row.held[held] = reason
+            row.note = row.note or freshness.note(reason, t, job)
+
+
+def _hold_trainer(total: Row, data: dict, metrics: Sequence[Metric], period: float, now: float,
+                  job: JobSpan | None) -> None:
+    """Hold back the trainer's numbers when they are not live (freshness.trainer_value), saying what they were."""
+    newest = {m.key: max(pts) for m in metrics if (pts := data.get(m.key, {}).get(JOB_KEY))}
+    if not newest:
+        return
+    t = max(p[0] for p in newest.values())
+    reason = freshness.trainer_value(t, period, now, job)
+    if not reason:
+        return
+    last = ", ".join(f"{_cell(total.values.get(k), fmt)} {label}" for k, label, fmt in
+                     (("tokens_per_s", "tok/s", "human"), ("mfu", "MFU", "ratio")) if total.values.get(k) is not None)
+    for metric in metrics:  # all of the trainer's columns, also one whose last point fell out of the window
+        total.values[metric.key] = None
+        total.held[metric.key] = reason
+    total.note = freshness.note(reason, t, job, last, now)
 
 
 def _derive(values: dict[str, float | None], machine: Any, gpus: int | None, gpu_bytes: float | None) -> None:
@@ -203,7 +257,7 @@ def memory_pct(used: float | None, free: float | None, total: float | None) -> f
 
 
 def _gpu_rows(key: str, node: str, rank: int | None, data: dict, metrics: Sequence[Metric], fetched: Fetched,
-              gpu_bytes: float | None) -> list[Row]:
+              gpu_bytes: float | None, job: JobSpan | None = None) -> list[Row]:
     gpus = sorted({g for m in metrics if m.per_gpu for g in _gpus_of(data.get(m.key, {}), key)},
                   key=lambda g: int(g) if g.isdigit() else 0)
     out = []
@@ -215,6 +269,7 @@ def _gpu_rows(key: str, node: str, rank: int | None, data: dict, metrics: Sequen
                 pts = data.get(metric.key, {}).get((key, g))
                 hist[metric.key] = pts
                 row.values[metric.key] = _latest(pts)
+        _hold(row, hist, fetched.window.period, job)
         _derive(row.values, None, 1, gpu_bytes)
         row.history_of, row.history = _pick_history(hist, fetched)
         out.append(row)
@@ -314,7 +369,9 @@ def columns(snapshot: Snapshot) -> list[tuple[str, str, str]]:
 def cells(row: Row, snapshot: Snapshot) -> list[str]:
     out = []
     for _header, key, fmt in columns(snapshot):
-        if row.kind in ("node", "gpu") and key in ("tokens_per_s", "mfu"):
+        if key in row.held or (key == "packets" and "packets_sent_per_s" in row.held):
+            out.append("-")  # a value that is not live (the row's STATUS says why): not n/a, not a number
+        elif row.kind in ("node", "gpu") and key in ("tokens_per_s", "mfu"):
             out.append("")  # the trainer's numbers are the job's: they show on the total row
         elif row.kind == "gpu" and key in ("net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets"):
             out.append("")  # network is per VM, not per GPU
@@ -371,7 +428,8 @@ def _table(snapshot: Snapshot, dropped: set[str], wrap: bool) -> Any:
     machine = snapshot.target.machine
     title = (f"{snapshot.target.label}: {len([r for r in snapshot.rows if r.kind == 'node'])} "
              f"{'node' if snapshot.target.kind == 'cluster' else 'task'}(s)"
-             + (f" of {machine.name} ({machine.max_net_gbps} Gbit/s each)" if machine else "") + f" at {stamp}")
+             + (f" of {machine.name} ({machine.max_net_gbps} Gbit/s each)" if machine else "") + f" at {stamp}"
+             + (f"; {freshness.job_line(snapshot.job, snapshot.time)}" if snapshot.job else ""))
     t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
     t.add_column("NODE" if snapshot.target.kind == "cluster" else "TASK", no_wrap=True)
     shown = [i for i, (_h, key, _f) in enumerate(columns(snapshot)) if key not in dropped]
@@ -384,14 +442,14 @@ def _table(snapshot: Snapshot, dropped: set[str], wrap: bool) -> Any:
     for row in snapshot.rows:
         style = "red" if row.straggler else ("bold" if row.kind == "total" else "")
         name = ("  " + row.name.rsplit("/", 1)[-1]) if row.kind == "gpu" else row.name
-        status = ("straggler: " + "; ".join(row.straggler)) if row.straggler else ""
+        status = ("straggler: " + "; ".join(row.straggler)) if row.straggler else row.note
         rendered = [Text(name, style=style)]
         values = cells(row, snapshot)
         for i in shown:
             rendered.append(Text(values[i], style="dim" if values[i] == "n/a" else style))
         if "history" not in dropped:
             rendered.append(Text(sparkline(row.history, _spark_top(row, snapshot)), style="cyan"))
-        rendered.append(Text(status, style="red" if status else ""))
+        rendered.append(Text(status, style="red" if row.straggler else "yellow" if status else ""))
         if row.kind == "total":
             t.add_section()
         t.add_row(*rendered)
@@ -411,6 +469,8 @@ def records(snapshot: Snapshot, with_history: bool = True) -> list[dict[str, Any
                 rec[key] = bool(row.straggler)
             elif key == "straggler_reasons":
                 rec[key] = list(row.straggler)
+            elif key == "note":
+                rec[key] = row.note or None
             else:
                 rec[key] = _round(row.values.get(key))
         if with_history:

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from gcpgpu.trainer.dist import destroy_process_group, init_process_group, read_env
+    from gcpgpu.trainer.dist import init_process_group, leave_process_group, read_env
 
     env = read_env()
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if env.is_main:
             print(format_row(nbytes, count, args.dtype, float(elapsed), env.world_size, wrong), flush=True)
         del buf
-    destroy_process_group()
+    leave_process_group(env)  # in order, so a multi-node run does not end with a TCPStore trace
     return 0
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -134,8 +135,75 @@ def init_process_group(env: DistEnv, device_type: str, timeout_s: float) -> None
         dist.init_process_group("gloo", timeout=timeout, **kwargs)
 
 
+LEFT_KEY = "gcpgpu/ranks_left"
+LEAVE_WAIT_S = 60.0  # how long rank 0 waits for the others to leave before it goes anyway
+
+
 def destroy_process_group() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def leave_process_group(env: DistEnv, wait_s: float = LEAVE_WAIT_S, environ: Mapping[str, str] | None = None) -> None:
+    """Leave the job's process group after a successful run so that no store client outlives the store.
+
+    The job's TCPStore is served by rank 0's process (a hand launch) or by node 0's torchrun agent,
+    which closes it once its workers have exited and the agents' exit barrier is done. A client
+    still talking to it then fails with a C++ trace ("TCPStore ... Did the remote server shutdown or
+    crash?") in a job that succeeded. So: a barrier (every rank has finished), the other ranks leave
+    and say so as their last store call, and rank 0 leaves last; under torchrun it also waits until
+    every other node's agent has checked in at the exit barrier, so node 0's agent is the last to
+    arrive and no agent is left asking a store that has gone.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if not env.distributed:
+        dist.destroy_process_group()
+        return
+    store = dist.distributed_c10d._get_default_store()
+    dist.barrier()
+    if env.rank != 0:
+        dist.destroy_process_group()
+        store.add(LEFT_KEY, 1)  # this rank's last word to the store
+        return
+    _wait_until(lambda: store.add(LEFT_KEY, 0) >= env.world_size - 1, wait_s)
+    _wait_for_other_agents(os.environ if environ is None else environ, wait_s)
+    dist.destroy_process_group()
+
+
+def _wait_until(done: Callable[[], bool], wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _wait_for_other_agents(environ: Mapping[str, str], wait_s: float) -> None:
+    """Under torchrun (the agent hosts the store): wait until the other nodes' agents are at their exit barrier.
+
+    Reads torchelastic's own barrier counter (its names imported from torch, so a torch that
+    renames them skips the wait rather than waiting on a key nobody writes)."""
+    nnodes = int(environ.get("GROUP_WORLD_SIZE", "1") or 1)
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or nnodes < 2:
+        return
+    try:
+        from torch.distributed.elastic.agent.server.api import _TERMINAL_STATE_SYNC_ID
+        from torch.distributed.elastic.utils.store import _NUM_MEMBERS
+    except ImportError:
+        return
+    import torch.distributed as dist
+
+    # The agents' store is prefixed with the run id (torchelastic's rendezvous); the workers' own is not.
+    key = f"{environ.get('TORCHELASTIC_RUN_ID', 'none')}/{_TERMINAL_STATE_SYNC_ID}{_NUM_MEMBERS}"
+    try:
+        store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
+                              timeout=timedelta(seconds=max(1.0, wait_s)))
+        _wait_until(lambda: store.add(key, 0) >= nnodes - 1, wait_s)
+    except (KeyError, ValueError, RuntimeError):
+        return  # no store to ask: leave as before

@@ -26,7 +26,7 @@ from gcpgpu.trainer.config import (
     resolve_parallel,
 )
 from gcpgpu.trainer.data import Batches, TokenSource, open_source
-from gcpgpu.trainer.dist import DistEnv, destroy_process_group, init_process_group, read_env
+from gcpgpu.trainer.dist import LEAVE_WAIT_S, DistEnv, init_process_group, leave_process_group, read_env
 from gcpgpu.trainer.memory import plan_memory
 from gcpgpu.trainer.metrics import (
     JsonLog,
@@ -453,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     # Free the model's reference cycles (FSDP state) while the interpreter is whole, then the groups:
     # left to interpreter teardown, gloo's threads can abort the process after a successful run.
     gc.collect()
-    destroy_process_group()
+    # After a SIGTERM (a preemption's short notice) the others are not waited for long.
+    leave_process_group(env, wait_s=10.0 if result.stopped else LEAVE_WAIT_S)
     return EXIT_STOPPED if result.stopped else 0
 
 
