@@ -206,9 +206,10 @@ def test_google_error_reasons_from_each_transport():
     )()
     error = exceptions.from_http_status(503, "SERVICE UNAVAILABLE", errors=[op_error])
     assert describe_google_error(error) == "503 ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS: no H100s"
-    # No code at all.
+    # Retries that ran out: told by their last error and how long they tried (issue 23 item 9 found
+    # api_core's raw "Timeout of 600.0s exceeded, last exception: ..." text ending a failed up).
     retry = exceptions.RetryError("Timeout of 600.0s exceeded", cause=exceptions.ServiceUnavailable("busy"))
-    assert describe_google_error(retry) == "Timeout of 600.0s exceeded, last exception: 503 busy"
+    assert describe_google_error(retry) == "503: busy (still failing after 600.0 s of retries)"
 
 
 def test_only_google_errors_are_classified_as_google():
