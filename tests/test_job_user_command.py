@@ -9,16 +9,20 @@ and the data put with google-cloud-storage; the job gets the contract's GCPGPU_*
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import tarfile
+import urllib.request
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import wait_for
 
 from gcpgpu.cli import main
 
@@ -56,7 +60,8 @@ dist.all_reduce(t)
 torch.save({"step": start + 1}, ckpt)
 (out / "result.json").write_text(json.dumps({"sum": t.item(), "world": dist.get_world_size(), "data_ro": data_ro,
                                              "cwd": os.getcwd(), "resumed_from": start,
-                                             "setup_ran": os.path.exists("setup-done")}))
+                                             "setup_ran": os.path.exists("setup-done"),
+                                             "token_ok": os.environ.get("HF_TOKEN") == "hf-s3cret"}))
 print(f"rank {rank} sum {t.item()}")
 dist.destroy_process_group()
 '''
@@ -93,6 +98,18 @@ def put_workdir(gcs, tmp_path: Path) -> str:
     return f"gs://{BUCKET}/{name}"
 
 
+def put_secret(gcp) -> str:
+    """A secret in the emulator's Secret Manager (plain REST, as Google's reference shapes the calls)."""
+    def call(path: str, body: dict) -> None:
+        req = urllib.request.Request(f"{gcp.url}/v1/{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10).close()  # noqa: S310 - the emulator on loopback
+
+    call("projects/test-proj/secrets?secretId=hf", {"replication": {"automatic": {}}})
+    call("projects/test-proj/secrets/hf:addVersion", {"payload": {"data": base64.b64encode(b"hf-s3cret").decode()}})
+    return "projects/test-proj/secrets/hf/versions/latest"
+
+
 def job_env(workdir: str) -> list[str]:
     mounts = [{"source": f"gs://{BUCKET}/inputs", "target": "/data", "ro": True},
               {"source": f"gs://{BUCKET}/outputs", "target": "/out", "ro": False}]
@@ -123,14 +140,16 @@ def check(gcs) -> None:
 
 
 @needs_bwrap
-def test_users_script_runs_on_a_two_node_cluster_with_its_workdir_setup_and_mounts(gcs, tmp_path):
+def test_users_script_runs_on_a_two_node_cluster_with_its_workdir_setup_mounts_and_secret(gcp, gcs, tmp_path):
     workdir = put_workdir(gcs, tmp_path)
+    secret = ["--env", "GCPGPU_SECRETS=" + json.dumps({"HF_TOKEN": put_secret(gcp)})]
     assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
                "--yes").exit_code == 0
     result = cli("job", "submit", "--cluster", "c", "--image", "us-docker.pkg.dev/p/r/mine:1", "--wait",
-                 "--command", f"bash -c '{LAUNCH}'", *job_env(workdir))
+                 "--command", f"bash -c '{LAUNCH}'", *job_env(workdir), *secret)
     assert result.exit_code == 0, result.output + cli("job", "logs", result.stdout.splitlines()[0]).output
     check(gcs)
+    assert all(r["token_ok"] for r in results(gcs).values())  # read from Secret Manager inside the sandbox
     # The data mount stayed read-only: the job could not write into the input folder.
     names = {b.name for b in gcs.bucket(BUCKET).list_blobs(prefix="inputs/")}
     assert names == {"inputs/input.txt"}
@@ -145,6 +164,33 @@ def test_users_script_runs_as_a_two_replica_vertex_job(gcs, tmp_path):
                  "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", f"bash -c '{LAUNCH}'", *job_env(workdir))
     assert result.exit_code == 0, result.output + cli("job", "logs", result.stdout.splitlines()[0]).output
     check(gcs)
+
+
+def _sleepers(marker: str) -> list[int]:
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+@needs_bwrap
+def test_a_lost_node_takes_the_sandboxed_command_and_everything_it_started_with_it(gcp):
+    assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    marker = "617.25"
+    submit = cli("job", "submit", "--cluster", "c", "--image", "us-docker.pkg.dev/p/r/mine:1",
+                 "--command", f"bash -c 'sleep {marker} & sleep {marker}; wait'")
+    assert submit.exit_code == 0, submit.output
+    wait_for(lambda: len(_sleepers(marker)) == 2, 30, "the job's two sleeps")
+    run = next(r for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/"))
+    gcp.jobs.runner.lose(run.id, 0, "node c-0 was lost to a host error")  # SIGKILL now, as a dead host
+    wait_for(lambda: not _sleepers(marker), 10, "no sleep left behind")
+    assert run.wait(10) and run.state == "failed"
 
 
 @needs_bwrap

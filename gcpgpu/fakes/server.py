@@ -28,6 +28,7 @@ from .events import VmEvents
 from .faults import FaultClock
 from .jobs import LocalJobs
 from .jobs.storage import Storage
+from .jobs.usercmd import UserCommands
 from .monitoring.backend import MonitoringBackend
 from .secretmanager.backend import SecretManagerBackend
 from .storage.backend import StorageBackend
@@ -122,13 +123,12 @@ class Emulator:
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids, self.storage)
         self.secretmanager = SecretManagerBackend(self.clock)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
-        self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address)
-        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk)
         # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
-        self.user_commands = self.jobs.agent.user
-        self.user_commands.allowed = run_user_commands
-        self.user_commands.address = self.serving_address
-        self.vertex.user = self.user_commands
+        self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address)
+        self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
+                              user=self.user_commands)
+        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
+                                    user=self.user_commands)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)

@@ -74,7 +74,8 @@ class ClusterAgent:
     """Runs cluster jobs on emulated nodes and keeps their guest attributes."""
 
     def __init__(self, compute: ComputeBackend | None, runner: Runner, activity: Activity | None = None,
-                 events: VmEvents | None = None, storage: Storage | None = None) -> None:
+                 events: VmEvents | None = None, storage: Storage | None = None,
+                 user: UserCommands | None = None) -> None:
         self.compute = compute
         self.runner = runner
         # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
@@ -82,7 +83,7 @@ class ClusterAgent:
         self.simulated_run_s = SIMULATED_RUN_S
         self.storage = storage or Storage()  # where --output-dir folders live, across jobs
         # Users' own commands: run through the image's entrypoint in a sandbox, when the owner allowed it.
-        self.user = UserCommands(gcs_root=lambda: self.storage.root / "gcs")
+        self.user = user or UserCommands(gcs_root=lambda: self.storage.root / "gcs")
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job

@@ -61,7 +61,7 @@ class VertexBackend:
     """Custom jobs per project and location, their state machine, and the local runs behind them."""
 
     def __init__(self, regions: dict[str, list[str]], clock: Clock, ids: IdSource, runner: Runner,
-                 compute: Any = None, storage: Any = None) -> None:
+                 compute: Any = None, storage: Any = None, user: Any = None) -> None:
         self.regions = regions
         self.clock = clock
         self.ids = ids
@@ -71,7 +71,7 @@ class VertexBackend:
         # The Compute emulator, to check that a reservation a job names exists; None: don't check.
         self.compute = compute
         # Whether and how users' own commands run (jobs/usercmd.UserCommands); None: never.
-        self.user: Any = None
+        self.user = user
         self.timings = dict(DEFAULT_TIMINGS)
         self.jobs: dict[str, dict] = {}  # full name (project number) -> job
         self.operations: dict[str, Operation] = {}
