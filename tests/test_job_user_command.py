@@ -221,3 +221,25 @@ def test_without_the_owners_permission_a_users_command_fails_at_once_saying_how_
         assert "gcpgpu emulator start --run-user-commands" in json.dumps(status)
     finally:
         gcp.user_commands.allowed = True
+
+
+@needs_bwrap
+def test_a_sandboxed_command_dies_with_the_emulator_even_when_it_is_killed(tmp_path):
+    # SIGKILL leaves the emulator no chance to stop its jobs: the sandbox must not outlive it.
+    import signal
+    import subprocess
+    import sys
+
+    from gcpgpu.fakes.jobs.usercmd import UserCommands
+
+    marker = "619.75"
+    argv, env = UserCommands(True, lambda: tmp_path / "gcs").argv_env(["sleep", marker], {}, tmp_path / "wd")
+    parent = subprocess.Popen([sys.executable, "-c", "import json, subprocess, sys, time; "
+                               "subprocess.Popen(json.loads(sys.argv[1]), env=json.loads(sys.argv[2])); time.sleep(60)",
+                               json.dumps(argv), json.dumps({**os.environ, **env})])
+    try:
+        wait_for(lambda: _sleepers(marker), 30, "the sandboxed sleep")
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    wait_for(lambda: not _sleepers(marker), 10, "no sleep left behind")
