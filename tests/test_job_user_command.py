@@ -243,3 +243,18 @@ def test_a_sandboxed_command_dies_with_the_emulator_even_when_it_is_killed(tmp_p
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     wait_for(lambda: not _sleepers(marker), 10, "no sleep left behind")
+
+
+def test_where_bwrap_is_missing_a_users_command_fails_with_one_line_saying_so(gcp, monkeypatch):
+    monkeypatch.setattr(gcp.user_commands, "bwrap", None)
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--wait",
+                 "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", "python train.py")
+    assert result.exit_code != 0 and "bubblewrap (bwrap) is not installed" in result.output
+
+
+def test_a_plain_emulator_runs_no_users_command_and_the_start_option_says_how_to_allow_it():
+    from gcpgpu.fakes.jobs.usercmd import UserCommands
+
+    assert "--run-user-commands" in UserCommands().refusal()  # the default: refused
+    help_text = CliRunner().invoke(main, ["emulator", "start", "--help"]).output
+    assert "--run-user-commands" in help_text
