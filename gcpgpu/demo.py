@@ -75,8 +75,10 @@ def main() -> None:
            "GOOGLE_CLOUD_PROJECT": "demo-project", "CLOUDSDK_COMPUTE_REGION": "us-central1"}
 
     say("Start the offline GCP emulator (everything below is simulated; no cloud, no credentials)")
-    print(f"{DIM}${RESET} {gcpgpu} emulator start --port {port} --operation-seconds 1 &", flush=True)
-    server = subprocess.Popen([gcpgpu, "emulator", "start", "--port", str(port), "--operation-seconds", "1"],
+    print(f"{DIM}${RESET} {gcpgpu} emulator start --port {port} --operation-seconds 1 --run-user-commands &",
+          flush=True)
+    server = subprocess.Popen([gcpgpu, "emulator", "start", "--port", str(port), "--operation-seconds", "1",
+                               "--run-user-commands"],
                               env=env, stderr=subprocess.DEVNULL)
     try:
         wait_until_up(address)

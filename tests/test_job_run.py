@@ -136,7 +136,7 @@ def test_cluster_job_on_two_nodes_runs_ranks_0_and_1(gcp, text_file):
     curve = losses(logs)
     assert curve and curve[-1] < curve[0]
 
-    # The nodes are free again: a simulated job (not the bundled trainer) goes on and can be cancelled.
+    # The nodes are free again: a user's command (run in the emulator's sandbox) goes on and can be cancelled.
     other = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--command", "sleep 600")
     assert other.exit_code == 0, other.output
     other_id = other.stdout.splitlines()[0]

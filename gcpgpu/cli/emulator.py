@@ -130,11 +130,15 @@ def emulator() -> None:
 @click.option("--latency-ms", type=click.FloatRange(0), help="Latency added to every API request.")
 @click.option("--operation-seconds", type=click.FloatRange(0), help="How long each operation takes to finish.")
 @click.option("--error-rate", type=click.FloatRange(0, 1), help="Share of mutating requests answered with 503.")
+@click.option("--run-user-commands", is_flag=True,
+              help="Run jobs' own commands (--command, --workdir) for real on this machine, each in a bubblewrap "
+                   "sandbox. Without it such jobs fail at once: a command that arrives over HTTP is code execution.")
 def start(port: int, state_file: str | None, faults_file: str | None, seed: int | None, latency_ms: float | None,
-          operation_seconds: float | None, error_rate: float | None) -> None:
+          operation_seconds: float | None, error_rate: float | None, run_user_commands: bool) -> None:
     """Serve the emulator on 127.0.0.1 until Ctrl-C or SIGTERM.
 
     It binds the loopback address only: it has no authentication and must never face a network.
+    Jobs that run the bundled trainer run locally; other commands only with --run-user-commands.
     """
     from gcpgpu.fakes.core import Faults
     from gcpgpu.fakes.server import serve_forever
@@ -149,7 +153,8 @@ def start(port: int, state_file: str | None, faults_file: str | None, seed: int 
     except (TypeError, ValueError) as e:
         raise UsageProblem(f"--faults: {e}") from e
     try:
-        serve_forever(port, state_file=state_file, faults=faults, announce=lambda emu: _announce(emu, state_file))
+        serve_forever(port, state_file=state_file, faults=faults, announce=lambda emu: _announce(emu, state_file),
+                      run_user_commands=run_user_commands)
     except OSError as e:
         raise CloudError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); choose another --port") from e
 

@@ -11,7 +11,7 @@ from .server import Emulator
 
 @pytest.fixture(scope="session")
 def _gcp_server() -> Iterator[Emulator]:
-    emu = Emulator().start()
+    emu = Emulator(run_user_commands=True).start()  # the test's own code runs jobs' commands
     try:
         yield emu
     finally:

@@ -28,6 +28,7 @@ from .events import VmEvents
 from .faults import FaultClock
 from .jobs import LocalJobs
 from .jobs.storage import Storage
+from .jobs.usercmd import UserCommands
 from .monitoring.backend import MonitoringBackend
 from .secretmanager.backend import SecretManagerBackend
 from .storage.backend import StorageBackend
@@ -98,7 +99,8 @@ class _QuietHandler(WSGIRequestHandler):
 class Emulator:
     """State (backends, faults, clock, request log) plus the servers that expose it."""
 
-    def __init__(self, faults: Faults | None = None, state_file: str | os.PathLike | None = None) -> None:
+    def __init__(self, faults: Faults | None = None, state_file: str | os.PathLike | None = None,
+                 run_user_commands: bool = False) -> None:
         self.state_file = Path(state_file) if state_file else None
         self._http = None
         self._http_thread: threading.Thread | None = None
@@ -121,8 +123,12 @@ class Emulator:
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids, self.storage)
         self.secretmanager = SecretManagerBackend(self.clock)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
-        self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address)
-        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk)
+        # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
+        self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address)
+        self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
+                              user=self.user_commands)
+        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
+                                    user=self.user_commands)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
@@ -346,13 +352,13 @@ class Emulator:
 
 
 @contextmanager
-def mock_gcp(faults: Faults | None = None) -> Iterator[Emulator]:
+def mock_gcp(faults: Faults | None = None, run_user_commands: bool = True) -> Iterator[Emulator]:
     """An emulator on a free loopback port for the length of a `with` block.
 
     It sets GCPGPU_EMULATOR, the same variable a user sets by hand, so the code under test builds
     its clients exactly as it does in production.
     """
-    emu = Emulator(faults=faults).start()
+    emu = Emulator(faults=faults, run_user_commands=run_user_commands).start()
     previous = os.environ.get("GCPGPU_EMULATOR")
     os.environ["GCPGPU_EMULATOR"] = emu.address
     try:
@@ -370,9 +376,10 @@ def serve_forever(
     state_file: str | None = None,
     faults: Faults | None = None,
     announce: Callable[[Emulator], None] | None = None,
+    run_user_commands: bool = False,
 ) -> None:
     """Server mode: run until SIGINT/SIGTERM, then save state (if a state file was given) and exit."""
-    emu = Emulator(faults=faults, state_file=state_file)
+    emu = Emulator(faults=faults, state_file=state_file, run_user_commands=run_user_commands)
     stop = threading.Event()
 
     def _stop(signum: int, frame: Any) -> None:

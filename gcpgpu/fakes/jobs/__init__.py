@@ -30,6 +30,7 @@ from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 from .agent import ClusterAgent
 from .runner import MetricsTarget, Replica, Run, Runner
 from .storage import Storage
+from .usercmd import UserCommands
 
 if TYPE_CHECKING:
     from ..activity import Activity
@@ -50,9 +51,9 @@ class LocalJobs:
 
     def __init__(self, compute: ComputeBackend | None, activity: Activity | None = None,
                  events: VmEvents | None = None, storage: Storage | None = None,
-                 address: Callable[[], str | None] | None = None) -> None:
+                 address: Callable[[], str | None] | None = None, user: UserCommands | None = None) -> None:
         self.runner = Runner(sidecar=self.reporter_argv)
-        self.agent = ClusterAgent(compute, self.runner, activity, events, storage)
+        self.agent = ClusterAgent(compute, self.runner, activity, events, storage, user)
         self._address = address
 
     def address(self) -> str | None:

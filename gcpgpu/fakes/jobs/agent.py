@@ -13,8 +13,10 @@ the agent listens there, never to Compute itself.
 
 A job runs locally when it runs the bundled trainer (see runner.trainer_argv): per node,
 `torchrun --nnodes N --node-rank R --nproc-per-node 1 -m gcpgpu.trainer ARGS`, as the image's
-entrypoint would start it with one process per GPU. Any other job is simulated: RUNNING, then
-SUCCEEDED after `simulated_run_s`, and its reports say so.
+entrypoint would start it with one process per GPU. Any other command runs through the image's
+entrypoint in a sandbox (usercmd.py) when the emulator's owner allowed users' commands, and FAILS at
+once with one line saying how to allow them otherwise. A job with no command whose image is not
+gcpgpu's is simulated: RUNNING, then SUCCEEDED after `simulated_run_s`, and its reports say so.
 
 Guest attributes written per node: job-id, state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED),
 rank, started, ended, exit-code, message. Values stay under 256 bytes, as the real service allows.
@@ -40,6 +42,7 @@ from ..core import ApiError
 from .node import NodeHealth
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
 from .storage import Storage
+from .usercmd import UserCommands
 
 if TYPE_CHECKING:
 
@@ -71,13 +74,16 @@ class ClusterAgent:
     """Runs cluster jobs on emulated nodes and keeps their guest attributes."""
 
     def __init__(self, compute: ComputeBackend | None, runner: Runner, activity: Activity | None = None,
-                 events: VmEvents | None = None, storage: Storage | None = None) -> None:
+                 events: VmEvents | None = None, storage: Storage | None = None,
+                 user: UserCommands | None = None) -> None:
         self.compute = compute
         self.runner = runner
         # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
         self.activity = activity
         self.simulated_run_s = SIMULATED_RUN_S
         self.storage = storage or Storage()  # where --output-dir folders live, across jobs
+        # Users' own commands: run through the image's entrypoint in a sandbox, when the owner allowed it.
+        self.user = user or UserCommands(gcs_root=lambda: self.storage.root / "gcs")
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
@@ -204,6 +210,9 @@ class ClusterAgent:
             self.report(iid, rxdm="up")
         describe = self._describer(project, zone, inst, str(job.get("id") or job_id), job.get("image", ""))
         argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
+        if argv is None and job.get("command") and nnodes >= 1:
+            self._start_user(project, job, job_id, inst, rank, nnodes, run_id, describe)
+            return
         if argv is None or nnodes < 1:
             run = self.runner.record(run_id, describe)
             why = f"image {job.get('image')!r}" + (f" with command {job.get('command')!r}" if job.get("command") else "")
@@ -234,6 +243,27 @@ class ClusterAgent:
                                 on_change=self._on_change(iid), describe=describe, metrics=metrics)
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id} "
                               f"locally on 127.0.0.1:{port}, CPU only, one process")
+
+    def _start_user(self, project: str, job: dict, job_id: str, inst: dict, rank: int, nnodes: int, run_id: str,
+                    describe: Callable[[LogLine], dict]) -> None:
+        """A user's command on this node: the image's entrypoint in a sandbox (usercmd.py), or FAILED at once
+        with the one line saying why it cannot run here."""
+        iid = inst["id"]
+        why = self.user.refusal()
+        if why is not None:
+            run = self.runner.record(run_id, describe)
+            run.log("", "stderr", f"gcpgpu emulator: {why}")
+            self.report(iid, state="FAILED", exit_code=-1, ended=_stamp(time.time()), message=why)
+            return
+        port = self.ports.setdefault((project, job_id), _free_port())
+        env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
+        env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        command = [*map(str, job.get("command") or []), *map(str, job.get("args") or [])]
+        argv, env = self.user.argv_env(command, env, self.runner.workdir(run_id) / "workdir")
+        run = self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)], on_change=self._on_change(iid),
+                                describe=describe)
+        run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id}'s "
+                              f"command through the image's entrypoint in a sandbox, on 127.0.0.1:{port}, CPU only")
 
     def _simulated_end(self, instance_id: str, run_id: str) -> None:
         with self._lock:

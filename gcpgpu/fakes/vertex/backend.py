@@ -40,6 +40,7 @@ MAX_PAGE = 1000
 # google.rpc.Code numbers a job's `error` carries.
 CODE_CANCELLED = 1
 CODE_INVALID_ARGUMENT = 3
+CODE_FAILED_PRECONDITION = 9
 
 
 def project_number(project: str) -> str:
@@ -60,7 +61,7 @@ class VertexBackend:
     """Custom jobs per project and location, their state machine, and the local runs behind them."""
 
     def __init__(self, regions: dict[str, list[str]], clock: Clock, ids: IdSource, runner: Runner,
-                 compute: Any = None, storage: Any = None) -> None:
+                 compute: Any = None, storage: Any = None, user: Any = None) -> None:
         self.regions = regions
         self.clock = clock
         self.ids = ids
@@ -69,6 +70,8 @@ class VertexBackend:
         self.storage = storage
         # The Compute emulator, to check that a reservation a job names exists; None: don't check.
         self.compute = compute
+        # Whether and how users' own commands run (jobs/usercmd.UserCommands); None: never.
+        self.user = user
         self.timings = dict(DEFAULT_TIMINGS)
         self.jobs: dict[str, dict] = {}  # full name (project number) -> job
         self.operations: dict[str, Operation] = {}
@@ -169,9 +172,14 @@ class VertexBackend:
             q, p = self.timings["queued_s"], self.timings["pending_s"]
             job["_phases"] = [[now, "JOB_STATE_QUEUED"], [now + q, "JOB_STATE_PENDING"]]
             self.jobs[name] = job
-            plan = local_run.local_plan(job)
+            plan = local_run.local_plan(job, self.user)
             describe = local_run.describer(job)
-            if isinstance(plan, str):
+            if isinstance(plan, local_run.Refusal):
+                job["_error"] = {"code": CODE_FAILED_PRECONDITION, "message": plan.message}
+                job["_phases"] = [[now, "JOB_STATE_QUEUED"], [now, "JOB_STATE_FAILED"]]
+                job["labels"] = {**(job.get("labels") or {}), EMULATOR_LABEL: "refused"}
+                self.runner.record(name, describe).log("", "stderr", f"gcpgpu emulator: {plan.message}")
+            elif isinstance(plan, str):
                 run_s = self.timings["simulated_run_s"]
                 job["_phases"] += [[now + q + p, "JOB_STATE_RUNNING"], [now + q + p + run_s, "JOB_STATE_SUCCEEDED"]]
                 job["labels"] = {**(job.get("labels") or {}), EMULATOR_LABEL: "simulated"}
@@ -180,7 +188,7 @@ class VertexBackend:
                                       f"report RUNNING, then SUCCEEDED after {run_s:g} s.")
             else:
                 job["labels"] = {**(job.get("labels") or {}), EMULATOR_LABEL: "local-run"}
-                replicas = local_run.replicas(job, plan, self.runner.workdir(name), self.storage)
+                replicas = local_run.replicas(job, plan, self.runner.workdir(name), self.storage, self.user)
                 # Rank 0's trainer numbers go to this job's cloudml_job series, under its numeric id.
                 metrics = MetricsTarget(job["_project_id"], location, "job", job_id)
                 run = self.runner.start(name, replicas, delay_s=q + p, on_change=self._on_run_change(name),

@@ -3,7 +3,11 @@
 A job whose replicas run the bundled trainer (the gcpgpu-trainer image with trainer arguments, or
 a `python -m gcpgpu.trainer` command) really runs: one local process per replica, with CLUSTER_SPEC
 on loopback ports and AIP_* output directories under a local folder standing in for
-base_output_directory. Anything else cannot run here; `local_plan` says why, and the job is simulated.
+base_output_directory. A pool whose container runs any other command runs it through the image's
+entrypoint in a sandbox (jobs/usercmd.py), when the emulator's owner allowed users' commands; when
+not, `local_plan` gives a Refusal and the job fails with its line. Anything else (no command, an
+image that is not gcpgpu's, a Python package) cannot run here; `local_plan` says why, and the job
+is simulated.
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
 
 if TYPE_CHECKING:
     from ..jobs.storage import Storage
+    from ..jobs.usercmd import UserCommands
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A job that must fail at once, with this one line (a user's command the emulator may not run)."""
+
+    message: str
 
 
 @dataclass
@@ -30,12 +42,14 @@ class LocalPlan:
     argv: list[list[str]]
     env: list[dict[str, str]]
     gpus_per_replica: int
+    user: list[bool] | None = None  # per pool: a user's command (run through the entrypoint in a sandbox)
 
 
-def local_plan(job: dict) -> LocalPlan | str:
-    """The local processes for a job, or why it cannot run here (then it is simulated)."""
+def local_plan(job: dict, user: UserCommands | None = None) -> LocalPlan | Refusal | str:
+    """The local processes for a job, a Refusal (it fails at once), or why it cannot run here (then it
+    is simulated)."""
     pools = (job.get("jobSpec") or {}).get("workerPoolSpecs") or []
-    counts, argvs, envs = [], [], []
+    counts, argvs, envs, users = [], [], [], []
     gpus = 0
     for i, pool in enumerate(pools[:2]):
         pool = pool or {}
@@ -44,24 +58,32 @@ def local_plan(job: dict) -> LocalPlan | str:
         if not count:
             argvs.append([])
             envs.append({})
+            users.append(False)
             continue
         container = pool.get("containerSpec")
         if not container:
             return f"worker pool {i} uses a Python package, which the emulator cannot install"
         argv = trainer_argv(container.get("imageUri") or "", list(container.get("command") or []),
                             list(container.get("args") or []))
-        if argv is None:
-            return (f"worker pool {i} runs image {container.get('imageUri')!r}"
-                    + (f" with command {container.get('command')!r}" if container.get("command") else "")
-                    + ", which is not the bundled trainer")
+        if argv is None and container.get("command"):
+            why = user.refusal() if user is not None else "users' commands are not run here"
+            if why is not None:
+                return Refusal(why)
+            argv = [*map(str, container.get("command") or []), *map(str, container.get("args") or [])]
+            users.append(True)
+        elif argv is None:
+            return (f"worker pool {i} runs image {container.get('imageUri')!r} with no command, which is not "
+                    "the bundled trainer")
+        else:
+            users.append(False)
         argvs.append(argv)
         envs.append({e["name"]: str(e.get("value", "")) for e in container.get("env") or []})
         gpus = max(gpus, int((pool.get("machineSpec") or {}).get("acceleratorCount") or 0))
     if any(p for p in pools[2:]):
         return "worker pools 2 and 3 (parameter or reduction servers) are not run by the emulator"
-    if importlib.util.find_spec("torch") is None:
+    if not all(users) and importlib.util.find_spec("torch") is None:
         return "torch is not installed where the emulator runs"
-    return LocalPlan(counts, argvs, envs, gpus)
+    return LocalPlan(counts, argvs, envs, gpus, users)
 
 
 def output_uri(job: dict) -> str | None:
@@ -69,7 +91,8 @@ def output_uri(job: dict) -> str | None:
     return ((job.get("jobSpec") or {}).get("baseOutputDirectory") or {}).get("outputUriPrefix") or None
 
 
-def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None = None) -> list[ReplicaSpec]:
+def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None = None,
+             user: UserCommands | None = None) -> list[ReplicaSpec]:
     """One process per replica: CLUSTER_SPEC on loopback ports, AIP_* folders in the emulator's Cloud
     Storage (`storage`: the job's gs:// output is objects there), else under `run_dir`."""
     pools = plan.pools
@@ -97,6 +120,17 @@ def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None 
                 "GCPGPU_NPROC_PER_NODE": "1",
                 "GCPGPU_TRAINER_ALLOW_CPU": "1",
             })
+            if plan.user and plan.user[pool] and user is not None:
+                # As Vertex AI gives them: gs:// URIs, which the user's code reads at /gcs/BUCKET/...
+                for key, sub in (("AIP_MODEL_DIR", "model"), ("AIP_CHECKPOINT_DIR", "checkpoints"),
+                                 ("AIP_TENSORBOARD_LOG_DIR", "logs")):
+                    env.pop(key)
+                    if out:
+                        env[key] = f"{out.rstrip('/')}/{sub}/"
+                del env["GCPGPU_TRAINER_ALLOW_CPU"], env["GCPGPU_NPROC_PER_NODE"]
+                argv, env = user.argv_env(plan.argv[pool], env, run_dir / f"{task}-workdir")
+                replicas.append(ReplicaSpec(task, argv, env))
+                continue
             replicas.append(ReplicaSpec(task, plan.argv[pool], env))
     for sub in ("model", "checkpoints", "logs"):
         (local_base / sub).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,260 @@
+"""A user's own PyTorch script, run by the emulator as the training image would run it.
+
+The script (not gcpgpu's trainer) is written here: a gloo all-reduce over two processes that reads
+/data/input.txt from a read-only mount and writes a result and a checkpoint to /out through a
+read-write mount, resuming from its checkpoint when GCPGPU_RESUME=1. Its folder is packed, uploaded
+and the data put with google-cloud-storage; the job gets the contract's GCPGPU_* variables through
+--env (what `job submit --workdir/--mount/--setup` sets); results are read back with google-cloud-storage.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from helpers import wait_for
+
+from gcpgpu.cli import main
+
+pytest.importorskip("torch")
+storage = pytest.importorskip("google.cloud.storage")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap (bwrap) is not installed: the emulator cannot sandbox users' commands")
+
+GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
+BUCKET = "user-bucket"
+LAUNCH = ("torchrun --nnodes $NNODES --node-rank $NODE_RANK --nproc-per-node 1 --master-addr $MASTER_ADDR "
+          "--master-port $MASTER_PORT train.py")
+
+TRAIN = '''
+import json, os, pathlib, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+out = pathlib.Path("/out") / f"rank{rank}"
+out.mkdir(parents=True, exist_ok=True)
+ckpt = out / "ckpt.pt"
+start = 0
+if os.environ.get("GCPGPU_RESUME") == "1" and ckpt.exists():
+    start = torch.load(ckpt)["step"]
+words = len(open("/data/input.txt").read().split())
+try:
+    open("/data/written-by-job", "w").write("x")
+    data_ro = False
+except OSError:
+    data_ro = True
+t = torch.tensor([float(words * (rank + 1))])
+dist.all_reduce(t)
+torch.save({"step": start + 1}, ckpt)
+(out / "result.json").write_text(json.dumps({"sum": t.item(), "world": dist.get_world_size(), "data_ro": data_ro,
+                                             "cwd": os.getcwd(), "resumed_from": start,
+                                             "setup_ran": os.path.exists("setup-done"),
+                                             "token_ok": os.environ.get("HF_TOKEN") == "hf-s3cret"}))
+print(f"rank {rank} sum {t.item()}")
+dist.destroy_process_group()
+'''
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+@pytest.fixture
+def gcs(gcp):
+    """google-cloud-storage as a user builds it, pointed at the emulator."""
+    from google.auth.credentials import AnonymousCredentials
+
+    return storage.Client(project="test-proj", credentials=AnonymousCredentials(),
+                          client_options={"api_endpoint": gcp.url})
+
+
+def put_workdir(gcs, tmp_path: Path) -> str:
+    """The user's folder, packed and uploaded content-addressed as `job submit --workdir` does."""
+    src = tmp_path / "code"
+    src.mkdir()
+    (src / "train.py").write_text(TRAIN)
+    (src / "requirements.txt").write_text("")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path in sorted(src.iterdir()):
+            tar.add(path, arcname=path.name)
+    blob = buf.getvalue()
+    name = f"gcpgpu-staging/workdir-{hashlib.sha256(blob).hexdigest()}.tar.gz"
+    bucket = gcs.create_bucket(BUCKET)
+    bucket.blob(name).upload_from_string(blob)
+    bucket.blob("inputs/input.txt").upload_from_string("one two three four five")
+    return f"gs://{BUCKET}/{name}"
+
+
+def put_secret(gcp) -> str:
+    """A secret in the emulator's Secret Manager (plain REST, as Google's reference shapes the calls)."""
+    def call(path: str, body: dict) -> None:
+        req = urllib.request.Request(f"{gcp.url}/v1/{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10).close()  # noqa: S310 - the emulator on loopback
+
+    call("projects/test-proj/secrets?secretId=hf", {"replication": {"automatic": {}}})
+    call("projects/test-proj/secrets/hf:addVersion", {"payload": {"data": base64.b64encode(b"hf-s3cret").decode()}})
+    return "projects/test-proj/secrets/hf/versions/latest"
+
+
+def job_env(workdir: str) -> list[str]:
+    mounts = [{"source": f"gs://{BUCKET}/inputs", "target": "/data", "ro": True},
+              {"source": f"gs://{BUCKET}/outputs", "target": "/out", "ro": False}]
+    pairs = {"GCPGPU_WORKDIR": workdir, "GCPGPU_MOUNTS": json.dumps(mounts),
+             "GCPGPU_SETUP": "pip install -q --no-index -r requirements.txt && touch setup-done"}
+    return [arg for k, v in pairs.items() for arg in ("--env", f"{k}={v}")]
+
+
+def results(gcs) -> dict[int, dict]:
+    bucket = gcs.bucket(BUCKET)
+    found = {}
+    for blob in bucket.list_blobs(prefix="outputs/"):
+        match = re.fullmatch(r"outputs/rank(\d)/result.json", blob.name)
+        if match:
+            found[int(match.group(1))] = json.loads(blob.download_as_bytes())
+    return found
+
+
+def check(gcs) -> None:
+    found = results(gcs)
+    assert sorted(found) == [0, 1]
+    for r in found.values():
+        # 5 words, ranks weigh 1 and 2: the all-reduce met the other node.
+        assert r["sum"] == 15.0 and r["world"] == 2
+        assert r["data_ro"] and r["cwd"] == "/workdir" and r["setup_ran"]
+    names = {b.name for b in gcs.bucket(BUCKET).list_blobs(prefix="outputs/")}
+    assert {"outputs/rank0/ckpt.pt", "outputs/rank1/ckpt.pt"} <= names
+
+
+@needs_bwrap
+def test_users_script_runs_on_a_two_node_cluster_with_its_workdir_setup_mounts_and_secret(gcp, gcs, tmp_path):
+    workdir = put_workdir(gcs, tmp_path)
+    secret = ["--env", "GCPGPU_SECRETS=" + json.dumps({"HF_TOKEN": put_secret(gcp)})]
+    assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    result = cli("job", "submit", "--cluster", "c", "--image", "us-docker.pkg.dev/p/r/mine:1", "--wait",
+                 "--command", f"bash -c '{LAUNCH}'", *job_env(workdir), *secret)
+    assert result.exit_code == 0, result.output + cli("job", "logs", result.stdout.splitlines()[0]).output
+    check(gcs)
+    assert all(r["token_ok"] for r in results(gcs).values())  # read from Secret Manager inside the sandbox
+    # The data mount stayed read-only: the job could not write into the input folder.
+    names = {b.name for b in gcs.bucket(BUCKET).list_blobs(prefix="inputs/")}
+    assert names == {"inputs/input.txt"}
+    logs = cli("job", "logs", result.stdout.splitlines()[0]).output
+    assert "rank 0 sum 15.0" in logs and "unpacked into /workdir" in logs
+
+
+@needs_bwrap
+def test_users_script_runs_as_a_two_replica_vertex_job(gcs, tmp_path):
+    workdir = put_workdir(gcs, tmp_path)
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--wait",
+                 "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", f"bash -c '{LAUNCH}'", *job_env(workdir))
+    assert result.exit_code == 0, result.output + cli("job", "logs", result.stdout.splitlines()[0]).output
+    check(gcs)
+
+
+def _sleepers(marker: str) -> list[int]:
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+@needs_bwrap
+def test_a_lost_node_takes_the_sandboxed_command_and_everything_it_started_with_it(gcp):
+    assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    marker = "617.25"
+    submit = cli("job", "submit", "--cluster", "c", "--image", "us-docker.pkg.dev/p/r/mine:1",
+                 "--command", f"bash -c 'sleep {marker} & sleep {marker}; wait'")
+    assert submit.exit_code == 0, submit.output
+    wait_for(lambda: len(_sleepers(marker)) == 2, 30, "the job's two sleeps")
+    run = next(r for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/"))
+    gcp.jobs.runner.lose(run.id, 0, "node c-0 was lost to a host error")  # SIGKILL now, as a dead host
+    wait_for(lambda: not _sleepers(marker), 10, "no sleep left behind")
+    assert run.wait(10) and run.state == "failed"
+
+
+@needs_bwrap
+def test_users_script_resumes_from_its_own_checkpoint_when_told_to(gcs, tmp_path):
+    workdir = put_workdir(gcs, tmp_path)
+    base = ["job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--wait",
+            "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", f"bash -c '{LAUNCH}'", *job_env(workdir)]
+    assert cli(*base).exit_code == 0
+    again = cli(*base, "--env", "GCPGPU_RESUME=1", "--env", "GCPGPU_RESTART=1")
+    assert again.exit_code == 0, again.output
+    assert {r["resumed_from"] for r in results(gcs).values()} == {1}
+
+
+def test_without_the_owners_permission_a_users_command_fails_at_once_saying_how_to_allow_it(gcp):
+    gcp.user_commands.allowed = False
+    try:
+        vertex = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--wait",
+                     "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", "python train.py")
+        assert vertex.exit_code != 0
+        assert "--run-user-commands" in vertex.output
+        assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone",
+                   "us-central1-a", "--yes").exit_code == 0
+        node = cli("job", "submit", "--cluster", "c", "--wait", "--image", "us-docker.pkg.dev/p/r/mine:1",
+                   "--command", "python train.py")
+        assert node.exit_code != 0
+        status = json.loads(cli("job", "status", node.stdout.splitlines()[0], fmt="json").stdout)
+        assert status["state"] == "FAILED"
+        assert "gcpgpu emulator start --run-user-commands" in json.dumps(status)
+    finally:
+        gcp.user_commands.allowed = True
+
+
+@needs_bwrap
+def test_a_sandboxed_command_dies_with_the_emulator_even_when_it_is_killed(tmp_path):
+    # SIGKILL leaves the emulator no chance to stop its jobs: the sandbox must not outlive it.
+    import signal
+    import subprocess
+    import sys
+
+    from gcpgpu.fakes.jobs.usercmd import UserCommands
+
+    marker = "619.75"
+    argv, env = UserCommands(True, lambda: tmp_path / "gcs").argv_env(["sleep", marker], {}, tmp_path / "wd")
+    parent = subprocess.Popen([sys.executable, "-c", "import json, subprocess, sys, time; "
+                               "subprocess.Popen(json.loads(sys.argv[1]), env=json.loads(sys.argv[2])); time.sleep(60)",
+                               json.dumps(argv), json.dumps({**os.environ, **env})])
+    try:
+        wait_for(lambda: _sleepers(marker), 30, "the sandboxed sleep")
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    wait_for(lambda: not _sleepers(marker), 10, "no sleep left behind")
+
+
+def test_where_bwrap_is_missing_a_users_command_fails_with_one_line_saying_so(gcp, monkeypatch):
+    monkeypatch.setattr(gcp.user_commands, "bwrap", None)
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--wait",
+                 "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", "python train.py")
+    assert result.exit_code != 0 and "bubblewrap (bwrap) is not installed" in result.output
+
+
+def test_a_plain_emulator_runs_no_users_command_and_the_start_option_says_how_to_allow_it():
+    from gcpgpu.fakes.jobs.usercmd import UserCommands
+
+    assert "--run-user-commands" in UserCommands().refusal()  # the default: refused
+    help_text = CliRunner().invoke(main, ["emulator", "start", "--help"]).output
+    assert "--run-user-commands" in help_text
