@@ -22,11 +22,14 @@ class ConsoleReporter(Reporter):
 
         self.console = Console(stderr=True, highlight=False)
 
+    # soft_wrap: a line is one line in a log or pipe (rich would break it at 80 columns there).
     def step(self, key: str, text: str) -> None:
-        self.console.print(f"[bold cyan]>[/] {text}")
+        from rich.markup import escape
+
+        self.console.print(f"[bold cyan]>[/] {escape(text)}", soft_wrap=True)
 
     def note(self, text: str) -> None:
-        self.console.print(f"  {text}")
+        self.console.print(f"  {text}", soft_wrap=True, markup=False)
 
     @contextlib.contextmanager
     def waiting(self, text: str) -> Iterator[Any]:
