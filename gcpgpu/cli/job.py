@@ -62,6 +62,16 @@ def job() -> None:
 @click.option("--env", "env", multiple=True, metavar="K=V",
               help="Environment variable (repeatable); NCCL_* values override the machine's NCCL profile. "
               "Stored in plain text: no secrets.")
+@click.option("--workdir", metavar="DIR", help="Your code: DIR is packed (minus .gitignore and .gcpgpuignore "
+              "entries; 100 MiB at most), uploaded to the project's staging bucket and unpacked at /workdir on "
+              "every node or replica, the job's working directory.")
+@click.option("--setup", metavar="CMD", help="Run CMD once per node or replica in /workdir before the command "
+              "(e.g. 'pip install -r requirements.txt'); its failure ends the job.")
+@click.option("--mount", "mounts", multiple=True, metavar="gs://BUCKET[/PATH]:/DIR[:ro]",
+              help="Make a bucket (folder) visible at DIR on every node or replica (repeatable; :ro read-only).")
+@click.option("--secret", "secrets", multiple=True, metavar="ENV=projects/P/secrets/NAME[/versions/V]",
+              help="Set ENV from Secret Manager where the job runs, with the job's service account (repeatable; "
+              "default version latest). Only the name is stored, never the value.")
 @click.option("--profile", is_flag=True, default=None, help="Profile with Nsight Systems (the trainer's --profile-steps).")
 @click.option("--output-dir", metavar="PATH", help="Vertex: base output directory (gs://...); cluster: gs:// or a "
               "path on the nodes. Sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR.")
@@ -170,6 +180,10 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         "restart": kw.get("restart"),
         "service_account": kw.get("service_account"),
         "labels": labels or None,
+        "workdir": kw.get("workdir"),
+        "setup": kw.get("setup"),
+        "mounts": list(kw.get("mounts") or ()) or None,
+        "secrets": list(kw.get("secrets") or ()) or None,
     }
     spec = JobSpec.from_sources(kw.get("spec_file"), flags)
     if spec.target == "vertex" and flags["target"] is None and spec.cluster:

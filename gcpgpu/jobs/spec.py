@@ -100,6 +100,12 @@ class JobSpec:
     restart: str = "default"
     service_account: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # The user's own code and data (jobs/usercode.py): unpacked at /workdir, run before the command,
+    # buckets at mount points, Secret Manager versions as environment variables where the job runs.
+    workdir: str | None = None
+    setup: str | None = None
+    mounts: list[str] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_sources(cls, path: str | None, flags: dict[str, Any]) -> JobSpec:
@@ -136,8 +142,11 @@ class ValidJob:
 
 def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: str | None) -> ValidJob:
     """Check everything that needs no API call; complete defaults (image, reservation name)."""
+    from gcpgpu.jobs import usercode
+
     warnings: list[str] = []
     target = spec.target
+    usercode.check_setup(spec, target if target in TARGETS else None)
     if target not in TARGETS:
         raise UsageProblem("say where the job runs: --vertex (Vertex AI custom job) or --cluster NAME "
                            "(a gcpgpu cluster's VMs)")
@@ -226,6 +235,7 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         if SECRET_HINT.search(key):
             warnings.append(f"--env {key} looks like a secret: a job's environment is stored in plain text (the "
                             "CustomJob, instance metadata); read secrets from Secret Manager instead")
+    usercode.check(spec, env)
     if env.get("NCCL_DEBUG") or any(k.startswith("NCCL_") for k in env):
         from gcpgpu import nccl
 
@@ -400,6 +410,12 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         value = [str(v) for v in value]
     if k == "env":
         value = parse_env(value, where)
+    if k == "mounts" and isinstance(value, str):
+        value = [value]
+    if k == "secrets" and value is not None:
+        from gcpgpu.jobs.usercode import parse_secrets
+
+        value = parse_secrets(value, where)
     if k == "labels" and not isinstance(value, dict):
         raise UsageProblem(f"{where} must be a mapping of label keys to values")
     if k == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
