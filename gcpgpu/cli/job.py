@@ -110,6 +110,10 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
                            "(see --restart)")
     for warning in valid.warnings:
         info(f"warning: {warning}")
+    if valid.spec.workdir:
+        from gcpgpu.jobs import workdir
+
+        valid.workdir_uri = workdir.stage(settings.clients, settings.project, valid, dry_run=dry_run, say=info)
     if valid.target == "vertex":
         from gcpgpu.jobs import vertex
 

@@ -134,6 +134,7 @@ class ValidJob:
     region: str | None
     reservation: dict | None  # Vertex reservationAffinity, camelCase
     warnings: list[str] = field(default_factory=list)
+    workdir_uri: str | None = None  # gs:// of the staged --workdir tarball (jobs/workdir.py), set before submit
 
     @property
     def bundled_trainer(self) -> bool:
@@ -450,5 +451,8 @@ def job_env(job: ValidJob, machine: catalog.MachineType | None, platform: str) -
         base = out.rstrip("/")
         env.update(AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
                    AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", GCPGPU_OUTPUT_DIR=base)
+    from gcpgpu.jobs.usercode import user_env
+
+    env.update(user_env(job.spec, job.workdir_uri))
     env.update(job.env)
     return env
