@@ -156,7 +156,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 
 
 def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
-    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, split_command, validate
+    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, validate
+    from gcpgpu.jobs.usercode import command_words
     from gcpgpu.specfile import check_option_values, parse_pairs
 
     check_option_values(click.get_current_context())
@@ -172,7 +173,7 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         "machine_type": kw.get("machine_type"),
         "nodes": kw.get("nodes"),
         "image": kw.get("image"),
-        "command": split_command(kw["command"]) if kw.get("command") else None,
+        "command": command_words(kw["command"]) if kw.get("command") else None,
         "args": list(trainer_args) or None,
         "strategy": "spot" if kw.get("spot") else ("flex-start" if kw.get("flex_start") else None),
         "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,

@@ -405,7 +405,9 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         value = parse_duration(value, where)
     if k in ("command", "args"):
         if isinstance(value, str):
-            value = split_command(value, where)
+            from gcpgpu.jobs.usercode import command_words
+
+            value = command_words(value, where) if k == "command" else split_command(value, where)
         if not isinstance(value, list):
             raise UsageProblem(f"{where} must be a list of strings (or one string, split like a shell would)")
         value = [str(v) for v in value]

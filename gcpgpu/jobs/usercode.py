@@ -180,3 +180,44 @@ def user_env(spec: Any, workdir_uri: str | None) -> dict[str, str]:
     if spec.secrets:
         env["GCPGPU_SECRETS"] = json.dumps(dict(sorted(spec.secrets.items())), separators=(",", ":"))
     return env
+
+
+def node_mounts(spec: Any, workdir_uri: str | None, buckets: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """What a cluster node mounts for the job: the buckets mounted writable at /gcs/BUCKET (`buckets`, the
+    staging bucket when there is a workdir, each writable --mount's), and the --mount binds (dicts for the
+    job agent: bucket, path, target, ro)."""
+    out = list(buckets)
+    if workdir_uri:
+        out.append(workdir_uri[len("gs://"):].partition("/")[0])
+    binds = []
+    for m in parse_mounts(spec.mounts):
+        if not m.ro:
+            out.append(m.bucket)
+        binds.append({"bucket": m.bucket, "path": m.path, "target": m.target, "ro": m.ro})
+    return list(dict.fromkeys(out)), binds
+
+
+def container_call(job: Any) -> tuple[list[str], list[str]]:
+    """(command, args) for the container: a user's command goes in args behind the image's own entrypoint when
+    the job brings code, setup, mounts or secrets, which that entrypoint (gcpgpu/replica.py) sets up before it
+    runs the command; replacing the entrypoint would skip all of them. Otherwise as given."""
+    spec = job.spec
+    if job.command and not job.bundled_trainer and (spec.workdir or spec.setup or spec.mounts or spec.secrets):
+        return [], [*job.command, *job.args]
+    return job.command, job.args
+
+
+SHELLS = ("sh", "bash", "dash", "zsh")
+
+
+def command_words(line: str, where: str = "--command") -> list[str]:
+    """A --command line as the container's argv. A line that uses $VARIABLES (torchrun --nnodes $NNODES ...)
+    runs under `sh -c`, since neither Vertex AI nor docker expands them and the entrypoint sets them only
+    where the job runs; a line already starting with a shell, or running the bundled trainer, is kept as split."""
+    from gcpgpu.jobs.spec import split_command
+    from gcpgpu.trainer.argv import runs_bundled_trainer
+
+    words = split_command(line, where)
+    if "$" not in line or not words or os.path.basename(words[0]) in SHELLS or runs_bundled_trainer("", words):
+        return words
+    return ["sh", "-c", line]
