@@ -85,6 +85,7 @@ TWINS: dict[str, Twin] = {
     "python -m gcpgpu.trainer --model 124m --parallel fsdp --precision bf16 --data synthetic --steps 100 "
     "--batch-size 32": Twin(gpu=True),
     "gcpgpu nccl env --machine-type a3-megagpu-8g": Twin(says="gcpgpu-trainer:"),
+    "mkdir -p myrun && echo 'print(\"hello from my code\")' > myrun/train.py": Twin(says="workdir: 2 files"),
     "gcpgpu/cli/        click commands, one module per group, loaded lazily": Twin(skip="folders, not commands"),
 }
 # Filters a command's output may be piped into; any other `|` in a block runs two commands at once.

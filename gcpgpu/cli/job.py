@@ -62,6 +62,16 @@ def job() -> None:
 @click.option("--env", "env", multiple=True, metavar="K=V",
               help="Environment variable (repeatable); NCCL_* values override the machine's NCCL profile. "
               "Stored in plain text: no secrets.")
+@click.option("--workdir", metavar="DIR", help="Your code: DIR is packed (minus .gitignore and .gcpgpuignore "
+              "entries; 100 MiB at most), uploaded to the project's staging bucket and unpacked at /workdir on "
+              "every node or replica, the job's working directory.")
+@click.option("--setup", metavar="CMD", help="Run CMD once per node or replica in /workdir before the command "
+              "(e.g. 'pip install -r requirements.txt'); its failure ends the job.")
+@click.option("--mount", "mounts", multiple=True, metavar="gs://BUCKET[/PATH]:/DIR[:ro]",
+              help="Make a bucket (folder) visible at DIR on every node or replica (repeatable; :ro read-only).")
+@click.option("--secret", "secrets", multiple=True, metavar="ENV=projects/P/secrets/NAME[/versions/V]",
+              help="Set ENV from Secret Manager where the job runs, with the job's service account (repeatable; "
+              "default version latest). Only the name is stored, never the value.")
 @click.option("--profile", is_flag=True, default=None, help="Profile with Nsight Systems (the trainer's --profile-steps).")
 @click.option("--output-dir", metavar="PATH", help="Vertex: base output directory (gs://...); cluster: gs:// or a "
               "path on the nodes. Sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR.")
@@ -100,6 +110,10 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
                            "(see --restart)")
     for warning in valid.warnings:
         info(f"warning: {warning}")
+    if valid.spec.workdir:
+        from gcpgpu.jobs import workdir
+
+        valid.workdir_uri = workdir.stage(settings.clients, settings.project, valid, dry_run=dry_run, say=info)
     if valid.target == "vertex":
         from gcpgpu.jobs import vertex
 
@@ -112,6 +126,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         jid, state = vertex.submit(settings.clients, request)
     else:
         from gcpgpu.jobs import cluster as cluster_jobs
+        from gcpgpu.jobs import usercode
 
         # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
         # so it refuses, and fits defaults, as submit does.
@@ -122,7 +137,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
             nodes, machine = placed
             emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": len(nodes),
                   "machine_type": machine.name, "image": cluster_jobs.image_of(valid, settings.project, nodes),
-                  "command": valid.command, "args": valid.args, "env": job_spec.job_env(valid, machine, "vm")},
+                  **dict(zip(("command", "args"), usercode.container_call(valid), strict=True)),
+                  "env": job_spec.job_env(valid, machine, "vm")},
                  fmt=settings.format if settings.format != "table" else "yaml")
             return
         jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover, placed)
@@ -149,7 +165,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 
 
 def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
-    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, split_command, validate
+    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, validate
+    from gcpgpu.jobs.usercode import command_words
     from gcpgpu.specfile import check_option_values, parse_pairs
 
     check_option_values(click.get_current_context())
@@ -165,7 +182,7 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         "machine_type": kw.get("machine_type"),
         "nodes": kw.get("nodes"),
         "image": kw.get("image"),
-        "command": split_command(kw["command"]) if kw.get("command") else None,
+        "command": command_words(kw["command"]) if kw.get("command") else None,
         "args": list(trainer_args) or None,
         "strategy": "spot" if kw.get("spot") else ("flex-start" if kw.get("flex_start") else None),
         "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,
@@ -177,6 +194,10 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         "restart": kw.get("restart"),
         "service_account": kw.get("service_account"),
         "labels": labels or None,
+        "workdir": kw.get("workdir"),
+        "setup": kw.get("setup"),
+        "mounts": list(kw.get("mounts") or ()) or None,
+        "secrets": list(kw.get("secrets") or ()) or None,
     }
     spec = JobSpec.from_sources(kw.get("spec_file"), flags)
     if spec.target == "vertex" and flags["target"] is None and spec.cluster:

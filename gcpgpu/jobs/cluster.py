@@ -25,7 +25,7 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import batch, call, parallel
 from gcpgpu.resources import render
 
-from . import ids
+from . import ids, usercode
 from . import logs as job_logs
 from .spec import DEFAULT_IMAGE, ValidJob, fit_trainer_args, job_env
 
@@ -121,9 +121,11 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
         mounts = [host_lib, *(p for p in mounts if not p.startswith(host_lib + "/"))]
     image = image_of(job, project, chosen)
     buckets, node_dirs = output_mounts(job.spec.output_dir)
+    buckets, user_mounts = usercode.node_mounts(job.spec, job.workdir_uri, buckets)
+    command, args = usercode.container_call(job)
     record = {
-        "id": job_id, "name": job.name, "cluster": cluster, "image": image, "command": job.command,
-        "args": job.args, "env": env, "nnodes": want, "master_port": MASTER_PORT,
+        "id": job_id, "name": job.name, "cluster": cluster, "image": image, "command": command,
+        "args": args, "env": env, "user_mounts": user_mounts, "nnodes": want, "master_port": MASTER_PORT,
         "machine_type": machine.name, "gpus_per_node": machine.gpu_count, "timeout": job.spec.timeout,
         "mounts": mounts, "gcs_buckets": buckets, "node_dirs": node_dirs, "output_dir": job.spec.output_dir,
         "bundled_trainer": job.bundled_trainer, "attempt": 0, "run": job_id, "history": [], "recover": recover,
@@ -175,6 +177,7 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
                        nnodes=want, master_addr=master, master_port=MASTER_PORT, image=record["image"],
                        command=record["command"], args=record["args"], env=record["env"], mounts=record["mounts"],
                        gcs_buckets=record.get("gcs_buckets") or [], node_dirs=record.get("node_dirs") or [],
+                       user_mounts=record.get("user_mounts") or [],
                        timeout=record.get("timeout") or 0, rxdm=rxdm, rxdm_wait=RXDM_WAIT_S)
         items = {k: v for k, v in node.metadata.items() if k not in JOB_KEYS}
         items.update({

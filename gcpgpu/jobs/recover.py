@@ -144,6 +144,8 @@ class Follower:
         history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         "lost": names, "zone": zone, "cause": ", ".join(sorted({causes[n] for n in names})),
                         "last_step": last_step, "log_every": log_every(record["args"])})
+        # A user's own command resumes from its own checkpoint when it sees these (containers/README.md).
+        record["env"] = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
         record.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
                       history=history, recover=self.recover)
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {attempt} on {len(nodes)} node(s)"

@@ -100,6 +100,12 @@ class JobSpec:
     restart: str = "default"
     service_account: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # The user's own code and data (jobs/usercode.py): unpacked at /workdir, run before the command,
+    # buckets at mount points, Secret Manager versions as environment variables where the job runs.
+    workdir: str | None = None
+    setup: str | None = None
+    mounts: list[str] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_sources(cls, path: str | None, flags: dict[str, Any]) -> JobSpec:
@@ -129,6 +135,7 @@ class ValidJob:
     reservation: dict | None  # Vertex reservationAffinity, camelCase
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # defaults chosen for the target, said before submit
+    workdir_uri: str | None = None  # gs:// of the staged --workdir tarball (jobs/workdir.py), set before submit
 
     @property
     def bundled_trainer(self) -> bool:
@@ -137,8 +144,11 @@ class ValidJob:
 
 def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: str | None) -> ValidJob:
     """Check everything that needs no API call; complete defaults (image, reservation name)."""
+    from gcpgpu.jobs import usercode
+
     warnings: list[str] = []
     target = spec.target
+    usercode.check_setup(spec, target if target in TARGETS else None)
     if target not in TARGETS:
         raise UsageProblem("say where the job runs: --vertex (Vertex AI custom job) or --cluster NAME "
                            "(a gcpgpu cluster's VMs)")
@@ -227,6 +237,7 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         if SECRET_HINT.search(key):
             warnings.append(f"--env {key} looks like a secret: a job's environment is stored in plain text (the "
                             "CustomJob, instance metadata); read secrets from Secret Manager instead")
+    usercode.check(spec, env)
     if env.get("NCCL_DEBUG") or any(k.startswith("NCCL_") for k in env):
         from gcpgpu import nccl
 
@@ -419,12 +430,20 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         value = parse_duration(value, where)
     if k in ("command", "args"):
         if isinstance(value, str):
-            value = split_command(value, where)
+            from gcpgpu.jobs.usercode import command_words
+
+            value = command_words(value, where) if k == "command" else split_command(value, where)
         if not isinstance(value, list):
             raise UsageProblem(f"{where} must be a list of strings (or one string, split like a shell would)")
         value = [str(v) for v in value]
     if k == "env":
         value = parse_env(value, where)
+    if k == "mounts" and isinstance(value, str):
+        value = [value]
+    if k == "secrets" and value is not None:
+        from gcpgpu.jobs.usercode import parse_secrets
+
+        value = parse_secrets(value, where)
     if k == "labels" and not isinstance(value, dict):
         raise UsageProblem(f"{where} must be a mapping of label keys to values")
     if k == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
@@ -459,5 +478,8 @@ def job_env(job: ValidJob, machine: catalog.MachineType | None, platform: str) -
         base = out.rstrip("/")
         env.update(AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
                    AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", GCPGPU_OUTPUT_DIR=base)
+    from gcpgpu.jobs.usercode import user_env
+
+    env.update(user_env(job.spec, job.workdir_uri))
     env.update(job.env)
     return env

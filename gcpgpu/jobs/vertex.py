@@ -10,6 +10,7 @@ from gcpgpu.resources import render
 
 from . import ids
 from .spec import ValidJob, job_env
+from .usercode import container_call
 
 STRATEGY = {"standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
@@ -26,6 +27,7 @@ def build_request(job: ValidJob, project: str) -> dict:
     assert machine is not None and job.nodes is not None and job.region is not None  # validate() made sure
     pools = [{"replicas": 1}] + ([{"replicas": job.nodes - 1}] if job.nodes > 1 else [])
     env = job_env(job, machine, "vertex")
+    command, args = container_call(job)
     text = render(
         "vertex_custom_job.yaml.j2",
         name=job.name,
@@ -36,8 +38,8 @@ def build_request(job: ValidJob, project: str) -> dict:
         accelerator_count=machine.gpu_count,
         reservation=job.reservation,
         image=job.image,
-        command=job.command,
-        args=job.args,
+        command=command,
+        args=args,
         env=[{"name": k, "value": v} for k, v in env.items()],
         strategy=STRATEGY[job.spec.strategy],
         max_wait=job.spec.max_wait,

@@ -1,0 +1,223 @@
+"""The user's own code and data on a job: --workdir, --setup, --mount and --secret, checked before any request.
+
+The training image's entrypoint (gcpgpu/replica.py) does the work on every node or replica from the
+environment variables these become (see user_env): GCPGPU_WORKDIR, GCPGPU_SETUP, GCPGPU_MOUNTS,
+GCPGPU_SECRETS. Secrets travel as Secret Manager names only; their values are read where the job runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gcpgpu import specfile
+from gcpgpu.errors import UsageProblem
+
+# Mount points the image or the entrypoint already owns: a mount there would hide the system, the
+# user's unpacked code (/workdir) or Vertex's own bucket mounts (/gcs).
+RESERVED = ("/workdir", "/gcs", "/usr", "/bin", "/lib", "/etc", "/proc", "/sys", "/dev", "/tmp")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# projects/PROJECT (id or number)/secrets/NAME[/versions/VERSION (a number or latest)]
+SECRET = re.compile(r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|\d{1,20})/secrets/([A-Za-z0-9_-]{1,255})"
+                    r"(?:/versions/([1-9]\d{0,18}|latest))?$")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bucket (or a folder in it) made visible at `target` on every node or replica."""
+
+    bucket: str
+    path: str  # inside the bucket, no leading or trailing slash; "" for the whole bucket
+    target: str
+    ro: bool
+
+    @property
+    def source(self) -> str:
+        return f"gs://{self.bucket}/{self.path}" if self.path else f"gs://{self.bucket}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"source": self.source, "target": self.target, "ro": self.ro}
+
+
+def parse_mount(value: str, where: str = "--mount") -> Mount:
+    """gs://BUCKET[/PATH]:/MOUNTPOINT[:ro|:rw] -> Mount, refusing what the entrypoint could not mount."""
+    from gcpgpu.jobs.spec import BUCKET
+
+    shown = specfile.shown(value)
+    example = f"e.g. {where} gs://my-data/imagenet:/data:ro"
+    if not isinstance(value, str) or not value.startswith("gs://"):
+        raise UsageProblem(f"{where} {shown} must be gs://BUCKET[/PATH]:/MOUNTPOINT[:ro], {example}")
+    rest, ro = value[len("gs://"):], False
+    for mode in (":ro", ":rw"):
+        if rest.endswith(mode):
+            rest, ro = rest[: -len(mode)], mode == ":ro"
+            break
+    source, sep, target = rest.rpartition(":")
+    if sep and not source.partition("/")[0]:
+        raise UsageProblem(f"{where} {shown} names no bucket: gs://BUCKET[/PATH], {example}")
+    if not sep:
+        raise UsageProblem(f"{where} {shown} has no mount point: add :/MOUNTPOINT, {example}")
+    bucket, _, path = source.partition("/")
+    if not bucket:
+        raise UsageProblem(f"{where} {shown} names no bucket: gs://BUCKET[/PATH], {example}")
+    if not BUCKET.match(bucket):
+        raise UsageProblem(f"{where} {shown}: {specfile.shown(bucket)} is not a bucket name (3-63 lowercase "
+                           "letters, digits, -, _ and ., starting and ending with a letter or digit)")
+    path = path.strip("/")
+    if any(s in (".", "..", "") for s in path.split("/")) and path:
+        raise UsageProblem(f"{where} {shown}: the bucket path has a '.', '..' or empty segment")
+    if not target.startswith("/"):
+        raise UsageProblem(f"{where} {shown}: the mount point {specfile.shown(target)} must be an absolute path, "
+                           f"{example}")
+    parts = [p for p in target.split("/") if p]
+    if any(p in (".", "..") for p in parts) or re.search(r"[\x00-\x1f\x7f]", target):
+        raise UsageProblem(f"{where} {shown}: the mount point must not hold '.', '..' or control characters")
+    norm = "/" + "/".join(parts)
+    if norm == "/" or any(norm == r or norm.startswith(r + "/") for r in RESERVED):
+        raise UsageProblem(f"{where} {shown}: {norm} is reserved (/, {', '.join(RESERVED)} and below them); "
+                           "choose another mount point, e.g. /data or /out")
+    return Mount(bucket=bucket, path=path, target=norm, ro=ro)
+
+
+def parse_mounts(values: Any, where: str = "--mount") -> list[Mount]:
+    """Repeated --mount values (or a spec file's list) -> Mounts, refusing two on one mount point."""
+    if values is None:
+        return []
+    if isinstance(values, str) or not isinstance(values, (list, tuple)):
+        values = [values]
+    mounts: list[Mount] = []
+    for value in values:
+        mount = parse_mount(str(value) if not isinstance(value, str) else value, where)
+        if any(m.target == mount.target for m in mounts):
+            raise UsageProblem(f"{where}: two mounts on {mount.target}; give each mount point once")
+        mounts.append(mount)
+    return mounts
+
+
+def parse_secrets(values: Any, where: str = "--secret") -> dict[str, str]:
+    """ENV=projects/P/secrets/NAME[/versions/V] (repeated, or a spec file's mapping) -> {ENV: full version name}."""
+    if values is None:
+        return {}
+    if isinstance(values, dict):
+        items = [(str(k), v) for k, v in values.items()]
+    else:
+        if isinstance(values, str) or not isinstance(values, (list, tuple)):
+            values = [values]
+        items = []
+        for pair in values:
+            name, sep, ref = str(pair).partition("=")
+            if not sep:
+                raise UsageProblem(f"{where} {specfile.shown(str(pair))} is not ENV=projects/P/secrets/NAME"
+                                   f"[/versions/V], e.g. {where} WANDB_API_KEY=projects/my-proj/secrets/wandb")
+            items.append((name, ref))
+    out: dict[str, str] = {}
+    for name, ref in items:
+        if not ENV_NAME.match(name):
+            raise UsageProblem(f"{where} {specfile.shown(name)} is not an environment variable name (letters, "
+                               "digits, _; not starting with a digit)")
+        match = SECRET.match(ref) if isinstance(ref, str) else None
+        if not match:
+            raise UsageProblem(f"{where} {name}={specfile.shown(ref, quote=False)} must name a secret as "
+                               "projects/PROJECT/secrets/NAME[/versions/VERSION] (VERSION a number or latest)")
+        out[name] = ref if match.group(3) else f"{ref}/versions/latest"
+    return out
+
+
+def check_workdir(value: Any, where: str = "--workdir") -> str:
+    """An existing, non-empty folder -> its absolute path."""
+    shown = specfile.shown(value)
+    if not isinstance(value, str) or not value.strip():
+        raise UsageProblem(f"{where} is empty: give the folder with your code, e.g. {where} .")
+    if not os.path.exists(value):
+        raise UsageProblem(f"{where} {shown} does not exist: give the folder with your code")
+    if not os.path.isdir(value):
+        raise UsageProblem(f"{where} {shown} is not a folder: give the folder with your code (its files "
+                           "land in /workdir)")
+    try:
+        empty = not os.listdir(value)
+    except OSError as e:
+        raise UsageProblem(f"{where} {shown} cannot be read: {e.strerror}") from None
+    if empty:
+        raise UsageProblem(f"{where} {shown} is empty: give the folder with your code")
+    return os.path.abspath(value)
+
+
+def check_setup(spec: Any, target: str | None) -> None:
+    """--setup: a command, and a job target to run it on (checked before the target itself is)."""
+    if spec.setup is not None:
+        if not isinstance(spec.setup, str) or not spec.setup.strip():
+            raise UsageProblem("--setup is empty: give a command, e.g. --setup 'pip install -r requirements.txt'")
+        specfile.check_utf8(spec.setup, "--setup")
+        if target is None:
+            raise UsageProblem("--setup runs on the job's nodes before the command: say where the job runs "
+                               "(--vertex or --cluster NAME)")
+
+
+def check(spec: Any, env: dict[str, str]) -> None:
+    """Check the spec's workdir, mounts and secrets; normalise them in place on `spec`."""
+    if spec.workdir is not None:
+        spec.workdir = check_workdir(spec.workdir)
+    spec.mounts = [m.source + ":" + m.target + (":ro" if m.ro else "") for m in parse_mounts(spec.mounts)]
+    spec.secrets = parse_secrets(spec.secrets)
+    for name in spec.secrets:
+        if name in env:
+            raise UsageProblem(f"--secret {name} is also set with --env: keep one (a secret belongs in --secret)")
+
+
+def user_env(spec: Any, workdir_uri: str | None) -> dict[str, str]:
+    """The GCPGPU_* variables the image's entrypoint reads (names of secrets only, never their values)."""
+    env: dict[str, str] = {}
+    if workdir_uri:
+        env["GCPGPU_WORKDIR"] = workdir_uri
+    if spec.setup:
+        env["GCPGPU_SETUP"] = spec.setup
+    mounts = parse_mounts(spec.mounts)
+    if mounts:
+        env["GCPGPU_MOUNTS"] = json.dumps([m.as_json() for m in mounts], separators=(",", ":"))
+    if spec.secrets:
+        env["GCPGPU_SECRETS"] = json.dumps(dict(sorted(spec.secrets.items())), separators=(",", ":"))
+    return env
+
+
+def node_mounts(spec: Any, workdir_uri: str | None, buckets: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """What a cluster node mounts for the job: the buckets mounted writable at /gcs/BUCKET (`buckets`, the
+    staging bucket when there is a workdir, each writable --mount's), and the --mount binds (dicts for the
+    job agent: bucket, path, target, ro)."""
+    out = list(buckets)
+    if workdir_uri:
+        out.append(workdir_uri[len("gs://"):].partition("/")[0])
+    binds = []
+    for m in parse_mounts(spec.mounts):
+        if not m.ro:
+            out.append(m.bucket)
+        binds.append({"bucket": m.bucket, "path": m.path, "target": m.target, "ro": m.ro})
+    return list(dict.fromkeys(out)), binds
+
+
+def container_call(job: Any) -> tuple[list[str], list[str]]:
+    """(command, args) for the container: a user's command goes in args behind the image's own entrypoint when
+    the job brings code, setup, mounts or secrets, which that entrypoint (gcpgpu/replica.py) sets up before it
+    runs the command; replacing the entrypoint would skip all of them. Otherwise as given."""
+    spec = job.spec
+    if job.command and not job.bundled_trainer and (spec.workdir or spec.setup or spec.mounts or spec.secrets):
+        return [], [*job.command, *job.args]
+    return job.command, job.args
+
+
+SHELLS = ("sh", "bash", "dash", "zsh")
+
+
+def command_words(line: str, where: str = "--command") -> list[str]:
+    """A --command line as the container's argv. A line that uses $VARIABLES (torchrun --nnodes $NNODES ...)
+    runs under `sh -c`, since neither Vertex AI nor docker expands them and the entrypoint sets them only
+    where the job runs; a line already starting with a shell, or running the bundled trainer, is kept as split."""
+    from gcpgpu.jobs.spec import split_command
+    from gcpgpu.trainer.argv import runs_bundled_trainer
+
+    words = split_command(line, where)
+    if "$" not in line or not words or os.path.basename(words[0]) in SHELLS or runs_bundled_trainer("", words):
+        return words
+    return ["sh", "-c", line]
