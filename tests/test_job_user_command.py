@@ -258,3 +258,39 @@ def test_a_plain_emulator_runs_no_users_command_and_the_start_option_says_how_to
     assert "--run-user-commands" in UserCommands().refusal()  # the default: refused
     help_text = CliRunner().invoke(main, ["emulator", "start", "--help"]).output
     assert "--run-user-commands" in help_text
+
+
+@needs_bwrap
+def test_users_script_through_job_submits_own_flags_on_a_cluster_and_on_vertex(gcp, gcs, tmp_path):
+    """The issue's flow with the flags a user types: --workdir (packed and staged by gcpgpu),
+    --setup, --mount, --secret and one torchrun line that serves both targets unchanged."""
+    src = tmp_path / "code"
+    src.mkdir()
+    (src / "train.py").write_text(TRAIN)
+    (src / "requirements.txt").write_text("")
+    (src / ".gcpgpuignore").write_text("scratch/\n")
+    (src / "scratch").mkdir()
+    (src / "scratch" / "big.bin").write_bytes(b"x" * 1000)
+    bucket = gcs.create_bucket(BUCKET)
+    bucket.blob("inputs/input.txt").upload_from_string("one two three four five")
+    flags = ["--image", "us-docker.pkg.dev/p/r/mine:1", "--workdir", str(src),
+             "--setup", "pip install -q --no-index -r requirements.txt && touch setup-done",
+             "--mount", f"gs://{BUCKET}/inputs:/data:ro", "--mount", f"gs://{BUCKET}/outputs:/out",
+             "--secret", f"HF_TOKEN={put_secret(gcp)}", "--command", LAUNCH]
+    assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    dry = cli("job", "submit", "--cluster", "c", "--dry-run", *flags)
+    assert dry.exit_code == 0, dry.output
+    assert "hf-s3cret" not in dry.output and "big.bin" not in dry.output  # names only; ignored files stay home
+
+    on_cluster = cli("job", "submit", "--cluster", "c", "--wait", *flags)
+    assert on_cluster.exit_code == 0, on_cluster.output + cli("job", "logs", on_cluster.stdout.splitlines()[0]).output
+    check(gcs)
+    assert all(r["token_ok"] for r in results(gcs).values())
+    for blob in bucket.list_blobs(prefix="outputs/"):
+        blob.delete()
+
+    on_vertex = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--wait", *flags)
+    assert on_vertex.exit_code == 0, on_vertex.output + cli("job", "logs", on_vertex.stdout.splitlines()[0]).output
+    check(gcs)
+    assert all(r["token_ok"] for r in results(gcs).values())

@@ -42,7 +42,7 @@ from ..core import ApiError
 from .node import NodeHealth
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
 from .storage import Storage
-from .usercmd import UserCommands
+from .usercmd import UserCommands, is_user_command
 
 if TYPE_CHECKING:
 
@@ -210,7 +210,8 @@ class ClusterAgent:
             self.report(iid, rxdm="up")
         describe = self._describer(project, zone, inst, str(job.get("id") or job_id), job.get("image", ""))
         argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
-        if argv is None and job.get("command") and nnodes >= 1:
+        if argv is None and is_user_command(list(job.get("command") or []), list(job.get("args") or [])) \
+                and nnodes >= 1:
             self._start_user(project, job, job_id, inst, rank, nnodes, run_id, describe)
             return
         if argv is None or nnodes < 1:

@@ -50,6 +50,13 @@ def entrypoint() -> Path:
     raise FileNotFoundError("gcpgpu's containers/entrypoint.sh is missing from this installation")
 
 
+def is_user_command(command: list, args: list) -> bool:
+    """Whether a container runs a user's command: one given as its command, or its arguments when
+    they are a command line (the image's entrypoint execs arguments that do not start with '-',
+    which is how `job submit` keeps the entrypoint in front of a user's code, setup and mounts)."""
+    return bool(command) or bool(args and not str(args[0]).startswith("-"))
+
+
 class UserCommands:
     """Whether and how the emulator runs users' commands; one per emulator."""
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
+from ..jobs.usercmd import is_user_command
 
 if TYPE_CHECKING:
     from ..jobs.storage import Storage
@@ -65,7 +66,7 @@ def local_plan(job: dict, user: UserCommands | None = None) -> LocalPlan | Refus
             return f"worker pool {i} uses a Python package, which the emulator cannot install"
         argv = trainer_argv(container.get("imageUri") or "", list(container.get("command") or []),
                             list(container.get("args") or []))
-        if argv is None and container.get("command"):
+        if argv is None and is_user_command(list(container.get("command") or []), list(container.get("args") or [])):
             why = user.refusal() if user is not None else "users' commands are not run here"
             if why is not None:
                 return Refusal(why)
