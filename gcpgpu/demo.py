@@ -17,6 +17,23 @@ import urllib.request
 from pathlib import Path
 
 BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
+# A user's own script (not gcpgpu's trainer): what `job submit --workdir` carries to every node.
+USER_SCRIPT = """\
+import os, pathlib
+import torch
+import torch.distributed as dist
+
+# One process per node: the node's rank and the node count are the process's (MASTER_ADDR/PORT as well).
+dist.init_process_group("gloo", rank=int(os.environ["NODE_RANK"]), world_size=int(os.environ["NNODES"]))
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+out = pathlib.Path("/out")
+(out / f"rank{rank}.txt").write_text(f"sum {t.item():g} over {world} processes, run from {os.getcwd()}\\n")
+print(f"rank {rank} of {world}: all-reduce sum {t.item():g}; wrote /out/rank{rank}.txt")
+dist.destroy_process_group()
+"""
+LAUNCH = "python train.py"  # or a torchrun line with $NNODES $NODE_RANK $NPROC_PER_NODE $MASTER_ADDR $MASTER_PORT
 
 
 def free_port() -> int:
@@ -154,6 +171,22 @@ def main() -> None:
         run([gcpgpu, "job", "submit", "--cluster", "demo", "--nodes", "2", "--wait", "--", *trainer,
              "--steps", "30", "--batch-size", "16", "--log-json", str(log)], env)
         run([gcpgpu, "metrics", "tail", "--cluster", "demo", "--once"], env)
+
+        say("Your own code: a folder, a setup command, a bucket mounted at /out and a command "
+            "(the same flags run it on Vertex AI)")
+        code = scratch / "code"
+        code.mkdir()
+        (code / "train.py").write_text(USER_SCRIPT)
+        (code / "requirements.txt").write_text("")
+        if shutil.which("bwrap"):
+            own = capture([gcpgpu, "job", "submit", "--cluster", "demo", "--nodes", "2",
+                           "--image", "us-docker.pkg.dev/demo-project/mine/train:1", "--workdir", str(code),
+                           "--setup", "pip install -q --no-index -r requirements.txt",
+                           "--mount", "gs://demo-project-runs/run1:/out", "--command", LAUNCH], env)
+            run([gcpgpu, "job", "logs", own, "--follow"], env)
+            run([gcpgpu, "job", "status", own], env)
+        else:
+            say("(skipped: the emulator runs users' commands only inside bubblewrap, which is not installed here)")
 
         say("Tear it all down: nodes, then placement policy, Cloud NAT, firewall rules, subnetworks, networks")
         run([gcpgpu, "cluster", "down", "demo", "--yes"], env)
