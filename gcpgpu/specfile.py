@@ -38,6 +38,9 @@ Alias = Callable[[Any, str, dict[str, Any]], None]
 Convert = Callable[[str, Any, str, dict[str, Any]], Any]
 
 
+# A Cloud Storage bucket name (Google's naming rules: 3-63 characters a dot-free name, up to 222 with dots).
+BUCKET = re.compile(r"^(?=.{3,222}$)[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?)*$")
+
 def lowercase_hint(value: Any, ok: Callable[[str], bool]) -> str:
     """'; did you mean 'demo'?' when capitals alone keep `value` from being a valid name, else ''.
 

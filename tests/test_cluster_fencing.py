@@ -24,7 +24,7 @@ from gcpgpu.cluster.lease import LeaseLost
 from gcpgpu.cluster.observe import observe
 
 REPO = Path(__file__).resolve().parent.parent
-TTL = 2.0
+TTL = 6.0  # longer than any one lease write takes here, even under load
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX job control")
 
@@ -42,8 +42,8 @@ def gcpgpu(gcp, *argv: str) -> subprocess.Popen:
                              *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
 
 
-def stop_at(proc: subprocess.Popen, text: str, timeout: float = 60.0) -> list[str]:
-    """Read the run's progress lines until one contains `text`, then SIGSTOP it; the lines read."""
+def stop_at(proc: subprocess.Popen, text: str, timeout: float = 60.0, after_s: float = 0.0) -> list[str]:
+    """Read the run's progress lines until one contains `text`, then (`after_s` later) SIGSTOP it; the lines read."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout
     assert proc.stderr is not None
@@ -53,6 +53,7 @@ def stop_at(proc: subprocess.Popen, text: str, timeout: float = 60.0) -> list[st
             break
         seen.append(line)
         if text in line:
+            time.sleep(after_s)
             os.kill(proc.pid, signal.SIGSTOP)
             return seen
     proc.kill()
@@ -69,10 +70,13 @@ def test_a_down_stalled_past_its_lease_leaves_a_newer_up_alone(gcp):
     """The probe's case: down stopped at its first instance DELETE, up of the same cluster meanwhile,
     then down resumes. Before the fence it went on to delete the new cluster's firewall rules."""
     Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2))
-    gcp.faults.operation_seconds = 0.5  # each deletion phase takes a moment, so the stop lands inside down
+    # The stop lands while down waits for its node deletions (sent right after the line, 1.5 s each):
+    # between two steps, as Ctrl-Z or a sleeping laptop would find it. (A stop between a request's lease
+    # check and its sending is the window no client-side fence closes: see README, fencing.)
+    gcp.faults.operation_seconds = 1.5
     down = gcpgpu(gcp, "cluster", "down", "c", "--yes")
-    stop_at(down, "Deleting 2 node(s)")
-    time.sleep(TTL + 1.0)  # past the stopped run's lease: nothing renews it
+    stop_at(down, "Deleting 2 node(s)", after_s=0.5)
+    time.sleep(TTL + 1.5)  # past the stopped run's lease, and its deletions done
     gcp.faults.operation_seconds = None
     nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2))  # takes the expired lease over, rebuilds
     assert [n.status for n in nodes] == ["RUNNING", "RUNNING"]
@@ -137,3 +141,28 @@ def test_a_recovery_stalled_past_its_lease_does_not_rebuild_a_cluster_taken_down
     with pytest.raises(LeaseLost, match="lost the lease of cluster c"):
         f.recover_once(state, lost, {r["node"]: "preempted" for r in lost})
     assert leftovers(gcp) == {}  # down's work stands: no node, network or policy came back
+
+
+def test_a_renewal_acknowledged_after_its_own_expiry_does_not_prove_the_lease(gcp, monkeypatch):
+    """A run stalled between writing its renewal and seeing it acknowledged (the write's operation
+    outlived the stop) must not take the acknowledgement for a lease it holds now: meanwhile another run
+    took the cluster over and finished. Found by the SIGSTOP test when a lease write took longer than
+    the lease lived."""
+    lease = lease_mod.Lease(clients(gcp), PROJECT, "c", holder="stalled", op="down", ttl=60)
+    lease.acquire()
+    lease._stop.set()  # a stopped process renews nothing in the background
+    real_swap, real_time = lease._swap, lease_mod.time.time
+    later = {"by": 0.0}
+
+    def renew_then_stall(change):
+        out = real_swap(change)
+        if not later["by"]:  # the first renewal is written ... then the process stops for two minutes,
+            lease_mod.Lease(clients(gcp), PROJECT, "c", holder="newer", op="up")._swap(lambda current: None)
+            later["by"] = 120.0  # ... while a newer run took the lease over, finished and released it
+        return out
+
+    monkeypatch.setattr(lease, "_swap", renew_then_stall)
+    monkeypatch.setattr(lease_mod.time, "time", lambda: real_time() + later["by"])
+    lease.expires = real_time() - 1  # due for a renewal at its next step
+    with pytest.raises(LeaseLost, match="lost the lease of cluster c"):
+        lease.check()

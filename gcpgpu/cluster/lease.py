@@ -207,6 +207,12 @@ class Lease:
         it renews now, and a lease that another run took over in the meantime stops the run."""
         if self.held and not self.lost and time.time() > self.expires - self.ttl / 2:
             self.renew()
+            # A renewal written before a stall and acknowledged after it proves nothing about now:
+            # renew once more, which finds the other run's lease (or none) if one came meanwhile.
+            if not self.lost and time.time() >= self.expires:
+                self.renew()
+            if not self.lost and time.time() >= self.expires:
+                self.lost = "no run: this run's own renewals expire before they are acknowledged"
         if self.lost:
             raise LeaseLost(f"lost the lease of cluster {self.cluster} to {self.lost} while this run was "
                             "stalled; stopping without touching anything more (run the command again)")

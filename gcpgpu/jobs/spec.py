@@ -19,6 +19,8 @@ from gcpgpu.cluster.names import check_cluster_name
 from gcpgpu.errors import UsageProblem
 from gcpgpu.trainer.argv import runs_bundled_trainer, trainer_args
 
+from . import usercode
+
 TARGETS = ("vertex", "cluster")
 STRATEGIES = ("standard", "spot", "flex-start")
 RESTARTS = ("default", "never", "on-worker-restart")
@@ -29,7 +31,6 @@ RESERVATION_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 # Cloud Storage bucket names: 3-63 characters (up to 222 with dots, each dot-separated part at
 # most 63), lowercase letters, digits, dashes, underscores and dots, starting and ending with a
 # letter or digit.
-BUCKET = re.compile(r"^(?=.{3,222}$)[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?)*$")
 # A container image reference as Docker's reference grammar writes it: [HOST[:PORT]/]PATH[:TAG][@DIGEST].
 # Separators inside a path component are one character class each, so no input backtracks badly.
 IMAGE_REF = re.compile(
@@ -144,8 +145,6 @@ class ValidJob:
 
 def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: str | None) -> ValidJob:
     """Check everything that needs no API call; complete defaults (image, reservation name)."""
-    from gcpgpu.jobs import usercode
-
     warnings: list[str] = []
     target = spec.target
     usercode.check_setup(spec, target if target in TARGETS else None)
@@ -267,24 +266,13 @@ def fit_trainer_args(job: ValidJob, *, world: int, exact: bool) -> None:
         job.notes.append(note)
 
 
-def split_command(value: str, where: str = "--command") -> list[str]:
-    """A command line split as a shell would (quotes group words), refusing one a shell could not split."""
-    import shlex
-
-    try:
-        return shlex.split(value)
-    except ValueError as e:  # "No closing quotation", "No escaped character"
-        raise UsageProblem(f"{where} {specfile.shown(value)}: {str(e).lower()}; quote it as a shell would, "
-                           "e.g. --command 'python -m mypkg.train --name \"run 1\"'") from None
-
-
 def check_output_dir(value: str, target: str) -> None:
     """--output-dir: gs://BUCKET[/PATH] (either target) or, for cluster jobs, an absolute node path; in
     both, no '.', '..' or empty segment (a path that climbs out of its bucket or folder)."""
     shown = specfile.shown(value)
     if value.startswith("gs://"):
         bucket, _, path = value[len("gs://"):].partition("/")
-        if not BUCKET.match(bucket):
+        if not specfile.BUCKET.match(bucket):
             raise UsageProblem(f"--output-dir {shown}: {specfile.shown(bucket)} is not a bucket name (3-63 "
                                "lowercase letters, digits, -, _ and ., starting and ending with a letter or digit)")
         _check_segments(path, shown, "gs://BUCKET/runs/exp1")
@@ -430,9 +418,7 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         value = parse_duration(value, where)
     if k in ("command", "args"):
         if isinstance(value, str):
-            from gcpgpu.jobs.usercode import command_words
-
-            value = command_words(value, where) if k == "command" else split_command(value, where)
+            value = usercode.command_words(value, where) if k == "command" else usercode.split_command(value, where)
         if not isinstance(value, list):
             raise UsageProblem(f"{where} must be a list of strings (or one string, split like a shell would)")
         value = [str(v) for v in value]
@@ -441,9 +427,7 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
     if k == "mounts" and isinstance(value, str):
         value = [value]
     if k == "secrets" and value is not None:
-        from gcpgpu.jobs.usercode import parse_secrets
-
-        value = parse_secrets(value, where)
+        value = usercode.parse_secrets(value, where)
     if k == "labels" and not isinstance(value, dict):
         raise UsageProblem(f"{where} must be a mapping of label keys to values")
     if k == "nodes" and not (isinstance(value, int) and not isinstance(value, bool)):
@@ -478,8 +462,6 @@ def job_env(job: ValidJob, machine: catalog.MachineType | None, platform: str) -
         base = out.rstrip("/")
         env.update(AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
                    AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/", GCPGPU_OUTPUT_DIR=base)
-    from gcpgpu.jobs.usercode import user_env
-
-    env.update(user_env(job.spec, job.workdir_uri))
+    env.update(usercode.user_env(job.spec, job.workdir_uri))
     env.update(job.env)
     return env

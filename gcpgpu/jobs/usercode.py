@@ -44,8 +44,6 @@ class Mount:
 
 def parse_mount(value: str, where: str = "--mount") -> Mount:
     """gs://BUCKET[/PATH]:/MOUNTPOINT[:ro|:rw] -> Mount, refusing what the entrypoint could not mount."""
-    from gcpgpu.jobs.spec import BUCKET
-
     shown = specfile.shown(value)
     example = f"e.g. {where} gs://my-data/imagenet:/data:ro"
     if not isinstance(value, str) or not value.startswith("gs://"):
@@ -63,7 +61,7 @@ def parse_mount(value: str, where: str = "--mount") -> Mount:
     bucket, _, path = source.partition("/")
     if not bucket:
         raise UsageProblem(f"{where} {shown} names no bucket: gs://BUCKET[/PATH], {example}")
-    if not BUCKET.match(bucket):
+    if not specfile.BUCKET.match(bucket):
         raise UsageProblem(f"{where} {shown}: {specfile.shown(bucket)} is not a bucket name (3-63 lowercase "
                            "letters, digits, -, _ and ., starting and ending with a letter or digit)")
     path = path.strip("/")
@@ -210,11 +208,21 @@ def container_call(job: Any) -> tuple[list[str], list[str]]:
 SHELLS = ("sh", "bash", "dash", "zsh")
 
 
+def split_command(value: str, where: str = "--command") -> list[str]:
+    """A command line split as a shell would (quotes group words), refusing one a shell could not split."""
+    import shlex
+
+    try:
+        return shlex.split(value)
+    except ValueError as e:  # "No closing quotation", "No escaped character"
+        raise UsageProblem(f"{where} {specfile.shown(value)}: {str(e).lower()}; quote it as a shell would, "
+                           "e.g. --command 'python -m mypkg.train --name \"run 1\"'") from None
+
+
 def command_words(line: str, where: str = "--command") -> list[str]:
     """A --command line as the container's argv. A line that uses $VARIABLES (torchrun --nnodes $NNODES ...)
     runs under `sh -c`, since neither Vertex AI nor docker expands them and the entrypoint sets them only
     where the job runs; a line already starting with a shell, or running the bundled trainer, is kept as split."""
-    from gcpgpu.jobs.spec import split_command
     from gcpgpu.trainer.argv import runs_bundled_trainer
 
     words = split_command(line, where)
