@@ -98,8 +98,9 @@ class UserCommands:
                 system += ["--symlink", str(top.readlink()), str(top)]
             elif top.is_dir():
                 system += ["--ro-bind", str(top), str(top)]
-        argv = [self.bwrap or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", *system, *binds,
-                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", str(gcs), "/gcs",
+        # The private /tmp first: a checkout or venv that lives under /tmp (a CI clone) is bound over it.
+        argv = [self.bwrap or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", *system,
+                "--tmpfs", "/tmp", *binds, "--proc", "/proc", "--dev", "/dev", "--bind", str(gcs), "/gcs",
                 "--bind", str(private), "/workdir", *mount_binds(env.get("GCPGPU_MOUNTS", ""), gcs),
                 "--chdir", "/workdir",
                 "/bin/bash", str(entrypoint()), *command]
