@@ -343,7 +343,7 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None, progr
 
     try:
         return _with_cause(settings, followers.lead_or_watch(settings.clients, settings.project, jid, follower, info,
-                                                             said, _poll_s(settings)))
+                                                             said, _poll_s(settings), bool(record.get("detached"))))
     except KeyboardInterrupt:
         raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
                           f"finishes a recovery left half done). What a recovery had created is named and labelled "

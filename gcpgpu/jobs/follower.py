@@ -123,23 +123,30 @@ def settled(state: dict, recover: int) -> bool:
 
 
 def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Callable[[], Any],
-                  say: Callable[[str], None], on_state: Callable[[dict], None], poll_s: float) -> dict:
+                  say: Callable[[str], None], on_state: Callable[[dict], None], poll_s: float,
+                  detached: bool = False) -> dict:
     """Follow the job to its end from here: lead its followers when nobody does (recovering it),
-    else watch the leader (on the cluster's nodes, or another machine) work, ready to take over."""
+    else watch the leader (on the cluster's nodes, or another machine) work, ready to take over.
+    A `detached` job's nodes lead: this takes over only once none has led for a lease's lifetime
+    (their followers take a moment to start, and one that died is replaced by another meanwhile)."""
     lease = leadership(clients, project, jid.cluster or "", "job follow")
     last: tuple | None = None
     told = 0
+    leaderless_since = time.monotonic()
     try:
         while True:
-            if lead(lease):
+            holder = leader(clients, project, jid.cluster or "")
+            if holder is not None:
+                leaderless_since = time.monotonic()
+            patient = detached and time.monotonic() - leaderless_since < lease.ttl
+            if holder is None and not patient and lead(lease):
                 f = follower()
                 f.guard = guard(lease)
                 return f.run()
             state = job_status(clients, project, jid)
             if last is None:
-                holder = leader(clients, project, jid.cluster or "")
-                say(f"{jid} is followed by {holder.get('who') if holder else 'another follower'}: "
-                    "watching (this command takes over if it stops)")
+                say(f"{jid} is followed by {holder.get('who') if holder else 'its cluster'}: watching "
+                    "(this command takes over if nobody follows it)")
             for h in state["history"][told:]:
                 say(f"recovery {h.get('attempt')}: lost {', '.join(h.get('lost') or [])} ({h.get('cause')})")
             told = len(state["history"])
