@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from gcpgpu.cluster import autostop
+from gcpgpu.cluster.cost import format_duration
 from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
 from gcpgpu.cluster.observe import observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
@@ -84,7 +85,7 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
     if seconds < int(setting["idle_s"]):
         return None
     what = "deleting" if setting.get("down") else "stopping"
-    say(f"cluster {cluster} idle for {autostop.format_duration(int(seconds))} (autostop "
+    say(f"cluster {cluster} idle for {format_duration(int(seconds))} (autostop "
         f"{autostop.shown(setting)}): {what} it")
     s = Session(clients, project, Said(say))
     try:

@@ -119,3 +119,10 @@ def test_autostop_on_a_missing_cluster_exits_1_without_writing(gcp):
     result = cli("cluster", "autostop", "ghost", "30m")
     assert result.exit_code == 1 and "no cluster named ghost" in result.output
     assert all(r.method == "GET" for r in gcp.requests.all())
+
+
+def test_the_follower_runs_from_the_image_jobs_default_to():
+    from gcpgpu.cluster.autostop_setting import AGENT_IMAGE
+    from gcpgpu.jobs.spec import DEFAULT_IMAGE
+
+    assert AGENT_IMAGE == DEFAULT_IMAGE  # the training image has gcpgpu (and so the follower) in it

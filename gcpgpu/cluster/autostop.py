@@ -30,14 +30,12 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call
 from gcpgpu.specfile import parse_duration
 
-from .cost import format_duration
+from .autostop_setting import AGENT_IMAGE, AGENT_KEY, KEY, of, setting, shown
 from .kinds import NODES
 from .observe import Node, observe, observe_nodes
 
-KEY = "gcpgpu-autostop"
-AGENT_KEY = "gcpgpu-agent"  # a node with it runs the follower (its value: the image it runs from)
-# The training image (jobs/spec.py DEFAULT_IMAGE: tests keep them equal) has gcpgpu in it.
-AGENT_IMAGE = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer:latest"
+__all__ = ["AGENT_IMAGE", "AGENT_KEY", "KEY", "of", "setting", "shown"]  # the setting, read where it is set
+
 MIN_S, MAX_S = 60, 30 * 86400
 # A test seam, as GCPGPU_METADATA_URL is the job agent's: idle time counts this many times faster.
 SCALE_ENV = "GCPGPU_AUTOSTOP_SCALE"
@@ -51,10 +49,6 @@ def parse(value: Any, where: str = "--autostop") -> int:
     return seconds
 
 
-def setting(idle_s: int | None, down: bool) -> dict[str, Any] | None:
-    return None if idle_s is None else {"idle_s": int(idle_s), "down": bool(down)}
-
-
 def metadata_items(idle_s: int | None, down: bool, region: str, project: str) -> list[dict[str, str]]:
     """What a node carries for its autostop (nothing when off)."""
     value = setting(idle_s, down)
@@ -62,25 +56,6 @@ def metadata_items(idle_s: int | None, down: bool, region: str, project: str) ->
         return []
     return [{"key": KEY, "value": json.dumps(value, sort_keys=True)},
             {"key": AGENT_KEY, "value": AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))}]
-
-
-def of(nodes: list[Node]) -> dict[str, Any] | None:
-    """The cluster's autostop as its nodes carry it (None: off)."""
-    for node in nodes:
-        raw = node.metadata.get(KEY)
-        if raw:
-            with contextlib.suppress(ValueError):
-                value = json.loads(raw)
-                if isinstance(value, dict) and value.get("idle_s"):
-                    return value
-    return None
-
-
-def shown(value: dict[str, Any] | None) -> str:
-    """'30m', '1h (down)', or '-' when off: the AUTOSTOP column."""
-    if not value:
-        return "-"
-    return format_duration(int(value["idle_s"])) + (" (down)" if value.get("down") else "")
 
 
 def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, down: bool,

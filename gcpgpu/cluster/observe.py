@@ -266,7 +266,7 @@ def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
 
 
 def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
-    from .autostop import of as autostop_of
+    from .autostop_setting import of as autostop_of
 
     nodes = obs.nodes
     states: dict[str, int] = {}

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gcpgpu import catalog, nccl
-from gcpgpu.cluster.autostop import AGENT_IMAGE, AGENT_KEY
+from gcpgpu.cluster.autostop_setting import AGENT_IMAGE, AGENT_KEY
 from gcpgpu.cluster.names import LABEL_CLUSTER
 from gcpgpu.cluster.observe import Node, guest_attributes, project_nodes, ranked_nodes
 from gcpgpu.errors import CloudError, UsageProblem
