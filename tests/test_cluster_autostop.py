@@ -126,3 +126,12 @@ def test_the_follower_runs_from_the_image_jobs_default_to():
     from gcpgpu.jobs.spec import DEFAULT_IMAGE
 
     assert AGENT_IMAGE == DEFAULT_IMAGE  # the training image has gcpgpu (and so the follower) in it
+
+
+def test_the_nodes_followers_start_with_the_cluster_and_cluster_down_leaves_no_lease(gcp):
+    assert cli(*UP[:2], "led", *UP[2:], "--autostop", "30m").exit_code == 0
+    wait_for(lambda: "gcpgpu-leader-led" in project_metadata_keys(gcp), timeout=60, what="a leading follower")
+    assert set(gcp.jobs.node_agents.running()) == {"led-0", "led-1"}  # one per node; one of them leads
+    assert cli("cluster", "down", "led", "--yes").exit_code == 0
+    assert "gcpgpu-leader-led" not in project_metadata_keys(gcp)
+    wait_for(lambda: not gcp.jobs.node_agents.running(), timeout=30, what="the followers gone with their nodes")
