@@ -314,18 +314,9 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None, progr
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.errors import Interrupted
     from gcpgpu.jobs import follower as followers
-    from gcpgpu.jobs import journal
-    from gcpgpu.jobs import recover as recovery
 
-    record = journal.read(settings.clients, settings.project, jid.cluster) or {}
-    if record.get("id") != jid.job:  # no recovery of it left unfinished: its nodes hold its record
-        record = followers.cluster_jobs.record_of(settings.clients, settings.project, jid)
-    if recover is not None:
-        n = recover
-    elif record.get("recover") is not None:  # what submit --recover (or the last follower) said
-        n = int(record["recover"])
-    else:
-        n = recovery.default_recover(settings.clients, settings.project, jid.cluster)
+    record = followers.record(settings.clients, settings.project, jid)
+    n = followers.recoveries(settings.clients, settings.project, jid, record, recover)
     if n:
         used = len(record.get("history") or [])
         info(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"

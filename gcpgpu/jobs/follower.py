@@ -95,6 +95,24 @@ def make(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: 
     return Follower(clients, project, jid, **settings, **kw)
 
 
+def record(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    """The job's record: a recovery's written-down next attempt, else what its nodes hold."""
+    pending = journal.read(clients, project, jid.cluster or "") or {}
+    return pending if pending.get("id") == jid.job else cluster_jobs.record_of(clients, project, jid)
+
+
+def recoveries(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: int | None) -> int:
+    """How many recoveries the job may have in all: `recover` (job follow --recover), else what its
+    record says (submit --recover, or the last follower), else the cluster's default."""
+    from .recover import default_recover
+
+    if recover is not None:
+        return recover
+    if record.get("recover") is not None:
+        return int(record["recover"])
+    return default_recover(clients, project, jid.cluster or "")
+
+
 def job_status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     """The job's status; RECOVERING (with the recovery in its history) while one is written down."""
     pending = journal.read(clients, project, jid.cluster or "")
