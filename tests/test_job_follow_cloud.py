@@ -128,3 +128,21 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     assert watched["r"].exit_code == 0, watched["r"].output
     assert "watching" in watched["r"].output and f"Job {job_id} SUCCEEDED." in watched["r"].output
     assert "recovery 1: lost" in watched["r"].output and "Recovery 1/2" not in watched["r"].output  # it only watched
+
+
+def test_the_follower_s_settings_travel_in_the_job_s_record(monkeypatch):
+    """Whatever settings the Follower takes reach it from record["follow"], on any machine; a key this
+    gcpgpu's Follower does not take (a newer gcpgpu wrote it) is left out rather than failing."""
+    from gcpgpu.jobs import follower, ids, recover
+
+    seen = {}
+
+    def init(self, clients, project, jid, recover, reporter=None, poll_s=15.0, on_state=None, stall_timeout=None):
+        seen.update(recover=recover, poll_s=poll_s, stall_timeout=stall_timeout)
+
+    monkeypatch.setattr(recover.Follower, "__init__", init)
+    record = {"recover": 2, "follow": {"stall_timeout": 600, "poll_s": 99.0, "from_a_newer_gcpgpu": True}}
+    follower.make(None, "p", ids.parse("cluster:c:train-abc123"), record, poll_s=1.0)
+    assert seen == {"recover": 2, "poll_s": 1.0, "stall_timeout": 600}
+    follower.make(None, "p", ids.parse("cluster:c:train-abc123"), record, recover=5)
+    assert seen["recover"] == 5  # job follow --recover N wins

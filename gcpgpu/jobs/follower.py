@@ -92,7 +92,7 @@ def make(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: 
         settings["recover"] = recover
     if settings.get("recover") is None:
         settings["recover"] = default_recover(clients, project, jid.cluster or "")
-    return Follower(clients, project, jid, **settings, **kw)
+    return Follower(clients, project, jid, **{**settings, **kw})  # the caller's reporter and polling win
 
 
 def record(clients: Clients, project: str, jid: ids.JobId) -> dict:
