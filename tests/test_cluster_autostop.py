@@ -147,3 +147,19 @@ def test_autostop_down_of_a_compact_cluster_leaves_only_the_policy_its_last_node
                     what="the teardown's end") == {"resourcePolicies": ["tight-placement"]}
     assert cli("cluster", "down", "tight", "--yes").exit_code == 0
     assert leftovers(gcp) == {}
+
+
+@pytest.mark.slow
+def test_busy_gpus_keep_a_cluster_without_a_job_running(fast):
+    """Idle is judged on the GPUs too (the idle floor `metrics` uses): a node busy with work gcpgpu did not
+    start (here: the emulator's activity record, which its Ops Agent metrics follow) is not stopped."""
+    gcp = fast
+    assert cli(*UP[:2], "gpu", *UP[2:], "--autostop", "1m").exit_code == 0
+    iid = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "gpu-0")["id"]
+    gcp.activity.begin(str(iid), "someone-elses-work", at=time.time() - 300)  # minutes of GPU samples already
+    started = time.monotonic()
+    while time.monotonic() - started < 8:  # four scaled minutes
+        assert set(statuses(gcp, "gpu").values()) == {"RUNNING"}
+        time.sleep(0.5)
+    gcp.activity.end(str(iid), "someone-elses-work")
+    wait_for(lambda: set(statuses(gcp, "gpu").values()) == {"TERMINATED"}, timeout=180, what="the cluster stopped")
