@@ -63,6 +63,38 @@ def test_a_follower_killed_mid_recovery_leaves_it_for_job_follow_to_finish(gcp, 
     assert [(h["lost"], h["cause"]) for h in status["history"]] == [(["k-1"], "preempted")]
 
 
+def test_a_recovery_left_half_done_is_finished_by_the_cluster_s_own_followers(gcp, monkeypatch):
+    from gcpgpu.cli import progress
+
+    monkeypatch.setenv("GCPGPU_LEASE_TTL", "20")
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 4.0
+    assert cli("cluster", "up", "h", *UP).exit_code == 0
+    real_step = progress.ConsoleReporter.step
+
+    def step(self, key: str, text: str) -> None:
+        if key == "instances":  # killed while the lost node is re-created
+            raise KeyboardInterrupt
+        real_step(self, key, text)
+
+    monkeypatch.setattr(progress.ConsoleReporter, "step", step)
+    gcp.faults.preempt("h-1", after_s=0.2)
+    first = cli("job", "submit", "--cluster", "h", "--image", "busybox", "--wait")
+    assert first.exit_code == 130, first.output
+    job_id = first.stdout.splitlines()[0]
+    assert nodes(gcp, "h") == [("h-0", "RUNNING")]
+    # Nobody here follows it any more; the node that is left starts its follower (autostop wants one).
+    assert cli("cluster", "autostop", "h", "30d").exit_code == 0
+
+    def ended() -> dict | None:
+        state = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+        return state if state["state"] == "SUCCEEDED" else None
+
+    status = wait_for(ended, timeout=120, what="the job's end", interval=1.0)
+    assert status["attempt"] == 1 and status["history"][0]["lost"] == ["h-1"]
+    assert nodes(gcp, "h") == [("h-0", "RUNNING"), ("h-1", "RUNNING")]
+
+
 STEPS = 40
 
 
