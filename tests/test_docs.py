@@ -81,6 +81,8 @@ TWINS: dict[str, Twin] = {
     "gcpgpu cluster up spot --machine-type a2-highgpu-1g --nodes 2 --spot --region us-central1 --yes":
         Twin(says="SUCCEEDED"),
     "gcpgpu cluster up spot --machine-type a3-highgpu-8g --nodes 4 --spot --region us-central1 --yes": Twin(gpu=True),
+    "gcpgpu cluster up away --machine-type a2-highgpu-1g --nodes 2 --spot --no-placement --max-run-duration 8h "
+    "--autostop 30m --down --region us-central1 --yes": Twin(says="SUCCEEDED"),
     "python -m gcpgpu.trainer --model tiny --steps 20 --seq-len 64": Twin(says="Memory per GPU: tiny"),
     "python -m gcpgpu.trainer --model 124m --parallel fsdp --precision bf16 --data synthetic --steps 100 "
     "--batch-size 32": Twin(gpu=True),

@@ -185,7 +185,7 @@ def test_ctrl_c_during_a_recovery_leaves_what_cluster_up_leaves(gcp, monkeypatch
     gcp.faults.preempt("k-1", after_s=0.2)
     result = cli("job", "submit", "--cluster", "k", "--image", "busybox", "--command", "sleep 30", "--wait")
     assert result.exit_code == 130, result.output
-    assert "is no longer followed" in result.output and "gcpgpu cluster up k" in result.output
+    assert "is no longer followed" in result.output and "finishes a recovery left half done" in result.output
     monkeypatch.setattr(progress.ConsoleReporter, "step", real_step)
     # Nothing half-made: the lost node is gone, the rest is whole and labelled; up completes it, down removes it.
     nodes = json.loads(cli("cluster", "status", "k", fmt="json").stdout)["nodes"]

@@ -28,9 +28,16 @@ def _money(value: Any) -> str:
     return shown_cost(value)
 
 
+def _autostop(value: Any) -> str:
+    from gcpgpu.cluster.autostop import shown
+
+    return shown(value)
+
+
 # Node-hours since each node's last start x the catalog's hourly price ('-': no price, or not running).
 COST_COLUMNS = [Column("uptime_s", "UPTIME", justify="right", format=_uptime),
                 Column("cost_usd", "COST SO FAR", justify="right", format=_money)]
+AUTOSTOP_COLUMN = Column("autostop", "AUTOSTOP", format=_autostop)
 
 
 def _spec_options(fn: Callable) -> Callable:
@@ -130,6 +137,12 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         flags["max_run_duration"] = parse_duration(kw["max_run_duration"], "--max-run-duration")
     if kw.get("termination_action") is not None:
         flags["termination_action"] = kw["termination_action"]
+    if kw.get("autostop") is not None:
+        from gcpgpu.cluster.autostop import parse as parse_autostop
+
+        flags["autostop"] = parse_autostop(kw["autostop"])
+    if kw.get("autostop_down"):
+        flags["autostop_down"] = True
     note = _own_location_first(settings, flags, "--zone" if kw.get("zone") else "--zones")
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     if isinstance(spec.name, str) and spec.name != spec.name.lower():
@@ -225,6 +238,10 @@ def plan(settings: Settings, **kw: Any) -> None:
 
 @cluster.command()
 @_spec_options
+@click.option("--autostop", metavar="DURATION", help="Stop the cluster once it has run no job, its GPUs idle, "
+              "for this long (1m to 30d), judged on the cluster itself: the laptop can be closed.")
+@click.option("--down", "autostop_down", is_flag=True, default=None,
+              help="With --autostop: delete the cluster (as 'cluster down') instead of stopping it.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit (same as 'cluster plan').")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
@@ -299,6 +316,9 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
     except KeyboardInterrupt:
         raise Interrupted(f"Run 'gcpgpu cluster down {name}' again to finish.") from None
     dashboards = _delete_dashboards(settings, project, name)
+    from gcpgpu.jobs.follower import forget
+
+    forget(settings.clients, project, name)  # its followers' lease and any unfinished recovery went with it
     if settings.format != "table":
         emit({"cluster": name, "deleted": found.count(), "found": found.summary() if not found.empty else "nothing",
               "dashboards_deleted": dashboards})
@@ -345,7 +365,7 @@ def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]
 @click.pass_obj
 def status(settings: Settings, name: str) -> None:
     """Show a cluster's nodes, their state and GPUs, placement policy and reservation use."""
-    from gcpgpu.cluster import cost, lease
+    from gcpgpu.cluster import autostop, cost, lease
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.observe import problems
     from gcpgpu.errors import CloudError
@@ -357,14 +377,15 @@ def status(settings: Settings, name: str) -> None:
     flagged = problems(obs)
     holder = lease.current(settings.clients, settings.project, name)
     rows, spent = cost.node_rows(obs.nodes)
+    stop_after = autostop.of(obs.nodes)
     if settings.format != "table":
-        emit({"cluster": name, "nodes": rows, "placementPolicies": obs.policies,
+        emit({"cluster": name, "nodes": rows, "autostop": stop_after, "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
               "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
               "busy": lease.describe(holder) if holder else None, **spent})
         return
     emit(rows, [*NODE_COLUMNS, *COST_COLUMNS], title=f"Cluster {name}", empty="No nodes.")
-    info(cost.cost_line(obs.nodes, spent))
+    info(cost.cost_line(obs.nodes, spent) + f"; autostop {_autostop(stop_after)}")
     for p in obs.policies:
         used = sum(1 for n in obs.nodes)
         room = f"{used}/{p['vm_count']} VMs" if p["vm_count"] else f"{used} VM(s), no vmCount"
@@ -415,7 +436,7 @@ def list_cmd(settings: Settings) -> None:
     project = settings.project
     rows = list_clusters(settings.clients, project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
-                ("zones", "ZONE"), ("status", "STATUS"), *COST_COLUMNS],
+                ("zones", "ZONE"), ("status", "STATUS"), *COST_COLUMNS, AUTOSTOP_COLUMN],
          empty=f"No gcpgpu clusters in project {project}.")
 
 
@@ -442,3 +463,12 @@ def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> N
     if warning:
         info(f"note: {warning}")
     sys.exit(node_ssh.run(argv))
+
+
+def _add_commands() -> None:
+    from gcpgpu.cli.autostop import autostop
+
+    cluster.add_command(autostop)
+
+
+_add_commands()

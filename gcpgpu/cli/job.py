@@ -87,10 +87,12 @@ def job() -> None:
               help="Cluster: follow the job and, when a node is lost (Spot preemption, host error), bring the "
               "cluster back to size and resubmit with the trainer's --resume, at most N times. Default with "
               "--wait: 3 on a Spot or flex-start cluster, else 0.")
+@click.option("--detach", is_flag=True, help="Cluster: the cluster's own nodes follow and recover the job (one "
+              "leads), so this machine may go; 'gcpgpu job follow JOB' watches from anywhere.")
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER_ARGS...]")
 @click.pass_obj
 def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wait: bool, recover: int | None,
-           **kw: Any) -> None:
+           detach: bool, **kw: Any) -> None:
     """Submit a training job; prints its id.
 
     \b
@@ -105,6 +107,9 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
                            "(see --restart)")
     valid = _validate(settings, trainer_args, kw)
+    if detach and (valid.target != "cluster" or wait):
+        raise UsageProblem("--detach applies to --cluster jobs without --wait (Vertex AI follows its own jobs; "
+                           "after --detach, 'gcpgpu job follow JOB' watches)")
     if recover is not None and valid.target != "cluster":
         raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
                            "(see --restart)")
@@ -141,14 +146,17 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
                   "env": job_spec.job_env(valid, machine, "vm")},
                  fmt=settings.format if settings.format != "table" else "yaml")
             return
-        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover, placed)
+        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover, placed,
+                                         detach=detach)
     if settings.format == "table":
         click.echo(str(jid))
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
              f"follow it with 'gcpgpu job logs {jid} --follow'")
-    follow = wait or recover is not None
+    follow = (wait or recover is not None) and not detach
     if not follow:
-        if state.get("provisioning") in ("SPOT", "FLEX_START"):
+        if detach:
+            info(f"The cluster's nodes follow {jid} now; this machine may go. 'gcpgpu job follow {jid}' watches it.")
+        elif state.get("provisioning") in ("SPOT", "FLEX_START"):
             info(f"note: cluster {state['cluster']} has {state['provisioning'].lower()} nodes and nothing follows "
                  f"this job: 'gcpgpu job follow {jid}' (or --wait here) recovers it when a node is lost")
         if settings.format != "table":
@@ -220,9 +228,9 @@ def _status(settings: Settings, job_id: str) -> dict:
 
         state = vertex.get(settings.clients, settings.project, jid)
     else:
-        from gcpgpu.jobs import cluster as cluster_jobs
+        from gcpgpu.jobs import follower
 
-        state = cluster_jobs.status(settings.clients, settings.project, jid)
+        state = follower.job_status(settings.clients, settings.project, jid)  # RECOVERING while one is unfinished
     return state
 
 
@@ -305,16 +313,10 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None, progr
     """Follow a cluster job to its end, recovering it from lost nodes (jobs/recover.py)."""
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.errors import Interrupted
-    from gcpgpu.jobs import cluster as cluster_jobs
-    from gcpgpu.jobs import recover as recovery
+    from gcpgpu.jobs import follower as followers
 
-    record = cluster_jobs.record_of(settings.clients, settings.project, jid)
-    if recover is not None:
-        n = recover
-    elif record.get("recover") is not None:  # what submit --recover (or the last follower) said
-        n = int(record["recover"])
-    else:
-        n = recovery.default_recover(settings.clients, settings.project, jid.cluster)
+    record = followers.record(settings.clients, settings.project, jid)
+    n = followers.recoveries(settings.clients, settings.project, jid, record, recover)
     if n:
         used = len(record.get("history") or [])
         info(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"
@@ -326,14 +328,17 @@ def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None, progr
         info(f"{time.strftime('%H:%M:%S')} {jid}: {state['state']}"
              + (f" (attempt {state['attempt']})" if state.get("attempt") else ""))
 
-    follower = recovery.Follower(settings.clients, settings.project, jid, n, ConsoleReporter(),
-                                 poll_s=_poll_s(settings), on_state=said)
+    def follower() -> Any:  # when this command leads (nobody else follows the job): the recovering kind
+        return followers.make(settings.clients, settings.project, jid, record, n, reporter=ConsoleReporter(),
+                              poll_s=_poll_s(settings), on_state=said)
+
     try:
-        return _with_cause(settings, follower.run())
+        return _with_cause(settings, followers.lead_or_watch(settings.clients, settings.project, jid, follower, info,
+                                                             said, _poll_s(settings), bool(record.get("detached"))))
     except KeyboardInterrupt:
-        raise Interrupted(f"{jid} is no longer followed ('gcpgpu job follow {jid}' follows it again). What a "
-                          f"recovery had created is named and labelled for cluster {jid.cluster}: 'gcpgpu cluster up "
-                          f"{jid.cluster} ...' completes it, 'gcpgpu cluster down {jid.cluster}' removes it.") from None
+        raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
+                          f"finishes a recovery left half done). What a recovery had created is named and labelled "
+                          f"for cluster {jid.cluster}: 'gcpgpu cluster down {jid.cluster}' removes it.") from None
 
 
 def _fail_unless_succeeded(state: dict) -> None:

@@ -266,6 +266,8 @@ def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
 
 
 def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
+    from .autostop_setting import of as autostop_of
+
     nodes = obs.nodes
     states: dict[str, int] = {}
     for n in nodes:
@@ -282,6 +284,7 @@ def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
         "zones": ",".join(sorted({n.zone for n in nodes})) or "-",
         "status": status,
         **summary(nodes),
+        "autostop": autostop_of(nodes),
     }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from gcpgpu import catalog
 from gcpgpu.resources import render
 
+from . import autostop
 from .cost import format_duration
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
@@ -386,6 +387,7 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             # The spec itself, so a job's recovery can bring the cluster back to it from the nodes alone.
             {"key": "gcpgpu-spec", "value": json.dumps(spec.to_dict(), sort_keys=True)},
             {"key": "enable-guest-attributes", "value": "TRUE"},  # node health for `cluster doctor`
+            *autostop.metadata_items(spec.autostop, spec.autostop_down, region, project),  # its follower judges it
             # The Deep Learning VM installs the NVIDIA driver on first boot when asked to.
             *([{"key": "install-nvidia-driver", "value": "True"}] if setup.driver == "dlvm-metadata" else []),
         ]},

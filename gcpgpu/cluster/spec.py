@@ -59,6 +59,8 @@ class ClusterSpec:
     provisioning: str = "standard"
     max_run_duration: int | None = None  # seconds: Compute ends the VMs then (flex-start: required)
     termination_action: str | None = None  # "delete" | "stop" at the end of max_run_duration (None: per model)
+    autostop: int | None = None  # seconds idle before the cluster stops itself (cluster/autostop.py)
+    autostop_down: bool = False  # ... or deletes itself
     flex_wait: int | None = None  # seconds a flex-start request waits for capacity (default 1 h)
     reservation: str | None = None
     create_reservation: bool = False
@@ -176,6 +178,7 @@ class ClusterSpec:
             raise UsageProblem("--flex-wait applies to flex-start nodes only: add --flex-start DURATION "
                                "(e.g. --flex-start 4h)")
         self._validate_run_duration()
+        self._validate_autostop()
         if self.placement is None:
             # Compact by default wherever it applies: several nodes (flex-start VMs included: the AI
             # Hypercomputer guide creates them with compact placement).
@@ -186,6 +189,15 @@ class ClusterSpec:
             note = "" if mt.compact_max_vms_verified else " (catalog figure, unverified)"
             raise UsageProblem(f"--nodes {self.nodes}: a compact placement policy holds at most {mt.compact_max_vms} "
                                f"{mt.family} VMs{note}; use fewer nodes or --no-placement")
+
+    def _validate_autostop(self) -> None:
+        from .autostop import parse
+
+        if self.autostop is not None:
+            self.autostop = parse(self.autostop)
+        elif self.autostop_down:
+            raise UsageProblem("--down needs --autostop DURATION (e.g. --autostop 30m --down): it says what "
+                               "autostop does")
 
     def _validate_run_duration(self) -> None:
         """The server-side cap: scheduling.maxRunDuration and instanceTerminationAction, per model."""
@@ -257,7 +269,7 @@ def _load_file(path: str) -> dict[str, Any]:
         out["max_run_duration"] = parse_duration(value, f"{path}: flex_start")
 
     def convert(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
-        if k in ("max_run_duration", "flex_wait") and value is not None:
+        if k in ("max_run_duration", "flex_wait", "autostop") and value is not None:
             return parse_duration(value, f"{path}: {k}")
         if k in ("zones", "scopes") and isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]  # one string: comma-separated, like --zones

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gcpgpu import catalog, nccl
+from gcpgpu.cluster.autostop_setting import AGENT_IMAGE, AGENT_KEY
 from gcpgpu.cluster.names import LABEL_CLUSTER
 from gcpgpu.cluster.observe import Node, guest_attributes, project_nodes, ranked_nodes
 from gcpgpu.errors import CloudError, UsageProblem
@@ -95,9 +96,12 @@ def image_of(job: ValidJob, project: str, chosen: list[Node]) -> str:
 
 
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover: int | None = None,
-           placed: tuple[list[Node], catalog.MachineType] | None = None) -> tuple[ids.JobId, dict]:
+           placed: tuple[list[Node], catalog.MachineType] | None = None, detach: bool = False,
+           follow: dict | None = None) -> tuple[ids.JobId, dict]:
     """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
-    `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N.
+    `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N;
+    so are `follow`, the follower's other settings (jobs/follower.py), and `detach`: the nodes run
+    the follower themselves (gcpgpu/nodeagent.py).
     `placed`: what place() returned for this job, when the caller already read it."""
     chosen, machine = placed or place(clients, project, job, cluster)
     want = len(chosen)
@@ -129,6 +133,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
         "machine_type": machine.name, "gpus_per_node": machine.gpu_count, "timeout": job.spec.timeout,
         "mounts": mounts, "gcs_buckets": buckets, "node_dirs": node_dirs, "output_dir": job.spec.output_dir,
         "bundled_trainer": job.bundled_trainer, "attempt": 0, "run": job_id, "history": [], "recover": recover,
+        "follow": dict(follow or {}), "detached": detach,
     }
     deliver(clients, project, record, chosen)
     jid = ids.JobId("cluster", cluster=cluster, job=job_id)
@@ -191,6 +196,8 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
             # Last: the node's watcher wakes on this key and then reads the others.
             "gcpgpu-job-id": run,
         })
+        if record.get("detached"):  # the node runs the follower (gcpgpu/nodeagent.py), from gcpgpu's own image
+            items[AGENT_KEY] = AGENT_IMAGE.format(region=node.region, project=project.replace(":", "/"))
         return _set_metadata(clients, project, node, items, fence)
 
     batch(clients, project, put, list(enumerate(chosen)))

@@ -42,7 +42,7 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.trainer.argv import log_every
 
 from . import cluster as cluster_jobs
-from . import ids
+from . import ids, journal
 from . import logs as job_logs
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
@@ -72,11 +72,19 @@ class Follower:
         self.poll_s = poll_s
         self.on_state = on_state or (lambda _s: None)
         self.session: Session | None = None  # the current recovery's attempt (it holds the cluster's lease)
+        # Called once per poll: raises to stop following (a cloud-side follower that lost its leadership).
+        self.guard: Callable[[], None] = lambda: None
 
     def run(self) -> dict:
         """The job's final state; CloudError when it lost a node once more than it may recover."""
         last = None
         while True:
+            self.guard()
+            pending = journal.read(self.clients, self.project, self.jid.cluster or "")
+            if pending is not None and pending["id"] == self.jid.job:
+                self.resume(pending)  # a follower died mid-recovery: finish it from what the cloud shows
+                last = None
+                continue
             state = cluster_jobs.status(self.clients, self.project, self.jid)
             if state["state"] != last:
                 last = state["state"]
@@ -120,23 +128,32 @@ class Follower:
         survivors, deleting the lost nodes, `up`, re-delivering the job) first proves it still holds it."""
         self.session = Session(self.clients, self.project, self.report)
         with self.session.holding(self.jid.cluster or "", "recover", wait_for_lease=True):
-            self._recover(self.session, state, lost, causes)
+            # Another follower may have recovered this loss while this one waited for the lease.
+            record = cluster_jobs.record_of(self.clients, self.project, self.jid)
+            if int(record.get("attempt") or 0) != state["attempt"] or \
+                    journal.read(self.clients, self.project, self.jid.cluster or "") is not None:
+                return
+            self._recover(self.session, record, state, lost, causes)
 
-    def _recover(self, s: Session, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
+    def resume(self, pending: dict) -> None:
+        """Finish a recovery another follower wrote down and did not finish (journal.py)."""
+        self.session = Session(self.clients, self.project, self.report)
+        with self.session.holding(self.jid.cluster or "", "recover", wait_for_lease=True):
+            pending = journal.read(self.clients, self.project, self.jid.cluster or "") or {}
+            if pending.get("id") != self.jid.job:
+                return  # finished by another follower meanwhile
+            self.report.step("resume", f"Finishing recovery {len(pending.get('history') or [])} of job {self.jid} "
+                                       f"(attempt {pending['attempt']}), which its last follower left unfinished")
+            self._complete(self.session, pending)
+
+    def _recover(self, s: Session, record: dict, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
         names = [r["node"] for r in lost]
         attempt = state["attempt"] + 1
         self.report.step("recover", f"Recovery {state['recoveries'] + 1}/{self.recover} of job {self.jid}: lost "
                                     + ", ".join(f"{n} ({causes[n]})" for n in names))
-        record = cluster_jobs.record_of(self.clients, self.project, self.jid)
         self._stop_survivors(s)
         last_step = self.last_step()
-        spec = self._cluster_spec()
         zone = lost[0]["zone"]
-        self._rebuild(s, spec, names, zone)
-        nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
-        if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
-            raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
-                             f"see 'gcpgpu cluster status {self.jid.cluster}'")
         args = list(record["args"])
         if record.get("bundled_trainer") and "--resume" not in args and "--no-resume" not in args:
             args.append("--resume")  # from the newest complete checkpoint; a fresh start if there is none
@@ -144,13 +161,36 @@ class Follower:
         history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         "lost": names, "zone": zone, "cause": ", ".join(sorted({causes[n] for n in names})),
                         "last_step": last_step, "log_every": log_every(record["args"])})
+        pending = dict(record)
         # A user's own command resumes from its own checkpoint when it sees these (containers/README.md).
-        record["env"] = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
-        record.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
-                      history=history, recover=self.recover)
-        self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {attempt} on {len(nodes)} node(s)"
-                                     + (" with --resume" if "--resume" in args else ""))
+        pending["env"] = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
+        pending.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
+                       history=history, recover=self.recover)
+        found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
+        # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.
+        pending["recovering"] = {"zone": zone, "lost": names, "lost_ids": [found[n] for n in names if n in found],
+                                 "spec": self._cluster_spec_raw()}
+        journal.put(self.clients, self.project, self.jid.cluster or "", pending, s.check_lease)
+        self._complete(s, pending)
+
+    def _complete(self, s: Session, pending: dict) -> None:
+        """From the written-down recovery on: bring the cluster back to size, put the next attempt on it,
+        and strike the recovery from the journal. Each step is safe to run again after a follower died."""
+        how = pending["recovering"]
+        record = {k: v for k, v in pending.items() if k != "recovering"}
+        nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
+        whole = len(nodes) == int(record["nnodes"]) and all(n.status == "RUNNING" for n in nodes) \
+            and not {n.id for n in nodes} & set(how.get("lost_ids") or [])
+        if not whole:
+            self._rebuild(s, self._cluster_spec(how.get("spec")), how["lost"], how["zone"], how.get("lost_ids"))
+            nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
+        if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
+            raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
+                             f"see 'gcpgpu cluster status {self.jid.cluster}'")
+        self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record['attempt']} on {len(nodes)} node(s)"
+                                     + (" with --resume" if "--resume" in record["args"] else ""))
         cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
+        journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
 
     def _causes(self, lost: list[dict]) -> dict[str, str]:
         """Why each node went: its zone's newest system operation on it (as Google's preemption-history
@@ -193,23 +233,28 @@ class Follower:
         raise CloudError(f"job {self.jid}: node(s) did not stop it within {STOP_TIMEOUT_S:.0f}s; cancel it with "
                          f"'gcpgpu job cancel {self.jid}'")
 
-    def _cluster_spec(self) -> Any:
+    def _cluster_spec_raw(self) -> str:
         """The spec the cluster was brought up with, as its nodes carry it (metadata gcpgpu-spec)."""
-        from gcpgpu.cluster.spec import ClusterSpec
-
         for node in observe_nodes(self.clients, self.project, self.jid.cluster or ""):
             raw = node.metadata.get("gcpgpu-spec")
             if raw:
-                known = set(ClusterSpec.__dataclass_fields__)  # a newer or older gcpgpu's extra keys are left out
-                return ClusterSpec(**{k: v for k, v in json.loads(raw).items() if k in known})
+                return raw
         raise CloudError(f"cluster {self.jid.cluster}'s nodes do not carry their spec (made by an older gcpgpu): "
                          f"bring it back with 'gcpgpu cluster up {self.jid.cluster} ...' and resubmit with --resume")
 
-    def _rebuild(self, s: Session, spec: Any, lost: list[str], zone: str) -> None:
+    def _cluster_spec(self, raw: str | None = None) -> Any:
+        """The cluster's spec: `raw` (what a recovery wrote down) or what its nodes carry."""
+        from gcpgpu.cluster.spec import ClusterSpec
+
+        known = set(ClusterSpec.__dataclass_fields__)  # a newer or older gcpgpu's extra keys are left out
+        return ClusterSpec(**{k: v for k, v in json.loads(raw or self._cluster_spec_raw()).items() if k in known})
+
+    def _rebuild(self, s: Session, spec: Any, lost: list[str], zone: str, lost_ids: list[str] | None = None) -> None:
         """Delete the lost nodes and bring the cluster back to size: same zone first, then the spec's next zones."""
         from gcpgpu.cluster.plan import plan
 
-        gone = [n for n in observe_nodes(self.clients, self.project, spec.name) if n.name in lost]
+        gone = [n for n in observe_nodes(self.clients, self.project, spec.name)
+                if n.name in lost and (lost_ids is None or n.id in lost_ids)]
         if gone:
             self.report.step("delete", f"Deleting lost node(s) {', '.join(n.name for n in gone)}")
             s.delete(NODES, [(n.zone, n.name) for n in gone])

@@ -2,6 +2,8 @@
 
 runner.py         starts a job's replicas as local processes on 127.0.0.1, captures their output
                   line by line with timestamps, and reports how each one ended.
+node_agent.py     the follower each node with `gcpgpu-agent` runs (gcpgpu.nodeagent), as a process
+                  that lives and dies with its VM.
 agent.py          the emulated cluster job agent: it watches instances' metadata (setMetadata) for
                   a gcpgpu job, runs one process per node with the rank the real agent would give,
                   and reports per-node state as guest attributes (instances.getGuestAttributes).
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 
 from .agent import ClusterAgent
+from .node_agent import NodeAgents
 from .runner import MetricsTarget, Replica, Run, Runner
 from .storage import Storage
 from .usercmd import UserCommands
@@ -55,6 +58,8 @@ class LocalJobs:
         self.runner = Runner(sidecar=self.reporter_argv)
         self.agent = ClusterAgent(compute, self.runner, activity, events, storage, user)
         self._address = address
+        # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop).
+        self.node_agents = NodeAgents(compute, self.runner, self.address) if compute is not None else None
 
     def address(self) -> str | None:
         """HOST:PORT of the emulator, once it serves; else GCPGPU_EMULATOR (an in-process emulator's)."""
@@ -84,4 +89,6 @@ class LocalJobs:
     def reset(self) -> None:
         """Stop every local process and forget every run and report."""
         self.agent.reset()
+        if self.node_agents is not None:
+            self.node_agents.reset()
         self.runner.reset()

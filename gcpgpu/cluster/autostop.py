@@ -1,0 +1,153 @@
+"""Autostop: a cluster that has run no job for a while stops itself (or, with --down, goes away).
+
+The setting lives on the nodes (metadata `gcpgpu-autostop`: {"idle_s": N, "down": bool}, and in the
+spec each node carries, so a recovery's replacement nodes get it too), where the follower every
+node runs (gcpgpu/nodeagent.py) reads it; the one that leads (jobs/follower.py) judges the cluster
+idle (no job running, GPUs under the metrics' idle floor) and acts here, holding the cluster's
+`up`/`down` lease like any other change. Nothing off the cluster is needed: close the laptop.
+
+Stopping is instances.stop on every node (the judging node last): disks stay and are billed,
+GPUs are not, `cluster up` starts them again. --down deletes what `cluster down` deletes, in its
+order, except that the judging node goes last and what only its own deletion frees (a compact
+placement policy it is in, a network it is on) cannot be deleted by it: Compute Engine refuses to
+delete a resource a VM still uses. Those cost nothing and are said in the node's log;
+`gcpgpu cluster down NAME` removes them. A cluster without its own placement policy or networks
+(--no-placement, the default network) leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.operations import call
+from gcpgpu.specfile import parse_duration
+
+from .autostop_setting import AGENT_IMAGE, AGENT_KEY, KEY, of, setting, shown
+from .kinds import NODES
+from .observe import Node, observe, observe_nodes
+
+__all__ = ["AGENT_IMAGE", "AGENT_KEY", "KEY", "of", "setting", "shown"]  # the setting, read where it is set
+
+MIN_S, MAX_S = 60, 30 * 86400
+# A test seam, as GCPGPU_METADATA_URL is the job agent's: idle time counts this many times faster.
+SCALE_ENV = "GCPGPU_AUTOSTOP_SCALE"
+
+
+def parse(value: Any, where: str = "--autostop") -> int:
+    """'30m', '2h' -> seconds, between a minute and 30 days; one line naming `where` otherwise."""
+    seconds = parse_duration(value, where)
+    if not MIN_S <= seconds <= MAX_S:
+        raise UsageProblem(f"{where} {value!r} is out of range: give between 1m and 30d (e.g. 30m, 2h)")
+    return seconds
+
+
+def metadata_items(idle_s: int | None, down: bool, region: str, project: str) -> list[dict[str, str]]:
+    """What a node carries for its autostop (nothing when off)."""
+    value = setting(idle_s, down)
+    if value is None:
+        return []
+    return [{"key": KEY, "value": json.dumps(value, sort_keys=True)},
+            {"key": AGENT_KEY, "value": AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))}]
+
+
+def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, down: bool,
+           fence: Callable[[], None] = lambda: None) -> list[Node]:
+    """Write the autostop (None: cancel it) on every node, in its metadata and in the spec it carries."""
+    from google.cloud import compute_v1
+
+    from gcpgpu.gcp.operations import batch
+
+    nodes = observe_nodes(clients, project, cluster)
+    if not nodes:
+        raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
+
+    def put(node: Node) -> Any:
+        items = {k: v for k, v in node.metadata.items() if k not in (KEY, AGENT_KEY)}
+        if idle_s is not None:
+            items.update({i["key"]: i["value"] for i in metadata_items(idle_s, down, node.region, project)})
+        elif node.metadata.get("gcpgpu-job") and node.metadata.get(AGENT_KEY):
+            items[AGENT_KEY] = node.metadata[AGENT_KEY]  # a detached job still needs its follower
+        if items.get("gcpgpu-spec"):
+            with contextlib.suppress(ValueError):
+                spec = json.loads(items["gcpgpu-spec"])
+                spec.update(autostop=idle_s, autostop_down=bool(down) if idle_s is not None else False)
+                items["gcpgpu-spec"] = json.dumps(spec, sort_keys=True)
+        fence()
+        body = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,
+                                   items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+        return call(clients.compute("InstancesClient").set_metadata,
+                    {"project": project, "zone": node.zone, "instance": node.name, "metadata_resource": body})
+
+    batch(clients, project, put, nodes)
+    return nodes
+
+
+class IdleClock:
+    """Since when the leader has seen the cluster idle (its own observation: a new leader starts over,
+    so a cluster is never stopped sooner than its setting says)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def reset(self) -> None:
+        self.since = None
+
+    def idle_for(self, idle: bool) -> float:
+        """Seconds idle so far (scaled for tests), 0 once not idle."""
+        if not idle:
+            self.since = None
+            return 0.0
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        return (now - self.since) * float(os.environ.get(SCALE_ENV) or 1.0)
+
+
+def stop(s: Any, cluster: str, own: str, before_last: Callable[[], None]) -> list[str]:
+    """Stop every RUNNING node, the judging node `own` last (its stop ends the judge; `before_last()`
+    lets go of the leases right before it)."""
+    nodes = [n for n in observe_nodes(s.clients, s.project, cluster) if n.status == "RUNNING"]
+    others = [n for n in nodes if n.name != own]
+    mine = [n for n in nodes if n.name == own]
+
+    def halt(n: Node) -> Any:
+        return s.call(s.client("InstancesClient").stop, {"project": s.project, "zone": n.zone, "instance": n.name})
+
+    if others:
+        s.batch(halt, others)
+    before_last()
+    for n in mine:
+        call(s.client("InstancesClient").stop, {"project": s.project, "zone": n.zone, "instance": n.name})
+    return [n.name for n in nodes]
+
+
+def down(s: Any, cluster: str, own: str, say: Callable[[str], None], before_last: Callable[[], None]) -> list[str]:
+    """Delete the cluster as `cluster down` does, the judging node `own` last. `before_last()` runs right
+    before that node's deletion (it lets go of the leases: nothing may outlive the judge). What only
+    that deletion frees is returned, one line each (the judge cannot wait for it)."""
+    from .nat import settle as settle_nats
+    from .teardown import delete_batch, delete_observed
+
+    obs = observe(s.clients, s.project, cluster)
+    todo = copy.copy(obs)
+    mine = [n for n in obs.nodes if n.name == own]
+    todo.nodes = [n for n in obs.nodes if n.name != own]
+    todo.routers, notes = settle_nats(s.clients, s.project, cluster, obs)
+    for line in notes:
+        say(line)
+    left = delete_observed(s.clients, s.project, todo, lambda _k, text: say(text), s.check_lease)
+    if left:
+        say(f"left for 'gcpgpu cluster down {cluster}' (in use by {own} until it is gone): " + "; ".join(left))
+    before_last()
+    if mine:
+        say(f"deleting {own}, the last node")
+        delete_batch(s.clients, s.project, NODES, [(n.zone, n.name) for n in mine])
+    return left

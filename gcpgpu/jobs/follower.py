@@ -1,0 +1,195 @@
+"""Who follows a cluster's job, and from where: one leader at a time, on the cluster itself or anywhere.
+
+Every follower of a cluster (the agent each node runs, `job follow` on a laptop, `job submit --wait`)
+contends for one lease in the project's metadata, key `gcpgpu-leader-<cluster>` (cluster/lease.py:
+compare-and-swap, renewed every TTL/4, taken over once it expires). Only the holder follows and
+recovers (jobs/recover.py); the others watch. A node that is lost takes its follower with it; its
+lease expires and another node's (or a watching laptop's) follower takes over, finishing any
+recovery the dead one left half done (jobs/journal.py).
+
+A recovery's own steps still hold the cluster's `up`/`down` lease (gcpgpu-lease-<cluster>), so a
+`cluster up` or `down` run meanwhile waits for them, and they for it.
+
+The follower every node runs (gcpgpu/nodeagent.py) uses these to follow whatever job the cluster
+runs and, while none does, to judge the cluster's autostop.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from gcpgpu.cluster.lease import Lease, LeaseLost
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+
+from . import cluster as cluster_jobs
+from . import ids, journal
+
+KEY_PREFIX = "gcpgpu-leader-"
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def leadership(clients: Clients, project: str, cluster: str, who: str) -> Lease:
+    """This follower's claim on leading `cluster`'s followers (not yet taken: try_acquire)."""
+    lease = Lease(clients, project, cluster, holder=f"{who}-{uuid.uuid4().hex[:8]}", op=f"follow from {who}")
+    lease.key = f"{KEY_PREFIX}{cluster}"
+    return lease
+
+
+def leader(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
+    """Who leads `cluster`'s followers now (its lease, unexpired), or None."""
+    got = leadership(clients, project, cluster, "status")._read()[2]
+    return got if got and float(got.get("expires", 0)) > time.time() else None
+
+
+def lead(lease: Lease) -> bool:
+    """Take the lead if nobody holds it (renewed in the background from then on)."""
+    if lease.held and not lease.lost:
+        return True
+    if lease.try_acquire() is None:
+        lease._start_renewing()
+        return True
+    return False
+
+
+def guard(lease: Lease) -> Callable[[], None]:
+    """A follower's per-poll check: it stops (LeaseLost) once another follower has taken the lead."""
+    def check() -> None:
+        lease.check()
+        if lease.lost:
+            raise LeaseLost(f"another follower leads cluster {lease.cluster} now ({lease.lost})")
+
+    return check
+
+
+def forget(clients: Clients, project: str, cluster: str) -> None:
+    """Remove what followers keep in project metadata for `cluster` (after `cluster down`)."""
+    leadership(clients, project, cluster, "down")._swap(lambda _current: None)
+    journal.put(clients, project, cluster, None)
+
+
+def follower_settings(record: dict, params: Any) -> dict[str, Any]:
+    """The follower's settings as the job's record carries them (submit wrote them there, so a follower
+    on any machine reads the same): record["follow"], keys the Follower takes, and record["recover"].
+    Keys this gcpgpu's Follower does not take (a newer one wrote them) are left out."""
+    settings = {k: v for k, v in (record.get("follow") or {}).items() if k in params}
+    if record.get("recover") is not None:
+        settings["recover"] = int(record["recover"])
+    return settings
+
+
+def make(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: int | None = None,
+         **kw: Any) -> Any:
+    """A Follower for the job with its record's settings (`recover`, when given, wins: `job follow --recover`)."""
+    from .recover import Follower, default_recover
+
+    settings = follower_settings(record, inspect.signature(Follower.__init__).parameters)
+    if recover is not None:
+        settings["recover"] = recover
+    if settings.get("recover") is None:
+        settings["recover"] = default_recover(clients, project, jid.cluster or "")
+    return Follower(clients, project, jid, **{**settings, **kw})  # the caller's reporter and polling win
+
+
+def record(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    """The job's record: a recovery's written-down next attempt, else what its nodes hold."""
+    pending = journal.read(clients, project, jid.cluster or "") or {}
+    return pending if pending.get("id") == jid.job else cluster_jobs.record_of(clients, project, jid)
+
+
+def recoveries(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: int | None) -> int:
+    """How many recoveries the job may have in all: `recover` (job follow --recover), else what its
+    record says (submit --recover, or the last follower), else the cluster's default."""
+    from .recover import default_recover
+
+    if recover is not None:
+        return recover
+    if record.get("recover") is not None:
+        return int(record["recover"])
+    return default_recover(clients, project, jid.cluster or "")
+
+
+def job_status(clients: Clients, project: str, jid: ids.JobId) -> dict:
+    """The job's status; RECOVERING (with the recovery in its history) while one is written down."""
+    pending = journal.read(clients, project, jid.cluster or "")
+    if pending is None or pending.get("id") != jid.job:
+        return cluster_jobs.status(clients, project, jid)
+    try:
+        state = cluster_jobs.status(clients, project, jid)
+    except CloudError:  # every node was replaced: only the written-down recovery knows the job
+        state = {"id": str(jid), "target": "cluster", "name": pending.get("name"), "cluster": jid.cluster,
+                 "created": pending.get("created"), "started": None, "ended": None, "error": None,
+                 "nodes": 0, "per_node": [], "machine_type": pending.get("machine_type"),
+                 "image": pending.get("image"), "output_dir": pending.get("output_dir")}
+    history = list(pending.get("history") or [])
+    state.update(state="RECOVERING", attempt=int(pending["attempt"]), history=history, recoveries=len(history),
+                 nnodes=int(pending["nnodes"]), recover=pending.get("recover"), ended=None, error=None)
+    return state
+
+
+def settled(state: dict, recover: int) -> bool:
+    """Whether a watched job has ended for good: a loss its leader will still recover is not an end."""
+    if state["state"] not in ENDED:
+        return False
+    lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"] or \
+        len(state["per_node"]) < int(state.get("nnodes") or 0)
+    return not (state["state"] == "FAILED" and lost and state["recoveries"] < recover)
+
+
+def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Callable[[], Any],
+                  say: Callable[[str], None], on_state: Callable[[dict], None], poll_s: float,
+                  detached: bool = False) -> dict:
+    """Follow the job to its end from here: lead its followers when nobody does (recovering it),
+    else watch the leader (on the cluster's nodes, or another machine) work, ready to take over.
+    A `detached` job's nodes lead: this takes over only once none has led for a lease's lifetime
+    (their followers take a moment to start, and one that died is replaced by another meanwhile)."""
+    lease = leadership(clients, project, jid.cluster or "", "job follow")
+    last: tuple | None = None
+    told = 0
+    leaderless_since = time.monotonic()
+    try:
+        while True:
+            holder = leader(clients, project, jid.cluster or "")
+            if holder is not None:
+                leaderless_since = time.monotonic()
+            patient = detached and time.monotonic() - leaderless_since < lease.ttl
+            if holder is None and not patient and lead(lease):
+                f = follower()
+                f.guard = guard(lease)
+                return f.run()
+            state = job_status(clients, project, jid)
+            if last is None:
+                say(f"{jid} is followed by {holder.get('who') if holder else 'its cluster'}: watching "
+                    "(this command takes over if nobody follows it)")
+            for h in state["history"][told:]:
+                say(f"recovery {h.get('attempt')}: lost {', '.join(h.get('lost') or [])} ({h.get('cause')})")
+            told = len(state["history"])
+            now = (state["state"], state.get("attempt"))
+            if now != last:
+                last = now
+                on_state(state)
+            recover = state.get("recover")
+            if settled(state, int(recover) if recover is not None else 0):
+                return state
+            time.sleep(poll_s)
+    finally:
+        lease.release()
+
+
+# -- the agent on each node --------------------------------------------------------------------
+def current_job(clients: Clients, project: str, cluster: str) -> tuple[ids.JobId, dict] | None:
+    """The job the cluster runs (the newest record on its nodes, or a written-down recovery's)."""
+    from gcpgpu.cluster.observe import ranked_nodes
+
+    pending = journal.read(clients, project, cluster)
+    if pending is not None:
+        return ids.JobId("cluster", cluster=cluster, job=str(pending["id"])), pending
+    records = [job for n in ranked_nodes(clients, project, cluster) if (job := cluster_jobs._job_of(n))]
+    if not records:
+        return None
+    newest = max(records, key=lambda j: (str(j.get("submitted") or ""), int(j.get("attempt") or 0)))
+    return ids.JobId("cluster", cluster=cluster, job=str(newest["id"])), newest

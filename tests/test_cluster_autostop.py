@@ -1,0 +1,165 @@
+"""Autostop judged on the cluster itself: the follower its nodes run stops (or deletes) an idle cluster.
+
+Idle time is counted GCPGPU_AUTOSTOP_SCALE times faster here (the node agents' test seam), so a
+`--autostop 1m` cluster goes after about two seconds of idleness instead of a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from click.testing import CliRunner
+from helpers import PROJECT, leftovers, wait_for
+
+from gcpgpu.cli import main
+
+GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
+UP = ["cluster", "up", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+@pytest.fixture
+def fast(gcp, monkeypatch):
+    monkeypatch.setenv("GCPGPU_AUTOSTOP_SCALE", "30")  # 1m of idleness in 2 s
+    monkeypatch.setenv("GCPGPU_LEASE_TTL", "20")
+    return gcp
+
+
+def statuses(gcp, cluster: str) -> dict[str, str]:
+    found = gcp.compute.list(PROJECT, "zones/us-central1-a/instances")
+    return {i["name"]: i["status"] for i in found if i["name"].startswith(f"{cluster}-")}
+
+
+def project_metadata_keys(gcp) -> list[str]:
+    items = gcp.compute.project_resource(PROJECT)["commonInstanceMetadata"].get("items", [])
+    return [i["key"] for i in items]
+
+
+def test_an_idle_cluster_with_autostop_down_deletes_itself_leaving_nothing(fast):
+    gcp = fast
+    up = cli(*UP[:2], "idle", *UP[2:], "--no-placement", "--autostop", "1m", "--down")
+    assert up.exit_code == 0, up.output
+    listed = cli("cluster", "list")
+    assert "AUTOSTOP" in listed.output and "1m (down)" in listed.output
+    status = json.loads(cli("cluster", "status", "idle", fmt="json").stdout)
+    assert status["autostop"] == {"idle_s": 60, "down": True}
+    # Nothing here follows it: the nodes' own followers judge it idle and delete it, the judge last.
+    wait_for(lambda: not statuses(gcp, "idle") and not leftovers(gcp), timeout=120, what="the cluster gone")
+    assert leftovers(gcp) == {}
+    assert not [k for k in project_metadata_keys(gcp) if k.endswith("-idle")]  # no lease or journal left
+    wait_for(lambda: not gcp.jobs.node_agents.running(), timeout=30, what="the followers gone with their nodes")
+    assert cli("cluster", "status", "idle").exit_code == 1
+
+
+def test_a_cluster_running_a_job_is_not_stopped_until_the_job_ends(fast):
+    gcp = fast
+    gcp.jobs.agent.simulated_run_s = 12.0
+    assert cli(*UP[:2], "busy", *UP[2:], "--autostop", "1m").exit_code == 0
+    submitted = cli("job", "submit", "--cluster", "busy", "--image", "busybox")  # simulated: runs 12 s
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    started = time.monotonic()
+    # Well past the scaled minute of autostop, the job still runs on RUNNING nodes.
+    while time.monotonic() - started < 8:
+        assert statuses(gcp, "busy") == {"busy-0": "RUNNING", "busy-1": "RUNNING"}
+        time.sleep(0.5)
+    assert json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "RUNNING"
+    # Once it has ended and the cluster has idled, it is stopped (not deleted: no --down).
+    wait_for(lambda: set(statuses(gcp, "busy").values()) == {"TERMINATED"}, timeout=120, what="the cluster stopped")
+    assert json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "SUCCEEDED"
+    assert "busy-placement" in str(leftovers(gcp))  # stopped, not torn down: `cluster up` starts it again
+
+
+def test_cluster_autostop_sets_and_cancels_on_every_node(gcp):
+    assert cli(*UP[:2], "c", *UP[2:]).exit_code == 0
+    assert "AUTOSTOP" in cli("cluster", "list").output
+    done = cli("cluster", "autostop", "c", "2h", "--down")
+    assert done.exit_code == 0, done.output
+    assert "deleted once idle for 2h" in done.output
+    nodes = gcp.compute.list(PROJECT, "zones/us-central1-a/instances")
+    for inst in nodes:
+        items = {i["key"]: i["value"] for i in inst["metadata"]["items"]}
+        assert json.loads(items["gcpgpu-autostop"]) == {"idle_s": 7200, "down": True}
+        assert json.loads(items["gcpgpu-spec"])["autostop"] == 7200  # a recovery's new nodes get it too
+        assert "gcpgpu-agent" in items
+    assert json.loads(cli("cluster", "status", "c", fmt="json").stdout)["autostop"]["idle_s"] == 7200
+    off = cli("cluster", "autostop", "c", "--cancel")
+    assert off.exit_code == 0 and "autostop off" in off.output
+    for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
+        keys = {i["key"] for i in inst["metadata"]["items"]}
+        assert "gcpgpu-autostop" not in keys and "gcpgpu-agent" not in keys
+    assert json.loads(cli("cluster", "status", "c", fmt="json").stdout)["autostop"] is None
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--autostop", "10s", "--yes"], "--autostop '10s'"),
+    (["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--autostop", "31d", "--yes"], "out of range"),
+    (["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--autostop", "soon", "--yes"], "not a duration"),
+    (["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--down", "--yes"], "--down needs --autostop"),
+    (["cluster", "autostop", "c", "5 min"], "DURATION '5 min'"),
+    (["cluster", "autostop", "c"], "give DURATION"),
+    (["cluster", "autostop", "c", "5m", "--cancel"], "--cancel turns autostop off"),
+    (["cluster", "autostop", "Bad_Name", "5m"], "Bad_Name"),
+])
+def test_bad_autostop_input_is_one_line_and_no_request(gcp, argv, words):
+    gcp.requests.clear()
+    result = cli(*argv)
+    assert result.exit_code == 2, result.output
+    assert words in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert gcp.requests.all() == [], [r.path for r in gcp.requests.all()]
+
+
+def test_autostop_on_a_missing_cluster_exits_1_without_writing(gcp):
+    gcp.requests.clear()
+    result = cli("cluster", "autostop", "ghost", "30m")
+    assert result.exit_code == 1 and "no cluster named ghost" in result.output
+    assert all(r.method == "GET" for r in gcp.requests.all())
+
+
+def test_the_follower_runs_from_the_image_jobs_default_to():
+    from gcpgpu.cluster.autostop_setting import AGENT_IMAGE
+    from gcpgpu.jobs.spec import DEFAULT_IMAGE
+
+    assert AGENT_IMAGE == DEFAULT_IMAGE  # the training image has gcpgpu (and so the follower) in it
+
+
+def test_the_nodes_followers_start_with_the_cluster_and_cluster_down_leaves_no_lease(gcp):
+    assert cli(*UP[:2], "led", *UP[2:], "--autostop", "30m").exit_code == 0
+    wait_for(lambda: "gcpgpu-leader-led" in project_metadata_keys(gcp), timeout=60, what="a leading follower")
+    assert set(gcp.jobs.node_agents.running()) == {"led-0", "led-1"}  # one per node; one of them leads
+    assert cli("cluster", "down", "led", "--yes").exit_code == 0
+    assert "gcpgpu-leader-led" not in project_metadata_keys(gcp)
+    wait_for(lambda: not gcp.jobs.node_agents.running(), timeout=30, what="the followers gone with their nodes")
+
+
+def test_autostop_down_of_a_compact_cluster_leaves_only_the_policy_its_last_node_held(fast):
+    """Compute Engine refuses to delete a placement policy a VM still uses, and the judge is such a VM:
+    the (free) policy stays for `cluster down`, which removes it."""
+    gcp = fast
+    assert cli(*UP[:2], "tight", *UP[2:], "--autostop", "1m", "--down").exit_code == 0
+    wait_for(lambda: not statuses(gcp, "tight"), timeout=120, what="the nodes gone")
+    assert wait_for(lambda: leftovers(gcp) if "firewalls" not in leftovers(gcp) else None, timeout=30,
+                    what="the teardown's end") == {"resourcePolicies": ["tight-placement"]}
+    assert cli("cluster", "down", "tight", "--yes").exit_code == 0
+    assert leftovers(gcp) == {}
+
+
+@pytest.mark.slow
+def test_busy_gpus_keep_a_cluster_without_a_job_running(fast):
+    """Idle is judged on the GPUs too (the idle floor `metrics` uses): a node busy with work gcpgpu did not
+    start (here: the emulator's activity record, which its Ops Agent metrics follow) is not stopped."""
+    gcp = fast
+    assert cli(*UP[:2], "gpu", *UP[2:], "--autostop", "1m").exit_code == 0
+    iid = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "gpu-0")["id"]
+    gcp.activity.begin(str(iid), "someone-elses-work", at=time.time() - 300)  # minutes of GPU samples already
+    started = time.monotonic()
+    while time.monotonic() - started < 8:  # four scaled minutes
+        assert set(statuses(gcp, "gpu").values()) == {"RUNNING"}
+        time.sleep(0.5)
+    gcp.activity.end(str(iid), "someone-elses-work")
+    wait_for(lambda: set(statuses(gcp, "gpu").values()) == {"TERMINATED"}, timeout=180, what="the cluster stopped")

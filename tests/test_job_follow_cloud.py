@@ -1,0 +1,180 @@
+"""Following needs no laptop: a recovery any follower left half done is finished by the next one,
+and a `--detach`ed job is followed and recovered by the cluster's own nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from click.testing import CliRunner
+from helpers import PROJECT, wait_for
+
+from gcpgpu.cli import main
+
+GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
+UP = ["--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--spot", "--yes"]
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def nodes(gcp, cluster: str) -> list[tuple[str, str]]:
+    return [(i["name"], i["status"]) for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")
+            if i["name"].startswith(f"{cluster}-")]
+
+
+@pytest.mark.parametrize("moment", ["delete", "instances", "resubmit"])
+def test_a_follower_killed_mid_recovery_leaves_it_for_job_follow_to_finish(gcp, monkeypatch, moment):
+    """Interrupted after it stopped the survivors (before deleting the lost node), while the node is
+    re-created, or before resubmitting: `job follow` finishes the recovery and the job SUCCEEDS."""
+    from gcpgpu.cli import progress
+
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 4.0
+    assert cli("cluster", "up", "k", *UP).exit_code == 0
+    real_step = progress.ConsoleReporter.step
+
+    def step(self, key: str, text: str) -> None:
+        if key == moment:
+            raise KeyboardInterrupt
+        real_step(self, key, text)
+
+    monkeypatch.setattr(progress.ConsoleReporter, "step", step)
+    gcp.faults.preempt("k-1", after_s=0.2)
+    first = cli("job", "submit", "--cluster", "k", "--image", "busybox", "--wait")  # simulated, 4 s
+    assert first.exit_code == 130, first.output
+    job_id = first.stdout.splitlines()[0]
+    monkeypatch.setattr(progress.ConsoleReporter, "step", real_step)
+    halfway = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    assert halfway["state"] == "RECOVERING" and halfway["history"][0]["lost"] == ["k-1"]
+
+    followed = cli("job", "follow", job_id)
+    assert followed.exit_code == 0, followed.output
+    assert "Finishing recovery 1" in followed.output and f"Job {job_id} SUCCEEDED." in followed.output
+    assert nodes(gcp, "k") == [("k-0", "RUNNING"), ("k-1", "RUNNING")]  # back to size, not a node short
+    status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and status["attempt"] == 1
+    assert [(h["lost"], h["cause"]) for h in status["history"]] == [(["k-1"], "preempted")]
+
+
+def test_a_recovery_left_half_done_is_finished_by_the_cluster_s_own_followers(gcp, monkeypatch):
+    from gcpgpu.cli import progress
+
+    monkeypatch.setenv("GCPGPU_LEASE_TTL", "20")
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 4.0
+    assert cli("cluster", "up", "h", *UP).exit_code == 0
+    real_step = progress.ConsoleReporter.step
+
+    def step(self, key: str, text: str) -> None:
+        if key == "instances":  # killed while the lost node is re-created
+            raise KeyboardInterrupt
+        real_step(self, key, text)
+
+    monkeypatch.setattr(progress.ConsoleReporter, "step", step)
+    gcp.faults.preempt("h-1", after_s=0.2)
+    first = cli("job", "submit", "--cluster", "h", "--image", "busybox", "--wait")
+    assert first.exit_code == 130, first.output
+    job_id = first.stdout.splitlines()[0]
+    assert nodes(gcp, "h") == [("h-0", "RUNNING")]
+    # Nobody here follows it any more; the node that is left starts its follower (autostop wants one).
+    assert cli("cluster", "autostop", "h", "30d").exit_code == 0
+
+    def ended() -> dict | None:
+        state = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+        return state if state["state"] == "SUCCEEDED" else None
+
+    status = wait_for(ended, timeout=120, what="the job's end", interval=1.0)
+    assert status["attempt"] == 1 and status["history"][0]["lost"] == ["h-1"]
+    assert nodes(gcp, "h") == [("h-0", "RUNNING"), ("h-1", "RUNNING")]
+
+
+STEPS = 40
+
+
+def trainer(run: str) -> list[str]:
+    return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
+            str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
+            "--log-every", "1", "--ckpt-every", "10", "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+
+
+def last_step(path) -> dict:
+    return [r for r in map(json.loads, path.read_text().splitlines()) if "loss" in r][-1]
+
+
+def leader_node(gcp, cluster: str) -> str | None:
+    items = gcp.compute.project_resource(PROJECT)["commonInstanceMetadata"].get("items", [])
+    raw = next((i["value"] for i in items if i["key"] == f"gcpgpu-leader-{cluster}"), None)
+    holder = json.loads(raw)["holder"] if raw else ""
+    return holder.removeprefix("node ").rsplit("-", 1)[0] if holder.startswith("node ") else None
+
+
+@pytest.mark.slow
+def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_preempted(gcp, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("GCPGPU_LEASE_TTL", "8")  # a dead leader is replaced after 8 s, not 2 minutes
+    gcp.faults.preempt_grace_s = 3.0
+    assert cli("cluster", "up", "c", *UP).exit_code == 0
+    bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
+    env = ["--env", "GCPGPU_METRICS=0"]
+    base = cli("job", "submit", "--cluster", "c", "--output-dir", "gs://bkt/base", "--recover", "0", *env, "--",
+               *trainer("base"))
+    assert base.exit_code == 0, base.output
+
+    # The submitting process is its own, and it is gone before anything is lost.
+    submit = subprocess.run(
+        [sys.executable, "-c", "from gcpgpu.cli import main; main()", *GLOBAL, "job", "submit", "--cluster", "c",
+         "--detach", "--recover", "2", "--output-dir", "gs://bkt/run", *env, "--", *trainer("run")],
+        env={**os.environ, "GCPGPU_EMULATOR": gcp.address}, capture_output=True, text=True, timeout=120)
+    assert submit.returncode == 0, submit.stderr
+    job_id = submit.stdout.splitlines()[0]
+    assert "this machine may go" in submit.stderr
+
+    # Someone may watch from anywhere: it watches while the cluster leads, and sees the end.
+    watched: dict = {}
+    threading.Thread(target=lambda: watched.update(r=cli("job", "follow", job_id)), daemon=True).start()
+
+    # Preempt the node whose follower leads, once the run has its second checkpoint.
+    wait_for(lambda: (bucket / "run" / "checkpoints" / "step_00000020").is_dir(), timeout=300, what="checkpoint 20")
+    victim = wait_for(lambda: leader_node(gcp, "c"), timeout=60, what="a leading follower")
+    gcp.faults.preempt(victim)
+
+    def ended() -> dict | None:
+        state = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+        return state if state["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and state["recoveries"] else None
+
+    status = wait_for(ended, timeout=400, what="the job's end", interval=1.0)
+    assert status["state"] == "SUCCEEDED" and status["attempt"] == 1
+    (entry,) = status["history"]
+    assert entry["lost"] == [victim] and entry["cause"] == "preempted"
+    base_end, run_end = last_step(bucket / "base" / "log.jsonl"), last_step(bucket / "run" / "log.jsonl")
+    assert run_end["step"] == base_end["step"] == STEPS - 1 and run_end["loss"] == base_end["loss"]
+    assert "Recoveries" in cli("job", "status", job_id).output
+    wait_for(lambda: "r" in watched, timeout=60, what="job follow's end")
+    assert watched["r"].exit_code == 0, watched["r"].output
+    assert "watching" in watched["r"].output and f"Job {job_id} SUCCEEDED." in watched["r"].output
+    assert "recovery 1: lost" in watched["r"].output and "Recovery 1/2" not in watched["r"].output  # it only watched
+
+
+def test_the_follower_s_settings_travel_in_the_job_s_record(monkeypatch):
+    """Whatever settings the Follower takes reach it from record["follow"], on any machine; a key this
+    gcpgpu's Follower does not take (a newer gcpgpu wrote it) is left out rather than failing."""
+    from gcpgpu.jobs import follower, ids, recover
+
+    seen = {}
+
+    def init(self, clients, project, jid, recover, reporter=None, poll_s=15.0, on_state=None, stall_timeout=None):
+        seen.update(recover=recover, poll_s=poll_s, stall_timeout=stall_timeout)
+
+    monkeypatch.setattr(recover.Follower, "__init__", init)
+    record = {"recover": 2, "follow": {"stall_timeout": 600, "poll_s": 99.0, "from_a_newer_gcpgpu": True}}
+    follower.make(None, "p", ids.parse("cluster:c:train-abc123"), record, poll_s=1.0)
+    assert seen == {"recover": 2, "poll_s": 1.0, "stall_timeout": 600}
+    follower.make(None, "p", ids.parse("cluster:c:train-abc123"), record, recover=5)
+    assert seen["recover"] == 5  # job follow --recover N wins
