@@ -158,3 +158,78 @@ def test_dry_run_shows_both_steps_and_calls_nothing(gcp, tmp_path):
     assert [s["id"] for s in request["build"]["steps"]] == ["build", "user"]
     assert request["build"]["images"][-1].split(":")[-1].startswith("rdma-ctx-")
     assert gcp.requests.all() == []
+
+
+# --- job submit's default image ------------------------------------------------------------------------------
+
+VERTEX = ["job", "submit", "--vertex", "--machine-type", "a3-highgpu-8g", "--nodes", "1"]  # flavour tcpx
+
+
+def image_uri_of(output: str) -> str:
+    request = yaml.safe_load(output[output.index("parent:"):])
+    (pool,) = request["customJob"]["jobSpec"]["workerPoolSpecs"] if "customJob" in request else \
+        request["jobSpec"]["workerPoolSpecs"]
+    return pool["containerSpec"]["imageUri"]
+
+
+def test_build_then_dry_run_submit_names_the_image_that_was_built(gcp, tmp_path):
+    gcp.faults.operation_seconds = 0.3
+    built = invoke("container", "build", "-m", "a3-highgpu-8g", "--context", str(user_dir(tmp_path)))
+    assert built.exit_code == 0, built.output
+    image = built.output.strip().splitlines()[-1]
+    before = len(gcp.requests.all())
+    result = invoke(*VERTEX, "--command", "python train.py", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert image_uri_of(result.output) == image
+    assert f"image: {image} (the last 'gcpgpu container build' here" in result.output
+    assert len(gcp.requests.all()) == before  # --dry-run asks nothing, not even the registry
+
+
+def test_the_record_is_per_flavour_and_region(gcp, tmp_path):
+    gcp.faults.operation_seconds = 0.3
+    assert invoke("container", "build", "--flavor", "none", "--tag", "mine").exit_code == 0
+    other_flavour = invoke(*VERTEX, "--dry-run")  # a3-highgpu-8g needs tcpx, not the none image just built
+    assert other_flavour.exit_code == 0, other_flavour.output
+    assert ":mine" not in other_flavour.output
+    same = invoke("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--dry-run")  # flavour none
+    assert image_uri_of(same.output) == f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:mine"
+    elsewhere = invoke("--region", "europe-west4", "job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g",
+                       "--dry-run")
+    assert ":mine" not in elsewhere.output
+
+
+def test_dry_run_without_a_record_says_where_submit_will_look(gcp):
+    result = invoke(*VERTEX, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert ("submit will run the newest tcpx-* image in Artifact Registry "
+            f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer") in result.output
+    assert ":latest" not in result.output
+    assert gcp.requests.all() == []
+
+
+def test_submit_without_a_record_runs_the_newest_image_in_the_registry(gcp, tmp_path, monkeypatch):
+    gcp.faults.operation_seconds = 0.3
+    built = invoke("container", "build", "-m", "a3-highgpu-8g", "--context", str(user_dir(tmp_path)))
+    image = built.output.strip().splitlines()[-1]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "another-machine"))  # no local record there
+    result = CliRunner().invoke(main, ["--format", "json", *GLOBAL, *VERTEX])
+    assert result.exit_code == 0, result.output
+    assert f"image: {image} (the newest tcpx-* image in Artifact Registry)" in result.output
+    (job,) = gcp.vertex.jobs.values()
+    assert job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == image
+
+
+def test_no_image_anywhere_stops_in_one_line(gcp):
+    gcp.artifactregistry.seeded = False  # a project where 'container build' never ran
+    result = invoke(*VERTEX)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()[-1:]
+    assert line == (f"Error: no gcpgpu image for flavour tcpx in {REGION}-docker.pkg.dev/{PROJECT}/gcpgpu: run "
+                    "'gcpgpu container build --flavor tcpx' (add --context DIR for your code), or pass --image URI")
+    assert not [r for r in gcp.requests.all() if "customJobs" in r.path]
+
+
+def test_a_fresh_emulator_serves_a_trainer_image_per_flavour(gcp):
+    result = invoke(*VERTEX, "--", "--model", "tiny", "--steps", "2")
+    assert result.exit_code == 0, result.output
+    assert f"image: {REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-emulator" in result.output

@@ -49,8 +49,9 @@ def job() -> None:
               help="YAML job spec (any option below as a key; args and command as lists); flags override it.")
 @click.option("--machine-type", help="GPU machine type (Vertex: required; cluster: must match the nodes).")
 @click.option("--nodes", type=int, help="Nodes (Vertex: replicas, default 1; cluster: default all its nodes).")
-@click.option("--image", metavar="URI", help="Container image. Default: the gcpgpu trainer image "
-              "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:latest ('gcpgpu container build').")
+@click.option("--image", metavar="URI", help="Container image. Default: the image 'gcpgpu container build' last "
+              "pushed for the project, region and GPUDirect flavour (recorded here; on another machine the newest "
+              "FLAVOR-* gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
 @click.option("--command", "command", metavar="CMD",
               help="Run CMD instead of the image's entrypoint (split like a shell, e.g. 'python -m gcpgpu.trainer').")
 @click.option("--name", help="Job name (lowercase letters, digits, dashes). Default: train.")
@@ -110,6 +111,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
                            "(see --restart)")
     for warning in valid.warnings:
         info(f"warning: {warning}")
+    if valid.image_pending and valid.target == "vertex":  # a cluster's region and flavour are its nodes'
+        _default_image(settings, valid, valid.region, valid.machine, dry_run)
     if valid.spec.workdir:
         from gcpgpu.jobs import workdir
 
@@ -131,6 +134,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
         # so it refuses, and fits defaults, as submit does.
         placed = cluster_jobs.place(settings.clients, settings.project, valid, kw["cluster"])
+        if valid.image_pending:
+            _default_image(settings, valid, placed[0][0].region, placed[1], dry_run)
         for note in valid.notes:
             info(f"note: {note}")
         if dry_run:
@@ -162,6 +167,14 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     if settings.format != "table":
         emit(final)
     _fail_unless_succeeded(final)
+
+
+def _default_image(settings: Settings, valid: Any, region: str, machine: Any, dry_run: bool) -> None:
+    """No --image: the image 'container build' last pushed for the job's region and flavour."""
+    from gcpgpu.default_image import resolve
+
+    valid.image = resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=info)
+    valid.image_pending = False
 
 
 def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:

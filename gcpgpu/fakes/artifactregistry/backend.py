@@ -64,7 +64,7 @@ class ArtifactRegistryBackend:
                         or m["repo"] != repository:
                     continue
                 # A build pushes its images one after another: the last listed is the newest.
-                pushed.append((finished + i / 1000, m["image"], m["tag"], result["digest"]))
+                pushed.append((finished + i * 0.01, m["image"], m["tag"], result["digest"]))
         if not pushed:
             raise _not_found()
         pushed.sort(key=lambda p: p[0])
