@@ -233,3 +233,15 @@ def test_a_fresh_emulator_serves_a_trainer_image_per_flavour(gcp):
     result = invoke(*VERTEX, "--", "--model", "tiny", "--steps", "2")
     assert result.exit_code == 0, result.output
     assert f"image: {REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-emulator" in result.output
+
+
+def test_build_then_cluster_dry_run_names_the_image_that_was_built(gcp, tmp_path):
+    gcp.faults.operation_seconds = 0.3
+    built = invoke("container", "build", "-m", "a2-highgpu-1g", "--context", str(user_dir(tmp_path)))
+    assert built.exit_code == 0, built.output
+    image = built.output.strip().splitlines()[-1]
+    assert invoke("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone",
+                  "us-central1-a", "--yes").exit_code == 0
+    result = invoke("job", "submit", "--cluster", "c", "--command", "python train.py", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["image"] == image
