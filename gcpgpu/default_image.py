@@ -3,9 +3,10 @@ region and GPUDirect flavour; never a tag that nothing built.
 
 Found in this order:
   1. this machine's record: `container build` writes each image it pushed to
-     $XDG_STATE_HOME/gcpgpu/images.json (default ~/.local/state/gcpgpu/images.json), keyed by where
-     (Google or the emulator), project, region and flavour. A state file, not configuration: it is
-     what the tool last did, which the XDG spec puts under XDG_STATE_HOME, not XDG_CONFIG_HOME.
+     $XDG_STATE_HOME/gcpgpu/images.json (default ~/.local/state/gcpgpu/images.json), keyed by project,
+     region and flavour. A state file, not configuration: it is what the tool last did, which the XDG
+     spec puts under XDG_STATE_HOME, not XDG_CONFIG_HOME. The emulator's builds go to
+     $XDG_CACHE_HOME/gcpgpu/emulator-images.json instead, so they never stand in for Google's.
   2. on another machine, at submit: Artifact Registry's dockerImages.list on REGION-docker.pkg.dev/
      PROJECT/gcpgpu, the most recently uploaded gcpgpu-trainer image with a FLAVOR-* tag (the tags
      `container build` gives; a custom --tag is found only through the record).
@@ -27,11 +28,16 @@ REPO = "gcpgpu"  # container build's default --repo
 IMAGE_NAME = "gcpgpu-trainer"
 
 
-def state_file(environ: Mapping[str, str] | None = None) -> Path:
+def state_file(emulated: bool = False, environ: Mapping[str, str] | None = None) -> Path:
+    """Where the record lives: XDG_STATE_HOME for Google; for the emulator, XDG_CACHE_HOME, beside the
+    emulator's own gcloud configuration (its builds are disposable, and nothing run against the emulator
+    changes the user's state)."""
     env = os.environ if environ is None else environ
-    base = env.get("XDG_STATE_HOME", "").strip()
-    root = Path(base) if base and os.path.isabs(base) else Path("~/.local/state").expanduser()
-    return root / "gcpgpu" / "images.json"
+    var, default, name = (("XDG_CACHE_HOME", "~/.cache", "emulator-images.json") if emulated
+                          else ("XDG_STATE_HOME", "~/.local/state", "images.json"))
+    base = env.get(var, "").strip()
+    root = Path(base) if base and os.path.isabs(base) else Path(default).expanduser()
+    return root / "gcpgpu" / name
 
 
 def _key(emulated: bool, project: str, region: str, flavor: str) -> str:
@@ -39,9 +45,9 @@ def _key(emulated: bool, project: str, region: str, flavor: str) -> str:
     return f"{'emulator' if emulated else 'google'}/{project}/{region}/{flavor}"
 
 
-def _read() -> dict[str, Any]:
+def _read(emulated: bool) -> dict[str, Any]:
     try:
-        data = json.loads(state_file().read_text(encoding="utf-8"))
+        data = json.loads(state_file(emulated).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}  # no record yet, or one this version cannot read: the registry still answers
     return data if isinstance(data, dict) else {}
@@ -49,8 +55,8 @@ def _read() -> dict[str, Any]:
 
 def remember(*, emulated: bool, project: str, region: str, flavor: str, image: str) -> None:
     """Record the image `container build` pushed, so the next `job submit` there runs it."""
-    path = state_file()
-    data = _read()
+    path = state_file(emulated)
+    data = _read(emulated)
     data[_key(emulated, project, region, flavor)] = image
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +68,7 @@ def remember(*, emulated: bool, project: str, region: str, flavor: str, image: s
 
 
 def remembered(*, emulated: bool, project: str, region: str, flavor: str) -> str | None:
-    image = _read().get(_key(emulated, project, region, flavor))
+    image = _read(emulated).get(_key(emulated, project, region, flavor))
     return image if isinstance(image, str) and image else None
 
 

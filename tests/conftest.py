@@ -25,6 +25,7 @@ def isolated_gcloud(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(config_dir))
     # gcpgpu's own state (the images `container build` pushed, which `job submit` defaults to): per test.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))  # the emulator's record
     for name in _LEAKY_ENV:
         monkeypatch.delenv(name, raising=False)
     return config_dir

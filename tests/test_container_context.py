@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import subprocess
 import sys
@@ -211,7 +212,7 @@ def test_submit_without_a_record_runs_the_newest_image_in_the_registry(gcp, tmp_
     gcp.faults.operation_seconds = 0.3
     built = invoke("container", "build", "-m", "a3-highgpu-8g", "--context", str(user_dir(tmp_path)))
     image = built.output.strip().splitlines()[-1]
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "another-machine"))  # no local record there
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-machine"))  # no local record there
     result = CliRunner().invoke(main, ["--format", "json", *GLOBAL, *VERTEX])
     assert result.exit_code == 0, result.output
     assert f"image: {image} (the newest tcpx-* image in Artifact Registry)" in result.output
@@ -245,3 +246,26 @@ def test_build_then_cluster_dry_run_names_the_image_that_was_built(gcp, tmp_path
     result = invoke("job", "submit", "--cluster", "c", "--command", "python train.py", "--dry-run")
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(result.stdout)["image"] == image
+
+
+def test_a_local_build_pushed_to_google_is_what_a_dry_run_names_and_the_emulator_keeps_its_own(tmp_path,
+                                                                                                monkeypatch):
+    from test_container import stub_docker
+
+    from gcpgpu import default_image
+
+    monkeypatch.setenv("PATH", f"{stub_docker(tmp_path, engine=True)}:/usr/bin:/bin")
+    code = user_dir(tmp_path)
+    result = CliRunner().invoke(main, [*GLOBAL, "container", "build", "-m", "a2-highgpu-8g", "--context", str(code)])
+    assert result.exit_code == 0, result.output
+    image = result.output.strip().splitlines()[-1]
+    calls = [json.loads(line)["argv"] for line in (tmp_path / "docker.jsonl").read_text().splitlines()]
+    assert [c[0] for c in calls] == ["build", "build", "push"] and calls[2] == ["push", image]
+    assert calls[1][:3] == ["build", "--file", "gcpgpu-user/Dockerfile"]
+    assert default_image.state_file().is_file() and not default_image.state_file(emulated=True).exists()
+    dry = CliRunner().invoke(main, [*GLOBAL, "job", "submit", "--vertex", "--machine-type", "a2-highgpu-8g",
+                                    "--command", "python train.py", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert image_uri_of(dry.output) == image
+    # The same project on the emulator has no record of that Google build.
+    assert default_image.remembered(emulated=True, project=PROJECT, region=REGION, flavor="none") is None
