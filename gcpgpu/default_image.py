@@ -154,3 +154,10 @@ def resolve(settings: Any, *, region: str, flavor: str, dry_run: bool, say: Any)
                            "--image URI")
     say(f"image: {found} (the newest {flavor}-* image in Artifact Registry)")
     return found
+
+
+def fill(settings: Any, job: Any, region: str, machine: Any, *, dry_run: bool, say: Any) -> None:
+    """Give a job submitted without --image its default image (nothing to do when it named one)."""
+    if job.image_pending:
+        job.image = resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=say)
+        job.image_pending = False

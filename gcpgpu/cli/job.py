@@ -100,6 +100,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
           -- --model 124m --parallel fsdp --precision bf16 --steps 1000
       gcpgpu job submit --cluster mycluster --wait -- --model tiny --steps 50
     """
+    from gcpgpu import default_image
     from gcpgpu.jobs import spec as job_spec
 
     if recover is not None and kw.get("vertex"):
@@ -111,8 +112,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
                            "(see --restart)")
     for warning in valid.warnings:
         info(f"warning: {warning}")
-    if valid.image_pending and valid.target == "vertex":  # a cluster's region and flavour are its nodes'
-        _default_image(settings, valid, valid.region, valid.machine, dry_run)
+    if valid.target == "vertex":  # a cluster job's region and flavour are its nodes': resolved once placed
+        default_image.fill(settings, valid, valid.region, valid.machine, dry_run=dry_run, say=info)
     if valid.spec.workdir:
         from gcpgpu.jobs import workdir
 
@@ -134,8 +135,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
         # so it refuses, and fits defaults, as submit does.
         placed = cluster_jobs.place(settings.clients, settings.project, valid, kw["cluster"])
-        if valid.image_pending:
-            _default_image(settings, valid, placed[0][0].region, placed[1], dry_run)
+        default_image.fill(settings, valid, placed[0][0].region, placed[1], dry_run=dry_run, say=info)
         for note in valid.notes:
             info(f"note: {note}")
         if dry_run:
@@ -167,14 +167,6 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     if settings.format != "table":
         emit(final)
     _fail_unless_succeeded(final)
-
-
-def _default_image(settings: Settings, valid: Any, region: str, machine: Any, dry_run: bool) -> None:
-    """No --image: the image 'container build' last pushed for the job's region and flavour."""
-    from gcpgpu.default_image import resolve
-
-    valid.image = resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=info)
-    valid.image_pending = False
 
 
 def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
