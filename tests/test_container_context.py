@@ -269,3 +269,19 @@ def test_a_local_build_pushed_to_google_is_what_a_dry_run_names_and_the_emulator
     assert image_uri_of(dry.output) == image
     # The same project on the emulator has no record of that Google build.
     assert default_image.remembered(emulated=True, project=PROJECT, region=REGION, flavor="none") is None
+
+
+def test_a_registry_that_cannot_be_listed_means_building_the_base_too(gcp, tmp_path, monkeypatch):
+    from gcpgpu import default_image
+    from gcpgpu.errors import CloudError
+
+    def refuse(*args, **kwargs):
+        raise CloudError("Artifact Registry us-central1-docker.pkg.dev/emu-test-project/gcpgpu: 403 Permission denied")
+
+    monkeypatch.setattr(default_image, "registry_images", refuse)
+    gcp.faults.operation_seconds = 0.3
+    result = invoke("container", "build", "--flavor", "none", "--context", str(user_dir(tmp_path)))
+    assert result.exit_code == 0, result.output
+    assert "(cannot list the registry: " in result.output and "building it too" in result.output
+    (record,) = gcp.cloudbuild.builds.values()
+    assert [s["id"] for s in record["steps"]] == ["build", "user"]

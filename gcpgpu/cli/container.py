@@ -144,7 +144,11 @@ def build(
         # Cloud Build starts from an empty Docker: pulling the base costs far less than building it again.
         from gcpgpu import default_image
 
-        held = default_image.registry_images(settings.clients, project, region, repo)
+        try:
+            held = default_image.registry_images(settings.clients, project, region, repo)
+        except CloudError as e:  # no permission to list, say: building the base too still works
+            info(f"(cannot list the registry: {e.message})")
+            held = None
         build_base = not default_image.has_tag(held, base_tag)
         info(f"Base {image}: " + ("building it too (not in the registry yet)" if build_base
                                   else "in the registry already; the build pulls it"))
