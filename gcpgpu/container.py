@@ -171,11 +171,18 @@ def build_context(files: list[tuple[str, Path]], extra: dict[str, str] | None = 
     return Context(packed.getvalue(), names, source_digest(files))
 
 
-def render_cloudbuild(image: str, flavor: str, region: str) -> str:
-    """templates/cloudbuild.yaml.j2 for this image and flavour."""
+def render_cloudbuild(image: str, flavor: str, region: str, *, user_image: str | None = None,
+                      build_base: bool = True) -> str:
+    """templates/cloudbuild.yaml.j2 for this image and flavour; with `user_image`, also the --context image
+    FROM it (and without `build_base`, that step only: the registry holds the base image already)."""
+    from gcpgpu import container_user
+
     return resources.render(
         "cloudbuild.yaml.j2",
         image=image,
+        user_image=user_image,
+        user_dockerfile=container_user.DOCKERFILE,
+        build_base=build_base or user_image is None,
         flavor=flavor,
         build_args=build_args(flavor),
         region=region,
@@ -224,12 +231,17 @@ def build_args(flavor: str) -> list[str]:
     return [f"FLAVOR={flavor}", *(f"{k}={v}" for k, v in pins.items())]
 
 
-def docker_commands(image: str, flavor: str, push: bool) -> list[list[str]]:
-    """The docker command lines a local build runs (the context goes to `docker build -` on stdin)."""
+def docker_commands(image: str, flavor: str, push: bool, user_image: str | None = None) -> list[list[str]]:
+    """The docker command lines a local build runs (the context goes to each `docker build -` on stdin);
+    with `user_image`, the --context image is built FROM the base just built, and only it is pushed."""
+    from gcpgpu import container_user
+
     args = [part for arg in build_args(flavor) for part in ("--build-arg", arg)]
     commands = [["docker", "build", *args, "--file", DOCKERFILE, "--tag", image, "-"]]
+    if user_image:
+        commands.append(["docker", "build", "--file", container_user.DOCKERFILE, "--tag", user_image, "-"])
     if push:
-        commands.append(["docker", "push", image])
+        commands.append(["docker", "push", user_image or image])
     return commands
 
 
@@ -238,12 +250,12 @@ def run_local(commands: list[list[str]], context: Context, echo: Callable[[str],
     import os
 
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    for i, argv in enumerate(commands):
+    for argv in commands:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
         )
 
-        def feed(pipe: Any = proc.stdin, data: bytes = context.data if i == 0 else b"") -> None:
+        def feed(pipe: Any = proc.stdin, data: bytes = context.data if argv[1] == "build" else b"") -> None:
             try:
                 pipe.write(data)
             except BrokenPipeError:

@@ -23,6 +23,9 @@ def isolated_gcloud(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     """Point gcloud's config at an empty folder so the developer's real configuration never leaks in."""
     config_dir = tmp_path_factory.mktemp("gcloud-config")
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(config_dir))
+    # gcpgpu's own state (the images `container build` pushed, which `job submit` defaults to): per test.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))  # the emulator's record
     for name in _LEAKY_ENV:
         monkeypatch.delenv(name, raising=False)
     return config_dir

@@ -88,6 +88,8 @@ TWINS: dict[str, Twin] = {
     "--batch-size 32": Twin(gpu=True),
     "gcpgpu nccl env --machine-type a3-megagpu-8g": Twin(says="gcpgpu-trainer:"),
     "mkdir -p myrun && echo 'print(\"hello from my code\")' > myrun/train.py": Twin(says="workdir: 2 files"),
+    "mkdir -p mycode && echo 'print(\"hello from my image\")' > mycode/train.py":
+        Twin(says="image: us-central1-docker.pkg.dev/my-project/gcpgpu/gcpgpu-trainer:none-ctx-"),
     "gcpgpu/cli/        click commands, one module per group, loaded lazily": Twin(skip="folders, not commands"),
 }
 # Filters a command's output may be piped into; any other `|` in a block runs two commands at once.

@@ -22,8 +22,12 @@ GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
 TRAINER = ["--model", "tiny", "--steps", "5", "--batch-size", "64"]
 
 
+IMAGE = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-0123456789ab"
+
+
 def vertex_request(**kw) -> dict:
     kw.setdefault("target", "vertex")
+    kw.setdefault("image", IMAGE)
     kw.setdefault("args", TRAINER)
     zone = kw.pop("zone", None)
     job = validate(JobSpec(**kw), project=PROJECT, region="us-central1", zone=zone)
@@ -51,7 +55,7 @@ def test_custom_job_pools_and_accelerators(machine_type, accelerator, flavor, no
     for pool in pools:
         assert pool["machineSpec"] == {"machineType": machine_type, "acceleratorType": accelerator,
                                        "acceleratorCount": 8}
-        assert pool["containerSpec"]["imageUri"] == f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:latest"
+        assert pool["containerSpec"]["imageUri"] == IMAGE
         assert pool["containerSpec"]["args"] == TRAINER and "command" not in pool["containerSpec"]
         env = env_of(pool)
         assert env["GCPGPU_MACHINE_TYPE"] == machine_type
@@ -142,7 +146,7 @@ def test_spec_file_and_flags(tmp_path):
     result = CliRunner().invoke(main, [*GLOBAL, "job", "submit", "-f", str(path), "--nodes", "4", "--env", "B=2",
                                        "--dry-run"])
     assert result.exit_code == 0, result.output
-    job = yaml.safe_load(result.output)["customJob"]
+    job = yaml.safe_load(result.stdout)["customJob"]
     assert job["jobSpec"]["workerPoolSpecs"][1]["replicaCount"] == 3  # the flag beat the file
     assert job["jobSpec"]["scheduling"] == {"strategy": "SPOT", "timeout": "7200s"}
     env = env_of(job["jobSpec"]["workerPoolSpecs"][0])
@@ -155,7 +159,7 @@ def test_dry_run_json(gcp):
     result = CliRunner().invoke(main, [*GLOBAL, "--format", "json", "job", "submit", "--vertex", "--machine-type",
                                        "a2-highgpu-8g", "--dry-run", "--", *TRAINER])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["customJob"]["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == 1
+    assert json.loads(result.stdout)["customJob"]["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == 1
     assert len(gcp.requests) == 0
 
 

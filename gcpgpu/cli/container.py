@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import click
@@ -52,6 +53,11 @@ def container() -> None:
     help="Where Cloud Build's source tarball is uploaded. Default: gs://PROJECT_cloudbuild/source, "
     "made if missing (as gcloud does).",
 )
+@click.option("--context", "context_dir", metavar="DIR",
+              help="Your code: build an image FROM the gcpgpu image with DIR at /workdir (packed as job submit "
+              "--workdir packs it: .gitignore and .gcpgpuignore apply, 100 MiB at most).")
+@click.option("--requirements", metavar="FILE", help="With --context: pip install -r FILE into the image. "
+              "Default: DIR/requirements.txt when there is one.")
 @click.option("--no-push", is_flag=True, help="Local builds only: tag the image but do not push it.")
 @click.option("--dry-run", is_flag=True, help="Print the Cloud Build request (or docker commands); call nothing.")
 @click.pass_obj
@@ -63,6 +69,8 @@ def build(
     repo: str,
     local: bool | None,
     staging_dir: str | None,
+    context_dir: str | None,
+    requirements: str | None,
     no_push: bool,
     dry_run: bool,
 ) -> None:
@@ -75,10 +83,17 @@ def build(
     runs in the region, and its status and log stream here until it ends.
 
     \b
+    With --context DIR the image is yours: FROM the flavoured gcpgpu image (built
+    too when the registry lacks it), pip install -r requirements, DIR at /workdir.
+    'job submit' without --image runs the image this command last pushed for the
+    project, region and flavour (see containers/README.md).
+
+    \b
     Examples:
       gcpgpu container build --machine-type a3-megagpu-8g
       gcpgpu container build --flavor none --tag v1 --cloud-build --dry-run
       IMAGE=$(gcpgpu container build -m a3-highgpu-8g)
+      gcpgpu container build -m a3-highgpu-8g --context . --requirements requirements.txt
     """
     flavor, _ = images.resolve_flavor(flavor, machine_type)
     images.check_repo(repo)
@@ -91,16 +106,28 @@ def build(
         # The emulator has no registry: `docker push` would reach the real Artifact Registry.
         raise UsageProblem("--local against the emulator: the push would go to the real Artifact Registry; "
                            "add --no-push to build here only, or drop --local (the emulator stands in for Cloud Build)")
+    if requirements is not None and context_dir is None:
+        raise UsageProblem("--requirements goes with --context DIR (the code the requirements are for)")
+    user = None
+    if context_dir is not None:
+        from gcpgpu import container_user
+
+        user = container_user.prepare(context_dir, requirements)
     project, region = settings.project, settings.region
 
     files = images.context_files(images.source_root())
     digest = images.source_digest(files)
-    tag = tag or f"{flavor}-{digest[:12]}"
-    image = images.image_uri(region, project, repo, tag)
-    config = images.render_cloudbuild(image, flavor, region)
-    context = images.build_context(files, {"cloudbuild.yaml": config})
-    info(f"Context: {len(context.files)} files, {len(context.data) / 1024:.0f} KiB, sources {digest[:12]}")
-
+    base_tag = f"{flavor}-{digest[:12]}"
+    if user is None:
+        tag = tag or base_tag
+        image, user_image = images.image_uri(region, project, repo, tag), None
+    else:
+        image = images.image_uri(region, project, repo, base_tag)
+        user_image = images.image_uri(region, project, repo, tag or container_user.tag(flavor, digest, user))
+        files = files + user.all_files()
+        info(f"--context {user.root}: {len(user.files)} files ({user.packed_bytes / 2**20:.1f} MiB packed)"
+             + (f", pip install -r {user.requirements}" if user.requirements else ", no requirements file")
+             + f"; FROM {image}")
     if local is None:
         if settings.emulator:
             local = False  # the emulator stands in for Cloud Build; a local engine is not emulated
@@ -112,20 +139,45 @@ def build(
         if not reachable and not dry_run:
             raise UsageProblem(f"--local needs a Docker engine, but {found}; use --cloud-build instead")
 
+    build_base = True
+    if user is not None and not local and not dry_run:
+        # Cloud Build starts from an empty Docker: pulling the base costs far less than building it again.
+        from gcpgpu import default_image
+
+        try:
+            held = default_image.registry_images(settings.clients, project, region, repo)
+        except CloudError as e:  # no permission to list, say: building the base too still works
+            info(f"(cannot list the registry: {e.message})")
+            held = None
+        build_base = not default_image.has_tag(held, base_tag)
+        info(f"Base {image}: " + ("building it too (not in the registry yet)" if build_base
+                                  else "in the registry already; the build pulls it"))
+    config = images.render_cloudbuild(image, flavor, region, user_image=user_image, build_base=build_base)
+    extra = {"cloudbuild.yaml": config, **(user.extra(image) if user else {})}
+    context = images.build_context(files, extra)
+    info(f"Context: {len(context.files)} files, {len(context.data) / 1024:.0f} KiB, sources {digest[:12]}")
+
     if local:
-        commands = images.docker_commands(image, flavor, push=not no_push)
+        commands = images.docker_commands(image, flavor, push=not no_push, user_image=user_image)
         if dry_run:
             for argv in commands:
                 click.echo(" ".join(argv) + (" < context.tar.gz" if argv[1] == "build" else ""))
             return
         images.run_local(commands, context, info)
-        _report({"image": image, "flavor": flavor, "built": "local", "pushed": not no_push})
+        if not no_push:
+            _remember(settings, region, flavor, user_image or image)
+        _report({"image": user_image or image, "flavor": flavor, "built": "local", "pushed": not no_push,
+                 **({"base": image} if user_image else {})})
         return
 
     bucket, prefix = staging or (f"{project.replace(':', '_')}_cloudbuild", "source")
-    obj = f"{prefix}/gcpgpu-{digest[:16]}.tgz".lstrip("/")
+    # The sources' digest names gcpgpu's own context; a --context one is named by its bytes.
+    name = f"gcpgpu-{digest[:16]}" if user is None else f"gcpgpu-ctx-{hashlib.sha256(context.data).hexdigest()[:16]}"
+    obj = f"{prefix}/{name}.tgz".lstrip("/")
     request = images.build_request(project, region, config, bucket, obj)
     if dry_run:
+        if user is not None:
+            info("The 'build' step (the base image) is left out when the registry holds it already.")
         _print_request(request)
         return
 
@@ -148,10 +200,12 @@ def build(
             f"Cloud Build {final['id']} ended {final['status']}" + (f": {detail}" if detail else "")
             + f" (log: {final.get('logUrl', '-')})"
         )
-    built = (final.get("results", {}).get("images") or [{}])[0]
+    built = (final.get("results", {}).get("images") or [{}])[-1]
+    _remember(settings, region, flavor, user_image or image)
     _report(
         {
-            "image": image,
+            "image": user_image or image,
+            **({"base": image} if user_image else {}),
             "digest": built.get("digest"),
             "flavor": flavor,
             "built": "cloud-build",
@@ -160,6 +214,13 @@ def build(
             "emulated": clients.is_emulated,
         }
     )
+
+
+def _remember(settings, region: str, flavor: str, image: str) -> None:
+    from gcpgpu import default_image
+
+    default_image.remember(emulated=settings.emulator is not None, project=settings.project, region=region,
+                           flavor=flavor, image=image)
 
 
 def _report(result: dict) -> None:

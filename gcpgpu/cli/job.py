@@ -49,8 +49,9 @@ def job() -> None:
               help="YAML job spec (any option below as a key; args and command as lists); flags override it.")
 @click.option("--machine-type", help="GPU machine type (Vertex: required; cluster: must match the nodes).")
 @click.option("--nodes", type=int, help="Nodes (Vertex: replicas, default 1; cluster: default all its nodes).")
-@click.option("--image", metavar="URI", help="Container image. Default: the gcpgpu trainer image "
-              "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:latest ('gcpgpu container build').")
+@click.option("--image", metavar="URI", help="Container image. Default: the image 'gcpgpu container build' last "
+              "pushed for the project, region and GPUDirect flavour (recorded here; on another machine the newest "
+              "FLAVOR-* gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
 @click.option("--command", "command", metavar="CMD",
               help="Run CMD instead of the image's entrypoint (split like a shell, e.g. 'python -m gcpgpu.trainer').")
 @click.option("--name", help="Job name (lowercase letters, digits, dashes). Default: train.")
@@ -101,6 +102,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
           -- --model 124m --parallel fsdp --precision bf16 --steps 1000
       gcpgpu job submit --cluster mycluster --wait -- --model tiny --steps 50
     """
+    from gcpgpu import default_image
     from gcpgpu.jobs import spec as job_spec
 
     if recover is not None and kw.get("vertex"):
@@ -115,6 +117,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
                            "(see --restart)")
     for warning in valid.warnings:
         info(f"warning: {warning}")
+    if valid.target == "vertex":  # a cluster job's region and flavour are its nodes': resolved once placed
+        default_image.fill(settings, valid, valid.region, valid.machine, dry_run=dry_run, say=info)
     if valid.spec.workdir:
         from gcpgpu.jobs import workdir
 
@@ -136,6 +140,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
         # so it refuses, and fits defaults, as submit does.
         placed = cluster_jobs.place(settings.clients, settings.project, valid, kw["cluster"])
+        default_image.fill(settings, valid, placed[0][0].region, placed[1], dry_run=dry_run, say=info)
         for note in valid.notes:
             info(f"note: {note}")
         if dry_run:

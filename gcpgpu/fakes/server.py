@@ -21,6 +21,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from .activity import Activity
+from .artifactregistry.backend import ArtifactRegistryBackend
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
@@ -51,6 +52,8 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/monitoring/v[13]/", "gcpgpu.fakes.monitoring.rest:MonitoringRest.for_emulator"),
     (r"^/((resumable/)?upload/|download/)?storage/v1/", "gcpgpu.fakes.storage.rest:StorageRest.for_emulator"),
     (r"^/v1/projects/[^/]+/secrets(?:[/:]|$)", "gcpgpu.fakes.secretmanager.rest:SecretManagerRest.for_emulator"),
+    (r"^/v1/projects/[^/]+/locations/[^/]+/repositories/",
+     "gcpgpu.fakes.artifactregistry.rest:ArtifactRegistryRest.for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -121,6 +124,7 @@ class Emulator:
         self.storage = StorageBackend(disk, self.clock)
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids, self.events)
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids, self.storage)
+        self.artifactregistry = ArtifactRegistryBackend(self.cloudbuild)  # what the builds pushed
         self.secretmanager = SecretManagerBackend(self.clock)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
         # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
@@ -141,6 +145,7 @@ class Emulator:
         """Forget every resource, fault and logged request (the world's data stays)."""
         self.compute.reset()
         self.cloudbuild.reset()
+        self.artifactregistry.reset()
         self.secretmanager.reset()
         self.vertex.reset()
         self.jobs.reset()
@@ -195,6 +200,7 @@ class Emulator:
                 "monitoring": f"{self.url}/monitoring/ and grpc",
                 "storage": f"{self.url}/storage/v1/ (uploads /upload/storage/v1/, downloads /download/storage/v1/)",
                 "secretmanager": f"{self.url}/v1/",
+                "artifactregistry": f"{self.url}/v1/ (dockerImages.list)",
             },
             # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
             # (Cloud Build is served over gRPC only, which gcloud does not speak).
@@ -205,6 +211,7 @@ class Emulator:
                 "monitoring": f"{self.url}/monitoring/",
                 "storage": f"{self.url}/storage/v1/",
                 "secretmanager": f"{self.url}/",
+                "artifactregistry": f"{self.url}/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }

@@ -28,7 +28,7 @@ from gcpgpu.resources import render
 
 from . import ids, usercode
 from . import logs as job_logs
-from .spec import DEFAULT_IMAGE, ValidJob, fit_trainer_args, job_env
+from .spec import ValidJob, fit_trainer_args, job_env
 
 MASTER_PORT = 29500
 RXDM_WAIT_S = 180  # the TCPXO RxDM takes ~30 s to initialise (container-engine-accelerators README); headroom
@@ -89,9 +89,9 @@ def place(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[
 
 
 def image_of(job: ValidJob, project: str, chosen: list[Node]) -> str:
-    """The job's image; by default the trainer image from the Artifact Registry of the cluster's region."""
-    if job.spec.image is None:
-        return DEFAULT_IMAGE.format(region=chosen[0].region, project=project.replace(":", "/"))
+    """The job's image (without --image, the caller resolved it first: gcpgpu/default_image.py)."""
+    if job.image_pending:
+        raise RuntimeError("the default image is resolved (default_image.resolve) before a cluster job is placed")
     return job.image
 
 

@@ -40,8 +40,9 @@ IMAGE_REF = re.compile(
 MAX_IMAGE_REF = 512  # name (255) + tag (128) + digest: refused by length before the pattern runs
 # The gcpgpu training image (`gcpgpu container build` pushes it there): its entrypoint applies the
 # machine's NCCL profile, works out the torchrun rendezvous and runs the trainer with the job's args.
+# Which tag a job runs is decided at submit (gcpgpu/default_image.py): the one last built, never :latest.
 TRAINER_IMAGE_NAME = "gcpgpu-trainer"
-DEFAULT_IMAGE = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer:latest"
+DEFAULT_IMAGE = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer"
 # Names that usually hold secrets: job environments are stored in plain text (instance metadata,
 # the CustomJob), so these draw a warning pointing at Secret Manager.
 SECRET_HINT = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
@@ -137,6 +138,7 @@ class ValidJob:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # defaults chosen for the target, said before submit
     workdir_uri: str | None = None  # gs:// of the staged --workdir tarball (jobs/workdir.py), set before submit
+    image_pending: bool = False  # no --image: `image` names the repository only until default_image resolves it
 
     @property
     def bundled_trainer(self) -> bool:
@@ -246,7 +248,7 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
 
     valid = ValidJob(spec=spec, target=target, name=name, machine=machine, nodes=nodes, image=image,
                      command=command, args=args, env=env, region=region, reservation=reservation,
-                     warnings=warnings)
+                     warnings=warnings, image_pending=not spec.image)
     fit_trainer_args(valid, world=(nodes or 1) * (machine.gpu_count if machine else 1),
                      exact=nodes is not None and machine is not None)
     return valid

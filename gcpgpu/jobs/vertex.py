@@ -25,6 +25,8 @@ def build_request(job: ValidJob, project: str) -> dict:
 
     machine = job.machine
     assert machine is not None and job.nodes is not None and job.region is not None  # validate() made sure
+    if job.image_pending:
+        raise RuntimeError("the default image is resolved (default_image.resolve) before the request is built")
     pools = [{"replicas": 1}] + ([{"replicas": job.nodes - 1}] if job.nodes > 1 else [])
     env = job_env(job, machine, "vertex")
     command, args = container_call(job)

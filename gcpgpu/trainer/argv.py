@@ -34,6 +34,10 @@ def trainer_args(image: str, command: Sequence[str], args: Sequence[str]) -> lis
     """The trainer's own arguments in a container's (image, command, args); None when it runs something else."""
     if not runs_bundled_trainer(image, command):
         return None
+    if not command and args and not str(args[0]).startswith("-"):
+        # The image's entrypoint execs arguments that are not flags as a command (containers/entrypoint.sh):
+        # how `job submit` keeps it in front of a user's command on the gcpgpu image.
+        return None
     return [*command[3:], *args]
 
 

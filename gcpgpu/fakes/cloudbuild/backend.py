@@ -331,7 +331,7 @@ class CloudBuildBackend:
                     lines.append(f"ERROR: {detail}")
                     break
                 lines.append(f"Pushing {image}")
-                lines.append("[emulator] not pushed: no registry is simulated")
+                lines.append("[emulator] listed in the emulator's Artifact Registry (dockerImages.list); no image bytes exist")
         lines.append("DONE" if outcome["status"] == "SUCCESS" else "ERROR")
         lines.append(f"[emulator] {SIMULATED}")
         # Each line shows up as the build gets there: spread over WORKING, the last at the end.
