@@ -54,4 +54,5 @@ def write_summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str |
             "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s_per_gpu, "mfu": r.mfu,
             "data_wait_frac": r.data_wait_frac, "peak_mem_bytes": r.peak_mem_bytes, "peak_mem_kind": r.peak_mem_kind,
             "planned_mem_bytes": r.planned_mem_bytes, "stopped": r.stopped, "val_loss": r.val_loss,
+            "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "seq_len": cfg.seq_len,
             **r.mem_detail})
