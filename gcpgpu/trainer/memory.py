@@ -93,6 +93,8 @@ class MemoryPlan:
                                   and self.grad_accum > 1 else "") + ")", g(self.grads_bytes)),
             ("optimizer state (AdamW, 2 x fp32)", g(self.optimizer_bytes)),
             ("working weight copies", g(self.working_params_bytes)),
+            ("output layer + loss", f"chunks of {self.loss_chunk} tokens" if self.loss_chunk
+             else "all logits at once (fp32)"),
             ("activations", g(self.activations_bytes)),
             ("activations (full AC)", g(self.activations_ac_bytes)),
             ("total", g(self.total_bytes)),
