@@ -114,3 +114,13 @@ def test_the_whole_check_runs_scaled_down_on_cpu(tmp_path):
     assert runs["tiny fp32 DDP x2"]["summary"]["tokens_per_s"] > 0
     assert runs["resume: SIGTERM"]["summary"]["stopped"] is True
     assert runs["all-reduce x2"]["summary"]["busbw_gbps"] > 0
+
+
+def test_make_gpu_check_runs_from_the_checkout_with_a_machines_own_torch_and_no_venv():
+    """A fresh GPU machine (no network, a python3 that has CUDA torch) has no .venv: the target must not
+    try to build one. BIN points nowhere here, as on such a machine; without a GPU it ends in one line."""
+    proc = subprocess.run(["make", "-s", "gpu-check", "BIN=/nonexistent", f"PYTHON={sys.executable}"], cwd=REPO,
+                          env=base_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().startswith("gpu-check: no NVIDIA GPU visible to torch")
+    assert "pip" not in proc.stdout + proc.stderr
