@@ -56,3 +56,20 @@ def test_plan_memory_and_the_trainer_read_the_same_flags_as_the_same_run(flags, 
     assert {k: planned[k] for k in ("model", "batch_size", "seq_len", "precision", "parallel", "grad_accum")} == {
         "model": run.model, "batch_size": run.batch_size, "seq_len": run.seq_len, "precision": run.precision,
         "parallel": run.parallel, "grad_accum": run.grad_accum}
+
+
+def test_plan_memory_counts_the_trainers_chunked_loss_and_the_plain_one_when_asked():
+    """124m, 16 x 1024 tokens, bf16: all logits at once hold 16384 x 50304 x (2 + 8) bytes (7.7 GiB); the
+    trainer's default chunks hold one chunk's plus fp32 gradients of the hidden states and the head."""
+    def plan(*extra):
+        result = CliRunner().invoke(main, ["--format", "json", "plan", "memory", "--model", "124m", "--batch-size",
+                                           "16", "--seq-len", "1024", "--precision", "bf16", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    chunked, plain = plan(), plan("--loss-chunk", "0")
+    assert chunked["loss_chunk"] == 2048 and plain["loss_chunk"] == 0
+    tokens, vocab, h = 16 * 1024, 50304, 768
+    saved = tokens * vocab * (2 + 8) - (2048 * vocab * (2 * 2 + 8) + tokens * h * 4 + vocab * h * 4)
+    assert plain["activations_bytes"] - chunked["activations_bytes"] == saved
+    assert saved > 6 * 1024**3

@@ -86,3 +86,15 @@ def test_cluster_job_without_a_batch_size_gets_one_that_splits_and_runs(gcp, two
     inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "c-0")
     record = json.loads({i["key"]: i["value"] for i in inst["metadata"]["items"]}["gcpgpu-job"])
     assert record["args"][-2:] == ["--batch-size", "16"]
+
+
+def test_an_auto_batch_is_left_to_the_trainer_which_sizes_it_from_the_memory_plan(gcp):
+    """--batch-size auto and --micro-batch auto pass the pre-submit check unchanged: the trainer picks the
+    numbers on the GPU it finds; a bad value is still refused before anything is submitted."""
+    for extra in (["--batch-size", "auto"], ["--batch-size", "64", "--micro-batch", "auto"]):
+        result = run(*VERTEX_16, "--dry-run", "--", *TINY, *extra)
+        assert result.exit_code == 0, result.output
+        assert trainer_args_of(result.stdout) == [*TINY, *extra]
+    bad = run(*VERTEX_16, "--dry-run", "--", *TINY, "--micro-batch", "many")
+    assert bad.exit_code == 2 and "--micro-batch: invalid _int_or_auto value" not in bad.output
+    assert "expected a whole number or 'auto', got 'many'" in bad.output

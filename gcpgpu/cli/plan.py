@@ -33,10 +33,12 @@ _TRAINER = TrainConfig()
 @click.option("--gpus", type=int, help="GPUs in all (default: the machine type's GPUs, else 1).")
 @click.option("--grad-accum", type=int, default=_TRAINER.grad_accum, show_default=True,
               help="Gradient accumulation steps.")
+@click.option("--loss-chunk", type=click.IntRange(min=0), default=_TRAINER.loss_chunk, show_default=True,
+              help="Tokens per chunk of the output layer + loss (0: all logits at once).")
 @click.option("--machine-type", help="Check the fit against this machine's GPU memory (from the catalog).")
 @click.pass_obj
 def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precision: str, parallel: str,
-           gpus: int | None, grad_accum: int, machine_type: str | None) -> None:
+           gpus: int | None, grad_accum: int, loss_chunk: int, machine_type: str | None) -> None:
     """Per-GPU parameters, gradients, optimizer state and activations (with and without activation
     checkpointing), whether it fits, and the setting to use if it does not.
 
@@ -66,7 +68,7 @@ def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precis
         raise UsageProblem(f"--parallel none runs on one GPU, not --gpus {gpus}; use ddp or fsdp")
     gpu_bytes = mt.gpu.memory_gib * GIB if mt else None
     result = mem.plan_memory(model.lower(), batch_size, seq_len, precision, parallel, gpus, gpu_bytes,
-                             grad_accum=grad_accum)
+                             grad_accum=grad_accum, loss_chunk=loss_chunk)
     if settings.format != "table":
         emit({**result.to_dict(), "machine_type": mt.name if mt else None})
         return

@@ -378,6 +378,8 @@ def check_trainer_args(args: list[str], *, world: int, exact: bool,
         raise UsageProblem(f"trainer arguments: --parallel none runs one process but the job launches {world} "
                            "(nodes x GPUs); drop --parallel (auto picks ddp) or use ddp or fsdp")
     unit = world * cfg.grad_accum
+    if cfg.batch_size == "auto" or cfg.micro_batch is not None:
+        return None  # sized by the trainer from the memory plan and the ranks it finds
     if not exact or cfg.batch_size % unit == 0:
         return None
     over = f"{world} GPU processes" + (f" x --grad-accum {cfg.grad_accum}" if cfg.grad_accum > 1 else "")

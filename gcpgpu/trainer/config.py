@@ -46,9 +46,13 @@ class TrainConfig:
     tokenizer: str = "byte"
     vocab_size: int | None = None
     steps: int = 100
-    batch_size: int = 8
+    batch_size: int | str = 8  # or "auto": the largest the memory plan fits
+    micro_batch: int | str | None = None  # or "auto"; sets grad_accum = batch / (ranks x micro_batch)
+    memory_budget: str | None = None  # device memory the auto batch plans for, e.g. 40GiB (default: the GPU's)
     seq_len: int = 256
     grad_accum: int = 1
+    # Chunked output layer + loss: no (tokens x vocab) fp32 logits, which at 124m outweigh the model's state.
+    loss_chunk: int = 2048
     lr: float = 6e-4
     min_lr: float | None = None
     warmup_steps: int | None = None
@@ -60,6 +64,11 @@ class TrainConfig:
     tie_embeddings: bool = True
     compile: bool = False
     compile_mode: str = "default"
+    # block: one compile serves every identical block and FSDP's hooks stay outside the graphs;
+    # model: one graph over everything (embeddings, head), fewer launches on one GPU, longer compile.
+    compile_scope: str = "block"
+    # Next step's batch gathered and pinned on a thread while the GPU runs this one (off the critical path).
+    prefetch: bool = True
     ac: str = "none"
     optimizer_impl: str = "auto"
     tf32: bool = True
@@ -81,6 +90,10 @@ class TrainConfig:
     profile_dir: str = "profile"
     log_json: str | None = None
     log_every: int = 10
+    eval_every: int = 0
+    eval_steps: int = 20
+    val_fraction: float = 0.01
+    tensorboard_dir: str | None = None
     stop_check_every: int = 5
     timing_warmup: int | None = None
     dist_timeout: float = 600.0
@@ -147,8 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vocab-size", type=int, help="vocabulary size (default: from the tokenizer or data type)")
     _bool(g, "tie-embeddings", "share the token embedding with the output layer (default on)")
     g.add_argument("--seq-len", type=int, help=f"tokens per sequence (default {d.seq_len})")
-    g.add_argument("--batch-size", type=int, help=f"GLOBAL batch in sequences per optimizer step (default {d.batch_size})")
+    g.add_argument("--batch-size", type=_int_or_auto,
+                   help=f"GLOBAL batch in sequences per optimizer step, or auto: ranks x grad-accum x the largest "
+                        f"micro-batch the memory plan fits (default {d.batch_size})")
     g.add_argument("--grad-accum", type=int, help="micro-steps per optimizer step (default 1)")
+    g.add_argument("--micro-batch", type=_int_or_auto,
+                   help="sequences per rank per micro-step, or auto (the largest the memory plan fits); "
+                        "gradient accumulation makes up --batch-size")
+    g.add_argument("--memory-budget",
+                   help="device memory for the auto batch, e.g. 40GiB or 38000MiB (default: the GPU's total)")
+    g.add_argument("--loss-chunk", type=int,
+                   help=f"tokens per chunk of the output layer + loss, so no full fp32 logits exist "
+                        f"(0 = all at once; default {d.loss_chunk})")
     g.add_argument("--steps", type=int, help=f"optimizer steps (default {d.steps})")
     g.add_argument("--seed", type=int, help="seed for weights and data order")
     g = p.add_argument_group("optimizer")
@@ -177,7 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fp8-recipe", help="torchao float8 recipe: tensorwise or rowwise")
     g.add_argument("--fp8-filter", help="which block linears go fp8: auto (torchao's size thresholds, default) or all")
     g = p.add_argument_group("speed")
-    _bool(g, "compile", "torch.compile each block (default off)")
+    _bool(g, "compile", "torch.compile each block, or the whole model with --compile-scope model (default off)")
+    g.add_argument("--compile-scope", help="block (default: FSDP-friendly, compiles once) or model (one graph, "
+                   "one GPU or DDP)")
+    _bool(g, "prefetch", "prepare the next batch on a thread while this step runs (default on)")
     g.add_argument("--compile-mode", help="default, max-autotune, max-autotune-no-cudagraphs or reduce-overhead (CUDA graphs)")
     g.add_argument("--ac", help="activation checkpointing: none, full, or K for every K-th block")
     g = p.add_argument_group("checkpoints")
@@ -189,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--log-json", help="JSON-lines metrics file written by rank 0")
     g.add_argument("--log-every", type=int,
                    help="log every N steps (a log synchronizes the GPU, so not every step; default 10)")
+    g.add_argument("--eval-every", type=int, help="validation loss every N steps and at the end (0 = never)")
+    g.add_argument("--eval-steps", type=int, help="micro-batches per validation (default 20)")
+    g.add_argument("--val-fraction", type=float,
+                   help="the tail of the data held out for validation when --eval-every is set (default 0.01)")
+    g.add_argument("--tensorboard-dir",
+                   help="TensorBoard scalars (needs the tensorboard package; default $AIP_TENSORBOARD_LOG_DIR)")
     g.add_argument("--timing-warmup", type=int, help="steps left out of speed figures (default 3, 10 with --compile)")
     g.add_argument("--profile-steps", help="A:B profile steps A..B (nsys capture range on CUDA, torch.profiler on CPU)")
     g.add_argument("--profile-dir", help="where torch.profiler traces go (default ./profile)")
@@ -198,6 +230,39 @@ def build_parser() -> argparse.ArgumentParser:
                         "keep N x step time + a save under the notice a preemption gives (30 s on GCE spot)")
     _bool(g, "quiet", "print only the summary")
     return p
+
+
+def _int_or_auto(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {value!r}") from None
+
+
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6,
+          "gb": 10**9, "tb": 10**12}
+
+
+def parse_bytes(text: str) -> int:
+    """'40GiB', '38000MiB', '1e10' -> bytes; ConfigError naming --memory-budget otherwise."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", str(text))
+    try:
+        value = float(m.group(1)) * _UNITS[m.group(2).lower()] if m else -1
+    except (KeyError, ValueError):
+        value = -1
+    if value <= 0:
+        raise ConfigError(f"--memory-budget: expected a size such as 40GiB or 38000MiB, got {text!r}")
+    return int(value)
+
+
+def tensorboard_dir(cfg_dir: str | None, environ: dict[str, str] | None = None) -> str | None:
+    """--tensorboard-dir, else Vertex's AIP_TENSORBOARD_LOG_DIR read through its /gcs/ mount."""
+    d = cfg_dir or (os.environ if environ is None else environ).get("AIP_TENSORBOARD_LOG_DIR")
+    if not d:
+        return None
+    return "/gcs/" + d[len("gs://"):] if d.startswith("gs://") else d
 
 
 def _load_file(path: str) -> dict[str, Any]:
@@ -277,7 +342,26 @@ def check(cfg: TrainConfig) -> None:
                           "torch.compile to fuse its casts); add --compile or use bf16")
     _choice("--compile-mode", cfg.compile_mode,
             ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"))
-    for opt, value in (("--steps", cfg.steps), ("--batch-size", cfg.batch_size), ("--seq-len", cfg.seq_len),
+    _choice("--compile-scope", cfg.compile_scope, ("block", "model"))
+    for opt, value in (("--batch-size", cfg.batch_size), ("--micro-batch", cfg.micro_batch)):
+        if value is not None and value != "auto" and (not isinstance(value, int) or isinstance(value, bool)
+                                                      or value < 1):
+            raise ConfigError(f"{opt}: must be a whole number of at least 1 or 'auto', got {value!r}")
+    if cfg.micro_batch is not None and cfg.batch_size == "auto":
+        raise ConfigError("--micro-batch: with --batch-size auto the batch follows from the micro-batch; "
+                          "give --batch-size a number, or drop --micro-batch")
+    if cfg.micro_batch is not None and cfg.grad_accum != 1:
+        raise ConfigError("--grad-accum: set by --micro-batch (batch / (ranks x micro-batch)); drop one of them")
+    if cfg.memory_budget is not None:
+        parse_bytes(cfg.memory_budget)
+    if cfg.loss_chunk is None or not isinstance(cfg.loss_chunk, int) or cfg.loss_chunk < 0:
+        raise ConfigError(f"--loss-chunk: must be a whole number of tokens, 0 for the plain loss, got {cfg.loss_chunk!r}")
+    if cfg.eval_every < 0 or cfg.eval_steps < 1:
+        raise ConfigError(f"--eval-every/--eval-steps: need eval-every >= 0 and eval-steps >= 1, got "
+                          f"{cfg.eval_every} and {cfg.eval_steps}")
+    if not 0 < cfg.val_fraction < 1:
+        raise ConfigError(f"--val-fraction: must be between 0 and 1 (e.g. 0.01), got {cfg.val_fraction}")
+    for opt, value in (("--steps", cfg.steps), ("--seq-len", cfg.seq_len),
                        ("--grad-accum", cfg.grad_accum), ("--log-every", cfg.log_every),
                        ("--ckpt-keep", cfg.ckpt_keep), ("--ddp-bucket-mb", cfg.ddp_bucket_mb),
                        ("--powersgd-rank", cfg.powersgd_rank), ("--stop-check-every", cfg.stop_check_every)):
@@ -350,7 +434,7 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
         raise ConfigError(f"--ddp-comm-hook: only applies to --parallel ddp, not {cfg.parallel} (one process runs)")
     if cfg.parallel == "none" and world_size > 1:
         raise ConfigError(f"--parallel none: runs one process but {world_size} were launched; use ddp or fsdp")
-    if cfg.batch_size % (world_size * cfg.grad_accum):
+    if isinstance(cfg.batch_size, int) and cfg.micro_batch is None and cfg.batch_size % (world_size * cfg.grad_accum):
         unit = world_size * cfg.grad_accum
         raise ConfigError(f"--batch-size: {cfg.batch_size} is not divisible by {world_size} ranks x --grad-accum "
                           f"{cfg.grad_accum}; use a multiple of {unit}")
@@ -363,6 +447,10 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
                               f"is {cuda_capability[0]}.{cuda_capability[1]}; use bf16")
         elif not torchao_available:
             raise ConfigError("--precision fp8: needs torchao (pip install torchao); it is not installed; use bf16")
+    if cfg.compile_scope == "model" and cfg.parallel == "fsdp":
+        # FSDP2's per-block all-gather and reshard hooks would break the one graph at every block.
+        raise ConfigError("--compile-scope model: FSDP shards per block, so compile per block; "
+                          "use --compile-scope block with --parallel fsdp")
     if cfg.compile_mode != "default" and not cfg.compile:
         raise ConfigError(f"--compile-mode {cfg.compile_mode}: has no effect without --compile; add --compile")
     # max-autotune turns on CUDA graphs exactly as reduce-overhead does (torch.compile's mode table);

@@ -9,6 +9,7 @@ restarted, and the loader's whole position is the step number.
 from __future__ import annotations
 
 import mmap
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,21 @@ def open_source(data: str, *, seq_len: int, data_dtype: str = "uint16", tokenize
     return src
 
 
+def split(source: TokenSource, val_fraction: float, seq_len: int) -> tuple[TokenSource, TokenSource]:
+    """(train, validation): the last val_fraction of the tokens is held out, the rest trains.
+
+    A tail rather than a sample, so no training window overlaps a validation one except at the seam.
+    """
+    n_val = int(len(source.tokens) * val_fraction)
+    if n_val < seq_len + 1 or len(source.tokens) - n_val < seq_len + 1:
+        raise ConfigError(f"--val-fraction: {val_fraction} of {len(source.tokens):,} tokens leaves "
+                          f"{n_val:,} for validation and {len(source.tokens) - n_val:,} for training; each needs "
+                          f"at least --seq-len + 1 = {seq_len + 1}; use more data, a larger fraction or no --eval-every")
+    cut = len(source.tokens) - n_val
+    return (TokenSource(source.tokens[:cut], source.vocab_size, source.description),
+            TokenSource(source.tokens[cut:], source.vocab_size, f"{n_val:,} held-out tokens"))
+
+
 class Batches:
     """This rank's share of each step's global batch; deterministic in (seed, step)."""
 
@@ -107,16 +123,57 @@ class Batches:
         g = torch.Generator().manual_seed((self.seed * 1_000_003 + step) % (1 << 63))
         return torch.randint(len(self.source.tokens) - self.seq_len, (self.global_batch,), generator=g)
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs and targets (local_batch x seq_len, int64) on the device, for step self.step."""
+    def host_batch(self, step: int) -> torch.Tensor:
+        """This rank's windows of `step` (local_batch x seq_len + 1, int64) on the host, pinned for a GPU."""
         start = self.rank * self.local_batch
-        mine = self.offsets(self.step)[start:start + self.local_batch]
+        mine = self.offsets(step)[start:start + self.local_batch]
         chunk = self.source.tokens[mine[:, None] + self._window].to(torch.int64)
         if chunk.max() >= self.source.vocab_size:
             raise ValueError(f"token id {int(chunk.max())} in {self.source.description} is >= the vocabulary "
                              f"size {self.source.vocab_size}; pass --vocab-size or --data-dtype")
-        self.step += 1
-        if self.device.type == "cuda":
-            # Pinned memory makes the copy asynchronous: the GPU does not wait for the host here.
-            chunk = chunk.pin_memory().to(self.device, non_blocking=True)
+        # Pinned memory makes the copy asynchronous: the GPU does not wait for the host.
+        return chunk.pin_memory() if self.device.type == "cuda" else chunk
+
+    def to_device(self, chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = chunk.to(self.device, non_blocking=True)
         return chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets (local_batch x seq_len, int64) on the device, for step self.step."""
+        chunk = self.host_batch(self.step)
+        self.step += 1
+        return self.to_device(chunk)
+
+
+class Prefetcher:
+    """Batches whose next step is gathered (and pinned) on a thread while the current step computes.
+
+    The data still depends only on the step: a prefetched batch is used only for the step it was made
+    for, so resuming (load_state_dict moves the step) and the checkpointed position stay exact.
+    """
+
+    def __init__(self, batches: Batches):
+        self.batches = batches
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
+        self._pending: tuple[int, Future] | None = None
+
+    @property
+    def step(self) -> int:
+        return self.batches.step
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        step = self.batches.step
+        pending, self._pending = self._pending, None
+        chunk = pending[1].result() if pending and pending[0] == step else self.batches.host_batch(step)
+        self.batches.step = step + 1
+        self._pending = (step + 1, self._pool.submit(self.batches.host_batch, step + 1))
+        return self.batches.to_device(chunk)
+
+    def state_dict(self) -> dict:
+        return self.batches.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batches.load_state_dict(state)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 
 PROG = "gpu-check"
@@ -28,6 +29,10 @@ PROG = "gpu-check"
 # uninterrupted one; on CPU the trainer's resume is bit-identical. The GPU tolerance on the final loss:
 RESUME_TOLERANCE = 0.02  # relative
 SIGTERM_AT_ENV = "GCPGPU_TRAINER_TEST_SIGTERM_AT"  # the trainer's own test hook (train.py)
+MFU_TARGET = 0.50  # issue 30: the best single-node trainers' level, at 350m on one H100
+# Issue 30's table (one H100 80GB, torch 2.11, bf16, compile, seq 1024, synthetic data, before the chunked
+# loss and the auto batch): model -> (batch in sequences, tokens/s per GPU, MFU, peak reserved GiB).
+BASELINE = {"124m": (16, 356_564, 0.308, 16.4), "350m": (8, 150_653, 0.369, 17.0), "1.3b": (8, 54_961, 0.471, 35.8)}
 
 
 @dataclass
@@ -61,24 +66,30 @@ def write_corpus(path: Path, min_bytes: int = 2_000_000) -> Path:
 
 
 def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, steps: int,
-               corpus: str = "corpus.txt") -> Plan:
-    """What to run on this machine: one GPU rows, all-GPU rows, fp8 where the GPU has it."""
+               corpus: str = "corpus.txt", torchao: bool = True) -> Plan:
+    """What to run on this machine: one GPU rows (issue 17's batches, then the auto batch), all-GPU rows,
+    fp8 where the GPU and torchao have it."""
     if cpu_smoke:
         # fp32 and a 256-token vocabulary: bf16 matmuls are emulated on most CPUs (seconds per step).
         base = ["--seq-len", "64", "--device", "cpu", "--quiet", "--log-every", "2", "--timing-warmup", "2"]
         synthetic = ["--data", "synthetic", "--vocab-size", "256"]
         prec, label, compile_ = [], "fp32", []
         n, small, mid, batch1, steps = 2, "tiny", "tiny", 8, min(steps, 8)
+        auto = ["--batch-size", "auto", "--memory-budget", "32MiB"]  # a CPU has no device memory to plan for
     else:
         base = ["--seq-len", "1024", "--quiet", "--log-every", "10"]
         synthetic = ["--data", "synthetic"]
         prec, label, compile_ = ["--precision", "bf16"], "bf16", ["--compile"]
         n, small, mid, batch1 = ngpu, "124m", "350m", 16
+        auto = ["--batch-size", "auto"]
     common = [*base, *synthetic, "--steps", str(steps)]
     pc = [*prec, *compile_]
     runs = [Run(f"{small} {label} 1 GPU", 1, [*common, "--model", small, *pc, "--batch-size", str(batch1)])]
     if mid != small:
         runs.append(Run(f"{mid} {label} 1 GPU", 1, [*common, "--model", mid, *pc, "--batch-size", str(batch1 // 2)]))
+    # The batch the memory plan picks for the whole card (the rows above leave most of an 80 GB GPU idle).
+    for model in dict.fromkeys([small, mid] + ([] if cpu_smoke else ["1.3b"])):
+        runs.append(Run(f"{model} {label} auto 1 GPU", 1, [*common, "--model", model, *pc, *auto]))
     if n > 1:
         runs += [
             Run(f"{mid} {label} FSDP x{n}", n, [*common, "--model", mid, *pc, "--parallel", "fsdp",
@@ -86,7 +97,7 @@ def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, s
             Run(f"{small} {label} DDP x{n}", n, [*common, "--model", small, *pc, "--parallel", "ddp",
                                                  "--batch-size", str(n * batch1)]),
         ]
-    if not cpu_smoke and capability is not None and capability >= (9, 0):
+    if not cpu_smoke and capability is not None and capability >= (9, 0) and torchao:
         # Against the bf16 row of the same model. Tensorwise only: for 350m torchao's rowwise thresholds
         # convert no linear at all (a test shows which layers each recipe takes).
         runs.append(Run(f"{mid} fp8 tensorwise 1 GPU", 1, [*common, "--model", mid, "--precision", "fp8",
@@ -179,9 +190,39 @@ def _gib(n: float | None) -> str:
     return "-" if not n else f"{n / 2**30:.1f} GiB"
 
 
+def _batch(s: dict) -> str:
+    b, a = s.get("batch_size"), s.get("grad_accum") or 1
+    return "-" if not b else f"{b}" if a == 1 else f"{b}={b // a}x{a}"
+
+
+def mfu_lines(plan: Plan) -> list[str]:
+    """Each model's 1-GPU rows beside issue 30's table and the 50 % MFU target."""
+    out = []
+    for r in plan.runs:
+        model = r.name.split()[0]
+        if model not in BASELINE or not r.name.endswith(" 1 GPU") or " bf16 " not in r.name:
+            continue
+        b_batch, b_tok, b_mfu, _ = BASELINE[model]
+        s = r.summary
+        tok, m = s.get("tokens_per_s"), s.get("mfu")
+        if not r.ok or m is None:
+            verdict = "FAILED" if not r.ok else "no MFU (GPU peak unknown)"
+            out.append(f"  {r.name:<22} {verdict}; issue 30: {b_mfu * 100:.1f}% at batch {b_batch}")
+            continue
+        gap = "meets it" if m >= MFU_TARGET else f"{(MFU_TARGET - m) * 100:.1f} points short"
+        out.append(f"  {r.name:<22} batch {_batch(s):<7} {tok:>9,.0f} tok/s ({tok / b_tok:.2f}x issue 30's "
+                   f"{b_tok:,} at {b_batch})  MFU {m * 100:.1f}% (issue 30: {b_mfu * 100:.1f}%; target "
+                   f"{MFU_TARGET:.0%}: {gap})")
+    if out:
+        out.insert(0, f"MFU against the {MFU_TARGET:.0%} target and issue 30's table (one H100, torch 2.11, bf16, "
+                      "compile, seq 1024):")
+    return out
+
+
 def table(plan: Plan, resume_line: str | None) -> str:
-    """The report, plain text: one row per run."""
-    head = f"{'run':<26} {'tok/s/GPU':>10} {'MFU':>6} {'peak reserved':>14} {'plan':>9} {'meas/plan':>9}  note"
+    """The report, plain text: one row per run, then the MFU comparison."""
+    head = (f"{'run':<26} {'batch':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak reserved':>14} {'plan':>9} "
+            f"{'meas/plan':>9}  note")
     out = [head, "-" * len(head)]
     for r in plan.runs + (list(plan.resume) if plan.resume else []):
         s = r.summary
@@ -191,7 +232,7 @@ def table(plan: Plan, resume_line: str | None) -> str:
         if s.get("peak_mem_kind") == "cpu_rss":
             mem = None
         note = r.note if not r.ok else (f"{s['alloc_retries']} alloc retries" if s.get("alloc_retries") else "")
-        out.append(f"{r.name:<26} {tok and f'{tok:,.0f}' or '-':>10} {m and f'{m * 100:.1f}%' or '-':>6} "
+        out.append(f"{r.name:<26} {_batch(s):>9} {tok and f'{tok:,.0f}' or '-':>10} {m and f'{m * 100:.1f}%' or '-':>6} "
                    f"{_gib(mem):>14} {_gib(planned):>9} {ratio:>9}  {'FAILED: ' if not r.ok else ''}{note}")
     if plan.allreduce:
         a = plan.allreduce
@@ -199,7 +240,7 @@ def table(plan: Plan, resume_line: str | None) -> str:
         out.append(f"{a.name:<26} {bw}{'FAILED: ' + a.note if not a.ok else ''}")
     if resume_line:
         out.append(resume_line)
-    return "\n".join(out)
+    return "\n".join(out + mfu_lines(plan))
 
 
 def gpu_facts() -> tuple[int, str | None, tuple[int, int] | None, str]:
@@ -217,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before it counts as failed")
     p.add_argument("--out", default="gpu-check.json", help="where the figures go as JSON (default gpu-check.json)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same plan, tiny, on CPU: tests the mechanics")
-    p.add_argument("--only", choices=("all", "speed", "resume"), default="all",
-                   help="run only the speed rows or only kill-and-resume (default all)")
+    p.add_argument("--only", choices=("all", "speed", "resume", "auto"), default="all",
+                   help="run only the speed rows, only kill-and-resume, or only the auto-batch rows (default all)")
     p.add_argument("--accept-torch", action="store_true",
                    help="run even if this torch is older than the trainer's floor (a machine you cannot change)")
     args = p.parse_args(argv)
@@ -226,17 +267,21 @@ def main(argv: list[str] | None = None) -> int:
     if ngpu == 0 and not args.cpu_smoke:
         print(f"{PROG}: no NVIDIA GPU visible to torch {torch_version}; nothing to measure", flush=True)
         return 0
-    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV, MIN_TORCH
+    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV, MIN_TORCH, _release
 
+    args.accept_torch = args.accept_torch and _release(torch_version) < _release(MIN_TORCH)  # only when it is older
     if args.accept_torch:
         os.environ[ACCEPT_TORCH_ENV] = torch_version
     tmp = tempfile.TemporaryDirectory(prefix="gpu-check-")
     work = Path(tmp.name)
-    plan = build_plan(ngpu, capability, args.cpu_smoke, args.steps, str(write_corpus(work / "corpus.txt")))
+    plan = build_plan(ngpu, capability, args.cpu_smoke, args.steps, str(write_corpus(work / "corpus.txt")),
+                      torchao=find_spec("torchao") is not None)
     if args.only == "resume":
         plan.runs, plan.allreduce = [], None
-    if args.only == "speed":
+    if args.only in ("speed", "auto"):
         plan.resume = None
+    if args.only == "auto":
+        plan.runs, plan.allreduce = [r for r in plan.runs if " auto " in r.name], None
     count = len(plan.runs) + 3 * bool(plan.resume) + bool(plan.allreduce)
     print(f"{PROG}: {ngpu or 'no'} x {name or 'cpu'} (capability {capability}), torch {torch_version}"
           f"{f' (older than the tested {MIN_TORCH} line: accepted)' if args.accept_torch else ''}; "

@@ -10,7 +10,10 @@ each linear, q/k/v, the attention output, the 4x-wide MLP hidden before and afte
 saves no seq x seq matrix). Autocast keeps the two LN inputs (the residual stream) in fp32. Full activation
 checkpointing keeps one block input per block and recomputes one block at a time in backward.
 The output layer keeps logits in the compute dtype plus fp32 log-softmax and its gradient: micro-batch x
-seq x vocab x (dtype + 8) bytes, often the largest single term for small models.
+seq x vocab x (dtype + 8) bytes, often the largest single term for small models. With the chunked loss
+(loss_chunk tokens at a time, trainer/loss.py) that term is one chunk's: chunk x vocab x (2 dtype + 8),
+plus what the chunked path keeps for all tokens: the hidden states in the compute dtype and, except in
+fp16 (which recomputes instead), their fp32 gradient and the output weight's fp32 gradient.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class MemoryPlan:
     block_act_bytes: int = 0
     block_input_bytes: int = 0
     outside_blocks_act_bytes: int = 0
+    loss_chunk: int = 0  # tokens per chunk of the output layer + loss; 0: all logits at once
 
     @property
     def static_bytes(self) -> int:
@@ -89,6 +93,8 @@ class MemoryPlan:
                                   and self.grad_accum > 1 else "") + ")", g(self.grads_bytes)),
             ("optimizer state (AdamW, 2 x fp32)", g(self.optimizer_bytes)),
             ("working weight copies", g(self.working_params_bytes)),
+            ("output layer + loss", f"chunks of {self.loss_chunk} tokens" if self.loss_chunk
+             else "all logits at once (fp32)"),
             ("activations", g(self.activations_bytes)),
             ("activations (full AC)", g(self.activations_ac_bytes)),
             ("total", g(self.total_bytes)),
@@ -110,7 +116,7 @@ def _activations(n_layer: int, block_act: int, block_input: int, outside: int, a
 
 
 def _components(size: ModelSize, n_params: int, micro: int, seq_len: int, precision: str, parallel: str,
-                gpus: int, vocab_size: int) -> dict[str, int]:
+                gpus: int, vocab_size: int, loss_chunk: int = 0) -> dict[str, int]:
     shard = gpus if parallel == "fsdp" else 1
     mixed = precision != "fp32"
     c = 2 if mixed else 4  # bytes per element of the compute dtype
@@ -131,8 +137,14 @@ def _components(size: ModelSize, n_params: int, micro: int, seq_len: int, precis
     residual = 4 if (not mixed or parallel != "fsdp") else 2
     block_act = tokens * h * (2 * residual + 15 * c)
     block_input = tokens * h * residual
-    # Final LN input + lm_head input, then logits (compute dtype) + fp32 log-softmax + its fp32 gradient.
-    outside = tokens * h * (residual + c) + tokens * vocab_size * (c + 8)
+    if loss_chunk:
+        # Final LN input + hidden states in the compute dtype, one chunk's logits (compute dtype, fp32, the
+        # fp32 gradient, its cast), and unless fp16 recomputes, the precomputed fp32 gradients.
+        precomputed = 0 if precision == "fp16" else tokens * h * 4 + vocab_size * h * 4
+        outside = tokens * h * (residual + c) + min(loss_chunk, tokens) * vocab_size * (2 * c + 8) + precomputed
+    else:
+        # Final LN input + lm_head input, then logits (compute dtype) + fp32 log-softmax + its fp32 gradient.
+        outside = tokens * h * (residual + c) + tokens * vocab_size * (c + 8)
     return {"params": params, "grads": grads, "optimizer": optimizer, "working": working,
             "block_act": block_act, "block_input": block_input, "outside": outside}
 
@@ -149,11 +161,12 @@ def plan_memory(
     grad_accum: int = 1,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     tied: bool = True,
+    loss_chunk: int = 0,
 ) -> MemoryPlan:
     """Estimate per-GPU memory for training `model` and recommend a setting that fits.
 
     batch_size is the global batch in sequences, as the trainer's --batch-size: each GPU runs micro-batches
-    of batch_size / (gpus * grad_accum). Raises ValueError on an unknown model, precision or parallel mode,
+    of batch_size / (gpus * grad_accum). loss_chunk is the trainer's --loss-chunk (0: the plain loss). Raises ValueError on an unknown model, precision or parallel mode,
     or a batch that does not divide evenly.
     """
     try:
@@ -173,7 +186,8 @@ def plan_memory(
     n_params = param_count(size, vocab_size, seq_len, tied)
 
     def estimate(par: str, accum: int) -> dict[str, int]:
-        return _components(size, n_params, batch_size // (gpus * accum), seq_len, precision, par, gpus, vocab_size)
+        return _components(size, n_params, batch_size // (gpus * accum), seq_len, precision, par, gpus, vocab_size,
+                           loss_chunk)
 
     comp = estimate(parallel, grad_accum)
     static = comp["params"] + comp["grads"] + comp["optimizer"] + comp["working"]
@@ -191,7 +205,7 @@ def plan_memory(
         total_bytes=static + act, total_ac_bytes=static + act_ac, gpu_memory_bytes=gpu_memory_bytes,
         usable_bytes=usable, fits=fits, fits_with_ac=fits_ac, recommendation="",
         n_layer=size.n_layer, block_act_bytes=comp["block_act"], block_input_bytes=comp["block_input"],
-        outside_blocks_act_bytes=comp["outside"],
+        outside_blocks_act_bytes=comp["outside"], loss_chunk=loss_chunk,
     )
     plan.recommendation = _recommend(plan, estimate)
     return plan

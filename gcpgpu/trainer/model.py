@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gcpgpu.trainer.loss import chunked_linear_cross_entropy
 from gcpgpu.trainer.sizes import get_size, pad_vocab
 
 
@@ -20,12 +21,15 @@ class GPTConfig:
     vocab_size: int
     seq_len: int
     tie_embeddings: bool = True
+    # Tokens per chunk of the output layer + loss (0: the plain path, which holds every token's logits).
+    loss_chunk: int = 0
 
     @classmethod
-    def from_size(cls, name: str, vocab_size: int, seq_len: int, tie_embeddings: bool = True) -> GPTConfig:
+    def from_size(cls, name: str, vocab_size: int, seq_len: int, tie_embeddings: bool = True,
+                  loss_chunk: int = 0) -> GPTConfig:
         """A named size (see sizes.py); the vocabulary is padded to a multiple of 64 for the output matmul."""
         s = get_size(name)
-        return cls(s.n_layer, s.n_head, s.n_embd, pad_vocab(vocab_size), seq_len, tie_embeddings)
+        return cls(s.n_layer, s.n_head, s.n_embd, pad_vocab(vocab_size), seq_len, tie_embeddings, loss_chunk)
 
 
 class CausalSelfAttention(nn.Module):
@@ -99,7 +103,12 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(pos)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        x = self.ln_f(x)
+        if targets is not None and self.cfg.loss_chunk:
+            # Same loss and gradients, but only one chunk of logits at a time (loss.py says how).
+            return chunked_linear_cross_entropy(x.view(-1, x.shape[-1]), self.lm_head.weight, targets.view(-1),
+                                                chunk_tokens=self.cfg.loss_chunk)
+        logits = self.lm_head(x)
         if targets is None:
             return logits
         # The loss in fp32 whatever the compute dtype: a half-precision softmax over 50k tokens loses accuracy.

@@ -72,6 +72,13 @@ def apply_compile(model: GPT, mode: str) -> None:
         model.blocks[i] = torch.compile(block, **options)
 
 
+def compile_whole(module: nn.Module, mode: str) -> nn.Module:
+    """torch.compile the whole module in place (Module.compile: the same object, so state_dict keys and
+    checkpoints do not change). Not fullgraph: the chunked loss runs eager behind one graph break."""
+    module.compile(**({} if mode == "default" else {"mode": mode}))
+    return module
+
+
 def build_mesh(env: DistEnv, device_type: str, shard_size: int | None) -> DeviceMesh:
     """1-D mesh (plain FSDP) or 2-D (replicate x shard) for HSDP: shard inside a node, replicate across."""
     if shard_size is None:
@@ -126,17 +133,19 @@ def apply_ddp(model: GPT, device: torch.device, bucket_mb: int, static_graph: bo
 
 
 def parallelize(model: GPT, *, parallel: str, env: DistEnv, device: torch.device, param_dtype: torch.dtype | None,
-                ac_every: int, compile: bool, compile_mode: str, fsdp_reshard_after_forward: bool = True,
+                ac_every: int, compile: bool, compile_mode: str, compile_scope: str = "block",
+                fsdp_reshard_after_forward: bool = True,
                 fsdp_shard_size: int | None = None, ddp_bucket_mb: int = 25, ddp_static_graph: bool = True,
                 ddp_comm_hook: str = "none", powersgd_rank: int = 4) -> nn.Module:
     """Apply AC, compile, then DDP or FSDP2 (in that order); returns the module to call in the train loop."""
     if ac_every:
         apply_ac(model, ac_every)
-    if compile:
+    if compile and compile_scope == "block":
         apply_compile(model, compile_mode)
     if parallel == "fsdp":
         apply_fsdp(model, build_mesh(env, device.type, fsdp_shard_size), param_dtype, fsdp_reshard_after_forward)
         return model
     if parallel == "ddp":
-        return apply_ddp(model, device, ddp_bucket_mb, ddp_static_graph, ddp_comm_hook, powersgd_rank)
-    return model
+        model = apply_ddp(model, device, ddp_bucket_mb, ddp_static_graph, ddp_comm_hook, powersgd_rank)
+    # Over DDP, not inside it: compile then splits the graph at DDP's buckets so all-reduces overlap.
+    return compile_whole(model, compile_mode) if compile and compile_scope == "model" else model

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from gcpgpu.trainer import checkpoint
+from gcpgpu.trainer import autobatch, checkpoint, tb
 from gcpgpu.trainer.config import (
     ALLOW_CPU_ENV,
     PROG,
@@ -25,8 +23,9 @@ from gcpgpu.trainer.config import (
     parse_args,
     resolve_parallel,
 )
-from gcpgpu.trainer.data import Batches, TokenSource, open_source
+from gcpgpu.trainer.data import Batches, Prefetcher, TokenSource, open_source, split
 from gcpgpu.trainer.dist import LEAVE_WAIT_S, DistEnv, init_process_group, leave_process_group, read_env
+from gcpgpu.trainer.evaluate import should_eval, validation_loss
 from gcpgpu.trainer.memory import plan_memory
 from gcpgpu.trainer.metrics import (
     JsonLog,
@@ -39,9 +38,11 @@ from gcpgpu.trainer.metrics import (
     peak_memory,
 )
 from gcpgpu.trainer.model import GPT, GPTConfig
+from gcpgpu.trainer.optim import build_optimizer, clip_grad_norm, grad_sync, lr_at  # noqa: F401 (grad_sync: tests)
 from gcpgpu.trainer.parallel import apply_fp8, parallelize
 from gcpgpu.trainer.profiling import Ranges, StepProfiler
-from gcpgpu.trainer.sizes import flops_per_token, get_size
+from gcpgpu.trainer.sizes import flops_per_token, get_size, pad_vocab
+from gcpgpu.trainer.summary import RunResult, write_summary
 
 # Exit code after a SIGTERM stop (128 + 15, as a shell reports it): the checkpoint is saved, resume to go on.
 EXIT_STOPPED = 143
@@ -50,24 +51,6 @@ EXIT_PEER_FAILED = 1
 SIGTERM_AT_ENV = "GCPGPU_TRAINER_TEST_SIGTERM_AT"
 # Test hook: "RANK:STEP" makes that rank die abruptly (os._exit) when STEP starts.
 DIE_AT_ENV = "GCPGPU_TRAINER_TEST_DIE_AT"
-
-
-@dataclass
-class RunResult:
-    """What a run did and measured; train() returns it so tests and the benchmark need no log parsing."""
-
-    steps_done: int = 0
-    stopped: bool = False  # by SIGTERM, after saving a checkpoint
-    losses: dict[int, float] = field(default_factory=dict)  # step index -> loss, for logged steps
-    step_time_s: float | None = None  # median after warm-up
-    tokens_per_s_per_gpu: float | None = None
-    mfu: float | None = None
-    data_wait_frac: float | None = None
-    peak_mem_bytes: int | None = None
-    peak_mem_kind: str = ""
-    mem_detail: dict[str, int] = field(default_factory=dict)  # CUDA: peak allocated, allocator retries
-    planned_mem_bytes: int | None = None
-    step_times: list[float] = field(default_factory=list)
 
 
 class StopFlag:
@@ -105,51 +88,6 @@ def should_check_stop(step: int, cfg: TrainConfig) -> bool:
     trip."""
     return (step % cfg.stop_check_every == 0 or step == cfg.steps or step % cfg.log_every == 0
             or bool(cfg.ckpt_every and step % cfg.ckpt_every == 0))
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to min_lr at the last step (nanoGPT's schedule)."""
-    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(100, cfg.steps // 10)
-    min_lr = cfg.min_lr if cfg.min_lr is not None else cfg.lr / 10
-    if step < warmup:
-        return cfg.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, cfg.steps - warmup)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
-
-
-def grad_sync(model: torch.nn.Module, parallel: str, sync: bool):
-    """DDP: skip the all-reduce on all but the last micro-step of an accumulation.
-
-    FSDP keeps reduce-scattering every micro-step, as torchtitan does: skipping it
-    (set_requires_gradient_sync(False)) would hold full, unsharded fp32 gradients on every GPU until
-    the last micro-step (about 5 GB for 1.3b), which is what sharding is for avoiding. The memory
-    planner counts sharded gradients for that reason.
-    """
-    if parallel == "ddp" and not sync:
-        return model.no_sync()
-    return contextlib.nullcontext()
-
-
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Clip by the global norm; under FSDP2 the norm of the local shards is reduced to the full norm first."""
-    grads = [p.grad for p in params if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-    if hasattr(norm, "full_tensor"):
-        norm = norm.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
-    return norm
-
-
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on norms); fused kernel on CUDA: one launch per step."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    impl = cfg.optimizer_impl
-    if impl == "auto":
-        impl = "fused" if device_type == "cuda" else "foreach"
-    kwargs = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for": {"foreach": False}}[impl]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, **kwargs)
 
 
 def _say(env: DistEnv, cfg: TrainConfig, msg: str, always: bool = False) -> None:
@@ -194,12 +132,22 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     # ---- data ----
     source = source or open_source(cfg.data, seq_len=cfg.seq_len, data_dtype=cfg.data_dtype,
                                    tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, seed=cfg.seed)
+    if cfg.batch_size == "auto" or cfg.micro_batch is not None:  # main() resolves it first; direct callers here
+        _say(env, cfg, f"{PROG}: {resolve_batch(cfg, env, device_type, source.vocab_size)}")
+    val_batches = None
+    micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
+    if cfg.eval_every:
+        source, val_source = split(source, cfg.val_fraction, cfg.seq_len)
+        # Its own seed stream: the same held-out windows at every evaluation, none drawn for training.
+        val_batches = Batches(val_source, seq_len=cfg.seq_len, global_batch=env.world_size * micro_batch,
+                              rank=env.rank, world_size=env.world_size, seed=cfg.seed + 1, device=device)
     batches = Batches(source, seq_len=cfg.seq_len, global_batch=cfg.batch_size, rank=env.rank,
                       world_size=env.world_size, seed=cfg.seed, device=device)
-    micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
+    if cfg.prefetch:
+        batches = Prefetcher(batches)
 
     # ---- model ----
-    gcfg = GPTConfig.from_size(cfg.model, source.vocab_size, cfg.seq_len, cfg.tie_embeddings)
+    gcfg = GPTConfig.from_size(cfg.model, source.vocab_size, cfg.seq_len, cfg.tie_embeddings, cfg.loss_chunk)
     with device:
         model = GPT(gcfg)  # built straight on the device: no host copy of a large model
     n_params = model.num_params()
@@ -219,7 +167,8 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     model = parallelize(
         model, parallel=cfg.parallel, env=env, device=device,
         param_dtype=compute_dtype if cfg.parallel == "fsdp" else None, ac_every=cfg.ac_every,
-        compile=cfg.compile, compile_mode=cfg.compile_mode, fsdp_reshard_after_forward=cfg.fsdp_reshard_after_forward,
+        compile=cfg.compile, compile_mode=cfg.compile_mode, compile_scope=cfg.compile_scope,
+        fsdp_reshard_after_forward=cfg.fsdp_reshard_after_forward,
         fsdp_shard_size=cfg.fsdp_shard_size, ddp_bucket_mb=cfg.ddp_bucket_mb,
         # DDP's static graph cannot skip syncs (no_sync) during accumulation: use it only without accumulation.
         ddp_static_graph=cfg.ddp_static_graph and cfg.grad_accum == 1,
@@ -254,7 +203,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     if device_type == "cuda":
         planned = plan_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.precision, cfg.parallel, env.world_size,
                               None, grad_accum=cfg.grad_accum, vocab_size=gcfg.vocab_size,
-                              tied=cfg.tie_embeddings).total_for(cfg.ac_every)
+                              tied=cfg.tie_embeddings, loss_chunk=cfg.loss_chunk).total_for(cfg.ac_every)
         torch.cuda.reset_peak_memory_stats(device)
     result.planned_mem_bytes = planned
     _say(env, cfg, (
@@ -264,6 +213,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
         f"data {source.description} | peak {'%.0f TFLOP/s bf16' % (peak / 1e12) if peak else 'unknown: no MFU'}"
         + (" (fp8 MFU is against the bf16 peak)" if fp8 and peak else "")))
     jlog = JsonLog(cfg.log_json, env.is_main)
+    scalars = tb.Scalars(tb.resolve(cfg.tensorboard_dir)[0], env.is_main)
     window = SpeedWindow()
     ranges = Ranges(nvtx=device_type == "cuda")
     profiler = StepProfiler(cfg.profile_window, device_type, cfg.profile_dir, env.rank, ranges)
@@ -287,7 +237,8 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                 x, y = batches.next()
             data_time += time.perf_counter() - t0
             loss_sum = torch.zeros((), device=device)
-            will_log = (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps
+            will_log = (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps or should_eval(
+                step + 1, cfg.eval_every, cfg.steps)
             # Reading the scale syncs the GPU: only on steps that are logged anyway.
             scale_before = scaler.get_scale() if scaler.is_enabled() and will_log else None
             for k in range(cfg.grad_accum):
@@ -316,7 +267,8 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
             step += 1
             stopping = stop.agreed() if should_check_stop(step, cfg) else False
 
-            if step % cfg.log_every == 0 or step == cfg.steps or stopping:
+            evaluate = should_eval(step, cfg.eval_every, cfg.steps) and not stopping
+            if step % cfg.log_every == 0 or step == cfg.steps or stopping or evaluate:
                 if device_type == "cuda":
                     torch.cuda.synchronize()  # time what the GPU did, not what the host queued
                 now = time.perf_counter()
@@ -334,6 +286,11 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                     loss_sum /= env.world_size
                 loss_val = loss_sum.item()
                 result.losses[step - 1] = loss_val
+                if evaluate:  # after the timing above, so the speed figures leave it out
+                    with ranges("eval"):
+                        result.val_loss = validation_loss(model, val_batches, cfg.eval_steps, parallel=cfg.parallel,
+                                                          autocast=autocast, device=device)
+                    result.val_losses[step - 1] = result.val_loss
                 mem, mem_kind = peak_memory(device_type)
                 detail = cuda_memory_detail() if device_type == "cuda" else {}
                 record = {
@@ -343,16 +300,20 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                     "grad_norm": None if grad_norm is None else grad_norm.item(),
                     "tokens": step * tokens_per_step, "world_size": env.world_size, **detail,
                 }
+                if cfg.eval_every:
+                    record["val_loss"] = result.val_loss if evaluate else None
                 if scaler.is_enabled():
                     record["loss_scale"] = scaler.get_scale()
                     # The scaler halves its scale on overflow: that is how a skipped step shows.
                     record["skipped"] = None if scale_before is None else record["loss_scale"] < scale_before
                 jlog.write(record)
+                scalars.write(step - 1, {**record, "peak_mem_gib": mem / 2**30})
                 m = record["mfu"]
                 _say(env, cfg, (
                     f"step {step - 1:>6} | loss {loss_val:.4f} | lr {lr:.2e} | {fmt_rate(tok_s)} tok/s/gpu | "
                     f"mfu {'n/a' if m is None else f'{m * 100:.1f}%'} | {step_time * 1e3:.1f} ms | "
                     f"data {data_frac * 100:.1f}% | mem {fmt_bytes(mem)}"
+                    + (f" | val loss {result.val_loss:.4f}" if evaluate else "")
                     + (" | overflow: step skipped" if record.get("skipped") else "")))
                 last_logged = step
 
@@ -374,6 +335,9 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     finally:
         stop.uninstall()
         jlog.close()
+        scalars.close()
+        if isinstance(batches, Prefetcher):
+            batches.close()
 
     # ---- summary ----
     result.steps_done = step
@@ -385,33 +349,14 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     if result.step_time_s:
         result.tokens_per_s_per_gpu = tokens_per_step / result.step_time_s / env.world_size
         result.mfu = mfu(result.tokens_per_s_per_gpu, fpt, peak)
-    _summary(env, cfg, result, jlog_path=cfg.log_json)
+    write_summary(env, cfg, result, jlog_path=cfg.log_json)
     return result
 
 
-def _summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str | None) -> None:
-    if not env.is_main:
-        return
-    if r.step_time_s is None:
-        line = f"{PROG}: {r.steps_done} steps; too few after the {cfg.timing_skip} warm-up steps to report speed"
-    else:
-        mfu_s = "n/a (cpu)" if r.peak_mem_kind == "cpu_rss" else "n/a (unknown GPU)" if r.mfu is None else f"{r.mfu * 100:.1f}%"
-        mem_s = fmt_bytes(r.peak_mem_bytes) + (" RSS" if r.peak_mem_kind == "cpu_rss" else " reserved")
-        if r.mem_detail:
-            mem_s += (f" (allocated {fmt_bytes(r.mem_detail['peak_allocated_bytes'])}, "
-                      f"{r.mem_detail['alloc_retries']} allocator retries)")
-        if r.planned_mem_bytes:
-            mem_s += f" (planner: {fmt_bytes(r.planned_mem_bytes)}, measured/planned {r.peak_mem_bytes / r.planned_mem_bytes:.2f})"
-        line = (f"{PROG}: median over {len(r.step_times)} steps: {r.step_time_s * 1e3:.1f} ms/step, "
-                f"{fmt_rate(r.tokens_per_s_per_gpu)} tok/s/gpu, MFU {mfu_s}, data wait {r.data_wait_frac * 100:.1f}%, "
-                f"peak memory {mem_s}")
-    print(line, flush=True)
-    if jlog_path:
-        JsonLog(jlog_path, True).write({
-            "kind": "summary", "step": r.steps_done - 1, "steps_timed": len(r.step_times),
-            "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s_per_gpu, "mfu": r.mfu,
-            "data_wait_frac": r.data_wait_frac, "peak_mem_bytes": r.peak_mem_bytes, "peak_mem_kind": r.peak_mem_kind,
-            "planned_mem_bytes": r.planned_mem_bytes, "stopped": r.stopped, **r.mem_detail})
+def resolve_batch(cfg: TrainConfig, env: DistEnv, device_type: str, vocab_size: int) -> str | None:
+    """--batch-size auto / --micro-batch into numbers (in cfg) from the memory plan; the line to print."""
+    memory = torch.cuda.get_device_properties(env.local_rank).total_memory if device_type == "cuda" else None
+    return autobatch.apply(cfg, env.world_size, pad_vocab(vocab_size), memory)
 
 
 def _machine_facts() -> dict:
@@ -438,8 +383,15 @@ def main(argv: list[str] | None = None) -> int:
         # Open the data before any process group: a bad file is a startup error, not a hang.
         source = open_source(cfg.data, seq_len=cfg.seq_len, data_dtype=cfg.data_dtype, tokenizer=cfg.tokenizer,
                              vocab_size=cfg.vocab_size, seed=cfg.seed)
+        if cfg.eval_every:
+            split(source, cfg.val_fraction, cfg.seq_len)  # too little data to hold some out: say so now
+        batch_line = resolve_batch(cfg, env, device_type, source.vocab_size)
+        tb_note = tb.resolve(cfg.tensorboard_dir)[1]
     except ConfigError as e:
         fail(str(e))
+    for line in (batch_line, tb_note):
+        if line:
+            _say(env, cfg, f"{PROG}: {line}")
     try:
         result = train(cfg, env, device_type, source)
     except Exception as e:  # noqa: BLE001 - classified below, re-raised when it is not a peer failure

@@ -10,7 +10,7 @@ import sys
 import pytest
 from _trainer_helpers import REPO, base_env
 
-from gcpgpu.trainer.gpu_check import Plan, Run, build_plan, resume_verdict, table
+from gcpgpu.trainer.gpu_check import Plan, Run, build_plan, mfu_lines, resume_verdict, table
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_0():
@@ -31,11 +31,14 @@ def _names(plan: Plan) -> list[str]:
 
 def test_on_eight_hopper_gpus_it_measures_every_row_the_issue_asks_for():
     plan = build_plan(8, (9, 0), cpu_smoke=False, steps=60)
-    assert _names(plan) == ["124m bf16 1 GPU", "350m bf16 1 GPU", "350m bf16 FSDP x8", "124m bf16 DDP x8",
+    assert _names(plan) == ["124m bf16 1 GPU", "350m bf16 1 GPU", "124m bf16 auto 1 GPU", "350m bf16 auto 1 GPU",
+                            "1.3b bf16 auto 1 GPU", "350m bf16 FSDP x8", "124m bf16 DDP x8",
                             "350m fp8 tensorwise 1 GPU", "1.3b bf16 1 GPU", "1.3b fp8 tensorwise 1 GPU"]
+    for r in plan.runs[2:5]:  # issue 30: the batch from the memory plan, not a fixed one
+        assert r.args[r.args.index("--batch-size") + 1] == "auto" and "--memory-budget" not in r.args
     for r in plan.runs:
         assert "--compile" in r.args and "--data" in r.args
-    fsdp = plan.runs[2]
+    fsdp = plan.runs[5]
     assert fsdp.nproc == 8 and fsdp.args[fsdp.args.index("--parallel") + 1] == "fsdp"
     straight, stopped, resumed = plan.resume
     assert stopped.env == {"GCPGPU_TRAINER_TEST_SIGTERM_AT": "0:30"} and "--resume" in resumed.args
@@ -47,6 +50,8 @@ def test_on_eight_hopper_gpus_it_measures_every_row_the_issue_asks_for():
 
 def test_an_ampere_gpu_gets_no_fp8_rows_and_one_gpu_no_multi_gpu_rows():
     assert not any("fp8" in n for n in _names(build_plan(8, (8, 0), cpu_smoke=False, steps=60)))
+    # Nor a Hopper without torchao (a machine's own torch image): those rows could only fail.
+    assert not any("fp8" in n for n in _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60, torchao=False)))
     assert _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60))[:2] == ["124m bf16 1 GPU", "350m bf16 1 GPU"]
     assert not any("x1" in n for n in _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60)))
 
@@ -73,6 +78,24 @@ def test_table_compares_the_reserved_peak_with_the_plan():
     assert "FAILED: gcpgpu.trainer: error: CUDA out of memory" in text
 
 
+def test_each_mfu_is_shown_beside_the_50_percent_target_and_issue_30s_table():
+    def row(name, batch, accum, tok, m):
+        return Run(name, 1, [], ok=True, summary={"tokens_per_s": tok, "mfu": m, "batch_size": batch,
+                                                  "grad_accum": accum})
+
+    plan = Plan([row("124m bf16 auto 1 GPU", 48, 1, 420_000.0, 0.363), row("350m bf16 auto 1 GPU", 64, 2, 205_000.0, 0.52),
+                 Run("1.3b bf16 auto 1 GPU", 1, [], ok=False, note="OOM"), row("124m bf16 DDP x8", 128, 1, 1.0, 0.3)],
+                None, None)
+    lines = mfu_lines(plan)
+    assert lines[0].startswith("MFU against the 50% target and issue 30's table")
+    assert len(lines) == 4  # the DDP row is not one of the table's
+    assert "batch 48" in lines[1] and "1.18x issue 30's 356,564 at 16" in lines[1]
+    assert "MFU 36.3% (issue 30: 30.8%; target 50%: 13.7 points short)" in lines[1]
+    assert "batch 64=32x2" in lines[2] and "MFU 52.0% (issue 30: 36.9%; target 50%: meets it)" in lines[2]
+    assert "FAILED; issue 30: 47.1% at batch 8" in lines[3]
+    assert lines[-1] in table(plan, None)
+
+
 @pytest.mark.multiprocess
 def test_the_whole_check_runs_scaled_down_on_cpu(tmp_path):
     """torchrun launches of every row, a SIGTERM'd run resumed bit-identically, and the all-reduce bench."""
@@ -84,8 +107,20 @@ def test_the_whole_check_runs_scaled_down_on_cpu(tmp_path):
     report = json.loads(out.read_text())
     assert report["resume_ok"] and report["cpu_smoke"]
     runs = {r["name"]: r for r in report["runs"]}
-    assert {"tiny fp32 1 GPU", "tiny fp32 FSDP x2", "tiny fp32 DDP x2", "all-reduce x2"} <= set(runs)
+    assert {"tiny fp32 1 GPU", "tiny fp32 auto 1 GPU", "tiny fp32 FSDP x2", "tiny fp32 DDP x2",
+            "all-reduce x2"} <= set(runs)
+    assert runs["tiny fp32 auto 1 GPU"]["summary"]["batch_size"] > 8  # planned on the smoke's memory budget
     assert all(r["ok"] for r in runs.values())
     assert runs["tiny fp32 DDP x2"]["summary"]["tokens_per_s"] > 0
     assert runs["resume: SIGTERM"]["summary"]["stopped"] is True
     assert runs["all-reduce x2"]["summary"]["busbw_gbps"] > 0
+
+
+def test_make_gpu_check_runs_from_the_checkout_with_a_machines_own_torch_and_no_venv():
+    """A fresh GPU machine (no network, a python3 that has CUDA torch) has no .venv: the target must not
+    try to build one. BIN points nowhere here, as on such a machine; without a GPU it ends in one line."""
+    proc = subprocess.run(["make", "-s", "gpu-check", "BIN=/nonexistent", f"PYTHON={sys.executable}"], cwd=REPO,
+                          env=base_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().startswith("gpu-check: no NVIDIA GPU visible to torch")
+    assert "pip" not in proc.stdout + proc.stderr

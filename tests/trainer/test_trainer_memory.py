@@ -107,7 +107,7 @@ def test_memory_plan_rejects_bad_input(kwargs, message):
 def test_planner_and_config_import_without_torch_or_google():
     # Compare against what the interpreter loaded before (a namespace-package .pth may preload 'google').
     code = ("import sys; before = set(sys.modules); import gcpgpu.trainer.memory, gcpgpu.trainer.sizes, "
-            "gcpgpu.trainer.config, gcpgpu.trainer.dist; new = set(sys.modules) - before; "
+            "gcpgpu.trainer.config, gcpgpu.trainer.dist, gcpgpu.trainer.autobatch; new = set(sys.modules) - before; "
             "bad = sorted(m for m in new if m.split('.')[0] in ('torch', 'google')); "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

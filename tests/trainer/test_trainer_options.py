@@ -48,6 +48,18 @@ def error_lines(stderr: str) -> list[str]:
     (["--fp8-filter", "some"], None, "--fp8-filter"),
     (["--batch-size", "5", "--parallel", "ddp"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "2"}, "--batch-size"),
     (["--parallel", "none"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "2"}, "--parallel none"),
+    # Issue 30's options.
+    (["--batch-size", "some"], None, "--batch-size"),
+    (["--batch-size", "auto", "--micro-batch", "2"], None, "--micro-batch"),
+    (["--micro-batch", "2", "--grad-accum", "2"], None, "--grad-accum"),
+    (["--batch-size", "auto"], None, "--batch-size auto: needs the device's memory"),  # CPU, no --memory-budget
+    (["--batch-size", "auto", "--memory-budget", "lots"], None, "--memory-budget"),
+    (["--loss-chunk", "-1"], None, "--loss-chunk"),
+    (["--eval-every", "5", "--eval-steps", "0"], None, "--eval-every/--eval-steps"),
+    (["--val-fraction", "1.5"], None, "--val-fraction"),
+    (["--eval-every", "5", "--data", "synthetic", "--val-fraction", "0.00001"], None, "--val-fraction"),
+    (["--compile-scope", "layer"], None, "--compile-scope"),
+    (["--compile", "--compile-scope", "model", "--parallel", "fsdp"], None, "--compile-scope model"),
 ])
 def test_bad_option_fails_fast_with_one_line(args, env, option):
     proc = run_cli(args, env)
