@@ -24,7 +24,7 @@ from .lease import LeaseLost
 from .names import LABEL_RANK, rank_of
 from .observe import Node, observe_nodes
 from .plan import Plan
-from .ranks import send_label, set_labels
+from .ranks import send_label
 from .session import Session
 from .topology import topology_order
 
@@ -100,7 +100,7 @@ class BootLabels:
         if not todo:
             return
         if wait:
-            set_labels(self.s, todo)
+            self.s.batch(lambda item: send_label(self.s, *item), todo)
             self.sent.update({n.name: (labels[LABEL_RANK], None) for n, labels in todo})
             return
 
