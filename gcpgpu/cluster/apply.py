@@ -23,7 +23,7 @@ from gcpgpu.gcp.operations import retrying
 from . import down as teardown_verbs
 from .bootlabels import BootLabels
 from .lease import Lease, LeaseLost
-from .observe import Node, Observed, observe, observe_nodes, observe_nodes_by_name
+from .observe import ROW_FIELDS, Node, Observed, observe, observe_nodes, observe_nodes_by_name
 from .plan import Plan
 from .ranks import repair as repair_labels
 from .session import Reporter, Session
@@ -337,14 +337,15 @@ def _try_zone(s: Session, plan: Plan, obs: Observed, missing: list[str], zone: s
 
 
 def _wait_running(s: Session, plan: Plan) -> list[Node]:
-    """Poll the cluster's nodes with one list call per round until all are RUNNING."""
+    """Poll the cluster's nodes with one list call per round until all are RUNNING; the nodes as a row
+    shows them (observe.ROW_FIELDS: no metadata)."""
     deadline = time.monotonic() + RUNNING_TIMEOUT
     want = set(plan.node_names)
     s.report.step("running", f"Waiting for {len(want)} node(s) to be RUNNING")
     with s.report.waiting("waiting for nodes") as update:
         while True:
             s.check_lease()
-            nodes = [n for n in observe_nodes(s.clients, s.project, plan.name) if n.name in want]
+            nodes = [n for n in observe_nodes(s.clients, s.project, plan.name, ROW_FIELDS) if n.name in want]
             gone = sorted(want - {n.name for n in nodes})
             if gone:  # relabelled by hand is not gone: look once by name before failing
                 nodes += [n for n in observe_nodes_by_name(s.clients, s.project, plan.name) if n.name in gone]

@@ -22,7 +22,7 @@ from gcpgpu.gcp.operations import parallel
 
 from .lease import LeaseLost
 from .names import LABEL_RANK, rank_of
-from .observe import Node, observe_nodes
+from .observe import LABEL_FIELDS, ROW_FIELDS, Node, observe_nodes
 from .plan import Plan
 from .ranks import send_label
 from .session import Session
@@ -71,7 +71,7 @@ class BootLabels:
 
     def _run(self) -> None:
         try:
-            self._send(observe_nodes(self.s.clients, self.s.project, self.plan.name), wait=False)
+            self._send(observe_nodes(self.s.clients, self.s.project, self.plan.name, LABEL_FIELDS), wait=False)
         except _Stopped:
             pass
         except BaseException as e:  # raised on the main thread by settle()
@@ -125,7 +125,7 @@ class BootLabels:
         if self._error is not None:
             raise self._error
         if len(self.sent) < len(self.names):
-            self._send(observe_nodes(self.s.clients, self.s.project, self.plan.name), wait=True)
+            self._send(observe_nodes(self.s.clients, self.s.project, self.plan.name, LABEL_FIELDS), wait=True)
 
     def confirm(self, nodes: list[Node]) -> list[Node]:
         """`nodes` (listed once RUNNING), after waiting on the label operations whose labels do not
@@ -137,4 +137,5 @@ class BootLabels:
             return nodes
         self.s.finish(late)
         want = {n.name for n in nodes}
-        return [n for n in observe_nodes(self.s.clients, self.s.project, self.plan.name) if n.name in want]
+        return [n for n in observe_nodes(self.s.clients, self.s.project, self.plan.name, ROW_FIELDS)
+                if n.name in want]
