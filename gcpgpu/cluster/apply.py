@@ -366,24 +366,41 @@ def _wait_running(s: Session, plan: Plan) -> list[Node]:
             time.sleep(POLL_SECONDS)
 
 
+def _quota_need(metric: str, plan: Plan, count: int) -> float | None:
+    """What `count` more nodes take of quota `metric`, in its own unit (None where gcpgpu cannot tell)."""
+    if "GPUS" in metric:  # NVIDIA_H100_GPUS, PREEMPTIBLE_..._GPUS, GPUS_ALL_REGIONS: GPUs
+        return float(count * plan.machine.gpu_count)
+    if "CPUS" in metric:  # CPUS, CPUS_ALL_REGIONS, A3_CPUS, PREEMPTIBLE_CPUS: vCPUs
+        return float(count * plan.machine.vcpus)
+    if metric in ("INSTANCES", "INSTANCES_ALL_REGIONS"):
+        return float(count)
+    return None
+
+
 def _quota_message(s: Session, plan: Plan, failure: Failure, count: int) -> str:
-    metric, limit, region = failure.quota_metric, failure.quota_limit, failure.quota_region or plan.region
+    metric, limit = failure.quota_metric, failure.quota_limit
+    # *_ALL_REGIONS quotas (and an error that names no region) are the project's, across regions.
+    is_global = bool(metric and metric.endswith("_ALL_REGIONS")) or (metric is not None and not failure.quota_region)
+    region = None if is_global else failure.quota_region or plan.region
     usage = None
     if metric:
         with contextlib.suppress(Exception):
-            reg = s.client("RegionsClient").get(project=s.project, region=region)
-            for q in reg.quotas:
+            where = (s.client("ProjectsClient").get(project=s.project) if is_global
+                     else s.client("RegionsClient").get(project=s.project, region=region))
+            for q in where.quotas:
                 if q.metric == metric:
                     usage, limit = q.usage, q.limit
-    need = count * (plan.machine.gpu_count if metric and metric.endswith("GPUS") else plan.machine.vcpus)
-    head = f"quota {metric or 'exceeded'}" + (f" in {region}" if region else "")
+    need = _quota_need(metric, plan, count) if metric else None
+    head = f"quota {metric or 'exceeded'}" + (" (global: all regions together)" if is_global
+                                               else f" in {region}" if region else "")
     numbers = []
     if limit is not None:
         numbers.append(f"limit {limit:g}")
     if usage is not None:
         numbers.append(f"in use {usage:g}")
-    if metric:
-        numbers.append(f"this cluster needs {need:g} more")
+    if need is not None:
+        unit = "GPUs" if "GPUS" in str(metric) else "vCPUs" if "CPUS" in str(metric) else "VMs"
+        numbers.append(f"this cluster needs {need:g} more {unit}")
     where = (f"https://console.cloud.google.com/iam-admin/quotas?project={s.project}"
              + (f"&metric={metric}" if metric else ""))
     return f"{head} is too low ({', '.join(numbers)}): nothing was left behind; ask for more at {where}"
