@@ -234,13 +234,16 @@ class Generator:
     def sample_all(self, items: list[Synthetic], start: float, end: float) -> list[Samples]:
         """Samples of each series in [start, end]; GPU series are computed a VM at a time (one numpy pass)."""
         out: list[Samples | None] = [None] * len(items)
-        per_vm: dict[tuple[str, str], list[int]] = {}
+        # VMs that ran (and were busy) over the same spans share their sample times: their GPUs are one
+        # numpy pass, whatever the cluster's size (a 1,024-node query is 8,192 GPU series).
+        per_vm: dict[tuple, list[int]] = {}
         for i, item in enumerate(items):
             if item.gpu is not None:
-                per_vm.setdefault((item.metric_type, item.gpu[0].id), []).append(i)
+                vm = item.gpu[0]
+                per_vm.setdefault((item.metric_type, vm.running, vm.busy), []).append(i)
             elif item.sample is not None:
                 out[i] = item.sample(start, end)
-        for (metric_type, _vm), indexes in per_vm.items():
+        for (metric_type, _running, _busy), indexes in per_vm.items():
             batch = self._gpu_batch(metric_type, [items[i].gpu for i in indexes], start, end)  # type: ignore[misc]
             for i, samples in zip(indexes, batch, strict=False):
                 out[i] = samples
@@ -296,19 +299,20 @@ class Generator:
 
     def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float,
                    period: float | None = None) -> list[Samples]:
-        """Samples of several GPU series of one VM: rows of one array, sharing its sample times and wave."""
+        """Samples of several GPU series of VMs with the same running and busy spans: rows of one array,
+        sharing their sample times and wave."""
         vm = specs[0][0]
         k, t, w, busy = self._times(vm, start, end, period=period or self.knobs.agent_interval_s)
         name = metric_type.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
-        seeds = [self._series_seed(vm.id, g, metric_type, *extra.values()) for _vm, g, extra, _f, _m in specs]
+        seeds = [self._series_seed(v.id, g, metric_type, *extra.values()) for v, g, extra, _f, _m in specs]
         mix = _mix(np.array(seeds, dtype=np.uint64), k)
         if name == "bytes_used":
             # NVML's memory by state: what the job's process holds while it runs, a driver's sliver when idle.
-            share = np.array([0.70 + 0.06 * (self._series_seed(vm.id, g, "mem") % 1000) / 1000.0
-                              for _vm, g, _e, _f, _m in specs])
+            share = np.array([0.70 + 0.06 * (self._series_seed(v.id, g, "mem") % 1000) / 1000.0
+                              for v, g, _e, _f, _m in specs])
             total = np.array([m for _vm, _g, _e, _f, m in specs])[:, None]
             # One noise per GPU, not per state: a GPU's used and free add up to its memory.
-            gpu_mix = _mix(np.array([self._series_seed(vm.id, g, metric_type) for _vm, g, _e, _f, _m in specs],
+            gpu_mix = _mix(np.array([self._series_seed(v.id, g, metric_type) for v, g, _e, _f, _m in specs],
                                     dtype=np.uint64), k)
             used = total * (IDLE_MEMORY + (share[:, None] * (1 + 0.002 * gpu_mix) - IDLE_MEMORY) * busy[None, :])
             free_rows = np.array([e.get("memory_state") == "free" for _vm, _g, e, _f, _m in specs])[:, None]
