@@ -215,3 +215,21 @@ def test_cli_up_fails_over_a_bulk_stockout_to_the_next_zone(gcp, monkeypatch):
     assert [o["error"]["errors"][0]["code"] for o in bulk_ops] == ["VM_MIN_COUNT_NOT_REACHED"]
     assert gcp.compute.list(PROJECT, "zones/us-central1-a/instances") == []
     assert sorted(i["name"] for i in gcp.compute.list(PROJECT, "zones/us-central1-b/instances")) == ["demo-0", "demo-1"]
+
+
+def test_a_global_gpu_quota_is_counted_in_gpus_and_named_global(gcp, cluster):
+    """GPUS_ALL_REGIONS is a project-wide GPU count: the message said vCPUs and a region (issue 27)."""
+    gcp.faults.set_quota("global", "GPUS_ALL_REGIONS", 16)
+    with pytest.raises(QuotaExceeded) as err:
+        cluster.up(make_plan(nodes=4))
+    msg = err.value.message
+    assert "quota GPUS_ALL_REGIONS (global: all regions together)" in msg, msg
+    assert "us-central1" not in msg and "limit 16" in msg and "needs 32 more GPUs" in msg, msg
+    assert leftovers(gcp) == {}
+
+
+def test_a_cpu_quota_is_counted_in_vcpus(gcp, cluster):
+    gcp.faults.set_quota("us-central1", "CPUS", 300)
+    with pytest.raises(QuotaExceeded) as err:
+        cluster.up(make_plan(nodes=2))
+    assert "quota CPUS in us-central1" in err.value.message and "needs 416 more vCPUs" in err.value.message

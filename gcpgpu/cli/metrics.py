@@ -39,13 +39,16 @@ def metrics() -> None:
 @metrics.command()
 @_target_options
 @click.option("--gpus", is_flag=True, help="A row per GPU under each node.")
+@click.option("--all", "all_rows", is_flag=True,
+              help="Every node (and GPU) of a cluster over 64 nodes; by default only the 8 slowest nodes, every "
+                   "straggler and every node with a slow GPU are shown, in tables and rows alike.")
 @click.option("--interval", type=float, default=5.0, show_default=True, metavar="S", help="Seconds between refreshes.")
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option("--format", "fmt", type=click.Choice(TAIL_FORMATS), default=None,
               help="table (default), or rows for scripts: json (one object per row per refresh) or csv.")
 @click.pass_obj
-def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, interval: float, once: bool,
-         fmt: str | None) -> None:
+def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, all_rows: bool, interval: float,
+         once: bool, fmt: str | None) -> None:
     """Watch a cluster's or job's nodes: network, GPUs, DCGM and training throughput.
 
     \b
@@ -65,8 +68,8 @@ def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, i
         raise UsageProblem(f"--interval {interval:g} must be between 1 and 3600 seconds")
     fmt = fmt or settings.format  # the root's table|json|yaml when no local --format is given
     project = settings.project
-    run(Tail(settings.clients, project, kind, name, per_gpu=gpus, job=job, region=settings.optional("region")),
-        fmt, interval, once)
+    run(Tail(settings.clients, project, kind, name, per_gpu=gpus, job=job, region=settings.optional("region"),
+             all_rows=all_rows), fmt, interval, once)
 
 
 @metrics.command()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from gcpgpu.errors import CloudError, is_google_error
@@ -20,10 +21,10 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
+from .bootlabels import BootLabels
 from .lease import Lease, LeaseLost
-from .observe import Node, Observed, observe, observe_nodes, observe_nodes_by_name
+from .observe import ROW_FIELDS, Node, Observed, observe, observe_nodes, observe_nodes_by_name
 from .plan import Plan
-from .ranks import label_new
 from .ranks import repair as repair_labels
 from .session import Reporter, Session
 from .teardown import delete_observed, one_line
@@ -64,10 +65,19 @@ class Cluster:
         return self.last.lease if self.last else None
 
     def up(self, plan: Plan, wait_for_lease: bool = True) -> list[Node]:
-        """Bring the cluster up under its lease; a failure removes exactly what this attempt created."""
+        """Bring the cluster up under its lease; a failure removes exactly what this attempt created.
+
+        The cloud is observed while the lease is taken: each read that finds the lease free starts an
+        observation, and the one started by the read the winning write was based on is used."""
         s = self.session()
-        with s.holding(plan.name, "up", wait_for_lease):
-            return up(s, plan)
+        seen: list[Future] = []
+        pool = ThreadPoolExecutor(max_workers=2)
+        try:
+            with s.holding(plan.name, "up", wait_for_lease,
+                           on_free=lambda: seen.append(pool.submit(observe, s.clients, s.project, plan.name))):
+                return up(s, plan, seen[-1].result() if seen else None)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def down(self, name: str, keep_reservation: bool = False, wait_for_lease: bool = True) -> Observed:
         """Delete everything of cluster `name` under its lease; returns what was found.
@@ -90,11 +100,17 @@ class Cluster:
 
 
 # ---------------------------------------------------------------------- up
-def up(s: Session, plan: Plan) -> list[Node]:
-    """Create what the cluster lacks, as attempt `s`; on failure remove what `s` created."""
+def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
+    """Create what the cluster lacks, as attempt `s`; on failure remove what `s` created. `obs`: the
+    cluster as observed under this attempt's lease, if the caller already has it.
+
+    Three rounds of operations, as the dependencies need: networks (and the placement policy and
+    NAT beside them) -> subnetworks and firewalls -> one bulkInsert. The rank labels go out while
+    the nodes boot (bootlabels), and a Cloud NAT that waits for its network finishes meanwhile."""
     name = plan.name
     s.report.step("observe", f"Looking for existing resources of cluster {name}")
-    obs = observe(s.clients, s.project, name)
+    if obs is None:
+        obs = observe(s.clients, s.project, name)
     if not obs.empty:
         s.report.note(f"found {obs.summary()}: creating only what is missing")
     _check_compatible(s, plan, obs)
@@ -102,18 +118,23 @@ def up(s: Session, plan: Plan) -> list[Node]:
     if plan.spec.reservation:
         _adopt_reservation(s, plan)
     try:
-        _ensure_shared(s, plan, obs)
+        nat = _ensure_shared(s, plan, obs)
         _start_stopped(s, plan, obs)
         existing = {n.name for n in obs.nodes}
         missing = [n for n in plan.node_names if n not in existing]
         zones = sorted({n.zone for n in obs.nodes}) or plan.zones
+        labels = BootLabels(s, plan, missing, fabric=not obs.nodes)
         if missing:
-            _place_nodes(s, plan, obs, missing, zones)
-            label_new(s, plan, missing)
+            _place_nodes(s, plan, obs, missing, zones, labels)
+            labels.settle()
         else:
             s.report.note(f"all {len(plan.node_names)} node(s) already exist")
-        repaired = repair_labels(s, plan)
-        nodes = _wait_running(s, plan)
+        # A new cluster's nodes are all this attempt's, labelled above: nothing to repair.
+        repaired = repair_labels(s, plan) if obs.nodes else False
+        nodes = labels.confirm(_wait_running(s, plan))
+        if nat:
+            with s.report.waiting("waiting for the Cloud NAT"):
+                s.finish(nat)
         # Fabric order only when the set of nodes or their ranks changed: never under a running job's feet.
         return rank_by_topology(s, plan, nodes) if missing or repaired else nodes
     except (KeyboardInterrupt, LeaseLost):
@@ -188,8 +209,9 @@ def _adopt_reservation(s: Session, plan: Plan) -> None:
                      f"{', '.join(plan.zones)} of project {s.project}")
 
 
-def _ensure_shared(s: Session, plan: Plan, obs: Observed) -> None:
-    """Placement policy, networks, subnets and firewalls: regional/global, shared by every zone attempt."""
+def _ensure_shared(s: Session, plan: Plan, obs: Observed) -> list[Any]:
+    """Placement policy, networks, subnets and firewalls: regional/global, shared by every zone attempt.
+    Returns the operations still running that no node waits for (a Cloud NAT on a new network)."""
     region = plan.region
     ops = []
     if plan.policy and plan.policy["name"] not in {p["name"] for p in obs.policies}:
@@ -224,11 +246,12 @@ def _ensure_shared(s: Session, plan: Plan, obs: Observed) -> None:
         return s.call(s.client("FirewallsClient").insert, {
             "project": s.project, "firewall_resource": s.owned("Firewall", body)})
 
+    # A NAT on a network made above starts now and finishes while the nodes are created: bulkInsert
+    # needs the subnetworks, not the NAT.
+    nat = _ensure_nat(s, plan, obs) if nat_later else []
     with s.report.waiting("waiting for subnetworks and firewall rules"):
         s.batch(insert, [("subnet", x) for x in new_subs] + [("firewall", f) for f in new_fws])
-    if nat_later:
-        with s.report.waiting("waiting for the Cloud NAT"):
-            s.finish(_ensure_nat(s, plan, obs))
+    return nat
 
 
 def _ensure_nat(s: Session, plan: Plan, obs: Observed) -> list[Any]:
@@ -250,11 +273,12 @@ def _ensure_nat(s: Session, plan: Plan, obs: Observed) -> list[Any]:
                                                     "router_resource": s.owned("Router", todo[0])})]
 
 
-def _place_nodes(s: Session, plan: Plan, obs: Observed, missing: list[str], zones: list[str]) -> str:
+def _place_nodes(s: Session, plan: Plan, obs: Observed, missing: list[str], zones: list[str],
+                 labels: BootLabels) -> str:
     """Try each candidate zone in turn; return the zone that took every missing node."""
     failures: list[tuple[str, Failure]] = []
     for zone in zones:
-        failure = _try_zone(s, plan, obs, missing, zone)
+        failure = _try_zone(s, plan, obs, missing, zone, labels)
         if failure is None:
             return zone
         if failure.kind == "quota":
@@ -271,7 +295,8 @@ def _place_nodes(s: Session, plan: Plan, obs: Observed, missing: list[str], zone
         "--region with other zones, fewer --nodes, --spot, --flex-start DURATION, or a reservation")
 
 
-def _try_zone(s: Session, plan: Plan, obs: Observed, missing: list[str], zone: str) -> Failure | None:
+def _try_zone(s: Session, plan: Plan, obs: Observed, missing: list[str], zone: str,
+              labels: BootLabels) -> Failure | None:
     """One zone attempt: reservation (if asked) + one bulkInsert. None on success."""
     made_reservation = None
     if plan.reservation and not any(r["name"] == plan.reservation["name"] for r in obs.reservations):
@@ -296,10 +321,12 @@ def _try_zone(s: Session, plan: Plan, obs: Observed, missing: list[str], zone: s
     try:
         op = s.call(s.client("InstancesClient").bulk_insert, {
             "project": s.project, "zone": zone, "bulk_insert_instance_resource_resource": body})
+        labels.start()  # the VMs exist from the call on: label them while bulkInsert finishes
         with s.report.waiting(f"waiting for bulkInsert in {zone}"):
             s.wait(op)
-    except Exception as e:
-        if not is_google_error(e):
+    except BaseException as e:
+        labels.abandon()  # also on Ctrl-C: no label may go out after this attempt let go of its lease
+        if not isinstance(e, Exception) or not is_google_error(e):
             raise
         failure = classify(e, from_operation=True)
         if failure.kind == "transient":
@@ -310,14 +337,15 @@ def _try_zone(s: Session, plan: Plan, obs: Observed, missing: list[str], zone: s
 
 
 def _wait_running(s: Session, plan: Plan) -> list[Node]:
-    """Poll the cluster's nodes with one list call per round until all are RUNNING."""
+    """Poll the cluster's nodes with one list call per round until all are RUNNING; the nodes as a row
+    shows them (observe.ROW_FIELDS: no metadata)."""
     deadline = time.monotonic() + RUNNING_TIMEOUT
     want = set(plan.node_names)
     s.report.step("running", f"Waiting for {len(want)} node(s) to be RUNNING")
     with s.report.waiting("waiting for nodes") as update:
         while True:
             s.check_lease()
-            nodes = [n for n in observe_nodes(s.clients, s.project, plan.name) if n.name in want]
+            nodes = [n for n in observe_nodes(s.clients, s.project, plan.name, ROW_FIELDS) if n.name in want]
             gone = sorted(want - {n.name for n in nodes})
             if gone:  # relabelled by hand is not gone: look once by name before failing
                 nodes += [n for n in observe_nodes_by_name(s.clients, s.project, plan.name) if n.name in gone]
@@ -338,24 +366,41 @@ def _wait_running(s: Session, plan: Plan) -> list[Node]:
             time.sleep(POLL_SECONDS)
 
 
+def _quota_need(metric: str, plan: Plan, count: int) -> float | None:
+    """What `count` more nodes take of quota `metric`, in its own unit (None where gcpgpu cannot tell)."""
+    if "GPUS" in metric:  # NVIDIA_H100_GPUS, PREEMPTIBLE_..._GPUS, GPUS_ALL_REGIONS: GPUs
+        return float(count * plan.machine.gpu_count)
+    if "CPUS" in metric:  # CPUS, CPUS_ALL_REGIONS, A3_CPUS, PREEMPTIBLE_CPUS: vCPUs
+        return float(count * plan.machine.vcpus)
+    if metric in ("INSTANCES", "INSTANCES_ALL_REGIONS"):
+        return float(count)
+    return None
+
+
 def _quota_message(s: Session, plan: Plan, failure: Failure, count: int) -> str:
-    metric, limit, region = failure.quota_metric, failure.quota_limit, failure.quota_region or plan.region
+    metric, limit = failure.quota_metric, failure.quota_limit
+    # *_ALL_REGIONS quotas (and an error that names no region) are the project's, across regions.
+    is_global = bool(metric and metric.endswith("_ALL_REGIONS")) or (metric is not None and not failure.quota_region)
+    region = None if is_global else failure.quota_region or plan.region
     usage = None
     if metric:
         with contextlib.suppress(Exception):
-            reg = s.client("RegionsClient").get(project=s.project, region=region)
-            for q in reg.quotas:
+            where = (s.client("ProjectsClient").get(project=s.project) if is_global
+                     else s.client("RegionsClient").get(project=s.project, region=region))
+            for q in where.quotas:
                 if q.metric == metric:
                     usage, limit = q.usage, q.limit
-    need = count * (plan.machine.gpu_count if metric and metric.endswith("GPUS") else plan.machine.vcpus)
-    head = f"quota {metric or 'exceeded'}" + (f" in {region}" if region else "")
+    need = _quota_need(metric, plan, count) if metric else None
+    head = f"quota {metric or 'exceeded'}" + (" (global: all regions together)" if is_global
+                                               else f" in {region}" if region else "")
     numbers = []
     if limit is not None:
         numbers.append(f"limit {limit:g}")
     if usage is not None:
         numbers.append(f"in use {usage:g}")
-    if metric:
-        numbers.append(f"this cluster needs {need:g} more")
+    if need is not None:
+        unit = "GPUs" if "GPUS" in str(metric) else "vCPUs" if "CPUS" in str(metric) else "VMs"
+        numbers.append(f"this cluster needs {need:g} more {unit}")
     where = (f"https://console.cloud.google.com/iam-admin/quotas?project={s.project}"
              + (f"&metric={metric}" if metric else ""))
     return f"{head} is too low ({', '.join(numbers)}): nothing was left behind; ask for more at {where}"

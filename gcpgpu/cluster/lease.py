@@ -88,10 +88,12 @@ class Lease:
                 current = {"holder": "?", "who": "unreadable lease", "expires": 0}
         return md.fingerprint, items, current
 
-    def _swap(self, change: Callable[[dict[str, Any] | None], dict[str, Any] | None | bool]) -> dict[str, Any] | None:
+    def _swap(self, change: Callable[[dict[str, Any] | None], dict[str, Any] | None | bool],
+              confirm_by_read: bool = False) -> dict[str, Any] | None:
         """Read, decide, write under the fingerprint; retry on a lost race. Returns the lease read last.
 
         change(current) returns the new value, None to delete the item, or False to leave it alone.
+        confirm_by_read: a read that already shows the write stands for its operation (see _landed).
         """
         from google.cloud import compute_v1
 
@@ -101,21 +103,32 @@ class Lease:
             if new is False:
                 return current
             rest = [i for i in items if i["key"] != self.key]
-            if new is not None:
-                rest.append({"key": self.key, "value": json.dumps(new, sort_keys=True)})
+            value = None if new is None else json.dumps(new, sort_keys=True)
+            if value is not None:
+                rest.append({"key": self.key, "value": value})
             elif len(rest) == len(items):
                 return current  # nothing to delete
             body = compute_v1.Metadata(fingerprint=fp, items=[compute_v1.Items(**i) for i in rest])
             try:
                 op = call(self.clients.compute("ProjectsClient").set_common_instance_metadata,
                           {"project": self.project, "metadata_resource": body})
-                wait(self.clients, self.project, op)
+                if not (confirm_by_read and self._landed(value)):
+                    wait(self.clients, self.project, op)
                 return current
             except Exception as e:
                 if not _is_conflict(e):
                     raise
             time.sleep(0.05)
         raise CloudError(f"could not update the lease of cluster {self.cluster}: project metadata keeps changing")
+
+    def _landed(self, value: str | None) -> bool:
+        """True if a fresh read shows exactly what this run wrote (`value`, or the item gone for None).
+
+        A write under a stale fingerprint never takes effect (it fails, at once or in its operation),
+        and our value is unique (holder, since, expires), so seeing it proves the swap won: one read
+        instead of waiting out the operation. If the read does not show it yet, the caller waits."""
+        mine = next((i for i in self._read()[1] if i["key"] == self.key), None)
+        return mine is None if value is None else mine is not None and mine["value"] == value
 
     def _value(self) -> dict[str, Any]:
         value = {"holder": self.holder, "who": self.who, "op": self.op, "since": self.since,
@@ -124,8 +137,12 @@ class Lease:
         return value
 
     # ------------------------------------------------------------------ acquire / renew / release
-    def try_acquire(self) -> dict[str, Any] | None:
-        """Take the lease if it is free, expired or ours; else return who holds it."""
+    def try_acquire(self, on_free: Callable[[], None] | None = None) -> dict[str, Any] | None:
+        """Take the lease if it is free, expired or ours; else return who holds it.
+
+        on_free() runs each time a read finds the lease free, right before the write that takes it: the
+        last call is the one whose read the winning write was based on, so whatever on_free starts
+        (`up` observes the cloud) sees no other run's changes in flight."""
         blocker: dict[str, Any] = {}
 
         def change(current: dict[str, Any] | None) -> Any:
@@ -133,9 +150,11 @@ class Lease:
             if current and current.get("holder") != self.holder and float(current.get("expires", 0)) > time.time():
                 blocker.update(current)
                 return False
+            if on_free is not None:
+                on_free()
             return self._value()
 
-        self._swap(change)
+        self._swap(change, confirm_by_read=True)
         if blocker:
             return blocker
         self.held = True
@@ -143,11 +162,11 @@ class Lease:
         return None
 
     def acquire(self, wait_for_it: bool = True, on_wait: Callable[[dict[str, Any]], None] | None = None,
-                timeout: float = 3600.0) -> None:
+                timeout: float = 3600.0, on_free: Callable[[], None] | None = None) -> None:
         """Take the lease, waiting (calling on_wait with the holder each round) or raising LeaseHeld."""
         deadline = time.monotonic() + timeout
         while True:
-            holder = self.try_acquire()
+            holder = self.try_acquire(on_free)
             if holder is None:
                 self._start_renewing()
                 return
@@ -187,7 +206,9 @@ class Lease:
         if not self.held:
             return
         self.held = False
-        self._swap(lambda current: None if current and current.get("holder") == self.holder else False)
+        # Confirmed by a read, not by waiting out the operation: the release is off the critical path.
+        self._swap(lambda current: None if current and current.get("holder") == self.holder else False,
+                   confirm_by_read=True)
 
     def _start_renewing(self) -> None:
         def loop() -> None:

@@ -157,10 +157,21 @@ def _topology(inst: Any) -> dict[str, str | None]:
     return {"block": topo.block or None, "subblock": topo.subblock or None, "host": topo.host or None}
 
 
-def list_nodes(clients: Clients, project: str, label_filter: str) -> list[Any]:
-    """Every instance matching a label filter, across all zones, in one paged aggregatedList."""
+# Partial responses (the `fields` system parameter, sent as its X-Goog-FieldMask header) for the
+# lists `up` repeats while 1,000 nodes boot: a whole VM is ~17 KB of JSON (its startup script in
+# metadata) that the client spends ~4 ms parsing; these views are a tenth of that.
+ROW_FIELDS = ("name,zone,status,labels,labelFingerprint,machineType,guestAccelerators,id,networkInterfaces(network,"
+              "networkIP),scheduling(provisioningModel,maxRunDuration),reservationAffinity,resourceStatus,"
+              "creationTimestamp,lastStartTimestamp,lastStopTimestamp")
+LABEL_FIELDS = "name,zone,status,labels,labelFingerprint,resourceStatus/physicalHostTopology"
+
+
+def list_nodes(clients: Clients, project: str, label_filter: str, fields: str | None = None) -> list[Any]:
+    """Every instance matching a label filter, across all zones, in one paged aggregatedList; `fields`:
+    only these fields of each instance (the rest read as empty)."""
+    mask = [("x-goog-fieldmask", f"items/*/instances({fields}),nextPageToken")] if fields else []
     pager = retrying()(clients.compute("InstancesClient").aggregated_list)(
-        request={"project": project, "filter": label_filter, "max_results": 500})
+        request={"project": project, "filter": label_filter, "max_results": 500}, metadata=mask)
     return [inst for _scope, scoped in pager for inst in scoped.instances]
 
 
@@ -168,9 +179,10 @@ def _by_rank(nodes: list[Node]) -> list[Node]:
     return sorted(nodes, key=lambda n: (n.rank is None, n.rank or 0, n.name))
 
 
-def observe_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
-    """The cluster's nodes, rank order, from one aggregatedList."""
-    return _by_rank([_node(cluster, i) for i in list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}")])
+def observe_nodes(clients: Clients, project: str, cluster: str, fields: str | None = None) -> list[Node]:
+    """The cluster's nodes, rank order, from one aggregatedList (`fields`: as in list_nodes)."""
+    found = list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}", fields)
+    return _by_rank([_node(cluster, i) for i in found])
 
 
 def ranked_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:

@@ -1,4 +1,4 @@
-"""Node rank labels (`gcpgpu-rank`): set right after bulkInsert, repaired when a re-run of `up` finds
+"""Node rank labels (`gcpgpu-rank`): set while the nodes boot (bootlabels), repaired when a re-run of `up` finds
 them missing or claimed twice, and put in fabric order by `topology.rank_by_topology`. All three
 write labels the same way: `set_labels`.
 """
@@ -13,26 +13,19 @@ from .plan import Plan
 from .session import Session
 
 
-def set_labels(session: Session, items: list[tuple[Node, dict[str, str]]]) -> None:
-    """instances.setLabels on each (node, its new labels) in parallel, under the node's label fingerprint."""
+def send_label(session: Session, node: Node, labels: dict[str, str]) -> Any:
+    """instances.setLabels (node's new labels) under its label fingerprint; the operation, not waited on."""
     from google.cloud import compute_v1
 
-
-    def one(item: tuple[Node, dict[str, str]]) -> Any:
-        node, labels = item
-        return session.call(session.client("InstancesClient").set_labels, {
-            "project": session.project, "zone": node.zone, "instance": node.name,
-            "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
-                labels=labels, label_fingerprint=node.label_fingerprint)})
-
-    session.batch(one, items)
+    return session.call(session.client("InstancesClient").set_labels, {
+        "project": session.project, "zone": node.zone, "instance": node.name,
+        "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
+            labels=labels, label_fingerprint=node.label_fingerprint)})
 
 
-def label_new(session: Session, plan: Plan, names: list[str]) -> None:
-    """bulkInsert gives every VM the same labels; each new node's rank (its name's number) is set right after."""
-    todo = [n for n in observe_nodes(session.clients, session.project, plan.name) if n.name in set(names)]
-    session.report.step("labels", f"Labelling {len(todo)} node(s) with their rank")
-    set_labels(session, [(n, {**n.labels, LABEL_RANK: str(rank_of(plan.name, n.name))}) for n in todo])
+def set_labels(session: Session, items: list[tuple[Node, dict[str, str]]]) -> None:
+    """send_label on each (node, its new labels) in parallel, every operation waited on."""
+    session.batch(lambda item: send_label(session, *item), items)
 
 
 def repair_ranks(plan: Plan, labelled: dict[str, str | None]) -> dict[str, int]:

@@ -131,12 +131,15 @@ class Session:
 
     # -- the lease --------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def holding(self, cluster: str, op: str, wait_for_lease: bool) -> Iterator[Lease]:
-        """Hold cluster's lease for this attempt (waiting for another run's to end, or not)."""
+    def holding(self, cluster: str, op: str, wait_for_lease: bool,
+                on_free: Callable[[], None] | None = None) -> Iterator[Lease]:
+        """Hold cluster's lease for this attempt (waiting for another run's to end, or not); on_free as
+        in Lease.try_acquire."""
         lease = Lease(self.clients, self.project, cluster, self.attempt, op)
         self.lease = lease
         with self.report.waiting(f"taking cluster {cluster}'s lease") as update:
-            lease.acquire(wait_for_lease, lambda h: update(f"cluster {cluster} is busy: {describe(h)}"))
+            lease.acquire(wait_for_lease, lambda h: update(f"cluster {cluster} is busy: {describe(h)}"),
+                          on_free=on_free)
         try:
             yield lease
         finally:

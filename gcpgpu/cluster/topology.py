@@ -11,7 +11,7 @@ rank 0 stays rank 0 and a cluster already in order is left as it is.
 from __future__ import annotations
 
 from .names import LABEL_RANK
-from .observe import Node, observe_nodes
+from .observe import ROW_FIELDS, Node, observe_nodes
 from .plan import Plan
 from .ranks import set_labels
 from .session import Session
@@ -56,4 +56,4 @@ def rank_by_topology(session: Session, plan: Plan, nodes: list[Node]) -> list[No
     session.report.step("labels", f"Ordering ranks by sub-block and block ({len(moved)} node(s) relabelled)")
     set_labels(session, [(n, {**n.labels, LABEL_RANK: str(rank)}) for rank, n in moved])
     want = set(plan.node_names)
-    return [n for n in observe_nodes(session.clients, session.project, plan.name) if n.name in want]
+    return [n for n in observe_nodes(session.clients, session.project, plan.name, ROW_FIELDS) if n.name in want]

@@ -31,6 +31,7 @@ from .jobs import LocalJobs
 from .jobs.storage import Storage
 from .jobs.usercmd import UserCommands
 from .monitoring.backend import MonitoringBackend
+from .partial import partial_response
 from .secretmanager.backend import SecretManagerBackend
 from .storage.backend import StorageBackend
 from .vertex.backend import VertexBackend
@@ -243,6 +244,9 @@ class Emulator:
             if handler is None:
                 raise ApiError(404, "notFound", f"The emulator serves no API at {request.path}.")
             result = handler.handle(request)
+            mask = request.args.get("fields") or request.headers.get("X-Goog-FieldMask")
+            if mask and not isinstance(result, Response) and isinstance(result[1], dict):
+                result = (result[0], partial_response(result[1], mask))
             response = result if isinstance(result, Response) else _json(*result)
             status = response.status_code
         except ApiError as e:

@@ -124,7 +124,7 @@ def batch(clients: Clients, project: str, fn: Callable[[Any], Any], items: Itera
     return ops
 
 
-def parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = MAX_PARALLEL) -> list[Any]:
     """Run fn over items on a bounded thread pool, preserving order; exceptions are returned, not raised."""
     items = list(items)
     if not items:
@@ -136,5 +136,5 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         except Exception as e:
             return e
 
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items))) as pool:
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(guarded, items))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from . import jobspan
+from . import focus, jobspan
 from .query import Window, fetch
 from .sources import metrics_for
 from .target import Target, resolve
@@ -44,6 +44,7 @@ class Tail:
     region: str | None = None  # where a Vertex job given by number alone runs
     span: jobspan.JobSpan | None = None
     span_read_at: float = float("-inf")
+    all_rows: bool = False  # a big cluster's every row, not only the slowest and the stragglers (focus.py)
 
     def refresh(self) -> Snapshot:
         """Discover (first time, then every few minutes) and fetch one snapshot."""
@@ -55,6 +56,8 @@ class Tail:
             self.span = jobspan.read(self.clients, self.project, self.job, self.region) or self.span
             self.span_read_at = now
         metrics = metrics_for(self.kind)
+        if focus.focused(self.target, self.all_rows):
+            return focus.refresh(self.clients, self.target, metrics, Window.recent(now), self.per_gpu, now, self.span)
         fetched = fetch(self.clients, self.target, metrics, Window.recent(now), self.per_gpu, latest_only=True)
         return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span)
 

@@ -58,6 +58,7 @@ class Snapshot:
     calls: int = 0
     seconds: float = 0.0
     job: JobSpan | None = None  # the job watched (metrics tail --job), when its state is known
+    hidden: int = 0  # nodes left out of a big cluster's rows (focus.py; --all shows them)
 
     @property
     def stragglers(self) -> list[str]:
@@ -103,8 +104,11 @@ def _history(points: list[tuple[float, float]] | None, fetched: Fetched) -> list
 
 
 def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: bool = False,
-          now: float | None = None, job: JobSpan | None = None) -> Snapshot:
+          now: float | None = None, job: JobSpan | None = None, gpu_reference: str = "gpus") -> Snapshot:
     """Rows for every member (and GPU), a total row, stragglers marked, and what is missing.
+
+    gpu_reference "nodes": GPU rows are compared with the nodes' median, as when only some nodes'
+    GPUs were fetched (focus.py) and their own median would be the slow ones'.
 
     Values that are not live (freshness.py: before the watched job started, from its run once it
     has ended, a silent trainer's) are held back: None, with the reason in the row's note."""
@@ -160,7 +164,7 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
 
     _mark(node_rows)
     all_gpus = [g for rows in gpu_rows.values() for g in rows]
-    _mark(all_gpus)
+    _mark(all_gpus, node_rows if gpu_reference == "nodes" else None)
 
     total = Row("total", f"{target.kind} {target.name}")
     for metric in metrics:
@@ -290,8 +294,9 @@ def _pick_history(hist: dict[str, list[tuple[float, float]] | None], fetched: Fe
     return "", _history(None, fetched)
 
 
-def _mark(rows: list[Row]) -> None:
-    """Flag rows well below the median of their peers on GPU utilization or network throughput."""
+def _mark(rows: list[Row], reference: list[Row] | None = None) -> None:
+    """Flag rows well below the median of their peers (or of `reference`'s) on GPU utilization or network
+    throughput."""
     checks = (
         ("gpu_util_pct", "GPU", lambda v: f"{v:.0f}%"),
         ("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),
@@ -310,9 +315,13 @@ def _mark(rows: list[Row]) -> None:
                 v = r.values.get(key)
             if v is not None:
                 vals[id(r)] = v
-        if len(vals) < 2:
+        ref = vals
+        if reference is not None:
+            ref = {id(r): r.values[key] for r in reference
+                   if key in r.values and r.values[key] is not None and r.values[key] >= IDLE_GPU_PCT}
+        if len(vals) < 2 and reference is None or not ref:
             continue
-        median = statistics.median(vals.values())
+        median = statistics.median(ref.values())
         if median <= (IDLE_NET_GBPS if key == "net_gbps" else 0):
             continue
         for r in rows:
@@ -429,7 +438,10 @@ def _table(snapshot: Snapshot, dropped: set[str], wrap: bool) -> Any:
     title = (f"{snapshot.target.label}: {len([r for r in snapshot.rows if r.kind == 'node'])} "
              f"{'node' if snapshot.target.kind == 'cluster' else 'task'}(s)"
              + (f" of {machine.name} ({machine.max_net_gbps} Gbit/s each)" if machine else "") + f" at {stamp}"
-             + (f"; {freshness.job_line(snapshot.job, snapshot.time)}" if snapshot.job else ""))
+             + (f"; {freshness.job_line(snapshot.job, snapshot.time)}" if snapshot.job else "")
+             + (f"\nshowing the {len([r for r in snapshot.rows if r.kind == 'node'])} slowest and every straggler; "
+                f"{snapshot.hidden} more within {STRAGGLER_SHARE:.0%} of the median (--all shows every row)"
+                if snapshot.hidden else ""))
     t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
     t.add_column("NODE" if snapshot.target.kind == "cluster" else "TASK", no_wrap=True)
     shown = [i for i, (_h, key, _f) in enumerate(columns(snapshot)) if key not in dropped]

@@ -1,11 +1,13 @@
-"""Benchmark: `gcpgpu metrics tail` refresh time and API calls per refresh, 8 and 64 nodes of 8 GPUs.
+"""Benchmark: `gcpgpu metrics tail` refresh time and API calls per refresh, 8, 64 and 1,024 nodes of 8 GPUs.
 
 The emulator runs in its own process (as Google's servers do), with a labelled a3-highgpu-8g
 cluster of each size that has been running for 20 minutes; this process runs the tail's refresh
 (one ListTimeSeries per metric type, all in parallel) and reports medians over repeated refreshes,
-counting the calls from the emulator's request log.
+counting the calls from the emulator's request log. Then the whole command, `gcpgpu metrics tail
+--cluster C --once`, as a user runs it, for the smallest and the largest cluster in the same run.
+Every figure is printed beside its target (issue 27) and marked MISS when missed.
 
-    .venv/bin/python tests/bench/metrics.py [--repeats N]
+    .venv/bin/python tests/bench/metrics.py [--repeats N] [--sizes 8,64,1024]
 """
 
 from __future__ import annotations
@@ -23,38 +25,59 @@ import json, sys
 from gcpgpu.fakes.server import Emulator
 from gcpgpu.fakes.monitoring.testing import emulated_cluster
 emu = Emulator().start()
-for n in (8, 64):
-    emulated_cluster(emu, f"bench{n}", n, machine_type="a3-highgpu-8g", project="bench")
-emu.monitoring.straggler("bench64-17", 0.5)
+for n in SIZES:
+    emulated_cluster(emu, f"bench{n}", n, machine_type="a3-highgpu-8g", project="bench-proj")
+    emu.monitoring.straggler(f"bench{n}-{n // 2}", 0.5)
 print(json.dumps({"address": emu.address}), flush=True)
 sys.stdin.read()  # serve until the benchmark closes our stdin
 emu.stop()
 """
+REFRESH_TARGET_S = 1.0  # at 1,024 nodes x 8 GPUs, both views
+CLI_RATIO_TARGET = 1.5  # the whole --once command, largest vs 8 nodes
+# One call per column; over 64 nodes one more (each node's worst GPU) and, per GPU, 7 for the nodes shown.
+MAX_CALLS = {False: 14, True: 21}
 
 
 def control(address: str, what: str, method: str = "GET") -> object:
     req = urllib.request.Request(f"http://{address}/_emulator/{what}", method=method)
-    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback emulator
+    with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - loopback emulator
         return json.loads(r.read())
+
+
+def cli_once(address: str, nodes: int) -> float:
+    """Wall time of `gcpgpu metrics tail --cluster benchN --once` in its own process."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "from gcpgpu.cli import main; main()", "--emulator", address, "--project",
+                    "bench-proj", "metrics", "tail", "--cluster", f"bench{nodes}", "--once"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISS"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sizes", default="8,64,1024")
     args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
 
     from gcpgpu.gcp.clients import Clients
     from gcpgpu.metrics.tail import Tail
 
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    code = SERVER.replace("SIZES", repr(tuple(sizes)))
+    server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    medians: dict[tuple[int, bool], tuple[float, float]] = {}
     try:
         address = json.loads(server.stdout.readline())["address"]  # type: ignore[union-attr]
-        clients = Clients(emulator=address, project="bench")
+        clients = Clients(emulator=address, project="bench-proj")
         print(f"{'nodes':>5} {'GPUs':>5} {'view':>8} {'refresh median':>15} {'min':>8} {'max':>8} "
               f"{'API calls/refresh':>18} {'rows':>5}  stragglers")
-        for nodes in (8, 64):
+        for nodes in sizes:
             for per_gpu in (False, True):
-                tail = Tail(clients, "bench", "cluster", f"bench{nodes}", per_gpu=per_gpu)
+                tail = Tail(clients, "bench-proj", "cluster", f"bench{nodes}", per_gpu=per_gpu)
                 tail.refresh()  # discovery (one Compute list call) and warm-up, not timed
                 times, calls = [], []
                 for _ in range(args.repeats):
@@ -64,14 +87,28 @@ def main() -> None:
                     times.append(time.perf_counter() - t0)
                     logged = control(address, "requests")
                     calls.append(len(logged))  # type: ignore[arg-type]
+                medians[(nodes, per_gpu)] = (statistics.median(times), statistics.median(calls))
+                shown = [n for n in snap.stragglers if "/" not in n]
                 print(f"{nodes:>5} {nodes * 8:>5} {'per-GPU' if per_gpu else 'per-node':>8} "
                       f"{statistics.median(times) * 1000:>12.0f} ms {min(times) * 1000:>5.0f} ms "
                       f"{max(times) * 1000:>5.0f} ms {statistics.median(calls):>18.0f} {len(snap.rows):>5}  "
-                      f"{', '.join(n for n in snap.stragglers if '/' not in n) or '-'}")
+                      f"{', '.join(shown[:4]) + (' ...' if len(shown) > 4 else '') or '-'}", flush=True)
+        small, big = min(sizes), max(sizes)
+        cli = {n: cli_once(address, n) for n in (small, big)}
     finally:
         if server.stdin:
             server.stdin.close()
-        server.wait(timeout=30)
+        server.wait(timeout=60)
+
+    print("\ntargets (issue 27):")
+    for per_gpu in (False, True):
+        secs, calls = medians[(big, per_gpu)]
+        print(f"  {big} x 8 GPUs, {'per-GPU' if per_gpu else 'per-node'} view: {secs * 1000:.0f} ms median per refresh, "
+              f"{calls:.0f} API calls (target < {REFRESH_TARGET_S * 1000:.0f} ms, calls fixed: at most "
+              f"{MAX_CALLS[per_gpu]} at any size)  {verdict(secs < REFRESH_TARGET_S and calls <= MAX_CALLS[per_gpu])}")
+    ratio = cli[big] / cli[small]
+    print(f"  'gcpgpu metrics tail --cluster C --once': {cli[big]:.2f} s at {big} nodes vs {cli[small]:.2f} s at "
+          f"{small}: {ratio:.2f}x (target <= {CLI_RATIO_TARGET}x)  {verdict(ratio <= CLI_RATIO_TARGET)}")
 
 
 if __name__ == "__main__":

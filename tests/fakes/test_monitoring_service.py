@@ -309,3 +309,26 @@ def test_the_agents_collection_interval_sets_how_often_gpu_samples_come(client, 
     assert len(net.points) in (2, 3)  # Compute's own counters keep their minute
     with pytest.raises(ValueError, match="between 10 s and 1 h"):
         gcp.monitoring.agents(interval_s=1)
+
+
+def test_made_up_series_kept_between_calls_follow_a_new_straggler_and_time(client, gcp):
+    """The emulator keeps the series a filter matched from one call to the next (issue 27: 8,192 GPU
+    series per call at 1,024 nodes); a straggler set, or time moving on, between two calls still shows."""
+    vms = emulated_cluster(gcp, "syn", 3, project=PROJECT)
+    gcp.clock.freeze()
+    now = gcp.clock.now()
+
+    def per_node(end: float) -> dict[str, float]:
+        util = ask(client, f'metric.type = "{UTIL}"', start=end - 300, end=end, aligner="ALIGN_MEAN",
+                   reducer="REDUCE_MEAN", group_by=["resource.labels.instance_id"])
+        return {s.resource.labels["instance_id"]: values(s)[0] for s in util}
+
+    before = per_node(now)
+    assert per_node(now) == before  # kept: the same answer
+    gcp.monitoring.straggler("syn-1", factor=0.5)
+    slowed = per_node(now)
+    assert slowed[vms[1]["id"]] < 0.6 * before[vms[1]["id"]] and slowed[vms[0]["id"]] == before[vms[0]["id"]]
+    gcp.clock.advance(600)
+    later = ask(client, f'metric.type = "{UTIL}"', start=now + 300, end=now + 600, aligner="ALIGN_MEAN",
+                period=60)
+    assert later and max(p.interval.end_time.timestamp() for s in later for p in s.points) > now + 300

@@ -250,3 +250,22 @@ def align_and_reduce(series: list[Arrays], groups: list[int], n_groups: int, ali
         (np.maximum if reducer == "REDUCE_MAX" else np.minimum).at(result, out_index, vals)
     grid, mask = result.reshape(n_groups, count), (out_counts > 0).reshape(n_groups, count)
     return [dict(zip(stamps[mask[g]].tolist(), grid[g][mask[g]].tolist(), strict=False)) for g in range(n_groups)]
+
+def series_field(series: dict, f: str) -> str | None:
+    """A series header's value of a group-by field (resource.type, metric.labels.X, resource.labels.X)."""
+    if f == "resource.type":
+        return series["resource_type"]
+    if f == "metric.type":
+        return None
+    if f.startswith("metric.labels."):
+        return series["metric_labels"].get(f[len("metric.labels."):])
+    if f.startswith("resource.labels."):
+        return series["resource_labels"].get(f[len("resource.labels."):])
+    return None
+
+
+def with_points(head: dict, values: dict[float, float], period: float) -> dict:
+    """An output series: its header and {bucket end: value} as points, newest first."""
+    delta = head["kind"] == "DELTA"
+    pts = [((t - period) if delta else t, t, v) for t, v in sorted(values.items(), key=lambda kv: -kv[0])]
+    return {k: v for k, v in head.items() if k != "aligned"} | {"points": pts}

@@ -178,6 +178,7 @@ class Generator:
         self.knobs = knobs
         self.now = now
         self._time_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._fixed_cache: dict[tuple, dict] = {}
 
     def _series_seed(self, *parts: object) -> int:
         return _seed_of("/".join(str(p) for p in (self.seed, *parts)))
@@ -234,13 +235,16 @@ class Generator:
     def sample_all(self, items: list[Synthetic], start: float, end: float) -> list[Samples]:
         """Samples of each series in [start, end]; GPU series are computed a VM at a time (one numpy pass)."""
         out: list[Samples | None] = [None] * len(items)
-        per_vm: dict[tuple[str, str], list[int]] = {}
+        # VMs that ran (and were busy) over the same spans share their sample times: their GPUs are one
+        # numpy pass, whatever the cluster's size (a 1,024-node query is 8,192 GPU series).
+        per_vm: dict[tuple, list[int]] = {}
         for i, item in enumerate(items):
             if item.gpu is not None:
-                per_vm.setdefault((item.metric_type, item.gpu[0].id), []).append(i)
+                vm = item.gpu[0]
+                per_vm.setdefault((item.metric_type, vm.running, vm.busy), []).append(i)
             elif item.sample is not None:
                 out[i] = item.sample(start, end)
-        for (metric_type, _vm), indexes in per_vm.items():
+        for (metric_type, _running, _busy), indexes in per_vm.items():
             batch = self._gpu_batch(metric_type, [items[i].gpu for i in indexes], start, end)  # type: ignore[misc]
             for i, samples in zip(indexes, batch, strict=False):
                 out[i] = samples
@@ -296,36 +300,56 @@ class Generator:
 
     def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float,
                    period: float | None = None) -> list[Samples]:
-        """Samples of several GPU series of one VM: rows of one array, sharing its sample times and wave."""
+        """Samples of several GPU series of VMs with the same running and busy spans: rows of one array,
+        sharing their sample times and wave."""
         vm = specs[0][0]
         k, t, w, busy = self._times(vm, start, end, period=period or self.knobs.agent_interval_s)
         name = metric_type.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
-        seeds = [self._series_seed(vm.id, g, metric_type, *extra.values()) for _vm, g, extra, _f, _m in specs]
-        mix = _mix(np.array(seeds, dtype=np.uint64), k)
+        fixed = self._fixed(metric_type, name, specs)
+        mix = _mix(fixed["seeds"], k)
         if name == "bytes_used":
             # NVML's memory by state: what the job's process holds while it runs, a driver's sliver when idle.
-            share = np.array([0.70 + 0.06 * (self._series_seed(vm.id, g, "mem") % 1000) / 1000.0
-                              for _vm, g, _e, _f, _m in specs])
-            total = np.array([m for _vm, _g, _e, _f, m in specs])[:, None]
+            share, total = fixed["share"], fixed["total"]
             # One noise per GPU, not per state: a GPU's used and free add up to its memory.
-            gpu_mix = _mix(np.array([self._series_seed(vm.id, g, metric_type) for _vm, g, _e, _f, _m in specs],
-                                    dtype=np.uint64), k)
+            gpu_mix = _mix(fixed["gpu_seeds"], k)
             used = total * (IDLE_MEMORY + (share[:, None] * (1 + 0.002 * gpu_mix) - IDLE_MEMORY) * busy[None, :])
-            free_rows = np.array([e.get("memory_state") == "free" for _vm, _g, e, _f, _m in specs])[:, None]
-            values = np.floor(np.where(free_rows, total - used, used))
+            values = np.floor(np.where(fixed["free_rows"], total - used, used))
         else:
             # Everything else follows the GPU's utilization u (percent), scaled into its own unit.
-            base = {"utilization": 1.0, "sm_utilization": 0.0086, "sm_occupancy": 0.0041, "dram_utilization": 0.0048,
-                    "nvlink_traffic_rate": 140e9 / 100, "pcie_traffic_rate": 6e9 / 100}.get(name, 1.0)
-            scales = np.array([PIPES.get(extra.get("pipe", ""), 0.0) / 100 if name == "pipe_utilization" else base
-                               for _vm, _g, extra, _f, _m in specs])
-            factors = np.array([f for _vm, _g, _e, f, _m in specs])
+            scales, factors = fixed["scales"], fixed["factors"]
             # Busy while a job's process runs on the VM (the share of each sample's minute), 0 when idle.
             busy_pct = (94.0 + 2.5 * w[None, :] + 1.5 * mix) * factors[:, None] * busy[None, :]
             values = np.clip(busy_pct, 0.0, 100.0) * scales[:, None]
             if name.endswith("traffic_rate"):
                 values = np.floor(values)
         return [(t, t, values[i]) for i in range(len(specs))]
+
+    def _fixed(self, metric_type: str, name: str, specs: list[tuple]) -> dict[str, np.ndarray]:
+        """What does not change with time in a batch of GPU series (seeds, shares, scales): worked out
+        once per batch while the generator is kept (backend._matching), not on every call."""
+        key = (metric_type, len(specs), *(id(x) for x in specs[:1] + specs[-1:]))
+        cached = self._fixed_cache.get(key)
+        if cached is not None and cached["specs"] == specs:
+            return cached
+        out: dict = {"specs": list(specs), "seeds": np.array(
+            [self._series_seed(v.id, g, metric_type, *extra.values()) for v, g, extra, _f, _m in specs], dtype=np.uint64)}
+        if name == "bytes_used":
+            out["share"] = np.array([0.70 + 0.06 * (self._series_seed(v.id, g, "mem") % 1000) / 1000.0
+                                     for v, g, _e, _f, _m in specs])
+            out["total"] = np.array([m for _vm, _g, _e, _f, m in specs])[:, None]
+            out["gpu_seeds"] = np.array([self._series_seed(v.id, g, metric_type) for v, g, _e, _f, _m in specs],
+                                        dtype=np.uint64)
+            out["free_rows"] = np.array([e.get("memory_state") == "free" for _vm, _g, e, _f, _m in specs])[:, None]
+        else:
+            base = {"utilization": 1.0, "sm_utilization": 0.0086, "sm_occupancy": 0.0041, "dram_utilization": 0.0048,
+                    "nvlink_traffic_rate": 140e9 / 100, "pcie_traffic_rate": 6e9 / 100}.get(name, 1.0)
+            out["scales"] = np.array([PIPES.get(extra.get("pipe", ""), 0.0) / 100 if name == "pipe_utilization"
+                                      else base for _vm, _g, extra, _f, _m in specs])
+            out["factors"] = np.array([f for _vm, _g, _e, f, _m in specs])
+        if len(self._fixed_cache) >= 256:  # batches made afresh each call (a Vertex task's) must not pile up
+            self._fixed_cache.clear()
+        self._fixed_cache[key] = out
+        return out
 
     def for_jobs(self, metric_type: str, project: str) -> list[Synthetic]:
         if not self.knobs.enabled or not metric_type.startswith(VERTEX) or metric_type not in BUILTIN:
