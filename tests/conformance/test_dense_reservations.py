@@ -70,3 +70,53 @@ def test_a_full_block_refuses_more_vms(compute):  # noqa: F811
     op = compute.instances().insert(project=PROJECT, zone=ZONE, body=_vm("b", target, "RESERVATION_BOUND")).execute()
     done = compute.zoneOperations().wait(project=PROJECT, zone=ZONE, operation=op["name"]).execute()
     assert done.get("error"), done
+
+
+def _rfc(ts: float) -> str:
+    import time
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def test_calendar_mode_is_advised_created_and_delivered_on_the_emulators_clock(gcp, compute):  # noqa: F811
+    now = gcp.clock.now()
+    advice = _conform(compute.advice().calendarMode(project=PROJECT, region=ZONE[:-2], body={
+        "futureResourcesSpecs": {"a": {
+            "targetResources": {"specificSkuResources": {"machineType": MT, "instanceCount": "2"}},
+            "timeRangeSpec": {"startTimeNotEarlierThan": _rfc(now + 3600), "minDuration": "172800s"},
+            "deploymentType": "DENSE"}}}).execute(), "CalendarModeAdviceResponse")
+    rec = advice["recommendations"][0]["recommendationsPerSpec"]["a"]
+    assert rec["recommendationType"] == "FUTURE_RESERVATION" and rec["location"].startswith("zones/")
+    zone = rec["location"].split("/")[1]
+    _wait(compute, compute.futureReservations().insert(project=PROJECT, zone=zone, body={
+        "name": "cal", "reservationMode": "CALENDAR", "planningStatus": "SUBMITTED", "deploymentType": "DENSE",
+        "reservationName": "cal", "specificReservationRequired": True,
+        "specificSkuProperties": {"totalCount": "2", "instanceProperties": {"machineType": MT}},
+        "timeWindow": {"startTime": rec["startTime"], "endTime": rec["endTime"]}}).execute())
+    fr = _conform(compute.futureReservations().get(project=PROJECT, zone=zone, futureReservation="cal").execute(),
+                  "FutureReservation")
+    assert fr["status"]["procurementStatus"] == "PENDING_APPROVAL"
+    with pytest.raises(HttpError):
+        compute.reservations().get(project=PROJECT, zone=zone, reservation="cal").execute()
+    gcp.clock.advance(3700)
+    fr = compute.futureReservations().get(project=PROJECT, zone=zone, futureReservation="cal").execute()
+    assert fr["status"]["procurementStatus"] == "FULFILLED"
+    res = _conform(compute.reservations().get(project=PROJECT, zone=zone, reservation="cal").execute(), "Reservation")
+    assert res["deploymentType"] == "DENSE" and res["deleteAtTime"]
+    listed = _conform(compute.futureReservations().aggregatedList(project=PROJECT).execute(),
+                      "FutureReservationsAggregatedListResponse")
+    assert [f["name"] for f in listed["items"][f"zones/{zone}"]["futureReservations"]] == ["cal"]
+
+
+@pytest.mark.parametrize("window,why", [
+    ({"startTime": "2000-01-01T00:00:00Z", "duration": {"seconds": "86400"}}, "in the future"),
+    ({"startTime": "START", "duration": {"seconds": "3600"}}, "1 to 90 days"),
+    ({"startTime": "START", "duration": {"seconds": str(91 * 86400)}}, "1 to 90 days"),
+])
+def test_calendar_mode_refuses_a_past_or_out_of_range_window(gcp, compute, window, why):  # noqa: F811
+    window = {**window, "startTime": window["startTime"].replace("START", _rfc(gcp.clock.now() + 7200))}
+    with pytest.raises(HttpError) as e:
+        compute.futureReservations().insert(project=PROJECT, zone=ZONE, body={
+            "name": "bad", "reservationMode": "CALENDAR",
+            "specificSkuProperties": {"totalCount": "1", "instanceProperties": {"machineType": MT}},
+            "timeWindow": window}).execute()
+    assert e.value.resp.status == 400 and why in str(e.value)

@@ -22,6 +22,14 @@ URLS = Map([
     Rule(f"{RB}/<block>", endpoint="block", methods=["GET"]),
     Rule(f"{RB}/<block>/reservationSubBlocks", endpoint="sub_blocks", methods=["GET"]),
     Rule(f"{RB}/<block>/reservationSubBlocks/<sub>", endpoint="sub_block", methods=["GET"]),
+    Rule(f"{P}/zones/<zone>/futureReservations", endpoint="fr_list", methods=["GET"]),
+    Rule(f"{P}/zones/<zone>/futureReservations", endpoint="fr_insert", methods=["POST"]),
+    Rule(f"{P}/zones/<zone>/futureReservations/<name>", endpoint="fr_get", methods=["GET"]),
+    Rule(f"{P}/zones/<zone>/futureReservations/<name>", endpoint="fr_delete", methods=["DELETE"]),
+    Rule(f"{P}/zones/<zone>/futureReservations/<name>/cancel", endpoint="fr_cancel", methods=["POST"]),
+    Rule(f"{P}/aggregated/futureReservations", endpoint="fr_aggregated", methods=["GET"]),
+    Rule(f"{P}/regions/<region>/advice/calendarMode", endpoint="calendar_mode", methods=["POST"]),
+    Rule(f"{P}/zones/<zone>/instances/<name>/reportHostAsFaulty", endpoint="report_faulty", methods=["POST"]),
 ], strict_slashes=False, merge_slashes=False)
 
 # Resource kind -> the `kind` of its list responses (discovery document's list schemas).
@@ -79,6 +87,39 @@ class ReservationsRest:
         return {"resource": self.b.get_reservation_sub_block(project, zone, reservation, block, sub)}
 
 
-BODIES: dict[str, tuple[str, str]] = {}
+    # -- futureReservations -------------------------------------------------------------------
+    def on_fr_list(self, req: Request, body: dict, project: str, zone: str) -> dict:
+        items = self.b.list_future_reservations(project, zone).get(f"zones/{zone}", [])
+        return _listed("futureReservations", project, f"zones/{zone}", items, req)
+
+    def on_fr_insert(self, req: Request, body: dict, project: str, zone: str) -> dict:
+        return self.b.insert_future_reservation(project, zone, body, request_id=req.args.get("requestId"))
+
+    def on_fr_get(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
+        return self.b.get_future_reservation(project, zone, name)
+
+    def on_fr_delete(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
+        self.b.get_future_reservation(project, zone, name)
+        return self.b.delete(project, f"zones/{zone}/futureReservations", name, request_id=req.args.get("requestId"))
+
+    def on_fr_cancel(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
+        return self.b.cancel_future_reservation(project, zone, name, request_id=req.args.get("requestId"))
+
+    def on_fr_aggregated(self, req: Request, body: dict, project: str) -> dict:
+        grouped = self.b.list_future_reservations(project)
+        items = {scope: {"futureReservations": frs} for scope, frs in grouped.items()}
+        return {"kind": "compute#futureReservationsAggregatedListResponse",
+                "id": f"projects/{project}/aggregated/futureReservations", "items": items, "selfLink": req.base_url}
+
+    def on_calendar_mode(self, req: Request, body: dict, project: str, region: str) -> dict:
+        return self.b.calendar_mode_advice(project, region, body)
+
+    def on_report_faulty(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
+        return self.b.report_host_as_faulty(project, zone, name, body, request_id=req.args.get("requestId"))
+
+
+BODIES: dict[str, tuple[str, str]] = {"fr_insert": ("futureReservations", "insert"),
+                                      "calendar_mode": ("advice", "calendarMode"),
+                                      "report_faulty": ("instances", "reportHostAsFaulty")}
 
 __all__ = ["ReservationsRest"]
