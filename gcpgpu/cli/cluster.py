@@ -228,8 +228,10 @@ def plan(settings: Settings, **kw: Any) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit (same as 'cluster plan').")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
+@click.option("--wait-for-start", is_flag=True,
+              help="--reservation names a future reservation: wait (with progress) until its window opens.")
 @click.pass_obj
-def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -> None:
+def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_start: bool, **kw: Any) -> None:
     """Create a GPU cluster (or complete one that exists) and wait until every node is RUNNING.
 
     Creates a compact placement policy, the GPU NIC networks the family needs (A3: gVNIC VPCs;
@@ -244,6 +246,8 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -
     from gcpgpu.cluster.plan import plan as make_plan
 
     spec = _build_spec(settings, kw)
+    if wait_for_start and not spec.reservation:
+        raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
     p = make_plan(spec, project)
     if dry_run:
@@ -256,6 +260,10 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -
         _show_plan(p, table=not yes)  # asked to confirm: show everything; --yes: the summary line
     cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
     _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
+    if wait_for_start:
+        from gcpgpu.reservations import wait_for_plan
+
+        wait_for_plan(settings.clients, project, p, info)
     try:
         nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p, wait_for_lease=not no_wait)
     except KeyboardInterrupt:
