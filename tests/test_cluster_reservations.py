@@ -89,3 +89,15 @@ def test_a_malformed_block_path_is_refused_with_no_api_call(gcp, cli, bad):
     out = _up(cli, "d", bad, code=2).output
     assert "must be NAME, NAME/reservationBlocks/BLOCK or" in out
     assert gcp.compute.project(PROJECT).collections.get(f"zones/{ZONE}/instances", {}) == {}
+
+
+def test_cluster_status_shows_a_nodes_upcoming_maintenance(gcp, cli):
+    import json
+
+    dense_reservation(gcp, "sold", 2)
+    _up(cli, "m", "sold")
+    gcp.faults.update({"maintenance": "m-1@3h"})
+    out = cli("cluster", "status", "m").output
+    assert "maintenance: m-1 scheduled PENDING, window " in out and "m-0 scheduled" not in out
+    rows = json.loads(cli("--format", "json", "cluster", "status", "m").stdout)["nodes"]
+    assert [bool(r.get("maintenance")) for r in rows] == [False, True]

@@ -379,6 +379,11 @@ def status(settings: Settings, name: str) -> None:
         info(f"placement policy {p['name']} ({p['region']}): COLLOCATED, {room}")
     for r in obs.reservations:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
+    for n in obs.nodes:
+        if n.maintenance:
+            m = n.maintenance
+            info(f"maintenance: {n.name} {m['type'].lower()} {m['status']}, window {m['window_start']} to "
+                 f"{m['window_end']}" + (" (can be rescheduled)" if m["can_reschedule"] else ""))
     if obs.networks:
         info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
     for r in obs.routers:

@@ -120,3 +120,38 @@ def test_calendar_mode_refuses_a_past_or_out_of_range_window(gcp, compute, windo
             "specificSkuProperties": {"totalCount": "1", "instanceProperties": {"machineType": MT}},
             "timeWindow": window}).execute()
     assert e.value.resp.status == 400 and why in str(e.value)
+
+
+def test_report_host_as_faulty_moves_the_vm_to_a_new_host_and_degrades_its_sub_block(gcp, compute):  # noqa: F811
+    _dense(compute, "rr", 2)
+    _wait(compute, compute.instances().insert(project=PROJECT, zone=ZONE,
+                                              body=_vm("vm", "rr", "RESERVATION_BOUND")).execute())
+    gcp.clock.advance(120)
+    before = compute.instances().get(project=PROJECT, zone=ZONE, instance="vm").execute()["resourceStatus"]
+    with pytest.raises(HttpError) as e:  # the request's own rule: IMMEDIATE only
+        compute.instances().reportHostAsFaulty(project=PROJECT, zone=ZONE, instance="vm", body={
+            "disruptionSchedule": "FUTURE"}).execute()
+    assert e.value.resp.status == 400
+    _wait(compute, compute.instances().reportHostAsFaulty(project=PROJECT, zone=ZONE, instance="vm", body={
+        "disruptionSchedule": "IMMEDIATE",
+        "faultReasons": [{"behavior": "UNRECOVERABLE_GPU_ERROR", "description": "Xid 79"}]}).execute())
+    vm = _conform(compute.instances().get(project=PROJECT, zone=ZONE, instance="vm").execute(), "Instance")
+    assert vm["status"] in ("REPAIRING", "RUNNING")
+    after = vm["resourceStatus"]
+    assert after["physicalHost"] != before["physicalHost"]
+    assert after["physicalHostTopology"]["subblock"] == before["physicalHostTopology"]["subblock"]
+    block = compute.reservationBlocks().list(project=PROJECT, zone=ZONE, reservation="rr").execute()["items"][0]
+    assert block["healthInfo"]["healthStatus"] == "DEGRADED"
+
+
+def test_a_maintenance_fault_shows_as_upcoming_maintenance(gcp, compute):  # noqa: F811
+    _dense(compute, "mm", 1)
+    _wait(compute, compute.instances().insert(project=PROJECT, zone=ZONE,
+                                              body=_vm("vm", "mm", "RESERVATION_BOUND")).execute())
+    gcp.faults.update({"maintenance": "vm@2h"})
+    vm = _conform(compute.instances().get(project=PROJECT, zone=ZONE, instance="vm").execute(), "Instance")
+    up = vm["resourceStatus"]["upcomingMaintenance"]
+    assert (up["type"], up["maintenanceStatus"]) == ("SCHEDULED", "PENDING")
+    gcp.clock.advance(2 * 3600 + 60)
+    vm = compute.instances().get(project=PROJECT, zone=ZONE, instance="vm").execute()
+    assert vm["resourceStatus"]["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING"

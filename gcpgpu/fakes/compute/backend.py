@@ -17,6 +17,7 @@ from .flex import FlexStartMixin
 from .future import FutureReservationsMixin
 from .instance_spec import InstanceSpecMixin
 from .instances import InstancesMixin
+from .maintenance import MaintenanceMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
@@ -33,6 +34,6 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 
 
 class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, RoutersMixin,
-                     PlacementMixin, DenseReservationsMixin, FutureReservationsMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
+                     PlacementMixin, DenseReservationsMixin, FutureReservationsMixin, MaintenanceMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
                      RunDurationMixin, TopologyMixin, FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""
