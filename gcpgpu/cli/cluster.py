@@ -398,11 +398,16 @@ def status(settings: Settings, name: str) -> None:
 
 @cluster.command()
 @click.argument("name")
+@click.option("--active", is_flag=True,
+              help="Also run diagnostics on the nodes: GPU diagnostics (dcgmi diag, else nvidia-smi ECC, "
+                   "row remaps, Xid), an all_reduce over each node's GPUs and a cross-node NCCL all_reduce, "
+                   "compared with what the catalog expects (gcpgpu/data/busbw.yaml).")
 @click.pass_obj
-def doctor(settings: Settings, name: str) -> None:
+def doctor(settings: Settings, name: str, active: bool) -> None:
     """Check every node is ready to train: driver, GPUs, GPU NICs and links, GPUDirect pieces.
 
     Reads what each node's startup script reported (guest attributes); exit 1 if a node is not ready.
+    With --active, names the node, GPU or NIC that diagnostics find bad.
     """
     from gcpgpu.cluster import doctor as doc
     from gcpgpu.errors import CloudError
@@ -413,6 +418,10 @@ def doctor(settings: Settings, name: str) -> None:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
     rows = [c.row() for c in checks]
     emit(rows, doc.COLUMNS, title=f"Cluster {name}: node health")
+    if active:
+        from gcpgpu.cli.diagnostics import active_doctor
+
+        active_doctor(settings, name)
     bad = [c for c in checks if c.problems()]
     if bad:
         raise CloudError(f"{len(bad)} of {len(checks)} node(s) not ready: "

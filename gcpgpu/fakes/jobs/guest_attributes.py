@@ -30,7 +30,7 @@ class GuestAttributesRest:
         project, zone, name = parts[3], parts[5], parts[7]
         inst = self.emulator.compute.get(project, f"zones/{zone}/instances", name)  # 404 as compute answers it
         agent = self.emulator.jobs.agent
-        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"])}
+        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"]), **self._diagnostics(project, zone, inst)}
         link = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{name}/guestAttributes"
         key = request.args.get("variableKey")
         if key:
@@ -44,3 +44,16 @@ class GuestAttributesRest:
                  for k, v in sorted(attrs.items()) if k.startswith(prefix)]
         return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{path}", "queryPath": path,
                      "queryValue": {"items": items} if items else {}}
+
+    def _diagnostics(self, project: str, zone: str, inst: dict) -> dict[str, str]:
+        """Active diagnostics (jobs/diag.py) over the node's cluster: its label names the peers."""
+        from .diag import NodeDiagnostics
+
+        diag = self.__dict__.setdefault("_diag", NodeDiagnostics())
+        cluster = (inst.get("labels") or {}).get("gcpgpu-cluster")
+
+        def peers() -> list[str]:
+            return [i["name"] for i in self.emulator.compute.list(project, f"zones/{zone}/instances")
+                    if cluster and (i.get("labels") or {}).get("gcpgpu-cluster") == cluster]
+
+        return diag.attributes(inst, self.emulator.faults, peers)
