@@ -32,9 +32,11 @@ class NodeDiagnostics:
         self._families = catalog["families"]
         self._busbw = read_data("gcpgpu", "data/busbw.yaml")
 
-    def attributes(self, inst: dict, faults: object, peers: Callable[[], Iterable[str]]) -> dict[str, str]:
-        """{"gcpgpu-diag/key": value} for a RUNNING node asked for diagnostics; {} otherwise.
-        `peers()` names the nodes of the same cluster (the cross-node all_reduce runs over all of them)."""
+    def attributes(self, inst: dict, bad_gpus: Iterable[str], slow_nics: Iterable[str],
+                   peers: Callable[[], Iterable[str]]) -> dict[str, str]:
+        """{"gcpgpu-diag/key": value} for a RUNNING node asked for diagnostics; {} otherwise. `bad_gpus`
+        and `slow_nics` name the nodes the faults break; `peers()` names the nodes of the same
+        cluster (the cross-node all_reduce runs over all of them)."""
         items = {i.get("key"): i.get("value") or "" for i in (inst.get("metadata") or {}).get("items", [])}
         request = items.get("gcpgpu-diag")
         mt = self._machines.get(str(inst.get("machineType", "")).rsplit("/", 1)[-1])
@@ -44,8 +46,8 @@ class NodeDiagnostics:
         gpus, nics = int(mt["gpu_count"]), int(family["gpu_nics"])
         flavor = family["gpudirect"] if nics else "none"
         name = inst["name"]
-        bad_gpu = name in (getattr(faults, "gpu_fault", None) or [])
-        slow = set(getattr(faults, "slow_nic", None) or [])
+        bad_gpu = name in set(bad_gpus)
+        slow = set(slow_nics)
         cross = float(self._busbw["cross_node"][flavor]["busbw"])
         intra = float(self._busbw["intra_node"].get(family.get("gpu", ""), {}).get("busbw", 100))
         per_nic = cross / max(nics, 1)

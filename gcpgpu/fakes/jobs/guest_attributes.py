@@ -56,4 +56,5 @@ class GuestAttributesRest:
             return [i["name"] for i in self.emulator.compute.list(project, f"zones/{zone}/instances")
                     if cluster and (i.get("labels") or {}).get("gcpgpu-cluster") == cluster]
 
-        return diag.attributes(inst, self.emulator.faults, peers)
+        faults = self.emulator.faults
+        return diag.attributes(inst, list(faults.gpu_fault), list(faults.slow_nic), peers)
