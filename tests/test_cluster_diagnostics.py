@@ -50,3 +50,42 @@ def test_active_doctor_names_the_slow_nic_and_the_slow_cross_node_all_reduce(gcp
     error = [line for line in out.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "h-2 (rank 2): GPU NIC eth3" in error[0], out
     assert "cross-node all_reduce" in out and "slowed by h-2" in out
+
+
+def test_up_check_replaces_the_node_that_fails_diagnostics_and_keeps_its_rank(gcp, cli):
+    gcp.faults.update({"gpu_fault": ["c-1"]})
+    out = cli("cluster", "up", "c", "--machine-type", MT, "--nodes", "3", "--zone", "us-central1-a",
+              "--check", "--yes").output
+    assert "replacing 1 node(s) that failed diagnostics: c-1 (rank 1): GPU 3" in out
+    assert "diagnostics: all 3 node(s) healthy" in out
+    labels = {n: gcp.compute.get(PROJECT, "zones/us-central1-a/instances", n)["labels"]["gcpgpu-rank"]
+              for n in ("c-0", "c-1", "c-2")}
+    assert labels == {"c-0": "0", "c-1": "1", "c-2": "2"}
+    assert "healthy" in cli("cluster", "doctor", "c", "--active").output  # exit 0: the replacement is sound
+
+
+def test_up_check_keeps_ranks_that_differ_from_the_fabric_order(gcp, cli):
+    """Ranks a running cluster carries (here swapped by hand, as a re-rank on real GCP can leave them)
+    survive the replacement, although `up` re-ranks by fabric whenever it adds a node."""
+    zone = "us-central1-a"
+    cli("cluster", "up", "c", "--machine-type", MT, "--nodes", "3", "--zone", zone, "--yes")
+    for name, rank in (("c-0", "2"), ("c-2", "0")):
+        inst = gcp.compute.get(PROJECT, f"zones/{zone}/instances", name)
+        gcp.compute.set_labels(PROJECT, zone, name, {"labels": {**inst["labels"], "gcpgpu-rank": rank},
+                                                     "labelFingerprint": inst["labelFingerprint"]})
+    gcp.clock.advance(60)
+    gcp.faults.update({"gpu_fault": ["c-1"]})
+    cli("cluster", "up", "c", "--machine-type", MT, "--nodes", "3", "--zone", zone, "--check", "--yes")
+    ranks = {n: gcp.compute.get(PROJECT, f"zones/{zone}/instances", n)["labels"]["gcpgpu-rank"]
+             for n in ("c-0", "c-1", "c-2")}
+    assert ranks == {"c-0": "2", "c-1": "1", "c-2": "0"}
+
+
+def test_up_check_gives_up_when_a_replacement_fails_too(gcp, cli, monkeypatch):
+    from gcpgpu.cluster import check
+
+    monkeypatch.setattr(check, "ROUNDS", 0)
+    gcp.faults.update({"gpu_fault": ["c-0"]})
+    out = cli("cluster", "up", "c", "--machine-type", MT, "--nodes", "2", "--zone", "us-central1-a",
+              "--check", "--yes", code=1).output
+    assert "still failing diagnostics after 0 replacement(s): c-0 (rank 0): GPU 3" in out

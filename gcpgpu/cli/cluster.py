@@ -230,8 +230,12 @@ def plan(settings: Settings, **kw: Any) -> None:
 @click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
 @click.option("--wait-for-start", is_flag=True,
               help="--reservation names a future reservation: wait (with progress) until its window opens.")
+@click.option("--check", is_flag=True,
+              help="Before declaring the cluster ready, run 'cluster doctor --active' diagnostics and replace "
+                   "failing nodes (their ranks kept).")
 @click.pass_obj
-def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_start: bool, **kw: Any) -> None:
+def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_start: bool, check: bool,
+       **kw: Any) -> None:
     """Create a GPU cluster (or complete one that exists) and wait until every node is RUNNING.
 
     Creates a compact placement policy, the GPU NIC networks the family needs (A3: gVNIC VPCs;
@@ -265,7 +269,12 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
 
         wait_for_plan(settings.clients, project, p, info)
     try:
-        nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p, wait_for_lease=not no_wait)
+        runner = Cluster(settings.clients, project, ConsoleReporter())
+        nodes = runner.up(p, wait_for_lease=not no_wait)
+        if check:
+            from gcpgpu.cluster.check import check_and_replace
+
+            nodes = check_and_replace(runner, p, nodes, info)
     except KeyboardInterrupt:
         raise Interrupted(f"Everything created so far is named and labelled for cluster {p.name}: run "
                           f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to "

@@ -3,6 +3,7 @@ nodes report, answered from the job agent's and the node health reports (jobs/ag
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 from ..core import ApiError
@@ -56,5 +57,23 @@ class GuestAttributesRest:
             return [i["name"] for i in self.emulator.compute.list(project, f"zones/{zone}/instances")
                     if cluster and (i.get("labels") or {}).get("gcpgpu-cluster") == cluster]
 
+        # A fault is in the host under the VM the fault named when diagnostics first saw it: a
+        # replacement of the same name (a new instance id) lands on a healthy host. The bindings
+        # live as long as the emulated project does (a reset makes a new one).
+        bound = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary()).setdefault(
+            self.emulator.compute.project(project), {})
         faults = self.emulator.faults
-        return diag.attributes(inst, list(faults.gpu_fault), list(faults.slow_nic), peers)
+
+        def hit(names: list[str]) -> list[str]:
+            out = []
+            for name in names:
+                bound.setdefault(name, inst["id"] if name == inst["name"] else None)
+                if bound[name] is None and name == inst["name"]:
+                    bound[name] = inst["id"]
+                if name == inst["name"] and bound[name] == inst["id"]:
+                    out.append(name)
+                elif name != inst["name"]:
+                    out.append(name)  # another node's fault: it counts for the cluster-wide all_reduce
+            return out
+
+        return diag.attributes(inst, hit(list(faults.gpu_fault)), hit(list(faults.slow_nic)), peers)
