@@ -101,3 +101,8 @@ def test_cluster_status_shows_a_nodes_upcoming_maintenance(gcp, cli):
     assert "maintenance: m-1 scheduled PENDING, window " in out and "m-0 scheduled" not in out
     rows = json.loads(cli("--format", "json", "cluster", "status", "m").stdout)["nodes"]
     assert [bool(r.get("maintenance")) for r in rows] == [False, True]
+
+
+def test_plan_says_a_reservation_may_make_the_nodes_reservation_bound(cli):
+    out = cli("cluster", "plan", "x", "--machine-type", MT, "--zone", ZONE, "--reservation", "myres").output
+    assert "a DENSE or calendar-mode one makes the nodes RESERVATION_BOUND" in out

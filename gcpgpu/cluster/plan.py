@@ -365,6 +365,9 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
         scheduling.update(maxRunDuration={"seconds": str(spec.max_run_duration)},
                           instanceTerminationAction=(spec.termination_action or "stop").upper())
 
+    if spec.reservation:
+        notes.append(f"--reservation {spec.reservation}: `up` reads it first; a DENSE or calendar-mode one makes "
+                     "the nodes RESERVATION_BOUND instead of STANDARD")
     if reservation_name:
         affinity = {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
                     "values": [reservation_name]}
