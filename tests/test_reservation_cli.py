@@ -94,3 +94,21 @@ def test_a_bad_window_is_refused_in_one_line_and_nothing_is_created(gcp, cli, st
     errors = [line for line in out.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and says in errors[0], out
     assert _futures(gcp) == [] and leftovers(gcp) == {}
+
+
+def test_nodes_on_a_calendar_reservation_end_with_its_window(gcp, cli, monkeypatch):
+    from gcpgpu import reservations
+
+    zone = "us-central1-b"
+    cli("--zone", zone, "reservation", "create", "wk", "--machine-type", MT, "--count", "1",
+        "--start", "1h", "--duration", "1d")
+    monkeypatch.setattr(reservations, "POLL_SECONDS", 0.0)
+    monkeypatch.setattr(reservations, "_sleep", lambda s: gcp.clock.advance(1800))
+    cli("cluster", "up", "w", "--machine-type", MT, "--nodes", "1", "--zone", zone, "--reservation", "wk",
+        "--wait-for-start", "--yes")
+    inst = gcp.compute.get(PROJECT, f"zones/{zone}/instances", "w-0")
+    assert inst["resourceStatus"]["scheduling"]["terminationTimestamp"]  # the window's end, shown ahead
+    gcp.clock.advance(86400 + 60)
+    assert gcp.fault_clock.tick() == ["w-0"]
+    gcp.clock.advance(120)
+    assert "instances" not in leftovers(gcp)  # DELETE, the reservation-bound default

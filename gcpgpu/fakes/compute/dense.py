@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import zlib
 
-from ..core import ApiError, not_found
+from ..core import ApiError, not_found, parse_rfc3339
 from .state import Project
 from .topology import _hexid
 
@@ -84,6 +84,9 @@ class DenseReservationsMixin:
         host in a sub-block; an error when it does not fit. Raises for what the API refuses outright."""
         if res.get("deploymentType") == "DENSE" and model != "RESERVATION_BOUND":
             raise ApiError(400, "invalid", DENSE_ERROR)
+        if res.get("deleteAtTime"):  # a calendar-mode reservation: its VMs end when it does
+            for inst in insts:
+                inst["_window_end"] = parse_rfc3339(res["deleteAtTime"])
         blocks = res.get("_blocks")
         if not blocks:
             if block:
