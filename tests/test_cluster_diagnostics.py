@@ -89,3 +89,26 @@ def test_up_check_gives_up_when_a_replacement_fails_too(gcp, cli, monkeypatch):
     out = cli("cluster", "up", "c", "--machine-type", MT, "--nodes", "2", "--zone", "us-central1-a",
               "--check", "--yes", code=1).output
     assert "still failing diagnostics after 0 replacement(s): c-0 (rank 0): GPU 3" in out
+
+
+def test_repair_of_a_reservation_bound_node_reports_its_host_and_keeps_name_and_rank(gcp, cli):
+    from test_cluster_reservations import dense_reservation
+
+    dense_reservation(gcp, "sold", 2, machine_type="a3-ultragpu-8g", zone="us-central1-b")
+    cli("cluster", "up", "r", "--machine-type", "a3-ultragpu-8g", "--nodes", "2", "--zone", "us-central1-b",
+        "--reservation", "sold", "--yes")
+    before = gcp.compute.get(PROJECT, "zones/us-central1-b/instances", "r-1")
+    out = cli("cluster", "repair", "r", "--node", "1", "--yes").output
+    assert "Reporting the host of r-1 (rank 1) as faulty" in out
+    after = gcp.compute.get(PROJECT, "zones/us-central1-b/instances", "r-1")
+    assert after["id"] == before["id"] and after["labels"]["gcpgpu-rank"] == "1"
+    assert after["resourceStatus"]["physicalHost"] != before["resourceStatus"]["physicalHost"]
+
+
+def test_repair_of_another_node_recreates_it_under_its_name_and_rank(gcp, cli, cluster):
+    before = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "h-2")
+    out = cli("cluster", "repair", "h", "--node", "2", "--yes").output
+    assert "Re-creating h-2 (rank 2)" in out
+    after = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "h-2")
+    assert after["id"] != before["id"] and after["labels"]["gcpgpu-rank"] == "2"
+    cli("cluster", "repair", "h", "--node", "7", "--yes", code=2)
