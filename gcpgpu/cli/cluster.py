@@ -437,31 +437,6 @@ def doctor(settings: Settings, name: str, active: bool) -> None:
                          + "; ".join(f"{c.node}: {', '.join(c.problems())}" for c in bad))
 
 
-@cluster.command()
-@click.argument("name")
-@click.option("--node", "rank", type=int, required=True, help="The rank of the node to repair.")
-@click.option("--reason", type=click.Choice(["gpu", "chip", "performance", "sdc"]), default="gpu", show_default=True,
-              help="What is wrong (reported to Compute for reservation-bound nodes).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@click.pass_obj
-def repair(settings: Settings, name: str, rank: int, reason: str, yes: bool) -> None:
-    """Move one node off a bad host, keeping its name and rank.
-
-    Reservation-bound nodes: instances.reportHostAsFaulty (Compute moves the VM). Others: the node
-    is deleted and re-created from the cluster's spec. A job running on it is interrupted.
-    """
-    from gcpgpu.cli.progress import ConsoleReporter
-    from gcpgpu.cluster.apply import Cluster
-    from gcpgpu.cluster.repair import repair as do_repair
-
-    _check_name(name)
-    if rank < 0:
-        raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
-    _confirm(yes, f"Repair node of rank {rank} of cluster {name} (a job running on it is interrupted)?")
-    node = do_repair(Cluster(settings.clients, settings.project, ConsoleReporter()), name, rank, reason, info)
-    info(f"{node.name}: rank {node.rank}, {node.status}, host {node.host or '-'}")
-
-
 @cluster.command("list")
 @click.pass_obj
 def list_cmd(settings: Settings) -> None:
@@ -498,3 +473,9 @@ def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> N
     if warning:
         info(f"note: {warning}")
     sys.exit(node_ssh.run(argv))
+
+
+# Node health commands live in their own module; registered here so `cluster --help` lists them.
+from gcpgpu.cli.diagnostics import repair as _repair  # noqa: E402 (after the group exists)
+
+cluster.add_command(_repair)
