@@ -3,6 +3,8 @@ and `cluster repair`."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from gcpgpu.errors import CloudError, UsageProblem
@@ -41,14 +43,18 @@ def repair(settings: Settings, name: str, rank: int, reason: str, yes: bool) -> 
     Reservation-bound nodes: instances.reportHostAsFaulty (Compute moves the VM). Others: the node
     is deleted and re-created from the cluster's spec. A job running on it is interrupted.
     """
-    from gcpgpu.cli.cluster import _check_name, _confirm
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.cluster.apply import Cluster
+    from gcpgpu.cluster.names import check_cluster_name
     from gcpgpu.cluster.repair import repair as do_repair
 
-    _check_name(name)
+    check_cluster_name(name)
     if rank < 0:
         raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
-    _confirm(yes, f"Repair node of rank {rank} of cluster {name} (a job running on it is interrupted)?")
+    question = f"Repair node of rank {rank} of cluster {name} (a job running on it is interrupted)?"
+    if not yes and not sys.stdin.isatty():
+        raise UsageProblem(f"{question.rstrip('?')}: pass --yes to confirm when not running interactively")
+    if not yes and not click.confirm(question, default=False, err=True):
+        raise click.Abort()
     node = do_repair(Cluster(settings.clients, settings.project, ConsoleReporter()), name, rank, reason, info)
     info(f"{node.name}: rank {node.rank}, {node.status}, host {node.host or '-'}")
