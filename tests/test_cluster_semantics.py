@@ -71,7 +71,7 @@ def test_emulator_refuses_a_second_placement_policy_on_a_reservation_that_has_on
     p = plan(ClusterSpec(name="r", machine_type="a3-highgpu-8g", nodes=2, reservation="sold",
                          zones=["us-central1-a"]).validate(), PROJECT)
     c = Cluster(Clients(emulator=gcp.address), PROJECT)
-    monkeypatch.setattr(apply, "_adopt_reservation", lambda s, plan: None)  # the old behaviour: attach our own too
+    monkeypatch.setattr(apply, "_adopt_reservation", lambda s, plan, obs: None)  # the old behaviour: attach our own too
     with pytest.raises(Exception, match="cannot name another placement policy"):
         c.up(p)
     assert leftovers(gcp) == {"reservations": ["sold"], "resourcePolicies": ["sold-compact"]}

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "metrics": "gcpgpu.cli.metrics:metrics",
     "nccl": "gcpgpu.cli.nccl:nccl",
     "plan": "gcpgpu.cli.plan:plan",
+    "reservation": "gcpgpu.cli.reservation:reservation",
 }
 
 

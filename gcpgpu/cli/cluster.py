@@ -245,8 +245,14 @@ def plan(settings: Settings, **kw: Any) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit (same as 'cluster plan').")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
+@click.option("--wait-for-start", is_flag=True,
+              help="--reservation names a future reservation: wait (with progress) until its window opens.")
+@click.option("--check", is_flag=True,
+              help="Before declaring the cluster ready, run 'cluster doctor --active' diagnostics and replace "
+                   "failing nodes (their ranks kept).")
 @click.pass_obj
-def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -> None:
+def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_start: bool, check: bool,
+       **kw: Any) -> None:
     """Create a GPU cluster (or complete one that exists) and wait until every node is RUNNING.
 
     Creates a compact placement policy, the GPU NIC networks the family needs (A3: gVNIC VPCs;
@@ -261,6 +267,8 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -
     from gcpgpu.cluster.plan import plan as make_plan
 
     spec = _build_spec(settings, kw)
+    if wait_for_start and not spec.reservation:
+        raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
     p = make_plan(spec, project)
     if dry_run:
@@ -273,8 +281,17 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, **kw: Any) -
         _show_plan(p, table=not yes)  # asked to confirm: show everything; --yes: the summary line
     cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
     _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
+    if wait_for_start:
+        from gcpgpu.reservations import wait_for_plan
+
+        wait_for_plan(settings.clients, project, p, info)
     try:
-        nodes = Cluster(settings.clients, project, ConsoleReporter()).up(p, wait_for_lease=not no_wait)
+        runner = Cluster(settings.clients, project, ConsoleReporter())
+        nodes = runner.up(p, wait_for_lease=not no_wait)
+        if check:
+            from gcpgpu.cluster.check import check_and_replace
+
+            nodes = check_and_replace(runner, p, nodes, info)
     except KeyboardInterrupt:
         raise Interrupted(f"Everything created so far is named and labelled for cluster {p.name}: run "
                           f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to "
@@ -392,6 +409,11 @@ def status(settings: Settings, name: str) -> None:
         info(f"placement policy {p['name']} ({p['region']}): COLLOCATED, {room}")
     for r in obs.reservations:
         info(f"reservation {r['name']} ({r['zone']}): {r['in_use']}/{r['count']} in use")
+    for n in obs.nodes:
+        if n.maintenance:
+            m = n.maintenance
+            info(f"maintenance: {n.name} {m['type'].lower()} {m['status']}, window {m['window_start']} to "
+                 f"{m['window_end']}" + (" (can be rescheduled)" if m["can_reschedule"] else ""))
     if obs.networks:
         info(f"{len(obs.networks)} GPU NIC network(s), {len(obs.firewalls)} firewall rule(s)")
     for r in obs.routers:
@@ -406,11 +428,16 @@ def status(settings: Settings, name: str) -> None:
 
 @cluster.command()
 @click.argument("name")
+@click.option("--active", is_flag=True,
+              help="Also run diagnostics on the nodes: GPU diagnostics (dcgmi diag, else nvidia-smi ECC, "
+                   "row remaps, Xid), an all_reduce over each node's GPUs and a cross-node NCCL all_reduce, "
+                   "compared with what the catalog expects (gcpgpu/data/busbw.yaml).")
 @click.pass_obj
-def doctor(settings: Settings, name: str) -> None:
+def doctor(settings: Settings, name: str, active: bool) -> None:
     """Check every node is ready to train: driver, GPUs, GPU NICs and links, GPUDirect pieces.
 
     Reads what each node's startup script reported (guest attributes); exit 1 if a node is not ready.
+    With --active, names the node, GPU or NIC that diagnostics find bad.
     """
     from gcpgpu.cluster import doctor as doc
     from gcpgpu.errors import CloudError
@@ -421,6 +448,10 @@ def doctor(settings: Settings, name: str) -> None:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
     rows = [c.row() for c in checks]
     emit(rows, doc.COLUMNS, title=f"Cluster {name}: node health")
+    if active:
+        from gcpgpu.cli.diagnostics import active_doctor
+
+        active_doctor(settings, name)
     bad = [c for c in checks if c.problems()]
     if bad:
         raise CloudError(f"{len(bad)} of {len(checks)} node(s) not ready: "
@@ -466,9 +497,12 @@ def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> N
 
 
 def _add_commands() -> None:
+    # Autostop and node health live in their own modules; registered here so `cluster --help` lists them.
     from gcpgpu.cli.autostop import autostop
+    from gcpgpu.cli.diagnostics import repair
 
     cluster.add_command(autostop)
+    cluster.add_command(repair)
 
 
 _add_commands()

@@ -21,6 +21,7 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
+from . import reservation_use
 from .bootlabels import BootLabels
 from .lease import Lease, LeaseLost
 from .observe import ROW_FIELDS, Node, Observed, observe, observe_nodes, observe_nodes_by_name
@@ -116,7 +117,7 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
     _check_compatible(s, plan, obs)
     _check_policy_room(plan, obs)
     if plan.spec.reservation:
-        _adopt_reservation(s, plan)
+        _adopt_reservation(s, plan, obs)
     try:
         nat = _ensure_shared(s, plan, obs)
         _start_stopped(s, plan, obs)
@@ -187,25 +188,31 @@ def _check_policy_room(plan: Plan, obs: Observed) -> None:
                              "bring it up again at the new size")
 
 
-def _adopt_reservation(s: Session, plan: Plan) -> None:
-    """A reservation that carries a placement policy imposes it: find the reservation (zonal) in the
-    candidate zones, keep only its zone, and let the nodes take its policies instead of ours."""
+def _adopt_reservation(s: Session, plan: Plan, obs: Observed) -> None:
+    """Find the reservation (zonal) in the candidate zones and keep only its zone; check it fits
+    before anything is made; bind the nodes to a DENSE or calendar-mode one; and a reservation that
+    carries a placement policy imposes it instead of ours."""
+    target = reservation_use.parse_target(plan.spec.reservation)
     for zone in plan.zones:
         try:
-            res = s.client("ReservationsClient").get(project=s.project, zone=zone,
-                                                     reservation=str(plan.spec.reservation).rsplit("/", 1)[-1])
+            res = s.client("ReservationsClient").get(project=s.project, zone=zone, reservation=target.reservation)
         except Exception as e:
             if is_not_found(e):
                 continue
             raise
         plan.spec.zones = [zone]
+        have = {n.name for n in obs.nodes}
+        reservation_use.check_fit(s, plan, res, zone, sum(1 for n in plan.node_names if n not in have))
+        if reservation_use.binds(res):
+            plan.bind_to_reservation()
+            s.report.note(plan.notes[-1])
         links = list(dict(res.resource_policies).values())
         if links:
             plan.adopt_reservation_policies(links)
             s.report.note(f"reservation {res.name} ({zone}) carries placement policy "
                           f"{', '.join(x.rsplit('/', 1)[-1] for x in links)}: the nodes use it")
         return
-    raise CloudError(f"--reservation {plan.spec.reservation}: no such reservation in "
+    raise CloudError(f"--reservation {target.reservation}: no such reservation in "
                      f"{', '.join(plan.zones)} of project {s.project}")
 
 

@@ -63,6 +63,9 @@ class Node:
     last_stop: str = ""
     ends_at: str = ""  # resourceStatus.scheduling.terminationTimestamp: when maxRunDuration ends this run
     max_run_s: int | None = None  # scheduling.maxRunDuration, when the node has one
+    # resourceStatus.upcomingMaintenance (Compute v1 discovery: type, maintenanceStatus,
+    # windowStartTime, windowEndTime, canReschedule), when a window is scheduled
+    maintenance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def region(self) -> str:
@@ -71,7 +74,8 @@ class Node:
     def row(self) -> dict[str, Any]:
         return {"name": self.name, "zone": self.zone, "internal_ip": self.internal_ip, "status": self.status,
                 "gpus": self.gpus, "rank": self.rank, "machine_type": self.machine_type, "provisioning": self.provisioning,
-                "block": self.block, "subblock": self.subblock}
+                "block": self.block, "subblock": self.subblock,
+                **({"maintenance": self.maintenance} if self.maintenance else {})}
 
 
 @dataclass
@@ -146,8 +150,17 @@ def _node(cluster: str | None, inst: Any) -> Node:
         last_stop=inst.last_stop_timestamp,
         ends_at=inst.resource_status.scheduling.termination_timestamp,
         max_run_s=int(inst.scheduling.max_run_duration.seconds) or None,
+        maintenance=_maintenance(inst),
         **_topology(inst),
     )
+
+
+def _maintenance(inst: Any) -> dict[str, Any]:
+    m = inst.resource_status.upcoming_maintenance
+    if not (m.window_start_time or m.type_):
+        return {}
+    return {"type": m.type_, "status": m.maintenance_status, "window_start": m.window_start_time,
+            "window_end": m.window_end_time, "can_reschedule": bool(m.can_reschedule)}
 
 
 def _topology(inst: Any) -> dict[str, str | None]:

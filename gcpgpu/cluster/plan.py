@@ -134,6 +134,20 @@ class Plan:
         self.notes.append(f"reservation {self.spec.reservation} carries placement policy "
                           f"{', '.join(x.rsplit('/', 1)[-1] for x in links)}: the nodes use it, gcpgpu creates none")
 
+    def bind_to_reservation(self) -> None:
+        """Consume a DENSE or calendar-mode reservation: such VMs are RESERVATION_BOUND and end with it
+        (cluster/reservation_use.py has the sources). The reservation's blocks and sub-blocks already
+        place them close together, so no placement policy of gcpgpu's own is added."""
+        sched = self.instance_properties["scheduling"]
+        sched.update(provisioningModel="RESERVATION_BOUND", automaticRestart=False, onHostMaintenance="TERMINATE",
+                     instanceTerminationAction=(self.spec.termination_action or "delete").upper())
+        if self.policy and self.instance_properties.get("resourcePolicies") == [self.policy["name"]]:
+            self.policy = None
+            self.instance_properties.pop("resourcePolicies", None)
+        self.notes.append(f"reservation {self.spec.reservation} is reservation-bound (DENSE or calendar mode): "
+                          f"the nodes use provisioningModel RESERVATION_BOUND, "
+                          f"{sched['instanceTerminationAction']} when it ends")
+
     def resources(self) -> list[dict]:
         """One row per resource, for `cluster plan` and `up --dry-run`."""
         rows: list[dict[str, Any]] = []
@@ -352,6 +366,9 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
         scheduling.update(maxRunDuration={"seconds": str(spec.max_run_duration)},
                           instanceTerminationAction=(spec.termination_action or "stop").upper())
 
+    if spec.reservation:
+        notes.append(f"--reservation {spec.reservation}: `up` reads it first; a DENSE or calendar-mode one makes "
+                     "the nodes RESERVATION_BOUND instead of STANDARD")
     if reservation_name:
         affinity = {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
                     "values": [reservation_name]}

@@ -159,8 +159,10 @@ class ClusterSpec:
     def _validate_provisioning(self, mt: catalog.MachineType) -> None:
         if self.reservation and self.create_reservation:
             raise UsageProblem("--reservation and --create-reservation exclude each other: consume one or create one")
-        if self.reservation is not None and not RFC1035.match(str(self.reservation).rsplit("/", 1)[-1]):
-            raise UsageProblem(f"--reservation {self.reservation!r} is not a reservation name (RFC 1035)")
+        if self.reservation is not None:
+            from .reservation_use import parse_target
+
+            parse_target(self.reservation)
         if self.provisioning == "spot" and (self.reservation or self.create_reservation):
             raise UsageProblem("--spot can't consume a reservation: drop --spot or the reservation")
         if self.provisioning == "flex-start":
@@ -208,7 +210,8 @@ class ClusterSpec:
             if action not in TERMINATION_ACTIONS:
                 raise UsageProblem(f"--termination-action {shown(self.termination_action)} must be delete or stop "
                                    "(what Compute Engine does to the nodes when --max-run-duration ends)")
-            if self.max_run_duration is None:
+            # A reservation-bound node ends with its reservation: the action applies there too.
+            if self.max_run_duration is None and not self.reservation:
                 raise UsageProblem("--termination-action needs --max-run-duration DURATION (e.g. "
                                    "--max-run-duration 24h): it says what happens when that time is up")
             self.termination_action = action

@@ -209,6 +209,12 @@ class Faults:
     preempt_grace_s: float = 30.0
     subblock_hosts: int = 16  # hosts per sub-block of the emulated fabric (real size unverified)
     block_subblocks: int = 4  # sub-blocks per block (unverified)
+    # Issue 28: {instance: {in_s | at, armed}} scheduled maintenance (resourceStatus.upcomingMaintenance),
+    # settable as maintenance="NODE@2h" (or a list); nodes whose GPU diagnostics fail / whose GPU
+    # NICs run slow (cluster doctor --active), settable as gpu_fault="NODE" / slow_nic="NODE".
+    maintenance: dict[str, dict] = field(default_factory=dict)
+    gpu_fault: list[str] = field(default_factory=list)
+    slow_nic: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -290,6 +296,9 @@ class Faults:
             "preempt_grace_s": self.preempt_grace_s,
             "subblock_hosts": self.subblock_hosts,
             "block_subblocks": self.block_subblocks,
+            "maintenance": {k: dict(v) for k, v in self.maintenance.items()},
+            "gpu_fault": list(self.gpu_fault),
+            "slow_nic": list(self.slow_nic),
         }
 
     @classmethod
@@ -297,6 +306,11 @@ class Faults:
         data = dict(data)
         # `preempt` and `host_error` add to what is armed (the short forms --set and faults files use).
         extra = [_preemption(v, kind) for kind in ("preempt", "host_error") for v in _as_list(data.pop(kind, None))]
+        if "maintenance" in data:
+            data["maintenance"] = _maintenance(data["maintenance"])
+        for key in ("gpu_fault", "slow_nic"):
+            if key in data:
+                data[key] = [str(x).strip() for x in _as_list(data[key])]
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:
@@ -316,6 +330,27 @@ _WHEN = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h)?$")
 
 def _as_list(value: Any) -> list:
     return [] if value in (None, "", []) else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _maintenance(value: Any) -> dict[str, dict]:
+    """{instance: {in_s, at, armed}} from a dict of them, "NODE@2h", "NODE@<RFC 3339>" or a list of those."""
+    if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+        return {k: dict(v) for k, v in value.items()}
+    out = {}
+    for item in _as_list(value):
+        name, _, when = str(item).partition("@")
+        entry: dict[str, Any] = {"in_s": 0.0, "at": None, "armed": None}
+        when = when.strip()
+        m = _WHEN.match(when) if when else None
+        if m:
+            entry["in_s"] = float(m.group("n")) * {"s": 1, "m": 60, "h": 3600}[m.group("unit") or "s"]
+        elif when:
+            try:
+                entry["at"] = parse_rfc3339(when)
+            except ValueError:
+                raise ValueError(f"maintenance={item!r}: after '@' give a delay (30m, 2h) or an RFC 3339 time") from None
+        out[name.strip()] = entry
+    return out
 
 
 def _preemption(value: Any, kind: str) -> dict:

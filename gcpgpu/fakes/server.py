@@ -47,6 +47,9 @@ STATE_VERSION = 1
 REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$",
      "gcpgpu.fakes.jobs.guest_attributes:GuestAttributesRest.for_emulator"),
+    (r"^/compute/v1/projects/[^/]+/(zones/[^/]+/(reservations/[^/]+/reservationBlocks|futureReservations"
+     r"|instances/[^/]+/reportHostAsFaulty)|regions/[^/]+/advice/calendarMode|aggregated/futureReservations)",
+     "gcpgpu.fakes.compute.rest_reservations:ReservationsRest.for_emulator"),
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
     (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
     (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),

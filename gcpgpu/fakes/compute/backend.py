@@ -3,7 +3,7 @@
 One class over one shared state, put together from a mixin per resource family, as moto builds its
 EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (zones, regions,
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
-and reservations), `routers` (Cloud Router + NAT), `instance_spec` (an instance body checked and
+and reservations), `dense` (DENSE reservations' blocks and sub-blocks), `future` (future reservations, advice), `routers` (Cloud Router + NAT), `instance_spec` (an instance body checked and
 stored), `instances`, `templates`, `preemption` (losing a VM), `runtime` (a VM's maxRunDuration),
 `topology` (where a compact-placed VM sits) and `flex` (flex-start requests that wait for capacity).
 """
@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from .catalog import CatalogMixin
 from .crud import CrudMixin
+from .dense import DenseReservationsMixin
 from .flex import FlexStartMixin
+from .future import FutureReservationsMixin
 from .instance_spec import InstanceSpecMixin
 from .instances import InstancesMixin
+from .maintenance import MaintenanceMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
@@ -31,6 +34,6 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 
 
 class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, RoutersMixin,
-                     PlacementMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
+                     PlacementMixin, DenseReservationsMixin, FutureReservationsMixin, MaintenanceMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
                      RunDurationMixin, TopologyMixin, FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

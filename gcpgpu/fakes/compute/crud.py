@@ -51,6 +51,9 @@ class CrudMixin:
             ends = self._termination_status(res)
             if ends:  # defined while a time-limited VM runs, removed when it stops
                 out["resourceStatus"] = {**out.get("resourceStatus", {}), "scheduling": ends}
+            upcoming = self._upcoming_maintenance(res)
+            if upcoming:  # a fault scheduled it (compute/maintenance.py)
+                out["resourceStatus"] = {**out.get("resourceStatus", {}), "upcomingMaintenance": upcoming}
         elif kind == "compute#reservation":
             out["specificReservation"]["inUseCount"] = str(self._reservation_in_use(res))
         return out

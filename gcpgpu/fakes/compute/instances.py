@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Callable
 
 from ..core import ApiError, already_exists, invalid, not_found, required, rfc3339
+from .dense import parse_target
 from .links import fingerprint, same_fingerprint
 from .state import Project, _check_labels, _mutation, _names_from_pattern, _stockout_error, last
 
@@ -65,7 +66,7 @@ class InstancesMixin:
             if aff.get("key") != "compute.googleapis.com/reservation-name" or not values:
                 raise invalid("resource.reservationAffinity", aff,
                               "SPECIFIC_RESERVATION needs key 'compute.googleapis.com/reservation-name' and the reservation name in values.")
-            res_name = last(values[0])
+            res_name, block, sub = parse_target(values[0])
             reservation = p.coll(f"zones/{zone}/reservations").get(res_name)
             if reservation is None:
                 raise not_found(f"projects/{project}/zones/{zone}/reservations/{res_name}")
@@ -79,9 +80,14 @@ class InstancesMixin:
                     f"Specified reservation '{res_name}' does not have available resources for the request: "
                     f"{free} of {reservation['specificReservation']['count']} free, {len(insts)} asked.",
                 )
+            err = self._admit_dense(reservation, first["scheduling"].get("provisioningModel", "STANDARD"),
+                                    block, sub, insts, zone)
+            if err is not None:
+                return 0, err
         elif kind == "ANY_RESERVATION":
             for res in p.coll(f"zones/{zone}/reservations").values():
                 if (res["_machine_type"] == mt and not res.get("specificReservationRequired")
+                        and res.get("deploymentType") != "DENSE"  # DENSE capacity is consumed by name only
                         and int(res["specificReservation"]["count"]) - self._reservation_in_use(res) >= len(insts)):
                     reservation = res
                     break

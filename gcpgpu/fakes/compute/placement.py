@@ -60,6 +60,13 @@ class PlacementMixin:
         }
         if policies:
             res["resourcePolicies"] = policies
+        dtype = body.get("deploymentType")
+        if dtype not in (None, "DENSE", "DEPLOYMENT_TYPE_UNSPECIFIED"):
+            raise invalid("resource.deploymentType", dtype, "Must be DENSE or DEPLOYMENT_TYPE_UNSPECIFIED.")
+        if dtype == "DENSE":
+            # Real DENSE capacity comes from Google (future reservations, the account team); the
+            # emulator lets a test insert one directly.
+            self._lay_out_blocks(res, zone, count)
         err = self._check_quota(p, region, self._reservation_usage(res))
         if err is None and self.faults.take_capacity(zone, mt, count) < count:
             err = _stockout_error(zone, mt)

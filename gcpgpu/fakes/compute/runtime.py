@@ -59,12 +59,14 @@ class RunDurationMixin:
         """When the VM's current run ends by its maxRunDuration: the moment it last entered RUNNING
         plus the limit; None when it has no limit or is not in a run (never started, stopped, gone)."""
         secs = run_limit_seconds(inst.get("scheduling") or {})
-        if secs is None or inst.get("_gone_at") is not None:
+        # A VM bound to a calendar-mode reservation ends with the reservation's window (compute/dense.py).
+        window_end = inst.get("_window_end")
+        if (secs is None and window_end is None) or inst.get("_gone_at") is not None:
             return None
         spans = running_spans(inst.get("_phases", []), None)
         if not spans or spans[-1][1] is not None or spans[-1][0] > self.now():
             return None
-        return spans[-1][0] + secs
+        return min(x for x in (None if secs is None else spans[-1][0] + secs, window_end) if x is not None)
 
     def end_expired_runs(self) -> list[str]:
         """Stop or delete every VM whose run time is up (the fault clock asks on each tick); returns

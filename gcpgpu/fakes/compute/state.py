@@ -214,6 +214,7 @@ class BackendBase:
     def _sweep(self, p: Project) -> None:
         """Forget resources whose deletion has finished by now (derived, never scheduled)."""
         self._tick_flex(p)  # queued flex-start VMs take capacity that appeared, or expire
+        self._tick_future(p)  # future reservations reach their window (compute/future.py)
         now = self.now()
         for items in p.collections.values():
             for name in [n for n, r in items.items() if r.get("_gone_at") is not None and r["_gone_at"] <= now]:

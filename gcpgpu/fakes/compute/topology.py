@@ -39,7 +39,9 @@ class TopologyMixin:
     def _assign_topology(self, p: Project, zone: str, region: str, insts: list[dict]) -> None:
         """Fill resourceStatus for the compact-placed VMs of `insts` (one request's VMs, in order)."""
         # In name order: a request's map of per-instance properties has no order of its own.
-        todo = sorted((i for i in insts if i["_machine_type"] in TOPOLOGY_MACHINE_TYPES), key=lambda i: i["name"])
+        # VMs bound to a DENSE reservation already sit in its blocks (compute/dense.py).
+        todo = sorted((i for i in insts if i["_machine_type"] in TOPOLOGY_MACHINE_TYPES and not i.get("_res_block")),
+                      key=lambda i: i["name"])
         policy = self._compact_policy(p, region, todo[0]) if todo else None
         if policy is None:
             return

@@ -3,6 +3,7 @@ nodes report, answered from the job agent's and the node health reports (jobs/ag
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 from ..core import ApiError
@@ -30,7 +31,7 @@ class GuestAttributesRest:
         project, zone, name = parts[3], parts[5], parts[7]
         inst = self.emulator.compute.get(project, f"zones/{zone}/instances", name)  # 404 as compute answers it
         agent = self.emulator.jobs.agent
-        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"])}
+        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"]), **self._diagnostics(project, zone, inst)}
         link = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{name}/guestAttributes"
         key = request.args.get("variableKey")
         if key:
@@ -44,3 +45,35 @@ class GuestAttributesRest:
                  for k, v in sorted(attrs.items()) if k.startswith(prefix)]
         return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{path}", "queryPath": path,
                      "queryValue": {"items": items} if items else {}}
+
+    def _diagnostics(self, project: str, zone: str, inst: dict) -> dict[str, str]:
+        """Active diagnostics (jobs/diag.py) over the node's cluster: its label names the peers."""
+        from .diag import NodeDiagnostics
+
+        diag = self.__dict__.setdefault("_diag", NodeDiagnostics())
+        cluster = (inst.get("labels") or {}).get("gcpgpu-cluster")
+
+        def peers() -> list[str]:
+            return [i["name"] for i in self.emulator.compute.list(project, f"zones/{zone}/instances")
+                    if cluster and (i.get("labels") or {}).get("gcpgpu-cluster") == cluster]
+
+        # A fault is in the host under the VM the fault named when diagnostics first saw it: a
+        # replacement of the same name (a new instance id) lands on a healthy host. The bindings
+        # live as long as the emulated project does (a reset makes a new one).
+        bound = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary()).setdefault(
+            self.emulator.compute.project(project), {})
+        faults = self.emulator.faults
+
+        def hit(names: list[str]) -> list[str]:
+            out = []
+            for name in names:
+                bound.setdefault(name, inst["id"] if name == inst["name"] else None)
+                if bound[name] is None and name == inst["name"]:
+                    bound[name] = inst["id"]
+                if name == inst["name"] and bound[name] == inst["id"]:
+                    out.append(name)
+                elif name != inst["name"]:
+                    out.append(name)  # another node's fault: it counts for the cluster-wide all_reduce
+            return out
+
+        return diag.attributes(inst, hit(list(faults.gpu_fault)), hit(list(faults.slow_nic)), peers)

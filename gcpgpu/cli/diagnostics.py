@@ -1,0 +1,60 @@
+"""`cluster doctor --active`'s output (the diagnostics table and the one line that names what is bad),
+and `cluster repair`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.output import emit, info
+from gcpgpu.settings import Settings
+
+
+def active_doctor(settings: Settings, name: str) -> None:
+    """Run active diagnostics on cluster `name`; exit 1 naming each bad node, GPU or NIC."""
+    from gcpgpu.cluster import diagnose
+    from gcpgpu.cluster.observe import ranked_nodes
+
+    nodes = ranked_nodes(settings.clients, settings.project, name)
+    info(f"Running diagnostics on {len(nodes)} node(s) of {name} (GPU diagnostics, NVLink and NCCL all_reduce)")
+    diagnoses, cluster_problems = diagnose.run(settings.clients, settings.project, nodes, note=info)
+    emit([d.row() for d in diagnoses], diagnose.COLUMNS, title=f"Cluster {name}: diagnostics")
+    for line in cluster_problems:
+        info(f"problem: {line}")
+    bad = [d for d in diagnoses if d.problems]
+    if bad or cluster_problems:
+        named = [f"{d.node} (rank {d.rank}): {'; '.join(d.problems)}" for d in bad]
+        raise CloudError(f"diagnostics failed on {len(bad)} of {len(diagnoses)} node(s): "
+                         + " | ".join(named or cluster_problems))
+
+
+@click.command()
+@click.argument("name")
+@click.option("--node", "rank", type=int, required=True, help="The rank of the node to repair.")
+@click.option("--reason", type=click.Choice(["gpu", "chip", "performance", "sdc"]), default="gpu", show_default=True,
+              help="What is wrong (reported to Compute for reservation-bound nodes).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def repair(settings: Settings, name: str, rank: int, reason: str, yes: bool) -> None:
+    """Move one node off a bad host, keeping its name and rank.
+
+    Reservation-bound nodes: instances.reportHostAsFaulty (Compute moves the VM). Others: the node
+    is deleted and re-created from the cluster's spec. A job running on it is interrupted.
+    """
+    from gcpgpu.cli.progress import ConsoleReporter
+    from gcpgpu.cluster.apply import Cluster
+    from gcpgpu.cluster.names import check_cluster_name
+    from gcpgpu.cluster.repair import repair as do_repair
+
+    check_cluster_name(name)
+    if rank < 0:
+        raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
+    question = f"Repair node of rank {rank} of cluster {name} (a job running on it is interrupted)?"
+    if not yes and not sys.stdin.isatty():
+        raise UsageProblem(f"{question.rstrip('?')}: pass --yes to confirm when not running interactively")
+    if not yes and not click.confirm(question, default=False, err=True):
+        raise click.Abort()
+    node = do_repair(Cluster(settings.clients, settings.project, ConsoleReporter()), name, rank, reason, info)
+    info(f"{node.name}: rank {node.rank}, {node.status}, host {node.host or '-'}")

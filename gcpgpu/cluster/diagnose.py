@@ -1,0 +1,157 @@
+"""`cluster doctor --active` and `cluster up --check`: prove each node healthy before training on it.
+
+One bad GPU, NIC or row-remap caps a whole job's speed, and boot-time reports (cluster/doctor.py)
+do not see it. Active diagnostics ask every node, through its metadata (`gcpgpu-diag` = a request
+id), to run: GPU diagnostics (`dcgmi diag` where DCGM runs, else nvidia-smi's ECC, row-remap and
+Xid records), an all_reduce over the node's own GPUs (NVLink), a bandwidth test per GPU NIC, and a
+cross-node NCCL all_reduce; each node writes its findings as guest attributes under gcpgpu-diag/
+(on a real node: templates/node_diag.sh.j2; on the emulator: fakes/jobs/diag.py). The findings are
+compared with what gcpgpu/data/busbw.yaml expects for the machine's family (Cluster Toolkit runs
+DCGM/ECC/NVLink checks in its Slurm prologs and Cluster Health Scanner's NCCL all_reduce_perf;
+dstack drops instances that fail DCGM health checks) and the bad node, GPU or NIC is named.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from .observe import Node
+
+NAMESPACE = "gcpgpu-diag"
+POLL_SECONDS = 2.0
+COLUMNS = [("node", "NODE"), ("rank", "RANK"), ("gpu", "GPU DIAG"), ("nvlink", "NVLINK GB/S"),
+           ("slowest_nic", "SLOWEST NIC"), ("net", "ALL_REDUCE GB/S"), ("verdict", "VERDICT")]
+
+
+@cache
+def expectations() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load((files("gcpgpu") / "data" / "busbw.yaml").read_text(encoding="utf-8"))
+
+
+@dataclass
+class Diagnosis:
+    node: str
+    rank: int | None
+    report: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+
+    def nics(self) -> dict[str, float]:
+        out = {}
+        for pair in filter(None, self.report.get("nics", "").split(",")):
+            nic, _, rate = pair.partition("=")
+            try:
+                out[nic] = float(rate)
+            except ValueError:
+                continue
+        return out
+
+    def row(self) -> dict[str, Any]:
+        nics = self.nics()
+        slowest = min(nics.items(), key=lambda kv: kv[1]) if nics else None
+        return {"node": self.node, "rank": self.rank, "gpu": self.report.get("gpu", "-"),
+                "nvlink": self.report.get("nvlink-busbw", "-"),
+                "slowest_nic": f"{slowest[0]} {slowest[1]:g}" if slowest else "-",
+                "net": self.report.get("net-busbw", "-"),
+                "verdict": "healthy" if not self.problems else "; ".join(self.problems)}
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def evaluate(machine: Any, diagnoses: list[Diagnosis]) -> list[str]:
+    """Fill each Diagnosis' problems (what names its node, GPU or NIC); returns the cluster's own
+    (the cross-node all_reduce) problems."""
+    exp = expectations()
+    frac = float(exp["slow_fraction"])
+    flavor = machine.gpudirect if machine.gpu_nics else "none"
+    cross = float(exp["cross_node"][flavor]["busbw"])
+    intra = float((exp["intra_node"].get(machine.gpu.name) or {"busbw": 0})["busbw"])
+    per_nic = cross / max(machine.gpu_nics, 1)
+    for d in diagnoses:
+        r = d.report
+        if r.get("gpu", "").startswith("fail"):
+            d.problems.append(r["gpu"].removeprefix("fail:").strip())
+        nv = _float(r.get("nvlink-busbw"))
+        if nv is not None and intra and nv < frac * intra:
+            d.problems.append(f"all_reduce over its {machine.gpu_count} GPUs {nv:g} GB/s, expected about {intra:g}")
+        for nic, rate in sorted(d.nics().items()):
+            if rate < frac * per_nic:
+                d.problems.append(f"GPU NIC {nic} {rate:g} GB/s, expected about {per_nic:.1f}")
+    cluster: list[str] = []
+    nets = [v for d in diagnoses if (v := _float(d.report.get("net-busbw"))) is not None]
+    if len(diagnoses) > 1 and nets and min(nets) < frac * cross:
+        slow = [d.node for d in diagnoses if any("GPU NIC" in p for p in d.problems)]
+        who = f": slowed by {', '.join(slow)}" if slow else ": no single node stands out"
+        cluster.append(f"cross-node all_reduce {min(nets):g} GB/s, expected about {cross:g} ({flavor}){who}")
+    return cluster
+
+
+def request(clients: Any, project: str, nodes: list[Node]) -> str:
+    """Ask every node to run its diagnostics (metadata gcpgpu-diag = a fresh request id)."""
+    from google.cloud import compute_v1
+
+    from gcpgpu.gcp.operations import batch, call
+
+    rid = uuid.uuid4().hex[:12]
+
+    def put(node: Node) -> Any:
+        items = {**node.metadata, "gcpgpu-diag": rid}
+        md = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,
+                                 items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+        return call(clients.compute("InstancesClient").set_metadata,
+                    {"project": project, "zone": node.zone, "instance": node.name, "metadata_resource": md})
+
+    batch(clients, project, put, nodes)
+    return rid
+
+
+def collect(clients: Any, project: str, nodes: list[Node], rid: str, timeout: float,
+            note: Any = None) -> dict[str, dict[str, str]]:
+    """Each node's findings for request `rid`; a node that has not answered in `timeout` seconds
+    maps to {} (named as silent by the caller)."""
+    from .observe import guest_attributes
+
+    deadline = time.monotonic() + timeout
+    got: dict[str, dict[str, str]] = {}
+    while True:
+        for n in nodes:
+            if n.name not in got:
+                r = guest_attributes(clients, project, n, NAMESPACE)
+                if r.get("request") == rid and r.get("state") == "done":
+                    got[n.name] = r
+        if len(got) == len(nodes) or time.monotonic() > deadline:
+            return {n.name: got.get(n.name, {}) for n in nodes}
+        if note:
+            note(f"diagnostics: {len(got)}/{len(nodes)} node(s) done")
+        time.sleep(POLL_SECONDS)
+
+
+def run(clients: Any, project: str, nodes: list[Node], timeout: float = 1200.0,
+        note: Any = None) -> tuple[list[Diagnosis], list[str]]:
+    """Active diagnostics over `nodes` (RUNNING ones); (per-node diagnoses, cluster problems)."""
+    from gcpgpu import catalog
+
+    running = [n for n in nodes if n.status == "RUNNING"]
+    rid = request(clients, project, running)
+    reports = collect(clients, project, running, rid, timeout, note)
+    out = []
+    for n in nodes:
+        d = Diagnosis(n.name, n.rank, reports.get(n.name, {}))
+        if n.status != "RUNNING":
+            d.problems.append(f"node is {n.status}")
+        elif not d.report:
+            d.problems.append(f"no diagnostics within {timeout:.0f} s (is the node's diagnostics watcher running?)")
+        out.append(d)
+    machine = catalog.get_machine_type(nodes[0].machine_type) if nodes else None
+    return out, evaluate(machine, [d for d in out if d.report]) if machine else []
