@@ -6,6 +6,7 @@ import ipaddress
 
 from ..core import ApiError, check_name, invalid, not_found, required
 from .links import fingerprint, global_name
+from .netops import check_tags
 from .state import FLEX_START_RANGE, GPU_FREE_MIGRATION_ERROR, Project, _check_labels, last
 
 
@@ -108,6 +109,7 @@ class InstanceSpecMixin:
         affinity = body.get("reservationAffinity") or {"consumeReservationType": "ANY_RESERVATION"}
         meta_items = (body.get("metadata") or {}).get("items") or []
         labels = body.get("labels") or {}
+        tags = check_tags((body.get("tags") or {}).get("items") or [], f"{field}.tags.items")
         return {
             "kind": "compute#instance",
             "name": body["name"],
@@ -123,7 +125,7 @@ class InstanceSpecMixin:
             "guestAccelerators": accs,
             "labels": labels,
             "labelFingerprint": fingerprint(labels),
-            "tags": {**(body.get("tags") or {}), "fingerprint": fingerprint((body.get("tags") or {}).get("items", []))},
+            "tags": {**({"items": tags} if tags else {}), "fingerprint": fingerprint(tags)},
             "resourcePolicies": policies,
             "reservationAffinity": affinity,
             "cpuPlatform": "Intel Sapphire Rapids" if mt.startswith("a3") else "Intel Cascade Lake",

@@ -42,7 +42,7 @@ _KIND = "<any(instances,reservations,disks):kind>"
 _RKIND = "<any(subnetworks,resourcePolicies,instanceTemplates,routers):kind>"
 _GKIND = "<any(networks,firewalls,instanceTemplates):kind>"
 _AKIND = "<any(instances,reservations,disks,subnetworks,resourcePolicies,routers,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
-_ACTION = "<any(setLabels,setMetadata,setDeletionProtection,stop,start):action>"
+_ACTION = "<any(setLabels,setMetadata,setTags,setDeletionProtection,stop,start):action>"
 
 URLS = Map(
     [
@@ -60,6 +60,10 @@ URLS = Map(
         Rule(f"{PREFIX}/global/images/<name>", endpoint="image", methods=["GET"]),
         Rule(f"{PREFIX}/global/images/family/<family>", endpoint="image_family", methods=["GET"]),
         Rule(f"{PREFIX}/aggregated/{_AKIND}", endpoint="aggregated", methods=["GET"]),
+        Rule(f"{PREFIX}/aggregated/subnetworks/listUsable", endpoint="usable_subnetworks", methods=["GET"]),
+        Rule(f"{PREFIX}/global/networks/<name>/getEffectiveFirewalls", endpoint="effective_firewalls", methods=["GET"]),
+        Rule(f"{PREFIX}/global/firewalls/<name>", endpoint="firewall_update", methods=["PUT"]),
+        Rule(f"{PREFIX}/global/firewalls/<name>", endpoint="firewall_patch", methods=["PATCH"]),
         # operations, per scope
         Rule(f"{PREFIX}/zones/<zone>/operations", endpoint="ops_list", methods=["GET"]),
         Rule(f"{PREFIX}/zones/<zone>/operations/<op>", endpoint="op_get", methods=["GET"]),
@@ -114,6 +118,8 @@ def _method(endpoint: str, args: dict) -> tuple[str, str]:
         return ("regionInstances" if "region" in args else "instances"), "bulkInsert"
     if endpoint == "router_patch":
         return "routers", "patch"
+    if endpoint in ("firewall_update", "firewall_patch"):
+        return "firewalls", endpoint.removeprefix("firewall_")
     if endpoint == "instance_action":
         return "instances", args["action"]
     return "", endpoint  # operations' wait: no body
@@ -297,6 +303,21 @@ class ComputeRest:
     def on_router_patch(self, req: Request, body: dict, project: str, region: str, name: str) -> dict:
         return self.b.patch_router(project, region, name, body, request_id=req.args.get("requestId"))
 
+    def on_firewall_update(self, req: Request, body: dict, project: str, name: str) -> dict:
+        return self.b.update_firewall(project, name, body, request_id=req.args.get("requestId"))
+
+    def on_firewall_patch(self, req: Request, body: dict, project: str, name: str) -> dict:
+        return self.b.update_firewall(project, name, body, merge=True, request_id=req.args.get("requestId"))
+
+    def on_effective_firewalls(self, req: Request, body: dict, project: str, name: str) -> dict:
+        return self.b.effective_firewalls(project, name)
+
+    def on_usable_subnetworks(self, req: Request, body: dict, project: str) -> dict:
+        out = _filtered_list("subnetworks", project, "aggregated",
+                             lambda: self.b.usable_subnetworks(project), req)
+        out.update(kind="compute#usableSubnetworksAggregatedList", id=f"projects/{project}/aggregated/subnetworks/listUsable")
+        return out
+
     def on_delete(self, req: Request, body: dict, project: str, kind: str, name: str, **scope: str) -> dict:
         self._check_scope(scope)
         return self.b.delete(project, f"{_scope(scope)}/{kind}", name, request_id=req.args.get("requestId"))
@@ -338,6 +359,8 @@ class ComputeRest:
         rid = req.args.get("requestId")
         if action == "setLabels":
             return self.b.set_labels(project, zone, name, body, request_id=rid)
+        if action == "setTags":
+            return self.b.set_tags(project, zone, name, body, request_id=rid)
         if action == "setMetadata":
             return self.b.set_metadata(project, zone, name, body, request_id=rid)
         if action == "setDeletionProtection":
