@@ -15,6 +15,7 @@ from .crud import CrudMixin
 from .flex import FlexStartMixin
 from .instance_spec import InstanceSpecMixin
 from .instances import InstancesMixin
+from .migs import MigsMixin
 from .netops import NetworkOpsMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
@@ -32,7 +33,7 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 
 
 class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, NetworkOpsMixin,
-                     RoutersMixin,
+                     RoutersMixin, MigsMixin,
                      PlacementMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
                      RunDurationMixin, TopologyMixin, FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

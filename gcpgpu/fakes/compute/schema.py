@@ -97,8 +97,16 @@ def check_body(resource: str, method: str, body: Any) -> None:
 
 def _check_object(schemas: dict, schema: dict, obj: dict, path: str, problems: list) -> None:
     props = schema.get("properties", {})
-    for key, value in obj.items():
+    for key, value in list(obj.items()):
         spec = props.get(key)
+        if spec is None and "_" in key:
+            # The proto field's own name is accepted beside its JSON name, as proto3's JSON mapping
+            # says (SkyPilot sends `target_size` in instanceGroupManagers.insert).
+            json_name = {snake(name): name for name in props}.get(key)
+            if json_name is not None and json_name not in obj:
+                del obj[key]
+                obj[json_name] = value
+                key, spec = json_name, props[json_name]
         if spec is None:
             problems.append((path, f'Invalid JSON payload received. Unknown name "{key}" at \'{path}\': Cannot find field.'))
             continue
