@@ -51,6 +51,7 @@ REST_APIS: list[tuple[str, str]] = [
      r"|instances/[^/]+/reportHostAsFaulty)|regions/[^/]+/advice/calendarMode|aggregated/futureReservations)",
      "gcpgpu.fakes.compute.rest_reservations:ReservationsRest.for_emulator"),
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
+    (r"^/compute/beta/", "gcpgpu.fakes.compute.rest:ComputeRest.for_beta"),
     (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
     (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),
     (r"^/monitoring/v[13]/", "gcpgpu.fakes.monitoring.rest:MonitoringRest.for_emulator"),

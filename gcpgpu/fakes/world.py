@@ -38,6 +38,7 @@ class World:
     timings: dict[str, float]
     image_patterns: dict[str, list[re.Pattern]] = field(default_factory=dict)  # image project -> families
     image_date: str = "20261101"
+    image_names: dict[str, list[re.Pattern]] = field(default_factory=dict)  # image project -> image names
 
     def image_for_family(self, image_project: str, family: str) -> str | None:
         """The image a public family resolves to: listed, else FAMILY-vDATE where a pattern matches."""
@@ -49,15 +50,20 @@ class World:
         return None
 
     def family_of_image(self, image_project: str, name: str) -> str | None:
+        """The family of a public image ("" when it has none), or None when there is no such image."""
         listed = next((f for f, n in self.images.get(image_project, {}).items() if n == name), None)
         if listed:
             return listed
         m = re.fullmatch(r"(.+)-v(\d{8})", name)
         if m and self.image_for_family(image_project, m.group(1)) == name:
             return m.group(1)
+        if any(p.fullmatch(name) for p in self.image_names.get(image_project, [])):
+            return ""
         return None
     # machine type -> {"boot_disk_types": [...], "rdma_nics": N (MRDMA NICs it takes), "gvnics": N or None}
     machine_rules: dict[str, dict] = field(default_factory=dict)
+    # GPUs N1 VMs attach: name -> {"zones": [...], "limits": {count: (max vCPUs, max GB)}, ...}
+    attachable: dict[str, dict] = field(default_factory=dict)
 
     def region_of(self, zone: str) -> str | None:
         for region, zones in self.regions.items():
@@ -67,6 +73,7 @@ class World:
 
     def accelerators_in_zone(self, zone: str) -> list[str]:
         names = {self.machine_types[m].gpu for m in self.zone_machine_types.get(zone, [])}
+        names |= {g for g, info in self.attachable.items() if zone in info["zones"]}
         return sorted(n for n in names if n)
 
 
@@ -80,6 +87,7 @@ def default_world() -> World:
     """The world every emulator starts from (cached: it is immutable)."""
     catalog = read_data("gcpgpu", "data/machines.yaml")
     data = read_data("gcpgpu.fakes", "data/world.yaml")
+    public = read_data("gcpgpu.fakes", "data/public_images.yaml")  # its header states the rule and its limits
     machine_types = {
         name: MachineTypeInfo(name, int(m["vcpus"]), int(m["memory_mb"]), m["gpu"], int(m["gpu_count"]))
         for name, m in catalog["machine_types"].items()
@@ -93,16 +101,22 @@ def default_world() -> World:
         for zone, patterns in rdata["zones"].items():
             offered = [m for m in catalog["machine_types"] if any(fnmatch.fnmatch(m, p) for p in patterns)]
             zone_types[zone] = offered + list(general)
+    attachable = {
+        name: {**g, "limits": {int(n): (int(cpus), int(gb)) for n, (cpus, gb) in g["limits"].items()}}
+        for name, g in data.get("attachable_gpus", {}).items()
+    }
     return World(
         regions=regions,
         zone_machine_types=zone_types,
         machine_types=machine_types,
-        gpus=catalog["gpus"],
+        gpus={**catalog["gpus"], **attachable},
+        attachable=attachable,
         region_quotas={k: float(v) for k, v in data["default_region_quotas"].items()},
         global_quotas={k: float(v) for k, v in data["default_global_quotas"].items()},
         images=data["images"],
         timings={k: float(v) for k, v in data["timings"].items()},
-        image_patterns={proj: [re.compile(p) for p in pats] for proj, pats in data.get("image_family_patterns", {}).items()},
+        image_patterns={proj: [re.compile(p) for p in pats] for proj, pats in public["families"].items()},
+        image_names={proj: [re.compile(p) for p in pats] for proj, pats in public["images"].items()},
         image_date=str(data.get("image_date", "20261101")),
         machine_rules=_machine_rules(catalog),
     )

@@ -18,6 +18,8 @@ from .future import FutureReservationsMixin
 from .instance_spec import InstanceSpecMixin
 from .instances import InstancesMixin
 from .maintenance import MaintenanceMixin
+from .migs import MigsMixin
+from .netops import NetworkOpsMixin
 from .networks import NetworksMixin
 from .operations import OperationsMixin
 from .placement import PlacementMixin
@@ -33,7 +35,8 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
            "public"]
 
 
-class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, RoutersMixin,
-                     PlacementMixin, DenseReservationsMixin, FutureReservationsMixin, MaintenanceMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
+class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, NetworkOpsMixin,
+                     RoutersMixin, MigsMixin, PlacementMixin, DenseReservationsMixin, FutureReservationsMixin,
+                     MaintenanceMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
                      RunDurationMixin, TopologyMixin, FlexStartMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

@@ -117,7 +117,8 @@ class CatalogMixin:
         return self._accelerator_type(project, zone, name)
 
     def _accelerator_type(self, project: str, zone: str, name: str) -> dict:
-        per_vm = max(
+        attachable = self.world.attachable.get(name)
+        per_vm = max(attachable["limits"]) if attachable else max(
             (self.world.machine_types[m].gpu_count for m in self.world.zone_machine_types[zone]
              if self.world.machine_types[m].gpu == name),
             default=8,
@@ -141,11 +142,10 @@ class CatalogMixin:
             family = self.world.family_of_image(image_project, name or "")
             if family is None:
                 raise not_found(f"projects/{image_project}/global/images/{name}")
-        return {
+        out = {
             "kind": "compute#image",
             "id": str(stable_number(name, 10**15)),
             "name": name,
-            "family": family,
             "status": "READY",
             "diskSizeGb": "10",
             "archiveSizeBytes": "1000000000",
@@ -156,6 +156,9 @@ class CatalogMixin:
             "sourceType": "RAW",
             "creationTimestamp": rfc3339(0),
         }
+        if family:  # an image published outside any family has none
+            out["family"] = family
+        return out
 
     def images(self, image_project: str) -> list[dict]:
         return [self.image(image_project, name=n) for n in self.world.images.get(image_project, {}).values()]

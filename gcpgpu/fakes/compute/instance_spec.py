@@ -5,7 +5,9 @@ from __future__ import annotations
 import ipaddress
 
 from ..core import ApiError, check_name, invalid, not_found, required
+from .gpus import attached_gpus
 from .links import fingerprint, global_name
+from .netops import check_tags
 from .state import FLEX_START_RANGE, GPU_FREE_MIGRATION_ERROR, Project, _check_labels, last
 
 
@@ -19,21 +21,9 @@ class InstanceSpecMixin:
         if mt not in self.world.zone_machine_types[zone]:
             raise invalid(f"{field}.machineType", body["machineType"],
                           f"Machine type with name '{mt}' does not exist in zone '{zone}'.")
-        info = self.world.machine_types[mt]
         _check_labels(body.get("labels") or {}, f"{field}.labels")
 
-        accs = []
-        for i, acc in enumerate(body.get("guestAccelerators") or []):
-            at = last(acc.get("acceleratorType"))
-            if at not in self.world.accelerators_in_zone(zone):
-                raise invalid(f"{field}.guestAccelerators[{i}].acceleratorType", acc.get("acceleratorType"),
-                              f"Accelerator type '{at}' does not exist in zone '{zone}'.")
-            accs.append({"acceleratorType": self.link(project, f"zones/{zone}/acceleratorTypes/{at}"),
-                         "acceleratorCount": int(acc.get("acceleratorCount", 1))})
-        if info.gpu and not accs:
-            # A2/A3/A4/G2 come with their GPUs attached; the API reports them on the instance.
-            accs = [{"acceleratorType": self.link(project, f"zones/{zone}/acceleratorTypes/{info.gpu}"),
-                     "acceleratorCount": info.gpu_count}]
+        accs = attached_gpus(self.world, project, zone, mt, body.get("guestAccelerators") or [], field, self.link)
 
         given = body.get("scheduling") or {}
         # The API's own words: "For standard instances, the default behavior is MIGRATE. For
@@ -108,6 +98,7 @@ class InstanceSpecMixin:
         affinity = body.get("reservationAffinity") or {"consumeReservationType": "ANY_RESERVATION"}
         meta_items = (body.get("metadata") or {}).get("items") or []
         labels = body.get("labels") or {}
+        tags = check_tags((body.get("tags") or {}).get("items") or [], f"{field}.tags.items")
         return {
             "kind": "compute#instance",
             "name": body["name"],
@@ -123,7 +114,7 @@ class InstanceSpecMixin:
             "guestAccelerators": accs,
             "labels": labels,
             "labelFingerprint": fingerprint(labels),
-            "tags": {**(body.get("tags") or {}), "fingerprint": fingerprint((body.get("tags") or {}).get("items", []))},
+            "tags": {**({"items": tags} if tags else {}), "fingerprint": fingerprint(tags)},
             "resourcePolicies": policies,
             "reservationAffinity": affinity,
             "cpuPlatform": "Intel Sapphire Rapids" if mt.startswith("a3") else "Intel Cascade Lake",

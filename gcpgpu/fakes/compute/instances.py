@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ..core import ApiError, already_exists, invalid, not_found, required, rfc3339
 from .dense import parse_target
 from .links import fingerprint, same_fingerprint
+from .netops import check_tags
 from .state import Project, _check_labels, _mutation, _names_from_pattern, _stockout_error, last
 
 
@@ -292,6 +293,18 @@ class InstancesMixin:
             inst["labelFingerprint"] = fingerprint(labels)
 
         return self._mutate_instance(project, zone, name, "setLabels", change, request_id=request_id)
+
+    def set_tags(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
+        """instances.setTags: the network tags firewall rules target, under the tags' fingerprint."""
+        items = check_tags(body.get("items") or [], "resource.items")
+
+        def change(inst: dict) -> None:
+            if not same_fingerprint(body.get("fingerprint"), inst["tags"]["fingerprint"]):
+                raise ApiError(412, "conditionNotMet",
+                               "Supplied fingerprint does not match current tags fingerprint.")
+            inst["tags"] = {**({"items": items} if items else {}), "fingerprint": fingerprint(items)}
+
+        return self._mutate_instance(project, zone, name, "setTags", change, request_id=request_id)
 
     def set_metadata(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
         items = body.get("items") or []

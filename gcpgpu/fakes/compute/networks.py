@@ -127,6 +127,10 @@ class NetworksMixin:
 
     @_mutation(sweep=False)
     def insert_firewall(self, p: Project, body: dict) -> dict:
+        return self._insert(p, "global/firewalls", "global", self._firewall_resource(p, body))
+
+    def _firewall_resource(self, p: Project, body: dict) -> dict:
+        """A firewall rule's body checked and completed with the API's defaults (insert and update)."""
         check_name("resource.name", body.get("name"))
         if not body.get("allowed") and not body.get("denied"):
             raise required("resource.allowed")
@@ -145,7 +149,7 @@ class NetworksMixin:
         }
         if fw["direction"] == "INGRESS" and not any(fw.get(k) for k in ("sourceRanges", "sourceTags", "sourceServiceAccounts")):
             fw["sourceRanges"] = ["0.0.0.0/0"]  # the real API's default, which is why we always set ranges
-        return self._insert(p, "global/firewalls", "global", fw)
+        return fw
 
     def _network_profile(self, p: Project, link: str) -> str:
         """A network profile link (ZONE-vpc-roce: the RDMA VPCs of A3 Ultra and A4), as a full URL."""

@@ -36,13 +36,14 @@ LIST_KINDS = {
     "acceleratorTypes": "compute#acceleratorTypeList",
     "images": "compute#imageList",
     "instanceTemplates": "compute#instanceTemplateList",
+    "instanceGroupManagers": "compute#instanceGroupManagerList",
 }
 
 _KIND = "<any(instances,reservations,disks):kind>"
 _RKIND = "<any(subnetworks,resourcePolicies,instanceTemplates,routers):kind>"
 _GKIND = "<any(networks,firewalls,instanceTemplates):kind>"
-_AKIND = "<any(instances,reservations,disks,subnetworks,resourcePolicies,routers,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
-_ACTION = "<any(setLabels,setMetadata,setDeletionProtection,stop,start):action>"
+_AKIND = "<any(instanceGroupManagers,instances,reservations,disks,subnetworks,resourcePolicies,routers,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
+_ACTION = "<any(setLabels,setMetadata,setTags,setDeletionProtection,stop,start):action>"
 
 URLS = Map(
     [
@@ -60,6 +61,10 @@ URLS = Map(
         Rule(f"{PREFIX}/global/images/<name>", endpoint="image", methods=["GET"]),
         Rule(f"{PREFIX}/global/images/family/<family>", endpoint="image_family", methods=["GET"]),
         Rule(f"{PREFIX}/aggregated/{_AKIND}", endpoint="aggregated", methods=["GET"]),
+        Rule(f"{PREFIX}/aggregated/subnetworks/listUsable", endpoint="usable_subnetworks", methods=["GET"]),
+        Rule(f"{PREFIX}/global/networks/<name>/getEffectiveFirewalls", endpoint="effective_firewalls", methods=["GET"]),
+        Rule(f"{PREFIX}/global/firewalls/<name>", endpoint="firewall_update", methods=["PUT"]),
+        Rule(f"{PREFIX}/global/firewalls/<name>", endpoint="firewall_patch", methods=["PATCH"]),
         # operations, per scope
         Rule(f"{PREFIX}/zones/<zone>/operations", endpoint="ops_list", methods=["GET"]),
         Rule(f"{PREFIX}/zones/<zone>/operations/<op>", endpoint="op_get", methods=["GET"]),
@@ -73,6 +78,20 @@ URLS = Map(
         Rule(f"{PREFIX}/global/operations/<op>", endpoint="op_get", methods=["GET"]),
         Rule(f"{PREFIX}/global/operations/<op>", endpoint="op_delete", methods=["DELETE"]),
         Rule(f"{PREFIX}/global/operations/<op>/wait", endpoint="op_wait", methods=["POST"]),
+        # managed instance groups and their resize requests, zonal and regional
+        *[Rule(f"{PREFIX}/{where}/instanceGroupManagers{tail}", endpoint=endpoint, methods=[verb])
+          for where in ("zones/<zone>", "regions/<region>")
+          for tail, endpoint, verb in (
+              ("", "mig_list", "GET"), ("", "mig_insert", "POST"),
+              ("/<name>", "mig_get", "GET"), ("/<name>", "mig_delete", "DELETE"),
+              ("/<name>/resize", "mig_resize", "POST"),
+              ("/<name>/listManagedInstances", "mig_instances", "POST"),
+              ("/<name>/resizeRequests", "rr_list", "GET"), ("/<name>/resizeRequests", "rr_insert", "POST"),
+              ("/<name>/resizeRequests/<rr>", "rr_get", "GET"), ("/<name>/resizeRequests/<rr>", "rr_delete", "DELETE"),
+              ("/<name>/resizeRequests/<rr>/cancel", "rr_cancel", "POST"))],
+        # The emulator makes no autoscalers; gcloud's `instance-groups managed describe` lists them.
+        Rule(f"{PREFIX}/zones/<zone>/autoscalers", endpoint="autoscalers", methods=["GET"]),
+        Rule(f"{PREFIX}/regions/<region>/autoscalers", endpoint="autoscalers", methods=["GET"]),
         # instances' own verbs
         Rule(f"{PREFIX}/zones/<zone>/instances/bulkInsert", endpoint="bulk_insert", methods=["POST"]),
         Rule(f"{PREFIX}/regions/<region>/instances/bulkInsert", endpoint="bulk_insert", methods=["POST"]),
@@ -114,6 +133,11 @@ def _method(endpoint: str, args: dict) -> tuple[str, str]:
         return ("regionInstances" if "region" in args else "instances"), "bulkInsert"
     if endpoint == "router_patch":
         return "routers", "patch"
+    if endpoint in ("mig_insert", "rr_insert"):
+        base = "instanceGroupManagers" if endpoint == "mig_insert" else "instanceGroupManagerResizeRequests"
+        return ("region" + base[0].upper() + base[1:] if "region" in args else base), "insert"
+    if endpoint in ("firewall_update", "firewall_patch"):
+        return "firewalls", endpoint.removeprefix("firewall_")
     if endpoint == "instance_action":
         return "instances", args["action"]
     return "", endpoint  # operations' wait: no body
@@ -280,6 +304,11 @@ class ComputeRest:
             fetch = self.b.machine_types if kind == "machineTypes" else self.b.accelerator_types
             grouped = {f"zones/{z}": [m for m in fetch(project, z) if pred(m)]
                        for zones in self.b.world.regions.values() for z in zones}
+        elif kind == "instanceGroupManagers":
+            pred = parse(flt)
+            scopes = [f"zones/{z}" for zones in self.b.world.regions.values() for z in zones] + \
+                [f"regions/{r}" for r in self.b.world.regions]
+            grouped = {s: [m for m in self.b.list_migs(project, s) if pred(m)] for s in scopes}
         else:
             grouped = self.b.aggregated(project, kind, flt)
         return _aggregated_response(kind, project, grouped, req)
@@ -296,6 +325,21 @@ class ComputeRest:
 
     def on_router_patch(self, req: Request, body: dict, project: str, region: str, name: str) -> dict:
         return self.b.patch_router(project, region, name, body, request_id=req.args.get("requestId"))
+
+    def on_firewall_update(self, req: Request, body: dict, project: str, name: str) -> dict:
+        return self.b.update_firewall(project, name, body, request_id=req.args.get("requestId"))
+
+    def on_firewall_patch(self, req: Request, body: dict, project: str, name: str) -> dict:
+        return self.b.update_firewall(project, name, body, merge=True, request_id=req.args.get("requestId"))
+
+    def on_effective_firewalls(self, req: Request, body: dict, project: str, name: str) -> dict:
+        return self.b.effective_firewalls(project, name)
+
+    def on_usable_subnetworks(self, req: Request, body: dict, project: str) -> dict:
+        out = _filtered_list("subnetworks", project, "aggregated",
+                             lambda: self.b.usable_subnetworks(project), req)
+        out.update(kind="compute#usableSubnetworksAggregatedList", id=f"projects/{project}/aggregated/subnetworks/listUsable")
+        return out
 
     def on_delete(self, req: Request, body: dict, project: str, kind: str, name: str, **scope: str) -> dict:
         self._check_scope(scope)
@@ -328,6 +372,57 @@ class ComputeRest:
         elif "region" in scope:
             self.b._check_region(scope["region"])
 
+    # -- managed instance groups --------------------------------------------------------
+    def on_mig_list(self, req: Request, body: dict, project: str, **scope: str) -> dict:
+        out = _filtered_list("instanceGroupManagers", project, _scope(scope),
+                             lambda: self.b.list_migs(project, _scope(scope)), req)
+        return {**out, "kind": "compute#" + ("regionInstanceGroupManagerList" if "region" in scope
+                                             else "instanceGroupManagerList")}
+
+    def on_mig_insert(self, req: Request, body: dict, project: str, **scope: str) -> dict:
+        return self.b.insert_mig(project, _scope(scope), body, request_id=req.args.get("requestId"))
+
+    def on_mig_get(self, req: Request, body: dict, project: str, name: str, **scope: str) -> dict:
+        return self.b.get_mig(project, _scope(scope), name)
+
+    def on_mig_delete(self, req: Request, body: dict, project: str, name: str, **scope: str) -> dict:
+        return self.b.delete_mig(project, _scope(scope), name, request_id=req.args.get("requestId"))
+
+    def on_mig_resize(self, req: Request, body: dict, project: str, name: str, **scope: str) -> dict:
+        size = req.args.get("size")
+        if size is None:
+            raise ApiError(400, "required", "Required field 'size' not specified")
+        try:
+            n = int(size)
+        except ValueError as e:
+            raise invalid("size", size, "Must be an integer.") from e
+        return self.b.resize_mig(project, _scope(scope), name, n, request_id=req.args.get("requestId"))
+
+    def on_mig_instances(self, req: Request, body: dict, project: str, name: str, **scope: str) -> dict:
+        page, nxt = _page(self.b.managed_instances(project, _scope(scope), name), req)
+        return {"managedInstances": page, **({"nextPageToken": nxt} if nxt else {})}
+
+    def on_autoscalers(self, req: Request, body: dict, project: str, **scope: str) -> dict:
+        self._check_scope(scope)
+        return {**_list_response("autoscalers", project, _scope(scope), [], req), "kind": "compute#autoscalerList"}
+
+    def on_rr_list(self, req: Request, body: dict, project: str, name: str, **scope: str) -> dict:
+        out = _filtered_list("resizeRequests", project, _scope(scope),
+                             lambda: self.b.resize_requests(project, _scope(scope), name), req)
+        return {**out, "kind": "compute#instanceGroupManagerResizeRequestsListResponse"}
+
+    def on_rr_insert(self, req: Request, body: dict, project: str, name: str, **scope: str) -> dict:
+        return self.b.insert_resize_request(project, _scope(scope), name, body, request_id=req.args.get("requestId"))
+
+    def on_rr_get(self, req: Request, body: dict, project: str, name: str, rr: str, **scope: str) -> dict:
+        return self.b.resize_request(project, _scope(scope), name, rr)
+
+    def on_rr_delete(self, req: Request, body: dict, project: str, name: str, rr: str, **scope: str) -> dict:
+        return self.b.delete_resize_request(project, _scope(scope), name, rr, request_id=req.args.get("requestId"))
+
+    def on_rr_cancel(self, req: Request, body: dict, project: str, name: str, rr: str, **scope: str) -> dict:
+        return self.b.cancel_resize_request(project, _scope(scope), name, rr, request_id=req.args.get("requestId"))
+
     # -- instance verbs ----------------------------------------------------------------
     def on_bulk_insert(self, req: Request, body: dict, project: str, **scope: str) -> dict:
         if "region" in scope:
@@ -338,6 +433,8 @@ class ComputeRest:
         rid = req.args.get("requestId")
         if action == "setLabels":
             return self.b.set_labels(project, zone, name, body, request_id=rid)
+        if action == "setTags":
+            return self.b.set_tags(project, zone, name, body, request_id=rid)
         if action == "setMetadata":
             return self.b.set_metadata(project, zone, name, body, request_id=rid)
         if action == "setDeletionProtection":
@@ -367,6 +464,21 @@ class ComputeRest:
         return {}
 
     wait_timeout = 120.0  # the real operations.wait returns after at most about 2 minutes
+
+    @classmethod
+    def for_beta(cls, emulator: Any) -> _BetaAsV1:
+        """Compute beta's paths served by the v1 methods (SkyPilot sends resize requests through
+        beta); beta-only fields are refused as unknown, and links in answers say v1."""
+        return _BetaAsV1(cls(emulator.compute))
+
+
+class _BetaAsV1:
+    def __init__(self, rest: ComputeRest) -> None:
+        self.rest = rest
+
+    def handle(self, request: Request) -> tuple[int, dict | None]:
+        environ = {**request.environ, "PATH_INFO": request.path.replace("/compute/beta/", "/compute/v1/", 1)}
+        return self.rest.handle(Request(environ))
 
 
 __all__ = ["ComputeRest", "ZONAL", "REGIONAL", "GLOBAL"]

@@ -97,49 +97,63 @@ def check_body(resource: str, method: str, body: Any) -> None:
 
 def _check_object(schemas: dict, schema: dict, obj: dict, path: str, problems: list) -> None:
     props = schema.get("properties", {})
-    for key, value in obj.items():
+    for key, value in list(obj.items()):
         spec = props.get(key)
+        if spec is None and "_" in key:
+            # The proto field's own name is accepted beside its JSON name, as proto3's JSON mapping
+            # says (SkyPilot sends `target_size` in instanceGroupManagers.insert).
+            json_name = {snake(name): name for name in props}.get(key)
+            if json_name is not None and json_name not in obj:
+                del obj[key]
+                obj[json_name] = value
+                key, spec = json_name, props[json_name]
         if spec is None:
             problems.append((path, f'Invalid JSON payload received. Unknown name "{key}" at \'{path}\': Cannot find field.'))
             continue
-        _check_value(schemas, spec, value, f"{path}.{snake(key)}", key, path, problems)
+        obj[key] = _check_value(schemas, spec, value, f"{path}.{snake(key)}", key, path, problems)
 
 
-def _check_value(schemas: dict, spec: dict, value: Any, path: str, key: str, parent: str, problems: list) -> None:
+def _check_value(schemas: dict, spec: dict, value: Any, path: str, key: str, parent: str, problems: list) -> Any:
+    """Record what is wrong with `value`; return it, with an enum name in its canonical case."""
     if value is None:  # JSON null: the field's default, as the transcoder takes it
-        return
+        return value
     kind = spec.get("type")
     if kind == "array":
         if not isinstance(value, list):
             items = spec.get("items", {})
             message = "$ref" in items or items.get("type") == "object"
             problems.append((path, _bad_value(path, "TYPE_MESSAGE" if message else _scalar_name(items), value)))
-            return
-        for i, item in enumerate(value):
-            _check_value(schemas, spec.get("items", {}), item, f"{path}[{i}]", key, parent, problems)
-        return
+            return value
+        return [_check_value(schemas, spec.get("items", {}), item, f"{path}[{i}]", key, parent, problems)
+                for i, item in enumerate(value)]
     if isinstance(value, list):
         problems.append((path, f'Invalid JSON payload received. Unknown name "{key}" at \'{parent}\': '
                                "Proto field is not repeating, cannot start list."))
-        return
+        return value
     if "$ref" in spec or "properties" in spec:  # a message, named or inline (Firewall.allowed[])
         if not isinstance(value, dict):
             problems.append((path, _bad_value(path, "TYPE_MESSAGE", value)))
         else:
             _check_object(schemas, schemas[spec["$ref"]] if "$ref" in spec else spec, value, path, problems)
-        return
+        return value
     if kind == "object":  # a map: string keys, values of `additionalProperties`
         if not isinstance(value, dict):
             problems.append((path, _bad_value(path, "TYPE_MESSAGE", value)))
-            return
+            return value
         inner = spec.get("additionalProperties", {})
-        for i, item in enumerate(value.values()):
-            _check_value(schemas, inner, item, f"{path}[{i}].value", key, parent, problems)
-        return
+        for i, (k, item) in enumerate(list(value.items())):
+            value[k] = _check_value(schemas, inner, item, f"{path}[{i}].value", key, parent, problems)
+        return value
     if not _scalar_ok(spec, value):
         problems.append((path, _bad_value(path, _scalar_name(spec), value)))
-    elif "enum" in spec and value not in spec["enum"]:  # the transcoder knows only the enum's names
-        problems.append((path, _bad_value(path, "TYPE_ENUM", value)))
+    elif "enum" in spec and value not in spec["enum"]:
+        # The front end knows only the enum's names, but not their case: SkyPilot sends nicType
+        # "gVNIC" and real launches got gVNIC VMs (skypilot-org/skypilot PRs 4095, 5553).
+        canonical = {name.lower(): name for name in spec["enum"]}.get(value.lower())
+        if canonical is None:
+            problems.append((path, _bad_value(path, "TYPE_ENUM", value)))
+        return canonical or value
+    return value
 
 
 def _scalar_ok(spec: dict, value: Any) -> bool:
