@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from pathlib import Path
+
 import pytest
+
+# gpuhunt (installed with dstack, a dev dependency for its conformance test) puts a regular package
+# named `tests` into site-packages, and a regular package wins over this folder (a namespace package)
+# wherever it is on sys.path, so `from tests.helpers import ...` found gpuhunt's. Bind the name here.
+_TESTS = str(Path(__file__).resolve().parent)
+if list(getattr(sys.modules.get("tests"), "__path__", [])) != [_TESTS]:
+    sys.modules["tests"] = types.ModuleType("tests")
+    sys.modules["tests"].__path__ = [_TESTS]
 
 # The emulator's fixtures (`gcp`: a running emulator, reset per test, GCPGPU_EMULATOR set).
 pytest_plugins = ["gcpgpu.fakes.pytest_plugin"]
