@@ -72,20 +72,38 @@ class Follower:
         self.poll_s = poll_s
         self.on_state = on_state or (lambda _s: None)
         self.session: Session | None = None  # the current recovery's attempt (it holds the cluster's lease)
+        self.guard: Any = None  # restart.Guard while run() runs
 
     def run(self) -> dict:
         """The job's final state; CloudError when it lost a node once more than it may recover."""
+        from .restart import Guard
+
+        self.guard = Guard(self)  # retries, stall detection, webhooks (the job's stored settings)
+        try:
+            return self.guard.final(self._run())
+        except CloudError as e:
+            self.guard.event("FAILED", cause=str(e))
+            raise
+        finally:
+            self.guard.close()
+
+    def _run(self) -> dict:
         last = None
         while True:
             state = cluster_jobs.status(self.clients, self.project, self.jid)
             if state["state"] != last:
                 last = state["state"]
                 self.on_state(state)
+                self.guard.changed(state)
             if state["state"] in ("SUCCEEDED", "CANCELLED"):
                 return state
             lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"] + self._gone(state)
             if state["state"] == "FAILED" and not lost:
-                return state  # the job's own failure (a bug, bad data): running it again would fail again
+                # The job's own failure: run again only what --max-restarts-on-errors says is worth it.
+                if self.guard.retry_failure(state):
+                    last = None
+                    continue
+                return state
             if lost:
                 used = state["recoveries"]
                 causes = self._causes(lost)
@@ -103,6 +121,11 @@ class Follower:
                     raise CloudError(f"job {self.jid} lost node {what}; {limit}: giving up; its checkpoints stay in "
                                      f"{state.get('output_dir') or 'its --ckpt-dir'}")
                 self.recover_once(state, lost, causes)
+                last = None
+                continue
+            if state["state"] == "RUNNING" and (acted := self.guard.check_stall(state)):
+                if acted == "failed":
+                    return cluster_jobs.status(self.clients, self.project, self.jid)
                 last = None
                 continue
             time.sleep(self.poll_s)
@@ -127,9 +150,11 @@ class Follower:
         attempt = state["attempt"] + 1
         self.report.step("recover", f"Recovery {state['recoveries'] + 1}/{self.recover} of job {self.jid}: lost "
                                     + ", ".join(f"{n} ({causes[n]})" for n in names))
+        cause = ", ".join(sorted({causes[n] for n in names}))
         record = cluster_jobs.record_of(self.clients, self.project, self.jid)
         self._stop_survivors(s)
         last_step = self.last_step()
+        self.guard.event("RECOVERING", node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
         spec = self._cluster_spec()
         zone = lost[0]["zone"]
         self._rebuild(s, spec, names, zone)
@@ -137,13 +162,31 @@ class Follower:
         if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
             raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
                              f"see 'gcpgpu cluster status {self.jid.cluster}'")
+        self._resubmit(s, record, nodes, {"lost": names, "zone": zone, "cause": cause, "last_step": last_step})
+
+    def restart(self, state: dict, cause: str, node: str | None, extra: dict | None = None) -> None:
+        """Run the job again on the same nodes from its last checkpoint (a retry after its own failure or
+        a stall), as one attempt holding the cluster's lease, as a recovery does."""
+        self.session = Session(self.clients, self.project, self.report)
+        with self.session.holding(self.jid.cluster or "", "retry", wait_for_lease=True):
+            s = self.session
+            record = cluster_jobs.record_of(self.clients, self.project, self.jid)
+            self._stop_survivors(s)
+            nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
+            zone = nodes[0].zone if nodes else ""
+            self._resubmit(s, record, nodes, {"kind": "retry", "lost": [], "node": node, "zone": zone,
+                                              "cause": cause, "last_step": self.last_step(), **(extra or {})})
+
+    def _resubmit(self, s: Session, record: dict, nodes: list[Any], entry: dict) -> None:
+        """Put the job back on `nodes` as its next attempt, resuming from its last checkpoint; `entry`
+        (why) goes into its history."""
+        attempt = int(record.get("attempt") or 0) + 1
         args = list(record["args"])
         if record.get("bundled_trainer") and "--resume" not in args and "--no-resume" not in args:
             args.append("--resume")  # from the newest complete checkpoint; a fresh start if there is none
         history = list(record.get("history") or [])
         history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        "lost": names, "zone": zone, "cause": ", ".join(sorted({causes[n] for n in names})),
-                        "last_step": last_step, "log_every": log_every(record["args"])})
+                        **entry, "log_every": log_every(record["args"])})
         # A user's own command resumes from its own checkpoint when it sees these (containers/README.md).
         record["env"] = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
         record.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
