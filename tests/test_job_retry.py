@@ -226,3 +226,13 @@ def test_notifier_gives_up_on_a_client_error_without_blocking(monkeypatch):
     n.send("RUNNING")
     n.close(5)
     assert calls == ["RUNNING"] and n.dropped == 1 and n.sent == []
+
+
+def test_vertex_job_tells_the_webhook_while_followed(gcp, webhook):
+    url, hook = webhook
+    gcp.vertex.timings.update(queued_s=0.0, pending_s=0.2, simulated_run_s=3.0)  # RUNNING for a few polls
+    result = cli("job", "submit", "--vertex", "--machine-type", "a3-highgpu-8g", "--image",
+                 "us-docker.pkg.dev/test-proj/repo/someone-elses-trainer:1", "--notify", url)
+    assert result.exit_code == 0, result.output  # --notify alone follows the job, as --wait would
+    job_id = result.stdout.splitlines()[0]
+    assert [(m["event"], m["job"]) for m in hook.got] == [("RUNNING", job_id), ("SUCCEEDED", job_id)]

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gcpgpu.cli.job_policy import follower_options, policy_flags, record_fields
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
@@ -89,16 +90,7 @@ def job() -> None:
               help="Cluster: follow the job and, when a node is lost (Spot preemption, host error), bring the "
               "cluster back to size and resubmit with the trainer's --resume, at most N times. Default with "
               "--wait: 3 on a Spot or flex-start cluster, else 0.")
-@click.option("--max-restarts-on-errors", type=click.IntRange(0, 100), metavar="N",
-              help="Cluster: restart the job from its last checkpoint when it fails by itself (a non-zero exit, "
-              "or one of --retry-on-exit-codes; a stall), at most N times.")
-@click.option("--retry-on-exit-codes", metavar="CODES", help="Cluster: only these exit codes (comma-separated, "
-              "1-255) count as retryable, e.g. 3,75.")
-@click.option("--stall-timeout", metavar="DURATION", help="Cluster: no new trainer step (a user command: no log "
-              "line) for this long is a stall: stacks are captured, the job stopped and restarted (counted as a "
-              "retry), or FAILED with cause 'stalled'.")
-@click.option("--notify", "notify", multiple=True, metavar="URL", help="POST one JSON message per state change to "
-              "this http(s) webhook (repeatable); stored with the job in plain text.")
+@follower_options
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER_ARGS...]")
 @click.pass_obj
 def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wait: bool, recover: int | None,
@@ -159,8 +151,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
              f"follow it with 'gcpgpu job logs {jid} --follow'")
     # Retries, stall detection and webhooks need a follower, as --recover does.
-    follow = wait or recover is not None or any(
-        (valid.spec.max_restarts_on_errors, valid.spec.stall_timeout, valid.spec.notify))
+    follow = wait or recover is not None or bool(record_fields(valid.spec))
     if not follow:
         if state.get("provisioning") in ("SPOT", "FLEX_START"):
             info(f"note: cluster {state['cluster']} has {state['provisioning'].lower()} nodes and nothing follows "
@@ -174,11 +165,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         else:  # Vertex runs the job; this process tells the webhooks what it sees
             from gcpgpu.jobs.notify import state_changes
 
-            notifier, told = state_changes(valid.spec.notify, job=str(jid), name=valid.name)
-            try:
+            with state_changes(valid.spec.notify, job=str(jid), name=valid.name) as told:
                 final = _follow_state(settings, str(jid), on_change=told, progress=progress)
-            finally:
-                notifier.close()
     if settings.format != "table":
         emit(final)
     _fail_unless_succeeded(final)
@@ -218,7 +206,7 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         "setup": kw.get("setup"),
         "mounts": list(kw.get("mounts") or ()) or None,
         "secrets": list(kw.get("secrets") or ()) or None,
-        **_policy_flags(kw),
+        **policy_flags(kw),
     }
     spec = JobSpec.from_sources(kw.get("spec_file"), flags)
     if spec.target == "vertex" and flags["target"] is None and spec.cluster:
@@ -230,19 +218,6 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
     if spec.target == "vertex" or (spec.target == "cluster" and not spec.image):
         project = settings.project  # needed for the request (or the default image): say how to set it now
     return validate(spec, project=project, region=region, zone=settings.optional("zone"))
-
-
-def _policy_flags(kw: dict[str, Any]) -> dict[str, Any]:
-    """The follower's settings from the flags (jobs/policy.py checks them against each other)."""
-    from gcpgpu.jobs.policy import parse_exit_codes
-    from gcpgpu.jobs.spec import parse_duration
-
-    stall = kw.get("stall_timeout")
-    return {"max_restarts_on_errors": kw.get("max_restarts_on_errors"),
-            "retry_on_exit_codes": parse_exit_codes(kw["retry_on_exit_codes"]) if kw.get("retry_on_exit_codes")
-            is not None else None,
-            "stall_timeout": parse_duration(stall, "--stall-timeout") if stall is not None else None,
-            "notify": list(kw.get("notify") or ()) or None}
 
 
 def _status(settings: Settings, job_id: str) -> dict:
@@ -294,11 +269,9 @@ def _status_with_history(settings: Settings, job_id: str) -> dict:
     """A job's status; for a cluster job that was recovered, its history with the steps each recovery redid."""
     state = _status(settings, job_id)
     if state["target"] == "cluster":
-        from gcpgpu.cluster.cost import shown_cost, shown_uptime
-        from gcpgpu.jobs.spent import job_spent
+        from gcpgpu.jobs.spent import add_spent
 
-        state.update(job_spent(settings.clients, settings.project, state))
-        state.update(uptime=shown_uptime(state["uptime_s"]), cost=shown_cost(state["cost_usd"]))
+        add_spent(settings.clients, settings.project, state)
     if state.get("history"):
         from gcpgpu.jobs import ids
         from gcpgpu.jobs.recover import steps_redone

@@ -15,6 +15,7 @@ AUTOSTOPPED (cluster autostop calls send() with the cluster alone).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import sys
@@ -22,6 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from typing import Any
 
 TRIES = 5
@@ -106,16 +108,20 @@ class Notifier:
         print(f"gcpgpu: could not deliver the {body['event']} notification to {host}", file=sys.stderr)
 
 
-def state_changes(urls: list[str], **common: Any) -> tuple[Notifier, Any]:
-    """A Notifier and a callback for a follower that sees whole states (a Vertex job's): RUNNING and
-    the end (with its error as the cause) are told; other states are Vertex's own steps."""
+@contextlib.contextmanager
+def state_changes(urls: list[str], **common: Any) -> Iterator[Callable[[dict], None]]:
+    """A callback for a follower that sees whole states (a Vertex job's): RUNNING and the end (with its
+    error as the cause) are told; other states are Vertex's own steps. Queued messages go out on exit."""
     notifier = Notifier(urls, **common)
 
     def changed(state: dict) -> None:
         if state["state"] in ("RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"):
             notifier.send(state["state"], cause=state.get("error") if state["state"] != "RUNNING" else None)
 
-    return notifier, changed
+    try:
+        yield changed
+    finally:
+        notifier.close()
 
 
 def send(urls: list[str], event: str, wait_s: float = 30.0, **details: Any) -> Notifier:

@@ -154,7 +154,8 @@ class Follower:
         record = cluster_jobs.record_of(self.clients, self.project, self.jid)
         self._stop_survivors(s)
         last_step = self.last_step()
-        self.guard.event("RECOVERING", node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
+        if self.guard is not None:  # None when recover_once runs outside run()
+            self.guard.event("RECOVERING", node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
         spec = self._cluster_spec()
         zone = lost[0]["zone"]
         self._rebuild(s, spec, names, zone)

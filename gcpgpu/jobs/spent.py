@@ -46,3 +46,9 @@ def job_spent(clients: Clients, project: str, state: dict, now: float | None = N
     price = cost.node_price(str(state.get("machine_type") or ""), provisioning)
     return {"uptime_s": round(end - begin), "node_hours": round(seconds / 3600, 3),
             "cost_usd": None if price is None else round(price * seconds / 3600, 2)}
+
+
+def add_spent(clients: Clients, project: str, state: dict) -> None:
+    """`state` with job_spent's figures, and uptime and cost as `job status`'s table shows them."""
+    state.update(job_spent(clients, project, state))
+    state.update(uptime=cost.shown_uptime(state["uptime_s"]), cost=cost.shown_cost(state["cost_usd"]))
