@@ -150,6 +150,8 @@ def test_a_stalled_job_is_restarted_then_fails_with_cause_stalled(cluster, webho
     assert "restart=1 resume=1" in logs
     # Nothing of the job is left running on the nodes.
     assert all(r["state"] in ("CANCELLED", "FAILED") for r in state["per_node"])
+    listed = {j["id"]: j for j in json.loads(cli("job", "list", "--clusters", fmt="json").stdout)}
+    assert listed[job_id]["state"] == "FAILED"
     events = [m["event"] for m in hook.got]
     assert events == ["RUNNING", "STALLED", "RETRYING", "RUNNING", "STALLED", "FAILED"], events
     assert hook.got[-1]["cause"].startswith("stalled")
@@ -236,3 +238,14 @@ def test_vertex_job_tells_the_webhook_while_followed(gcp, webhook):
     assert result.exit_code == 0, result.output  # --notify alone follows the job, as --wait would
     job_id = result.stdout.splitlines()[0]
     assert [(m["event"], m["job"]) for m in hook.got] == [("RUNNING", job_id), ("SUCCEEDED", job_id)]
+
+
+def test_which_failures_are_retryable():
+    from gcpgpu.jobs.policy import retryable
+
+    row = {"node": "c-1", "exit_code": 75, "message": ""}
+    assert retryable({"max_restarts_on_errors": 2}, [row]) == row  # any non-zero exit without codes
+    assert retryable({"max_restarts_on_errors": 2, "retry_on_exit_codes": [3]}, [row]) is None
+    assert retryable({"max_restarts_on_errors": 0}, [row]) is None
+    capped = {**row, "message": "stopped after the job's timeout of 60s"}
+    assert retryable({"max_restarts_on_errors": 2}, [capped]) is None  # --timeout is the user's own cap

@@ -348,8 +348,9 @@ def list_jobs(clients: Clients, project: str) -> list[dict]:
         for report in reports:
             ok = not isinstance(report, BaseException) and report.get("job-id") == run_of(job)
             states.append(report.get("state", "UNKNOWN") if ok else "UNKNOWN")  # type: ignore[union-attr]
+        verdict = job.get("verdict") or {}  # the follower's (stalled), over the stopped nodes' CANCELLED
         rows.append({"id": f"cluster:{cluster}:{job_id}", "target": "cluster", "name": job.get("name"),
-                     "state": aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),
+                     "state": verdict.get("state") or aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),
                      "created": job.get("created") or job.get("submitted"),
                      "recoveries": sum(1 for h in job.get("history") or [] if h.get("kind") != "retry")})
     return rows

@@ -98,6 +98,8 @@ def retryable(policy: dict, failed: list[dict]) -> dict | None:
         return None
     codes = set(policy.get("retry_on_exit_codes") or [])
     for row in failed:
+        if "job's timeout" in str(row.get("message") or ""):
+            continue  # the user's own --timeout cap: running again would undo it
         code = row.get("exit_code")
         if code is not None and code != 0 and (not codes or code in codes):
             return row
