@@ -249,3 +249,19 @@ def test_which_failures_are_retryable():
     assert retryable({"max_restarts_on_errors": 0}, [row]) is None
     capped = {**row, "message": "stopped after the job's timeout of 60s"}
     assert retryable({"max_restarts_on_errors": 2}, [capped]) is None  # --timeout is the user's own cap
+
+
+def test_a_recovery_is_told_to_the_webhook(gcp, webhook):
+    url, hook = webhook
+    gcp.faults.preempt_grace_s = 0.2
+    gcp.jobs.agent.simulated_run_s = 4.0
+    assert cli("cluster", "up", "s", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    gcp.faults.preempt("s-1", after_s=0.5)
+    result = cli("job", "submit", "--cluster", "s", "--image", "busybox", "--recover", "1", "--notify", url)
+    assert result.exit_code == 0, result.output
+    events = [m["event"] for m in hook.got]
+    assert events == ["RUNNING", "RECOVERING", "RUNNING", "SUCCEEDED"], events
+    recovering = hook.got[1]
+    assert recovering["node"] == "s-1" and recovering["cause"] == "preempted" and recovering["attempt"] == 1
+    assert hook.got[-1]["recoveries"] == 1

@@ -15,10 +15,12 @@ Retries and recoveries are counted apart: each retry is a history entry of kind 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
 
+from gcpgpu.errors import CloudError
 from gcpgpu.gcp.operations import batch
 
 from . import cluster as cluster_jobs
@@ -58,10 +60,18 @@ class Guard:
 
     def final(self, state: dict) -> dict:
         """The job's end as the follower returns it; tells the webhooks (FAILED with its cause)."""
-        if state["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if state["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and self.notifier.urls:
             history = state.get("history") or []
+            redone = None
+            if history:  # only now does the log say where each attempt resumed
+                from .recover import steps_redone
+
+                with contextlib.suppress(CloudError):
+                    counted = [h["steps_redone"] for h in steps_redone(self.f.clients, self.f.project, self.f.jid,
+                                                                          history) if h["steps_redone"] is not None]
+                    redone = sum(counted) if counted else None
             self.event(state["state"], attempt=state.get("attempt"), cause=state.get("cause") or state.get("error"),
-                       recoveries=state.get("recoveries"), restarts=restarts_used(history))
+                       recoveries=state.get("recoveries"), restarts=restarts_used(history), steps_redone=redone)
         return state
 
     def close(self) -> None:
