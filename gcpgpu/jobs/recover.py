@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -80,12 +81,12 @@ class Follower:
 
         self.guard = Guard(self)  # retries, stall detection, webhooks (the job's stored settings)
         try:
-            return self.guard.final(self._run())
+            return self.guard.final(self._run(), lambda h: steps_redone(self.clients, self.project, self.jid, h))
         except CloudError as e:
             self.guard.event("FAILED", cause=str(e))
             raise
-        finally:
-            self.guard.close()
+        finally:  # queued webhooks get a bounded moment to go out; none after Ctrl-C
+            self.guard.close(0 if sys.exc_info()[0] is KeyboardInterrupt else 30)
 
     def _run(self) -> dict:
         last = None

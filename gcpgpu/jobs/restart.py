@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gcpgpu.errors import CloudError
@@ -58,24 +59,21 @@ class Guard:
         if state["state"] == "RUNNING":
             self.event("RUNNING", attempt=state.get("attempt"))
 
-    def final(self, state: dict) -> dict:
+    def final(self, state: dict, redone: Callable[[list[dict]], list[dict]] | None = None) -> dict:
         """The job's end as the follower returns it; tells the webhooks (FAILED with its cause)."""
         if state["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and self.notifier.urls:
             history = state.get("history") or []
-            redone = None
-            if history:  # only now does the log say where each attempt resumed
-                from .recover import steps_redone
-
+            steps = None
+            if history and redone is not None:  # only now does the log say where each attempt resumed
                 with contextlib.suppress(CloudError):
-                    counted = [h["steps_redone"] for h in steps_redone(self.f.clients, self.f.project, self.f.jid,
-                                                                          history) if h["steps_redone"] is not None]
-                    redone = sum(counted) if counted else None
+                    counted = [h["steps_redone"] for h in redone(history) if h["steps_redone"] is not None]
+                    steps = sum(counted) if counted else None
             self.event(state["state"], attempt=state.get("attempt"), cause=state.get("cause") or state.get("error"),
-                       recoveries=state.get("recoveries"), restarts=restarts_used(history), steps_redone=redone)
+                       recoveries=state.get("recoveries"), restarts=restarts_used(history), steps_redone=steps)
         return state
 
-    def close(self) -> None:
-        self.notifier.close()
+    def close(self, wait_s: float = 30.0) -> None:
+        self.notifier.close(wait_s)
 
     # -- the job's own failure -----------------------------------------------------------------
     def retry_failure(self, state: dict) -> bool:
@@ -119,8 +117,8 @@ class Guard:
             return "retried"
         self.f._stop_survivors()
         mark(self.f, {"state": "FAILED", "cause": STALLED, "node": suspect, "capture": captured,
-                      "error": f"stalled: no progress for {timeout}s; suspect node {suspect}"
-                               + (f" after {used} retr{'y' if used == 1 else 'ies'}" if used else "")})
+                      "error": "stalled" + (f" again after {used} retr{'y' if used == 1 else 'ies'}" if used else "")
+                               + f": no progress for {timeout}s; suspect node {suspect}"})
         return "failed"
 
 

@@ -24,6 +24,7 @@ from gcpgpu.cluster.cost import parse_timestamp
 from gcpgpu.cluster.observe import guest_attributes
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.operations import batch
 
 from . import cluster as cluster_jobs
 from . import ids
@@ -102,7 +103,7 @@ def capture(clients: Clients, project: str, jid: ids.JobId, wait_s: float = CAPT
                                           cluster_jobs.unfenced)
 
     try:
-        cluster_jobs.batch(clients, project, ask, mine)
+        batch(clients, project, ask, mine)
     except CloudError as e:
         return {"*": f"capture not requested: {e}"}
     said: dict[str, str] = {}
