@@ -133,7 +133,7 @@ def serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float
                     f = follower.make(clients, project, found[0], found[1], reporter=Said(say), poll_s=poll_s,
                                       on_state=lambda st: say(f"job {st['id']}: {st['state']} (attempt "
                                                               f"{st.get('attempt')})"))
-                    f.guard = follower.guard(lead)
+                    f.leading = follower.guard(lead)
                     try:
                         final = f.run()
                         say(f"job {found[0]} ended {final['state']}")

@@ -9,6 +9,9 @@ from typing import Any
 
 import click
 
+from gcpgpu.cli.job_policy import follower_options, policy_flags, record_fields
+from gcpgpu.cli.job_status import status_of as _status
+from gcpgpu.cli.job_status import status_with_history as _status_with_history
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
@@ -21,8 +24,10 @@ JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NO
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
-                  ("recoveries", "RECOVERIES"), ("output_dir", "OUTPUT DIR")]
-HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("lost", "LOST NODE"), ("zone", "ZONE"), ("cause", "CAUSE"),
+                  ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
+                  ("cost", "COST SO FAR"), ("output_dir", "OUTPUT DIR")]
+HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),
+                   ("cause", "CAUSE"),
                    ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("redone", "STEPS REDONE")]
 
 
@@ -90,6 +95,7 @@ def job() -> None:
               "--wait: 3 on a Spot or flex-start cluster, else 0.")
 @click.option("--detach", is_flag=True, help="Cluster: the cluster's own nodes follow and recover the job (one "
               "leads), so this machine may go; 'gcpgpu job follow JOB' watches from anywhere.")
+@follower_options
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER_ARGS...]")
 @click.pass_obj
 def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wait: bool, recover: int | None,
@@ -157,7 +163,8 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         click.echo(str(jid))
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
              f"follow it with 'gcpgpu job logs {jid} --follow'")
-    follow = (wait or recover is not None) and not detach
+    # Retries, stall detection and webhooks need a follower, as --recover does (the nodes', when detached).
+    follow = (wait or recover is not None or bool(record_fields(valid.spec))) and not detach
     if not follow:
         if detach:
             info(f"The cluster's nodes follow {jid} now; this machine may go. 'gcpgpu job follow {jid}' watches it.")
@@ -170,8 +177,11 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     with _progress(settings, jid) as progress:
         if valid.target == "cluster":
             final = _follow_cluster_job(settings, jid, recover, progress)
-        else:
-            final = _follow_state(settings, str(jid), progress=progress)
+        else:  # Vertex runs the job; this process tells the webhooks what it sees
+            from gcpgpu.jobs.notify import state_changes
+
+            with state_changes(valid.spec.notify, job=str(jid), name=valid.name) as told:
+                final = _follow_state(settings, str(jid), on_change=told, progress=progress)
     if settings.format != "table":
         emit(final)
     _fail_unless_succeeded(final)
@@ -211,6 +221,7 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         "setup": kw.get("setup"),
         "mounts": list(kw.get("mounts") or ()) or None,
         "secrets": list(kw.get("secrets") or ()) or None,
+        **policy_flags(kw),
     }
     spec = JobSpec.from_sources(kw.get("spec_file"), flags)
     if spec.target == "vertex" and flags["target"] is None and spec.cluster:
@@ -224,24 +235,9 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
     return validate(spec, project=project, region=region, zone=settings.optional("zone"))
 
 
-def _status(settings: Settings, job_id: str) -> dict:
-    from gcpgpu.jobs import ids
-
-    jid = ids.parse(job_id)
-    if jid.target == "vertex":
-        from gcpgpu.jobs import vertex
-
-        state = vertex.get(settings.clients, settings.project, jid)
-    else:
-        from gcpgpu.jobs import follower
-
-        state = follower.job_status(settings.clients, settings.project, jid)  # RECOVERING while one is unfinished
-    return state
-
-
 def _with_cause(settings: Settings, state: dict) -> dict:
     """A FAILED job's state with `cause`: the first error line its program printed (one log read)."""
-    if state["state"] == "FAILED":
+    if state["state"] == "FAILED" and not state.get("cause"):  # the follower's verdict (stalled) stands
         from gcpgpu.jobs import ids
 
         state["cause"] = _failure_cause(settings, ids.parse(state["id"]))
@@ -267,22 +263,6 @@ def _failure_cause(settings: Settings, jid: Any) -> str | None:
         return job_logs.failure_cause(settings.clients, settings.project, _log_filter(settings, jid))
     except CloudError:  # no permission on the log, say: the state alone still answers
         return None
-
-
-def _status_with_history(settings: Settings, job_id: str) -> dict:
-    """A job's status; for a cluster job that was recovered, its history with the steps each recovery redid."""
-    state = _status(settings, job_id)
-    if state.get("history"):
-        from gcpgpu.jobs import ids
-        from gcpgpu.jobs.recover import steps_redone
-
-        state["history"] = steps_redone(settings.clients, settings.project, ids.parse(job_id), state["history"])
-        state["steps_redone"] = sum(h["steps_redone"] or 0 for h in state["history"])
-        state["steps_redone_max"] = sum(h["steps_redone_max"] or 0 for h in state["history"])
-        for h in state["history"]:  # the table shows a range where the trainer's log cadence hides the end
-            h["redone"] = h["steps_redone"] if h["steps_redone"] == h["steps_redone_max"] else \
-                f"{h['steps_redone']}-{h['steps_redone_max']}"
-    return state
 
 
 def _progress(settings: Settings, jid: Any) -> Any:
@@ -380,7 +360,7 @@ def status(settings: Settings, job_id: str) -> None:
         emit(state["per_node"], [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
                                  ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
         if state.get("history"):
-            emit(state["history"], HISTORY_COLUMNS, title="Recoveries")
+            emit(state["history"], HISTORY_COLUMNS, title="Recoveries and retries")
 
 
 @job.command()

@@ -26,7 +26,7 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import batch, call, parallel
 from gcpgpu.resources import render
 
-from . import ids, usercode
+from . import ids, policy, usercode
 from . import logs as job_logs
 from .spec import ValidJob, fit_trainer_args, job_env
 
@@ -35,7 +35,7 @@ RXDM_WAIT_S = 180  # the TCPXO RxDM takes ~30 s to initialise (container-engine-
 LOG_NAME = "gcplogs-docker-driver"  # Docker's gcplogs driver writes the containers' output here
 # Metadata keys a job owns on a node; a new job replaces them all.
 JOB_KEYS = ("gcpgpu-job", "gcpgpu-job-id", "gcpgpu-job-agent", "gcpgpu-job-cancel", "gcpgpu-node-rank",
-            "gcpgpu-nnodes", "gcpgpu-master-addr", "gcpgpu-master-port")
+            "gcpgpu-nnodes", "gcpgpu-master-addr", "gcpgpu-master-port", "gcpgpu-job-dump")
 ACTIVE = ("PENDING", "RUNNING")
 Fence = Callable[[], None]
 
@@ -134,6 +134,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
         "mounts": mounts, "gcs_buckets": buckets, "node_dirs": node_dirs, "output_dir": job.spec.output_dir,
         "bundled_trainer": job.bundled_trainer, "attempt": 0, "run": job_id, "history": [], "recover": recover,
         "follow": dict(follow or {}), "detached": detach,
+        **policy.record_fields(job.spec),  # retries, stall timeout, webhooks: read by whoever follows the job
     }
     deliver(clients, project, record, chosen)
     jid = ids.JobId("cluster", cluster=cluster, job=job_id)
@@ -291,6 +292,10 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
         error = f"node {failed['node']} (rank {failed['rank']}) exited with status {failed['exit_code']}{said}"
     started = [r["started"] for r in rows if r["started"]]
     ended = [r["ended"] for r in rows if r["ended"]]
+    verdict = job.get("verdict") or {}  # the follower's, over what the stopped nodes report (jobs/restart.py)
+    if verdict and overall in NODE_TERMINAL:
+        overall, error = verdict["state"], verdict.get("error") or error
+    history = list(job.get("history") or [])
     return {
         "id": str(jid), "target": "cluster", "name": job.get("name"), "state": overall,
         "created": job.get("created") or job.get("submitted"), "started": min(started) if started else None,
@@ -299,8 +304,9 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
         "master": f"{job.get('master_addr')}:{job.get('master_port')}", "image": job.get("image"),
         "per_node": rows, "nnodes": int(job.get("nnodes") or len(rows)), "attempt": int(job.get("attempt") or 0),
         "recover": job.get("recover"),
-        "recoveries": len(job.get("history") or []), "history": list(job.get("history") or []),
-        "output_dir": job.get("output_dir"),
+        "recoveries": sum(1 for h in history if h.get("kind") != "retry"), "history": history,
+        "restarts": len(history) - sum(1 for h in history if h.get("kind") != "retry"),
+        "output_dir": job.get("output_dir"), **({"cause": verdict["cause"]} if verdict.get("cause") else {}),
     }
 
 
@@ -349,8 +355,9 @@ def list_jobs(clients: Clients, project: str) -> list[dict]:
         for report in reports:
             ok = not isinstance(report, BaseException) and report.get("job-id") == run_of(job)
             states.append(report.get("state", "UNKNOWN") if ok else "UNKNOWN")  # type: ignore[union-attr]
+        verdict = job.get("verdict") or {}  # the follower's (stalled), over the stopped nodes' CANCELLED
         rows.append({"id": f"cluster:{cluster}:{job_id}", "target": "cluster", "name": job.get("name"),
-                     "state": aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),
+                     "state": verdict.get("state") or aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),
                      "created": job.get("created") or job.get("submitted"),
-                     "recoveries": len(job.get("history") or [])})
+                     "recoveries": sum(1 for h in job.get("history") or [] if h.get("kind") != "retry")})
     return rows

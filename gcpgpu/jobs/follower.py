@@ -159,7 +159,7 @@ def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Call
             patient = detached and time.monotonic() - leaderless_since < lease.ttl
             if holder is None and not patient and lead(lease):
                 f = follower()
-                f.guard = guard(lease)
+                f.leading = guard(lease)
                 return f.run()
             state = job_status(clients, project, jid)
             if last is None:

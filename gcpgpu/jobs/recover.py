@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,13 +74,26 @@ class Follower:
         self.on_state = on_state or (lambda _s: None)
         self.session: Session | None = None  # the current recovery's attempt (it holds the cluster's lease)
         # Called once per poll: raises to stop following (a cloud-side follower that lost its leadership).
-        self.guard: Callable[[], None] = lambda: None
+        self.leading: Callable[[], None] = lambda: None
+        self.guard: Any = None  # restart.Guard while run() runs
 
     def run(self) -> dict:
         """The job's final state; CloudError when it lost a node once more than it may recover."""
+        from .restart import Guard
+
+        self.guard = Guard(self)  # retries, stall detection, webhooks (the job's stored settings)
+        try:
+            return self.guard.final(self._run(), lambda h: steps_redone(self.clients, self.project, self.jid, h))
+        except CloudError as e:
+            self.guard.event("FAILED", cause=str(e))
+            raise
+        finally:  # queued webhooks get a bounded moment to go out; none after Ctrl-C
+            self.guard.close(0 if sys.exc_info()[0] is KeyboardInterrupt else 30)
+
+    def _run(self) -> dict:
         last = None
         while True:
-            self.guard()
+            self.leading()
             pending = journal.read(self.clients, self.project, self.jid.cluster or "")
             if pending is not None and pending["id"] == self.jid.job:
                 self.resume(pending)  # a follower died mid-recovery: finish it from what the cloud shows
@@ -89,11 +103,16 @@ class Follower:
             if state["state"] != last:
                 last = state["state"]
                 self.on_state(state)
+                self.guard.changed(state)
             if state["state"] in ("SUCCEEDED", "CANCELLED"):
                 return state
             lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"] + self._gone(state)
             if state["state"] == "FAILED" and not lost:
-                return state  # the job's own failure (a bug, bad data): running it again would fail again
+                # The job's own failure: run again only what --max-restarts-on-errors says is worth it.
+                if self.guard.retry_failure(state):
+                    last = None
+                    continue
+                return state
             if lost:
                 used = state["recoveries"]
                 causes = self._causes(lost)
@@ -111,6 +130,11 @@ class Follower:
                     raise CloudError(f"job {self.jid} lost node {what}; {limit}: giving up; its checkpoints stay in "
                                      f"{state.get('output_dir') or 'its --ckpt-dir'}")
                 self.recover_once(state, lost, causes)
+                last = None
+                continue
+            if state["state"] == "RUNNING" and (acted := self.guard.check_stall(state)):
+                if acted == "failed":
+                    return cluster_jobs.status(self.clients, self.project, self.jid)
                 last = None
                 continue
             time.sleep(self.poll_s)
@@ -151,25 +175,48 @@ class Follower:
         attempt = state["attempt"] + 1
         self.report.step("recover", f"Recovery {state['recoveries'] + 1}/{self.recover} of job {self.jid}: lost "
                                     + ", ".join(f"{n} ({causes[n]})" for n in names))
+        cause = ", ".join(sorted({causes[n] for n in names}))
         self._stop_survivors(s)
         last_step = self.last_step()
+        if self.guard is not None:  # None when recover_once runs outside run()
+            self.guard.event("RECOVERING", node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
         zone = lost[0]["zone"]
+        found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
+        # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.
+        self._resubmit(s, record, {"lost": names, "zone": zone, "cause": cause, "last_step": last_step},
+                       {"zone": zone, "lost": names, "lost_ids": [found[n] for n in names if n in found]})
+
+    def restart(self, state: dict, cause: str, node: str | None, extra: dict | None = None) -> None:
+        """Run the job again on the same nodes from its last checkpoint (a retry after its own failure or
+        a stall), as one attempt holding the cluster's lease, as a recovery does (and written down the
+        same way, so a follower that dies half-way leaves it for the next one to finish)."""
+        self.session = Session(self.clients, self.project, self.report)
+        with self.session.holding(self.jid.cluster or "", "retry", wait_for_lease=True):
+            s = self.session
+            record = cluster_jobs.record_of(self.clients, self.project, self.jid)
+            self._stop_survivors(s)
+            nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
+            zone = nodes[0].zone if nodes else ""
+            self._resubmit(s, record, {"kind": "retry", "lost": [], "node": node, "zone": zone, "cause": cause,
+                                       "last_step": self.last_step(), **(extra or {})},
+                           {"zone": zone, "lost": [], "lost_ids": []})
+
+    def _resubmit(self, s: Session, record: dict, entry: dict, how: dict) -> None:
+        """Write down the job's next attempt (resuming from its last checkpoint; `entry`, why, in its
+        history; `how`, the VMs to replace) in the journal, then bring the cluster to size and deliver it."""
+        attempt = int(record.get("attempt") or 0) + 1
         args = list(record["args"])
         if record.get("bundled_trainer") and "--resume" not in args and "--no-resume" not in args:
             args.append("--resume")  # from the newest complete checkpoint; a fresh start if there is none
         history = list(record.get("history") or [])
         history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        "lost": names, "zone": zone, "cause": ", ".join(sorted({causes[n] for n in names})),
-                        "last_step": last_step, "log_every": log_every(record["args"])})
+                        **entry, "log_every": log_every(record["args"])})
         pending = dict(record)
         # A user's own command resumes from its own checkpoint when it sees these (containers/README.md).
         pending["env"] = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
         pending.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
                        history=history, recover=self.recover)
-        found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
-        # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.
-        pending["recovering"] = {"zone": zone, "lost": names, "lost_ids": [found[n] for n in names if n in found],
-                                 "spec": self._cluster_spec_raw()}
+        pending["recovering"] = {**how, "spec": self._cluster_spec_raw()}
         journal.put(self.clients, self.project, self.jid.cluster or "", pending, s.check_lease)
         self._complete(s, pending)
 

@@ -19,7 +19,7 @@ from gcpgpu.cluster.names import check_cluster_name
 from gcpgpu.errors import UsageProblem
 from gcpgpu.trainer.argv import runs_bundled_trainer, trainer_args
 
-from . import usercode
+from . import policy, usercode
 
 TARGETS = ("vertex", "cluster")
 STRATEGIES = ("standard", "spot", "flex-start")
@@ -108,6 +108,11 @@ class JobSpec:
     setup: str | None = None
     mounts: list[str] = field(default_factory=list)
     secrets: dict[str, str] = field(default_factory=dict)
+    # What the job's follower does besides recovering lost nodes (jobs/policy.py).
+    max_restarts_on_errors: int | None = None
+    retry_on_exit_codes: list[int] = field(default_factory=list)
+    stall_timeout: int | None = None  # seconds
+    notify: list[str] = field(default_factory=list)
 
     @classmethod
     def from_sources(cls, path: str | None, flags: dict[str, Any]) -> JobSpec:
@@ -239,6 +244,7 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
             warnings.append(f"--env {key} looks like a secret: a job's environment is stored in plain text (the "
                             "CustomJob, instance metadata); read secrets from Secret Manager instead")
     usercode.check(spec, env)
+    policy.check(spec, target)
     if env.get("NCCL_DEBUG") or any(k.startswith("NCCL_") for k in env):
         from gcpgpu import nccl
 
@@ -418,7 +424,7 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
     """A JobSpec field's value from a spec file, checked and converted."""
     if k == "cluster" and value:
         out["target"] = "cluster"
-    if k in ("max_wait", "timeout") and value is not None:
+    if k in ("max_wait", "timeout", "stall_timeout") and value is not None:
         value = parse_duration(value, where)
     if k in ("command", "args"):
         if isinstance(value, str):
@@ -428,8 +434,10 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         value = [str(v) for v in value]
     if k == "env":
         value = parse_env(value, where)
-    if k == "mounts" and isinstance(value, str):
+    if k in ("mounts", "notify") and isinstance(value, str):
         value = [value]
+    if k == "retry_on_exit_codes" and value is not None:
+        value = policy.parse_exit_codes(value, where)
     if k == "secrets" and value is not None:
         value = usercode.parse_secrets(value, where)
     if k == "labels" and not isinstance(value, dict):

@@ -28,7 +28,9 @@ reporter (Run.metrics), which LocalJobs starts beside it when the trainer writes
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -151,6 +153,8 @@ class ClusterAgent:
                 self._cancel(inst["id"], run_id)
                 return
             if current == run_id:
+                if items.get("gcpgpu-job-dump") == job_id:
+                    self._dump(inst, run_id, job)
                 return  # the same job again (e.g. a retried setMetadata): already handled
             if current is not None:
                 self.runner.cancel(current)  # a new job replaces the node's old one, as the real agent does
@@ -191,6 +195,28 @@ class ClusterAgent:
             self.report(instance_id, state="CANCELLED", ended=_stamp(time.time()), message="cancelled")
         if self.activity is not None and (run is None or not run.replicas):  # a simulated job stops being busy here
             self.activity.end(instance_id, run_id)
+
+    def _dump(self, inst: dict, run_id: str, job: dict) -> None:
+        """What the node's agent does when a follower saw the job stall (templates/job_agent.sh.j2):
+        py-spy stacks of the job's processes into its log where py-spy exists, else a line saying so;
+        NCCL's flight recorder is off here (CPU runs use gloo)."""
+        iid = inst["id"]
+        if self.attributes(iid).get(f"{NAMESPACE}/dump"):
+            return  # asked once per attempt
+        run = self.runner.get(run_id)
+        if run is None or not run.replicas or run.done:
+            self.report(iid, dump="absent", nccl_trace="off")
+            return
+        spy = shutil.which("py-spy")
+        if spy is None:
+            run.log(inst["name"], "stderr", "gcpgpu agent: py-spy is not in the image: no Python stacks captured")
+        for pid in run.alive() if spy else []:
+            done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30,
+                                  check=False)
+            for line in [f"== py-spy dump of pid {pid}", *(done.stdout or done.stderr).splitlines()]:
+                run.log(inst["name"], "stdout", line)
+        trace = str((job.get("env") or {}).get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0")) not in ("", "0")
+        self.report(iid, dump="py-spy" if spy else "absent", nccl_trace="off (gloo on CPU)" if trace else "off")
 
     def _start(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int,
                run_id: str) -> None:

@@ -1,0 +1,54 @@
+"""What a cluster job has run and cost so far: node-hours x the catalog's price (cluster/cost.py).
+
+The job's window runs from its submission to its end (now while it runs). Each of its nodes counts
+for the part of that window it was up: a node that is there now from the later of the job's start
+and the VM's own start (a node a recovery recreated starts late) to the window's end or the VM's
+stop; a node a recovery replaced counts from its own start (the job's, or the recovery that made it)
+to that recovery, as the job's history records it. Time between a loss and the new VM is not billed
+and not counted. Disks are not counted, as `cluster status` does not count them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gcpgpu.cluster import cost
+from gcpgpu.cluster.observe import observe_nodes
+from gcpgpu.gcp.clients import Clients
+
+
+def job_spent(clients: Clients, project: str, state: dict, now: float | None = None) -> dict[str, Any]:
+    """uptime_s, node_hours and cost_usd (None without a catalog price) of a cluster job's `state`."""
+    now = time.time() if now is None else now
+    begin = cost.parse_timestamp(state.get("created"))
+    if begin is None:
+        return {"uptime_s": None, "node_hours": None, "cost_usd": None}
+    end = cost.parse_timestamp(state.get("ended")) or now
+    names = {r["node"] for r in state.get("per_node") or []}
+    nodes = [n for n in observe_nodes(clients, project, state.get("cluster") or "") if n.name in names]
+    seconds = 0.0
+    since = {name: begin for name in names}  # when each node's current VM joined the job, as recorded
+    for entry in state.get("history") or []:
+        if entry.get("kind") == "retry":
+            continue  # same nodes, still up
+        at = cost.parse_timestamp(entry.get("at")) or begin
+        for name in entry.get("lost") or []:
+            seconds += max(0.0, min(at, end) - since.get(name, begin))
+            since[name] = at
+    for node in nodes:
+        run = cost.node_run(node, now)
+        if run.started is None:
+            continue
+        stop = end if run.running else min(end, run.started + run.seconds)
+        seconds += max(0.0, stop - max(begin, run.started))
+    provisioning = nodes[0].provisioning if nodes else "STANDARD"
+    price = cost.node_price(str(state.get("machine_type") or ""), provisioning)
+    return {"uptime_s": round(end - begin), "node_hours": round(seconds / 3600, 3),
+            "cost_usd": None if price is None else round(price * seconds / 3600, 2)}
+
+
+def add_spent(clients: Clients, project: str, state: dict) -> None:
+    """`state` with job_spent's figures, and uptime and cost as `job status`'s table shows them."""
+    state.update(job_spent(clients, project, state))
+    state.update(uptime=cost.shown_uptime(state["uptime_s"]), cost=cost.shown_cost(state["cost_usd"]))
