@@ -122,10 +122,13 @@ def test_autostop_on_a_missing_cluster_exits_1_without_writing(gcp):
 
 
 def test_the_follower_runs_from_the_image_jobs_default_to():
-    from gcpgpu.cluster.autostop_setting import AGENT_IMAGE
+    from gcpgpu.cluster.autostop_setting import AGENT_REPOSITORY, agent_image
     from gcpgpu.jobs.spec import DEFAULT_IMAGE
 
-    assert AGENT_IMAGE == DEFAULT_IMAGE  # the training image has gcpgpu (and so the follower) in it
+    assert AGENT_REPOSITORY == DEFAULT_IMAGE  # the training image has gcpgpu (and so the follower) in it
+    built = "us-central1-docker.pkg.dev/p/gcpgpu/gcpgpu-trainer:a3-0123456789ab"
+    assert agent_image(built, "us-central1", "p") == built  # a detached job's follower runs the image it built
+    assert agent_image("docker.io/me/mine:1", "us-central1", "p").endswith("/gcpgpu/gcpgpu-trainer:latest")
 
 
 def test_the_nodes_followers_start_with_the_cluster_and_cluster_down_leaves_no_lease(gcp):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gcpgpu import catalog, nccl
-from gcpgpu.cluster.autostop_setting import AGENT_IMAGE, AGENT_KEY
+from gcpgpu.cluster.autostop_setting import AGENT_KEY, agent_image
 from gcpgpu.cluster.names import LABEL_CLUSTER
 from gcpgpu.cluster.observe import Node, guest_attributes, project_nodes, ranked_nodes
 from gcpgpu.errors import CloudError, UsageProblem
@@ -198,7 +198,7 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
             "gcpgpu-job-id": run,
         })
         if record.get("detached"):  # the node runs the follower (gcpgpu/nodeagent.py), from gcpgpu's own image
-            items[AGENT_KEY] = AGENT_IMAGE.format(region=node.region, project=project.replace(":", "/"))
+            items[AGENT_KEY] = agent_image(record.get("image"), node.region, project)
         return _set_metadata(clients, project, node, items, fence)
 
     batch(clients, project, put, list(enumerate(chosen)))
