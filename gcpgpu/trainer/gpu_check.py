@@ -97,14 +97,17 @@ def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, s
             Run(f"{small} {label} DDP x{n}", n, [*common, "--model", small, *pc, "--parallel", "ddp",
                                                  "--batch-size", str(n * batch1)]),
         ]
-    if not cpu_smoke and capability is not None and capability >= (9, 0) and torchao:
+    fp8 = not cpu_smoke and capability is not None and capability >= (9, 0) and torchao
+    if fp8:
         # Against the bf16 row of the same model. Tensorwise only: for 350m torchao's rowwise thresholds
         # convert no linear at all (a test shows which layers each recipe takes).
         runs.append(Run(f"{mid} fp8 tensorwise 1 GPU", 1, [*common, "--model", mid, "--precision", "fp8",
                                                           "--fp8-recipe", "tensorwise", "--compile",
                                                           "--batch-size", str(batch1 // 2)]))
-        # 1.3b: every block linear is past torchao's thresholds, where fp8 should pay if it ever does.
-        for big in (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "tensorwise"]):
+    if not cpu_smoke:
+        # 1.3b at issue 30's batch: the third row of its table, and fp8's bf16 baseline. Every block linear
+        # of 1.3b is past torchao's thresholds, where fp8 should pay if it ever does.
+        for big in (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "tensorwise"])[:1 + fp8]:
             runs.append(Run(f"1.3b {big[1]}{' tensorwise' if big[1] == 'fp8' else ''} 1 GPU", 1,
                             [*common, "--model", "1.3b", *big, "--compile", "--batch-size", "8"]))
     # Kill-and-resume: DDP over every GPU, a SIGTERM to rank 0 halfway, then --resume.
@@ -258,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before it counts as failed")
     p.add_argument("--out", default="gpu-check.json", help="where the figures go as JSON (default gpu-check.json)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same plan, tiny, on CPU: tests the mechanics")
-    p.add_argument("--only", choices=("all", "speed", "resume", "auto"), default="all",
-                   help="run only the speed rows, only kill-and-resume, or only the auto-batch rows (default all)")
+    p.add_argument("--only", choices=("all", "speed", "resume", "auto", "mfu"), default="all",
+                   help="run only the speed rows, only kill-and-resume, only the auto-batch rows, or only the "
+                        "one-GPU bf16 rows issue 30 compares (auto first, then the fixed batches) (default all)")
     p.add_argument("--accept-torch", action="store_true",
                    help="run even if this torch is older than the trainer's floor (a machine you cannot change)")
     args = p.parse_args(argv)
@@ -276,12 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tmp.name)
     plan = build_plan(ngpu, capability, args.cpu_smoke, args.steps, str(write_corpus(work / "corpus.txt")),
                       torchao=find_spec("torchao") is not None)
-    if args.only == "resume":
-        plan.runs, plan.allreduce = [], None
-    if args.only in ("speed", "auto"):
-        plan.resume = None
-    if args.only == "auto":
-        plan.runs, plan.allreduce = [r for r in plan.runs if " auto " in r.name], None
+    select(plan, args.only)
     count = len(plan.runs) + 3 * bool(plan.resume) + bool(plan.allreduce)
     print(f"{PROG}: {ngpu or 'no'} x {name or 'cpu'} (capability {capability}), torch {torch_version}"
           f"{f' (older than the tested {MIN_TORCH} line: accepted)' if args.accept_torch else ''}; "
@@ -290,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     with tmp:
         for r in plan.runs:
             run_trainer(r, work, args.timeout)
-            print(f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + r.note} ({r.wall_s:.0f} s)", flush=True)
+            print(f"  {progress_line(r)}", flush=True)
         if plan.resume:
             resume_ok, resume_line = kill_and_resume(plan.resume, work, args.timeout,
                                                      0.0 if args.cpu_smoke else RESUME_TOLERANCE)
@@ -305,6 +304,33 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [asdict(r) for r in every]}, indent=2))
     print(f"{PROG}: figures in {args.out}", flush=True)
     return 0 if all(r.ok for r in every) and resume_ok else 1
+
+
+def select(plan: Plan, only: str) -> Plan:
+    """Keep the rows `--only` names, in place. 'mfu': the one-GPU bf16 rows issue 30's table compares,
+    the auto-batch ones first (what the issue asks for), so a run cut short by a time limit has them."""
+    if only == "resume":
+        plan.runs, plan.allreduce = [], None
+    if only in ("speed", "auto", "mfu"):
+        plan.resume = None
+    if only in ("auto", "mfu"):
+        plan.allreduce = None
+        one_gpu_bf16 = [r for r in plan.runs if r.name.endswith(" 1 GPU") and r.name.split()[1] == "bf16"]
+        plan.runs = [r for r in one_gpu_bf16 if " auto " in r.name]
+        if only == "mfu":
+            plan.runs += [r for r in one_gpu_bf16 if " auto " not in r.name]
+    return plan
+
+
+def progress_line(r: Run) -> str:
+    """One row's outcome as soon as it ends, with its figures: a check stopped by a time limit keeps them."""
+    if not r.ok:
+        return f"{r.name}: FAILED: {r.note} ({r.wall_s:.0f} s)"
+    s = r.summary
+    tok, m = s.get("tokens_per_s"), s.get("mfu")
+    figures = [f"batch {_batch(s)}", f"{tok:,.0f} tok/s/GPU" if tok else "", f"MFU {m * 100:.1f}%" if m else "",
+               f"peak {_gib(s.get('peak_mem_bytes'))}" if s.get("peak_mem_kind") == "cuda_reserved" else ""]
+    return f"{r.name}: ok, {', '.join(f for f in figures if f)} ({r.wall_s:.0f} s)"
 
 
 def kill_and_resume(trio: tuple[Run, Run, Run], work: Path, timeout: float, tolerance: float) -> tuple[bool, str]:

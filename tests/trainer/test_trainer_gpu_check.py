@@ -10,7 +10,16 @@ import sys
 import pytest
 from _trainer_helpers import REPO, base_env
 
-from gcpgpu.trainer.gpu_check import Plan, Run, build_plan, mfu_lines, resume_verdict, table
+from gcpgpu.trainer.gpu_check import (
+    Plan,
+    Run,
+    build_plan,
+    mfu_lines,
+    progress_line,
+    resume_verdict,
+    select,
+    table,
+)
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_0():
@@ -54,6 +63,27 @@ def test_an_ampere_gpu_gets_no_fp8_rows_and_one_gpu_no_multi_gpu_rows():
     assert not any("fp8" in n for n in _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60, torchao=False)))
     assert _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60))[:2] == ["124m bf16 1 GPU", "350m bf16 1 GPU"]
     assert not any("x1" in n for n in _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60)))
+
+
+def test_only_mfu_runs_issue_30s_one_gpu_bf16_rows_auto_first_even_without_torchao():
+    # A lent GPU machine's own torch image has no torchao: issue 30's 1.3b row at batch 8 is still measured.
+    plan = select(build_plan(1, (9, 0), cpu_smoke=False, steps=40, torchao=False), "mfu")
+    assert _names(plan) == ["124m bf16 auto 1 GPU", "350m bf16 auto 1 GPU", "1.3b bf16 auto 1 GPU",
+                            "124m bf16 1 GPU", "350m bf16 1 GPU", "1.3b bf16 1 GPU"]
+    assert plan.resume is None and plan.allreduce is None
+    eight = select(build_plan(8, (9, 0), cpu_smoke=False, steps=40), "mfu")
+    assert "1.3b fp8 tensorwise 1 GPU" not in _names(eight) and "350m bf16 FSDP x8" not in _names(eight)
+    assert _names(select(build_plan(1, (9, 0), cpu_smoke=False, steps=40), "auto"))[-1] == "1.3b bf16 auto 1 GPU"
+
+
+def test_each_row_prints_its_figures_as_it_ends_so_a_cut_off_check_keeps_them():
+    row = Run("350m bf16 auto 1 GPU", 1, [], ok=True, wall_s=61.2, summary={
+        "tokens_per_s": 201234.0, "mfu": 0.493, "batch_size": 48, "grad_accum": 1,
+        "peak_mem_bytes": 70 * 2**30, "peak_mem_kind": "cuda_reserved"})
+    assert progress_line(row) == ("350m bf16 auto 1 GPU: ok, batch 48, 201,234 tok/s/GPU, MFU 49.3%, "
+                                  "peak 70.0 GiB (61 s)")
+    bad = Run("1.3b bf16 auto 1 GPU", 1, [], ok=False, note="CUDA out of memory", wall_s=3)
+    assert progress_line(bad) == "1.3b bf16 auto 1 GPU: FAILED: CUDA out of memory (3 s)"
 
 
 def test_resume_verdict_holds_the_stated_tolerance():
