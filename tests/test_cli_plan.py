@@ -45,14 +45,14 @@ def test_plan_memory_bad_input_is_one_line(args, needle):
 @pytest.mark.parametrize("gpus", [1, 8])
 def test_plan_memory_and_the_trainer_read_the_same_flags_as_the_same_run(flags, gpus):
     """Issue 24 item 9: the planner assumed 1024-token sequences while the trainer defaults to 256."""
-    from gcpgpu.trainer.config import parse_args, resolve_parallel
+    from gcpgpu.trainer.config import parse_args, resolve_auto
 
     if gpus > 1 and "--batch-size" not in flags:
         flags = [*flags, "--batch-size", "16"]
     result = CliRunner().invoke(main, ["--format", "json", "plan", "memory", *flags, "--gpus", str(gpus)])
     assert result.exit_code == 0, result.output
     planned = json.loads(result.stdout)
-    run = resolve_parallel(parse_args(flags), world_size=gpus)
+    run = resolve_auto(parse_args(flags), world_size=gpus)
     assert {k: planned[k] for k in ("model", "batch_size", "seq_len", "precision", "parallel", "grad_accum")} == {
         "model": run.model, "batch_size": run.batch_size, "seq_len": run.seq_len, "precision": run.precision,
         "parallel": run.parallel, "grad_accum": run.grad_accum}

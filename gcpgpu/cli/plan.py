@@ -7,7 +7,7 @@ import click
 from gcpgpu.errors import UsageProblem
 from gcpgpu.output import emit
 from gcpgpu.settings import Settings
-from gcpgpu.trainer.config import TrainConfig
+from gcpgpu.trainer.config import LOSS_CHUNK_TOKENS, TrainConfig
 
 GIB = 1024**3
 
@@ -33,8 +33,9 @@ _TRAINER = TrainConfig()
 @click.option("--gpus", type=int, help="GPUs in all (default: the machine type's GPUs, else 1).")
 @click.option("--grad-accum", type=int, default=_TRAINER.grad_accum, show_default=True,
               help="Gradient accumulation steps.")
-@click.option("--loss-chunk", type=click.IntRange(min=0), default=_TRAINER.loss_chunk, show_default=True,
-              help="Tokens per chunk of the output layer + loss (0: all logits at once).")
+@click.option("--loss-chunk", type=click.IntRange(min=0), default=LOSS_CHUNK_TOKENS, show_default=True,
+              help="Tokens per chunk of the output layer + loss (0: all logits at once, as the trainer does "
+                   "when it compiles the whole model: one process with --compile).")
 @click.option("--machine-type", help="Check the fit against this machine's GPU memory (from the catalog).")
 @click.pass_obj
 def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precision: str, parallel: str,

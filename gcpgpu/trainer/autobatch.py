@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gcpgpu.trainer.config import ConfigError, TrainConfig, parse_bytes
+from gcpgpu.trainer.config import ConfigError, TrainConfig, parse_bytes, resolve_auto
 from gcpgpu.trainer.memory import RESERVED_FRACTION, GiB, plan_memory
 
 # The plan came within 0.89-1.08 of measured CUDA reserved peaks (issue 17's runs): 10 % covers the worst.
@@ -48,9 +48,10 @@ def fits(planned: int, budget: int) -> bool:
 def choose(cfg: TrainConfig, world_size: int, vocab_size: int, device_memory: int | None) -> BatchChoice | None:
     """Resolve auto/micro-batch settings into (batch, accumulation, micro-batch); None when there are none.
 
-    cfg.parallel must be resolved already (not 'auto'). Raises ConfigError naming the option when nothing fits
-    or the numbers do not divide.
+    Resolves cfg's launch-dependent 'auto' settings first (resolve_auto), so the plan is of the run that
+    will happen. Raises ConfigError naming the option when nothing fits or the numbers do not divide.
     """
+    resolve_auto(cfg, world_size)
     auto_batch, micro = cfg.batch_size == "auto", cfg.micro_batch
     if not auto_batch and micro is None:
         return None

@@ -28,6 +28,7 @@ MIN_TORCH = "2.13"
 # Set to the exact torch version in use to run on an older torch anyway, for a measurement on a machine
 # whose torch cannot be changed (gpu_check --accept-torch does this, and says so in its report).
 ACCEPT_TORCH_ENV = "GCPGPU_TRAINER_ACCEPT_TORCH"
+LOSS_CHUNK_TOKENS = 2048  # --loss-chunk auto where the output layer and its loss run eagerly
 
 
 class ConfigError(Exception):
@@ -39,7 +40,7 @@ class TrainConfig:
     """All trainer options; field names are the long options with '-' turned into '_'."""
 
     model: str = "tiny"
-    parallel: str = "auto"  # resolved by resolve_parallel once the launch is known
+    parallel: str = "auto"  # resolved by resolve_auto once the launch is known
     precision: str = "fp32"
     data: str = "synthetic"
     data_dtype: str = "uint16"
@@ -52,7 +53,10 @@ class TrainConfig:
     seq_len: int = 256
     grad_accum: int = 1
     # Chunked output layer + loss: no (tokens x vocab) fp32 logits, which at 124m outweigh the model's state.
-    loss_chunk: int = 2048
+    # auto: the plain loss where the whole model is compiled (Inductor fuses the log-softmax and its
+    # gradient: one H100, 124m batch 16, 1.56x the chunked path's tokens/s at 1.1x its peak memory),
+    # else chunks of LOSS_CHUNK_TOKENS (the eager head; FSDP's per-block compile).
+    loss_chunk: int | str = "auto"
     lr: float = 6e-4
     min_lr: float | None = None
     warmup_steps: int | None = None
@@ -65,8 +69,10 @@ class TrainConfig:
     compile: bool = False
     compile_mode: str = "default"
     # block: one compile serves every identical block and FSDP's hooks stay outside the graphs;
-    # model: one graph over everything (embeddings, head), fewer launches on one GPU, longer compile.
-    compile_scope: str = "block"
+    # model: one graph over everything (embeddings, head, loss), fewer launches, the loss fused.
+    # auto: model in one process (measured on one H100: 124m 1.33x, 350m 1.12x issue 30's block-compiled
+    # tokens/s), block with DDP (not yet measured whole) and FSDP.
+    compile_scope: str = "auto"
     # Next step's batch gathered and pinned on a thread while the GPU runs this one (off the critical path).
     prefetch: bool = True
     ac: str = "none"
@@ -169,9 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "gradient accumulation makes up --batch-size")
     g.add_argument("--memory-budget",
                    help="device memory for the auto batch, e.g. 40GiB or 38000MiB (default: the GPU's total)")
-    g.add_argument("--loss-chunk", type=int,
+    g.add_argument("--loss-chunk", type=_int_or_auto,
                    help=f"tokens per chunk of the output layer + loss, so no full fp32 logits exist "
-                        f"(0 = all at once; default {d.loss_chunk})")
+                        f"(0 = all at once; default auto: 0 when the whole model is compiled, which fuses "
+                        f"the loss, else {LOSS_CHUNK_TOKENS})")
     g.add_argument("--steps", type=int, help=f"optimizer steps (default {d.steps})")
     g.add_argument("--seed", type=int, help="seed for weights and data order")
     g = p.add_argument_group("optimizer")
@@ -200,9 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fp8-recipe", help="torchao float8 recipe: tensorwise or rowwise")
     g.add_argument("--fp8-filter", help="which block linears go fp8: auto (torchao's size thresholds, default) or all")
     g = p.add_argument_group("speed")
-    _bool(g, "compile", "torch.compile each block, or the whole model with --compile-scope model (default off)")
-    g.add_argument("--compile-scope", help="block (default: FSDP-friendly, compiles once) or model (one graph, "
-                   "one GPU or DDP)")
+    _bool(g, "compile", "torch.compile the whole model in one process, each block otherwise (--compile-scope; "
+                        "default off)")
+    g.add_argument("--compile-scope", help="auto (default: model in one process, else block), block (FSDP-friendly, "
+                   "compiles once) or model (one graph with the head and loss; one GPU or DDP)")
     _bool(g, "prefetch", "prepare the next batch on a thread while this step runs (default on)")
     g.add_argument("--compile-mode", help="default, max-autotune, max-autotune-no-cudagraphs or reduce-overhead (CUDA graphs)")
     g.add_argument("--ac", help="activation checkpointing: none, full, or K for every K-th block")
@@ -342,7 +350,7 @@ def check(cfg: TrainConfig) -> None:
                           "torch.compile to fuse its casts); add --compile or use bf16")
     _choice("--compile-mode", cfg.compile_mode,
             ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"))
-    _choice("--compile-scope", cfg.compile_scope, ("block", "model"))
+    _choice("--compile-scope", cfg.compile_scope, ("auto", "block", "model"))
     for opt, value in (("--batch-size", cfg.batch_size), ("--micro-batch", cfg.micro_batch)):
         if value is not None and value != "auto" and (not isinstance(value, int) or isinstance(value, bool)
                                                       or value < 1):
@@ -354,8 +362,10 @@ def check(cfg: TrainConfig) -> None:
         raise ConfigError("--grad-accum: set by --micro-batch (batch / (ranks x micro-batch)); drop one of them")
     if cfg.memory_budget is not None:
         parse_bytes(cfg.memory_budget)
-    if cfg.loss_chunk is None or not isinstance(cfg.loss_chunk, int) or cfg.loss_chunk < 0:
-        raise ConfigError(f"--loss-chunk: must be a whole number of tokens, 0 for the plain loss, got {cfg.loss_chunk!r}")
+    if cfg.loss_chunk != "auto" and (not isinstance(cfg.loss_chunk, int) or isinstance(cfg.loss_chunk, bool)
+                                     or cfg.loss_chunk < 0):
+        raise ConfigError(f"--loss-chunk: must be a whole number of tokens, 0 for the plain loss, or auto, "
+                          f"got {cfg.loss_chunk!r}")
     if cfg.eval_every < 0 or cfg.eval_steps < 1:
         raise ConfigError(f"--eval-every/--eval-steps: need eval-every >= 0 and eval-steps >= 1, got "
                           f"{cfg.eval_every} and {cfg.eval_steps}")
@@ -399,13 +409,16 @@ def check(cfg: TrainConfig) -> None:
             raise ConfigError("--vocab-size: required with --data-dtype uint32 (the vocabulary is not in the file)")
 
 
-def resolve_parallel(cfg: TrainConfig, world_size: int) -> TrainConfig:
-    """--parallel auto becomes ddp when more than one process runs and none otherwise (in place; returns cfg).
-
-    So a multi-process job (torchrun, Vertex replicas, a cluster's nodes) needs no --parallel.
-    """
+def resolve_auto(cfg: TrainConfig, world_size: int) -> TrainConfig:
+    """The settings left to the launch, in place (returns cfg): --parallel auto becomes ddp when more than
+    one process runs and none otherwise, so a multi-process job (torchrun, Vertex replicas, a cluster's
+    nodes) needs no --parallel; then --compile-scope and --loss-chunk auto (see TrainConfig)."""
     if cfg.parallel == "auto":
         cfg.parallel = "ddp" if world_size > 1 else "none"
+    if cfg.compile_scope == "auto":
+        cfg.compile_scope = "model" if cfg.parallel == "none" else "block"
+    if cfg.loss_chunk == "auto":
+        cfg.loss_chunk = 0 if cfg.compile and cfg.compile_scope == "model" else LOSS_CHUNK_TOKENS
     return cfg
 
 
@@ -429,7 +442,7 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
     if cfg.device == "cuda" and not cuda_available and not allow_cpu:
         raise ConfigError(f"--device cuda: this machine has no CUDA GPU; use --device cpu (or set {ALLOW_CPU_ENV}=1)")
     device = "cuda" if cuda_available and cfg.device != "cpu" else "cpu"
-    resolve_parallel(cfg, world_size)
+    resolve_auto(cfg, world_size)
     if cfg.ddp_comm_hook != "none" and cfg.parallel != "ddp":
         raise ConfigError(f"--ddp-comm-hook: only applies to --parallel ddp, not {cfg.parallel} (one process runs)")
     if cfg.parallel == "none" and world_size > 1:

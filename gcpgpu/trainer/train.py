@@ -21,7 +21,7 @@ from gcpgpu.trainer.config import (
     check_runtime,
     fail,
     parse_args,
-    resolve_parallel,
+    resolve_auto,
 )
 from gcpgpu.trainer.data import Batches, Prefetcher, TokenSource, open_source, split
 from gcpgpu.trainer.dist import LEAVE_WAIT_S, DistEnv, init_process_group, leave_process_group, read_env
@@ -108,7 +108,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
           source: TokenSource | None = None) -> RunResult:
     """Run one training job in this process (one rank); the other ranks run the same call."""
     env = env or read_env()
-    resolve_parallel(cfg, env.world_size)  # --parallel auto, for callers that skip check_runtime
+    resolve_auto(cfg, env.world_size)  # --parallel, --compile-scope, --loss-chunk auto, for callers that skip check_runtime
     device_type = device_type or ("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     result = RunResult()
 
