@@ -62,6 +62,11 @@ def test_up_check_replaces_the_node_that_fails_diagnostics_and_keeps_its_rank(gc
               for n in ("c-0", "c-1", "c-2")}
     assert labels == {"c-0": "0", "c-1": "1", "c-2": "2"}
     assert "healthy" in cli("cluster", "doctor", "c", "--active").output  # exit 0: the replacement is sound
+    # The diagnostics request adds its key to each node's metadata and keeps the rest (the startup script):
+    # `up` hands --check nodes read without metadata, and setMetadata replaces the whole document.
+    for name in ("c-0", "c-1", "c-2"):
+        keys = {i["key"] for i in gcp.compute.get(PROJECT, "zones/us-central1-a/instances", name)["metadata"]["items"]}
+        assert {"startup-script", "gcpgpu-diag", "gcpgpu-cluster"} <= keys, (name, keys)
 
 
 def test_up_check_keeps_ranks_that_differ_from_the_fabric_order(gcp, cli):

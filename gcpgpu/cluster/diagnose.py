@@ -98,16 +98,28 @@ def evaluate(machine: Any, diagnoses: list[Diagnosis]) -> list[str]:
 
 
 def request(clients: Any, project: str, nodes: list[Node]) -> str:
-    """Ask every node to run its diagnostics (metadata gcpgpu-diag = a fresh request id)."""
+    """Ask every node to run its diagnostics (metadata gcpgpu-diag = a fresh request id).
+
+    setMetadata replaces the whole document, so it is written over the nodes' metadata as it is now,
+    read in one list: the caller's view may be a partial one (`up` reads its nodes without metadata,
+    whose startup script is most of a VM's size) or older than a job agent's last write."""
     from google.cloud import compute_v1
 
     from gcpgpu.gcp.operations import batch, call
 
+    from .names import LABEL_CLUSTER
+    from .observe import list_nodes
+
     rid = uuid.uuid4().hex[:12]
+    current: dict[tuple[str, str], Any] = {}
+    for cluster in sorted({n.cluster for n in nodes}):
+        for inst in list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}", "name,zone,metadata"):
+            current[(inst.zone.rsplit("/", 1)[-1], inst.name)] = inst.metadata
 
     def put(node: Node) -> Any:
-        items = {**node.metadata, "gcpgpu-diag": rid}
-        md = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,
+        now = current.get((node.zone, node.name))
+        items = {**({i.key: i.value for i in now.items} if now else node.metadata), "gcpgpu-diag": rid}
+        md = compute_v1.Metadata(fingerprint=now.fingerprint if now else node.metadata_fingerprint,
                                  items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
         return call(clients.compute("InstancesClient").set_metadata,
                     {"project": project, "zone": node.zone, "instance": node.name, "metadata_resource": md})
