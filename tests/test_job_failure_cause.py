@@ -8,6 +8,7 @@ and as cluster nodes. The two repros of issue 16: a --data file too short for on
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -68,6 +69,53 @@ def test_first_error_line_takes_an_exception_and_prefers_it_to_a_peers_note():
     assert first_error_line(lines) == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert first_error_line(lines[:2]).startswith("gcpgpu.trainer: rank 1: a collective failed")
     assert first_error_line(["all good", "gcpgpu.trainer: a worker failed: ChildFailedError"]) is None
+
+
+SETUP_OUTPUT = """\
+gcpgpu-entrypoint: workdir: gs://b/gcpgpu-staging/workdir-0a.tar.gz unpacked into /workdir
+gcpgpu-entrypoint: setup: pip install -r requirements.txt
+Collecting torchx
+ModuleNotFoundError: No module named 'setuptools'
+ERROR: No matching distribution found for torchx
+gcpgpu-entrypoint: setup failed (exit 1): ERROR: No matching distribution found for torchx
+"""
+
+
+def test_first_error_line_is_the_entrypoints_own_refusal_when_the_setup_or_its_inputs_fail():
+    """Issue 25: a failed --setup is the job's CAUSE, even where its output held an exception line;
+    so are the entrypoint's refusals of the job's code, mounts and secrets."""
+    assert first_error_line(SETUP_OUTPUT.splitlines()) == (
+        "gcpgpu-entrypoint: setup failed (exit 1): ERROR: No matching distribution found for torchx")
+    for refusal in ("gcpgpu-entrypoint: GCPGPU_WORKDIR: gs://b/w.tar.gz is not there (/gcs/b/w.tar.gz is missing)",
+                    "gcpgpu-entrypoint: GCPGPU_MOUNTS: gs://b/in on /data: nothing at gs://b/in to read",
+                    "gcpgpu-entrypoint: secret HF_TOKEN (projects/p/secrets/hf/versions/latest): 403 denied",
+                    "gcpgpu-entrypoint: cannot run trian.py: No such file or directory"):
+        assert first_error_line(["gcpgpu-entrypoint: node 0 of 2, master h:1 (CLUSTER_SPEC), 1 processes",
+                                 refusal]) == refusal
+    # Its notes and warnings are not causes.
+    assert first_error_line(["gcpgpu-entrypoint: setup: exit 1", "gcpgpu-entrypoint: warning: starting anyway",
+                             "gcpgpu-entrypoint: mount /data -> gs://b/in (read-only)"]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: the emulator "
+                    "cannot sandbox users' commands")
+@pytest.mark.parametrize("target", ["vertex", "cluster"])
+def test_a_failed_setup_is_the_jobs_cause_on_both_targets(gcp, target):
+    where = ["--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2"]
+    if target == "cluster":
+        up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+                 "--yes")
+        assert up.exit_code == 0, up.output
+        where = ["--cluster", "c"]
+    setup = "echo Collecting torchx; echo 'ERROR: No matching distribution found for torchx' >&2; exit 7"
+    result = cli("job", "submit", *where, "--wait", "--setup", setup, "--command", "python -c pass")
+    assert result.exit_code == 1, result.output
+    cause = "gcpgpu-entrypoint: setup failed (exit 7): ERROR: No matching distribution found for torchx"
+    assert cause in result.stderr.strip().splitlines()[-1], result.output
+    job_id = result.stdout.splitlines()[0]
+    assert json.loads(cli("--format", "json", "job", "status", job_id).stdout)["cause"] == cause
+    assert "CAUSE" in cli("job", "status", job_id).stdout
 
 
 def test_explicit_parallel_none_for_many_processes_is_refused_before_any_call(gcp):

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
 BUCKET = "user-out"
 STEPS = 60
-LAUNCH = ("torchrun --nnodes $NNODES --node-rank $NODE_RANK --nproc-per-node 1 --master-addr $MASTER_ADDR "
+LAUNCH = ("torchrun --nnodes $NNODES --node-rank $NODE_RANK --nproc-per-node $NPROC_PER_NODE --master-addr $MASTER_ADDR "
           "--master-port $MASTER_PORT train.py")
 
 TRAIN = f'''

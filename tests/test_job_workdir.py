@@ -3,9 +3,11 @@ the staged tarball in the project's staging bucket (read back with google-cloud-
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 
@@ -128,3 +130,36 @@ def test_submit_stages_the_tarball_once_in_the_project_staging_bucket(gcp, tmp_p
     assert len(list(storage.list_blobs(bucket))) == 1
     job = json.loads(again.stdout)
     assert job["id"].startswith("vertex:")
+
+
+@pytest.mark.parametrize("target", ["vertex", "cluster"])
+def test_a_workdir_over_the_cap_stops_submit_in_one_line_before_any_request(gcp, tmp_path, monkeypatch, target):
+    """The issue's bad input through the CLI: exit 2, one line naming --workdir, its biggest entries and the
+    ignore file, and no request (not even the staging bucket's)."""
+    monkeypatch.setattr(workdir, "MAX_PACKED", 64 * 1024)
+    _tree(tmp_path, {"train.py": "x\n", "weights.pt": os.urandom(200_000)})  # random: it does not compress
+    where = ["--vertex", "--machine-type", "a3-highgpu-8g"] if target == "vertex" else ["--cluster", "c"]
+    gcp.requests.clear()
+    result = CliRunner().invoke(main, [*GLOBAL, "job", "submit", *where, "--image", IMAGE,
+                                       "--workdir", str(tmp_path), "--command", "python train.py"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: --workdir ") and "weights.pt" in line and ".gcpgpuignore" in line
+    assert gcp.requests.all() == []
+
+
+def test_one_tarball_named_by_its_content_serves_a_cluster_and_vertex(gcp, tmp_path):
+    _tree(tmp_path, {"train.py": "print(1)\n", "conf.yaml": "lr: 1\n"})
+    up = CliRunner().invoke(main, [*GLOBAL, "cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1",
+                                   "--zone", "us-central1-a", "--yes"])
+    assert up.exit_code == 0, up.output
+    uris = set()
+    for where in (["--vertex", "--machine-type", "a2-highgpu-1g"], ["--cluster", "c"]):
+        result = CliRunner().invoke(main, [*GLOBAL, "--format", "json", "job", "submit", *where, "--image", "busybox",
+                                           "--workdir", str(tmp_path), "--command", "sleep 1"])
+        assert result.exit_code == 0, result.output
+        uris.update(re.findall(r"gs://test-proj-gcpgpu-staging/gcpgpu-staging/workdir-[0-9a-f]{64}\.tar\.gz",
+                               result.stderr))
+    [blob] = list(clients(gcp).storage().list_blobs("test-proj-gcpgpu-staging"))
+    assert uris == {f"gs://test-proj-gcpgpu-staging/{blob.name}"}
+    assert blob.name == f"gcpgpu-staging/workdir-{hashlib.sha256(blob.download_as_bytes()).hexdigest()}.tar.gz"

@@ -92,6 +92,11 @@ _PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)")
 _TRAINER_ERROR = re.compile(r"^gcpgpu\.trainer: (?:rank \d+: )?error: ")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::\s|$)")
 _PEER_FAILED = re.compile(r"^gcpgpu\.trainer: rank \d+: a collective failed")
+# The image's entrypoint refusing to start the command (gcpgpu/replica.py, gcpgpu/launch.py): a failed --setup
+# (its own output may hold an exception line: this one says what ended the replica), the job's code, mounts or
+# secrets it could not bring, a command it could not run. Its notes ("setup: ...", "warning: ...") are not causes.
+_ENTRYPOINT_REFUSAL = re.compile(r"^gcpgpu-entrypoint: (?:setup failed \(exit \d+\): |GCPGPU_[A-Z_]+: |"
+                                 r"secret [A-Za-z_]\w* \(|cannot run )")
 
 
 def launcher_noise(line: str) -> bool:
@@ -106,19 +111,27 @@ def first_error_line(lines: Iterable[str]) -> str | None:
     The trainer's own one-line errors ('gcpgpu.trainer: error: ...') and Python exceptions
     ('ValueError: ...') count; what a launcher adds after a worker died (torchrun's
     ChildFailedError report, 'a worker failed') does not. A rank's note that a collective failed
-    because a peer died counts only when nothing else was said: the peer's own error is the cause.
+    because a peer died counts only when nothing else was said: the peer's own error is the cause. The
+    entrypoint's refusal (a failed --setup, code, mounts or secrets it could not bring) wins over both.
     """
-    peer = None
+    peer = found = None
+    after = 0  # lines read since `found`: a setup's refusal follows its output closely, so a page is enough
     for raw in lines:
         for text in str(raw).splitlines():
             line = _PREFIX.sub("", text.rstrip())
+            if found is not None:
+                after += 1
+                if after > PAGE:
+                    return found  # stop reading a long log's later pages
             if not line or _LAUNCHER_NOISE.search(line):
                 continue
-            if _TRAINER_ERROR.match(line) or _EXCEPTION.match(line):
+            if _ENTRYPOINT_REFUSAL.match(line):
                 return line[:500]
+            if found is None and (_TRAINER_ERROR.match(line) or _EXCEPTION.match(line)):
+                found = line[:500]
             if peer is None and _PEER_FAILED.match(line):
                 peer = line[:500]
-    return peer
+    return found or peer
 
 
 def failure_cause(clients: Clients, project: str, flt: str) -> str | None:
