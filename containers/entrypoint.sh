@@ -15,6 +15,7 @@
 #   GCPGPU_SETUP=CMD                 `bash -c CMD` in /workdir before the command; its failure ends the run
 #                                    with its status and "gcpgpu-entrypoint: setup failed (exit N): <last line>"
 #   GCPGPU_RESUME=1, GCPGPU_RESTART=N   set by job submit after a recovery or retry; passed on as they are
+#   GCPGPU_USER=trainer              started as root: make the mounts' links, then run all of this as that user
 #
 # The deciding is done in Python (gcpgpu/launch.py, which documents every input); this script
 # only evals its answer and builds the command line. Environment it reads here:
@@ -38,6 +39,13 @@ set -euo pipefail
 log() { printf 'gcpgpu-entrypoint: %s\n' "$*" >&2; }
 
 python_bin="${GCPGPU_PYTHON:-python3}"
+
+# The image starts as root only so that the mounts' links can be made anywhere (Vertex AI: /data -> /gcs/B/P
+# needs to write /). With GCPGPU_USER set (the image sets trainer), root makes them and this script starts
+# again as that user, with its HOME: the setup, the command and the trainer never run as root.
+if [[ -n ${GCPGPU_USER:-} && $EUID == 0 ]]; then
+  exec "$python_bin" -m gcpgpu.launch become-user -- bash "${BASH_SOURCE[0]}" "$@"
+fi
 
 # Machine type, NCCL profile, plugin/device/NIC checks, rendezvous. On a refusal gcpgpu.launch
 # has already said why in one line; pass its exit status on.

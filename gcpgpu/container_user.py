@@ -86,12 +86,12 @@ def dockerfile(base_image: str, with_requirements: bool) -> str:
     if with_requirements:
         lines += [
             "",
-            "# Dependencies before code, so a change of code reuses this layer. The venv (/opt/venv) is root's.",
-            "USER 0",
+            "# Dependencies before code, so a change of code reuses this layer. The venv (/opt/venv) is root's,",
+            "# and so is the build: the base image starts as root, its entrypoint becomes the image's user (no USER",
+            "# line here, or Vertex AI could not make a top-level mount point).",
             f"COPY {REQUIREMENTS} /tmp/gcpgpu-requirements.txt",
             "RUN python -m pip install --no-cache-dir -r /tmp/gcpgpu-requirements.txt \\",
             " && rm /tmp/gcpgpu-requirements.txt",
-            f"USER {IMAGE_UID}",
         ]
     lines += [
         "",

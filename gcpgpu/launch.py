@@ -31,7 +31,9 @@ GCPGPU_METRICS=0 turns the reporter off.
 
 The user's own code (gcpgpu.replica documents the variables): `env` also unpacks GCPGPU_WORKDIR and
 makes the GCPGPU_MOUNTS links, after every check above passed; `python -m gcpgpu.launch exec -- CMD`
-reads GCPGPU_SECRETS, runs GCPGPU_SETUP and then becomes CMD.
+reads GCPGPU_SECRETS, runs GCPGPU_SETUP and then becomes CMD. Before all of these, a container started as
+root with GCPGPU_USER set runs `python -m gcpgpu.launch become-user -- CMD`: the mounts' links made as root,
+then CMD (the entrypoint again) as that user, so no job's code runs as root.
 """
 
 from __future__ import annotations
@@ -358,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     metadata = Metadata(environ.get("GCPGPU_METADATA_URL", "").strip() or METADATA_URL)
     if argv[:1] == ["exec"]:
         return replica.run(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, metadata, prog)
+    if argv[:1] == ["become-user"]:  # root's part of the entrypoint: the mounts' links, then GCPGPU_USER
+        return replica.become_user(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, prog)
     if argv[:1] not in ([], ["env"]) or argv[1:2] not in ([], ["--"]):
-        print(f"{prog}: usage: python -m gcpgpu.launch [env [-- ARGS...] | exec -- CMD... | upload gs://DEST FILE...]",
-              file=sys.stderr)
+        print(f"{prog}: usage: python -m gcpgpu.launch [env [-- ARGS...] | exec -- CMD... | become-user -- CMD... "
+              "| upload gs://DEST FILE...]", file=sys.stderr)
         return EXIT_BAD_INPUT
     # The container's arguments: trainer flags, unless the first is a command (as the entrypoint decides).
     rest = argv[2:]

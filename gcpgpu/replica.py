@@ -12,6 +12,10 @@ sets identically on a cluster node's container and on a Vertex AI worker pool:
   GCPGPU_MOUNTS='[{"source": "gs://B/P", "target": "/data", "ro": true}]'
                                          each target made a link to /gcs/B/P, unless it is a mount point already
                                          (a cluster node bind-mounts Cloud Storage FUSE there itself).
+  GCPGPU_USER=trainer                    the user that runs everything below (the image sets it): started as
+                                         root, the entrypoint makes the mounts' links as root (/data needs it),
+                                         then becomes this user (`become_user`) before it unpacks, sets up or
+                                         runs anything; a root user here is refused. Unset: stay as started.
   GCPGPU_SECRETS='{"HF_TOKEN": "projects/P/secrets/NAME/versions/V"}'
                                          names only: each version is read from Secret Manager where the job
                                          runs, with the service account's token from the metadata server, and
@@ -35,6 +39,7 @@ import binascii
 import json
 import os
 import posixpath
+import pwd
 import re
 import signal
 import subprocess
@@ -148,8 +153,20 @@ def unpack_workdir(environ: Mapping[str, str]) -> Path | None:
 # -- data mounts -------------------------------------------------------------------------------------------
 
 
-def make_mounts(environ: Mapping[str, str]) -> list[str]:
-    """Point every GCPGPU_MOUNTS target at its bucket's folder under /gcs; one note per mount."""
+def _make_dirs(path: Path, owner: tuple[int, int] | None) -> None:
+    """mkdir -p, the folders it made given to `owner` (uid, gid) when one is named (made as root for that user)."""
+    made, up = [], path
+    while not os.path.lexists(up) and up != up.parent:
+        made.append(up)
+        up = up.parent
+    path.mkdir(parents=True, exist_ok=True)
+    for folder in reversed(made) if owner else ():
+        os.chown(folder, *owner)
+
+
+def make_mounts(environ: Mapping[str, str], owner: tuple[int, int] | None = None) -> list[str]:
+    """Point every GCPGPU_MOUNTS target at its bucket's folder under /gcs; one note per mount. `owner`: the
+    (uid, gid) that gets the folders made here, when root makes them for the user the job runs as."""
     raw = environ.get("GCPGPU_MOUNTS", "").strip()
     if not raw:
         return []
@@ -179,10 +196,10 @@ def make_mounts(environ: Mapping[str, str]) -> list[str]:
             if not local.is_dir():
                 if read_only:
                     raise ReplicaError(f"{what}: nothing at {source} to read ({local} is missing)")
-                local.mkdir(parents=True, exist_ok=True)  # an output folder the job will fill
+                _make_dirs(local, owner)  # an output folder the job will fill
             if where.is_symlink():
-                if os.readlink(where) == str(local):
-                    notes.append(f"{where} -> {source}")
+                if os.readlink(where) == str(local):  # made already (by root, before it became GCPGPU_USER)
+                    notes.append(f"{where} -> {source}{' (read-only)' if read_only else ''}")
                     continue
                 where.unlink()
             elif where.is_dir():
@@ -192,7 +209,7 @@ def make_mounts(environ: Mapping[str, str]) -> list[str]:
                 where.rmdir()
             elif where.exists():
                 raise ReplicaError(f"{what}: {where} is a file in this image; choose another mount point")
-            where.parent.mkdir(parents=True, exist_ok=True)
+            _make_dirs(where.parent, owner)
             os.symlink(local, where)
         except OSError as e:
             raise ReplicaError(f"{what}: cannot make {where} point at {local}: {e.strerror or e} (this container's "
@@ -201,6 +218,59 @@ def make_mounts(environ: Mapping[str, str]) -> list[str]:
         # A link cannot refuse writes: read-only holds where the node mounts the bucket read-only itself.
         notes.append(f"{where} -> {source}{' (read-only)' if read_only else ''}")
     return notes
+
+
+# -- root only for the links: then the image's user ------------------------------------------------------
+
+
+def image_user(name: str) -> pwd.struct_passwd:
+    """GCPGPU_USER (a name or a uid) as this image's passwd entry; never root."""
+    try:
+        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except KeyError:
+        raise ReplicaError(f"GCPGPU_USER: no user {name!r} in this image (containers/Dockerfile makes 'trainer')",
+                          EXIT_BAD_INPUT) from None
+    if entry.pw_uid == 0:
+        raise ReplicaError(f"GCPGPU_USER: {name!r} is root, and gcpgpu runs no job's code as root: name an "
+                          "unprivileged user (the image's is 'trainer')", EXIT_BAD_INPUT)
+    return entry
+
+
+def drop_privileges(entry: pwd.struct_passwd) -> None:
+    """Become `entry` for good: its groups, its group, then its uid (real, effective and saved)."""
+    os.setgroups(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise ReplicaError(f"GCPGPU_USER: {entry.pw_name} could become root again; refusing to run as it")
+
+
+def become_user(argv: Sequence[str], environ: Mapping[str, str], prog: str = "gcpgpu-entrypoint") -> int:
+    """As root: make the mounts' links (a top-level /data needs root), become GCPGPU_USER with its HOME, and
+    exec argv (the entrypoint again); returns only on a failure (its exit status)."""
+    name = environ.get("GCPGPU_USER", "").strip()
+    try:
+        entry = image_user(name)
+        make_mounts(environ, owner=(entry.pw_uid, entry.pw_gid))  # the notes come when the user's run remakes them
+        drop_privileges(entry)
+    except ReplicaError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        print(f"{prog}: GCPGPU_USER: cannot become {name}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_REFUSED
+    env = {**environ, "HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}
+    if not argv:
+        return 0
+    try:
+        os.execvpe(argv[0], list(argv), env)
+    except OSError as e:
+        print(f"{prog}: cannot run {argv[0]}: {e.strerror or e}", file=sys.stderr)
+        return 127 if isinstance(e, FileNotFoundError) else 126
+    return EXIT_REFUSED  # not reached
 
 
 # -- secrets -------------------------------------------------------------------------------------------------

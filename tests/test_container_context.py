@@ -140,6 +140,15 @@ def test_default_requirements_is_optional(gcp, tmp_path):
 
 
 @pytest.mark.parametrize("with_requirements", [True, False])
+def test_the_generated_dockerfile_keeps_the_base_images_start_as_root(with_requirements):
+    # The base starts as root and its entrypoint becomes GCPGPU_USER; a USER line here would start the
+    # container unprivileged, and on Vertex AI it could no longer make a top-level mount point.
+    text = container_user.dockerfile("r-docker.pkg.dev/p/gcpgpu/gcpgpu-trainer:none-0123456789ab", with_requirements)
+    assert not [line for line in text.splitlines() if line.startswith("USER ")]
+    assert "COPY --chown=10001 " in text  # the code still belongs to the image's user
+
+
+@pytest.mark.parametrize("with_requirements", [True, False])
 def test_the_generated_dockerfile_passes_hadolint(tmp_path, with_requirements):
     hadolint = Path(sys.executable).parent / "hadolint"
     if not hadolint.exists():

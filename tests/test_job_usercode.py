@@ -57,6 +57,23 @@ def test_a_command_without_user_code_still_replaces_the_entrypoint(gcp):
     assert spec["command"] == ["python", "x.py"]
 
 
+def test_on_gcpgpus_image_every_command_keeps_the_entrypoint_that_becomes_the_unprivileged_user(gcp):
+    # The image starts as root (a top-level mount point needs it) and its entrypoint becomes GCPGPU_USER:
+    # replacing the entrypoint would run the command as root, so it goes in args behind it (both targets
+    # share usercode.container_call); the emulator still runs `python -m gcpgpu.trainer` as the trainer.
+    from gcpgpu.trainer.argv import trainer_args
+
+    image = "us-central1-docker.pkg.dev/test-proj/gcpgpu/gcpgpu-trainer:none-0123456789ab"
+    for line, words in (("all_reduce_perf -b 8", ["all_reduce_perf", "-b", "8"]),
+                        ("python -m gcpgpu.trainer --steps 5", ["python", "-m", "gcpgpu.trainer", "--steps", "5"])):
+        result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--image", image,
+                     "--command", line, "--dry-run")
+        assert result.exit_code == 0, result.output
+        spec = yaml.safe_load(result.stdout)["customJob"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
+        assert not spec.get("command") and spec["args"] == words
+    assert trainer_args(image, [], ["python", "-m", "gcpgpu.trainer", "--steps", "5"]) == ["--steps", "5"]
+
+
 def test_a_cluster_job_mounts_the_buckets_on_the_node_and_binds_them(gcp, tmp_path):
     (tmp_path / "train.py").write_text("print(1)\n")
     up = cli("cluster", "up", "u", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",

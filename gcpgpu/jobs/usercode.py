@@ -196,11 +196,15 @@ def node_mounts(spec: Any, workdir_uri: str | None, buckets: list[str]) -> tuple
 
 
 def container_call(job: Any) -> tuple[list[str], list[str]]:
-    """(command, args) for the container: a user's command goes in args behind the image's own entrypoint when
-    the job brings code, setup, mounts or secrets, which that entrypoint (gcpgpu/replica.py) sets up before it
-    runs the command; replacing the entrypoint would skip all of them. Otherwise as given."""
+    """(command, args) for the container: a command goes in args behind the image's own entrypoint on gcpgpu's
+    image, which starts as root and becomes its unprivileged user before it runs anything (replacing the
+    entrypoint would run the command as root), and on any image when the job brings code, setup, mounts or
+    secrets, which that entrypoint (gcpgpu/replica.py) sets up first. Otherwise (another image) as given."""
+    from gcpgpu.trainer.argv import IMAGE
+
     spec = job.spec
-    if job.command and not job.bundled_trainer and (spec.workdir or spec.setup or spec.mounts or spec.secrets):
+    if job.command and (IMAGE.search(job.image) or (not job.bundled_trainer and (
+            spec.workdir or spec.setup or spec.mounts or spec.secrets))):
         return [], [*job.command, *job.args]
     return job.command, job.args
 

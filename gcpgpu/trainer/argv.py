@@ -36,8 +36,9 @@ def trainer_args(image: str, command: Sequence[str], args: Sequence[str]) -> lis
         return None
     if not command and args and not str(args[0]).startswith("-"):
         # The image's entrypoint execs arguments that are not flags as a command (containers/entrypoint.sh):
-        # how `job submit` keeps it in front of a user's command on the gcpgpu image.
-        return None
+        # how `job submit` keeps it in front of a user's command, and of `python -m gcpgpu.trainer`, on the
+        # gcpgpu image.
+        return list(args[3:]) if _runs_module(args) else None
     return [*command[3:], *args]
 
 

@@ -1,0 +1,126 @@
+"""containers/entrypoint.sh started as root, as the image starts: root makes the mounts' links (a top-level
+mount point such as /data, which only root may create), then the script runs again as GCPGPU_USER, so the
+setup, the user's command and the trainer never run as root.
+
+Needs root (the test machine's own user) and an unprivileged user to become: `nobody`, running the system's
+/usr/bin/python3 (the test's own Python may sit where nobody cannot read). Skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRYPOINT = REPO / "containers" / "entrypoint.sh"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _nobody() -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+
+
+def _system_python_matches() -> bool:
+    """Whether /usr/bin/python3 is this Python's version, so it can import the test's packages (click, yaml)."""
+    try:
+        done = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                              text=True, timeout=30)
+    except OSError:
+        return False
+    return done.stdout.strip() == str(sys.version_info[:2])
+
+
+NOBODY = _nobody()
+pytestmark = pytest.mark.skipif(
+    os.name != "posix" or os.geteuid() != 0 or NOBODY is None or not _system_python_matches(),
+    reason=f"needs to run as root, a 'nobody' user and a {SYSTEM_PYTHON} of this Python's version",
+)
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A folder every user may walk into (pytest's own tmp_path is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="gcpgpu-user-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(base: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    (base / "sysroot").mkdir(exist_ok=True)
+    environ = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/root",  # what docker gives a container started as root
+        "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"]]),
+        "GCPGPU_PYTHON": SYSTEM_PYTHON,
+        "GCPGPU_SYSROOT": str(base / "sysroot"),
+        "GCPGPU_MACHINE_TYPE": "a2-highgpu-1g",
+        "GCPGPU_METADATA_URL": "http://127.0.0.1:9/computeMetadata/v1",  # nothing answers: no metadata server
+        "GCPGPU_GCS_ROOT": str(base / "gcs"),
+        **env,
+    }
+    return subprocess.run(["bash", str(ENTRYPOINT), *args], env=environ, capture_output=True, text=True,
+                          timeout=60, cwd=base)
+
+
+def test_started_as_root_it_links_a_top_level_mount_point_then_runs_the_command_as_the_images_user(base):
+    assert NOBODY is not None
+    (base / "gcs" / "data-bkt" / "sets").mkdir(parents=True)
+    (base / "gcs" / "data-bkt" / "sets" / "x.txt").write_text("42\n")
+    (base / "gcs" / "out-bkt").mkdir()
+    top = base / "top"  # stands in for the container's /: root's, and no one else may write it
+    top.mkdir(mode=0o755)
+    mounts = [{"source": "gs://data-bkt/sets", "target": str(top / "data"), "ro": True},
+              {"source": "gs://out-bkt/runs/7", "target": str(top / "out")}]
+    script = f'id -u; echo "$HOME $USER"; cat {top}/data/x.txt; echo result > {top}/out/y.txt'
+    result = _run(base, "bash", "-c", script, GCPGPU_USER="nobody", GCPGPU_MOUNTS=json.dumps(mounts))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [str(NOBODY.pw_uid), f"{NOBODY.pw_dir} nobody", "42"]
+    assert os.readlink(top / "data") == str(base / "gcs" / "data-bkt" / "sets")
+    assert f"mount {top / 'data'} -> gs://data-bkt/sets (read-only)" in result.stderr
+    # The output folder root made in the bucket is the user's, so its files are too.
+    written = base / "gcs" / "out-bkt" / "runs" / "7" / "y.txt"
+    assert written.read_text() == "result\n" and written.stat().st_uid == NOBODY.pw_uid
+    assert (base / "gcs" / "out-bkt" / "runs").stat().st_uid == NOBODY.pw_uid
+
+
+def test_the_setup_and_the_command_run_as_the_user_and_cannot_become_root_again(base):
+    assert NOBODY is not None
+    result = _run(base, "bash", "-c", "id -u; python3 -c 'import os; os.setuid(0)' 2>&1 | tail -n 1",
+                  GCPGPU_USER=str(NOBODY.pw_uid), GCPGPU_SETUP="echo setup as $(id -u)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"setup as {NOBODY.pw_uid}", str(NOBODY.pw_uid),
+                                          "PermissionError: [Errno 1] Operation not permitted"]
+
+
+@pytest.mark.parametrize("user", ["root", "0", "no-such-user"])
+def test_a_root_or_unknown_user_is_refused_in_one_line_and_nothing_runs(base, user):
+    result = _run(base, "bash", "-c", "echo ran", GCPGPU_USER=user)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gcpgpu-entrypoint: GCPGPU_USER: ")
+    assert ("is root" in line) if user != "no-such-user" else ("no user 'no-such-user' in this image" in line)
+    assert result.stdout == ""
+
+
+def test_a_mount_root_cannot_make_stops_before_becoming_the_user(base):
+    (base / "gcs" / "data-bkt").mkdir(parents=True)
+    mounts = [{"source": "gs://data-bkt/absent", "target": str(base / "top" / "data"), "ro": True}]
+    result = _run(base, "bash", "-c", "echo ran", GCPGPU_USER="nobody", GCPGPU_MOUNTS=json.dumps(mounts))
+    assert result.returncode == 3
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gcpgpu-entrypoint: GCPGPU_MOUNTS: gs://data-bkt/absent") and "nothing at" in line
+    assert result.stdout == ""
