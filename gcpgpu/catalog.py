@@ -31,7 +31,7 @@ _FAMILY_KEYS = {
     "compact_max_vms", "compact_max_vms_verified", "max_net_gbps",
 }  # fmt: skip
 # A machine type may override any family key (a3-highgpu-1g..4g have no GPU NICs).
-_MACHINE_KEYS = {"family", "gpu", "gpu_count", "vcpus", "memory_mb", "verified", "vertex"} | _FAMILY_KEYS
+_MACHINE_KEYS = {"family", "gpu", "gpu_count", "vcpus", "memory_mb", "verified", "vertex", "local_ssds"} | _FAMILY_KEYS
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ class MachineType:
     price_per_hour: float | None  # USD per node, on-demand; None where the catalog has no price
     spot_price_per_hour: float | None
     verified: bool  # vcpus/memory confirmed against a real API
+    local_ssds: int = 0  # 375 GiB local NVMe SSDs the machine type comes with (none to attach: bundled)
 
     @property
     def accelerator_type(self) -> str:
@@ -150,6 +151,7 @@ def machine_types() -> MappingProxyType[str, MachineType]:
             price_per_hour=_price(gpu.price_per_hour, count),
             spot_price_per_hour=_price(gpu.spot_price_per_hour, count),
             verified=bool(entry.get("verified", False)),
+            local_ssds=int(entry.get("local_ssds", 0)),
         )
     return MappingProxyType(machines)
 

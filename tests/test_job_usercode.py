@@ -94,6 +94,8 @@ def test_a_cluster_job_mounts_the_buckets_on_the_node_and_binds_them(gcp, tmp_pa
     assert "--volume /gcs/out-b/run1:/out" in agent
     assert "gcpgpu-gcs-mount data-b" not in agent  # the read-only input has its own read-only mount
     assert "gcsfuse -o ro" in agent and "--volume /gcs-ro/data-b/imagenet:/data:ro" in agent
+    # The file cache only on the startup script's mounted local SSDs, never on a bare folder of the boot disk.
+    assert "if mountpoint -q /mnt/localssd; then" in agent and "[ -d /mnt/localssd ]" not in agent
 
 
 def test_the_agent_with_mounts_passes_shellcheck(tmp_path):

@@ -56,6 +56,30 @@ def test_startup_script_of_each_family_passes_bash_n_and_shellcheck(tmp_path, ma
     assert (host is not None and host.installer_image in text) or "INSTALLER_IMAGE=''" in text
 
 
+@pytest.mark.parametrize("machine_type", ["a3-highgpu-8g", "a4-highgpu-8g", "a2-highgpu-8g", "g2-standard-48"])
+def test_the_local_ssds_a_machine_comes_with_are_raided_and_mounted_for_the_file_cache(tmp_path, machine_type):
+    from gcpgpu.catalog import get_machine_type
+
+    count = get_machine_type(machine_type).local_ssds
+    text = startup_script(machine_type)
+    spec = ClusterSpec(name="c", machine_type=machine_type, nodes=2, zones=[ZONE[machine_type]]).validate()
+    disks = plan(spec, "p").instance_properties["disks"]
+    assert [d["type"] for d in disks] == ["PERSISTENT"]  # bundled with the machine type: nothing to attach
+    if machine_type.startswith(("a2-highgpu", "g2-")):
+        assert count == 0 and "localssd" not in text and "mdadm" not in text
+        return
+    assert count in (16, 32)
+    lint(tmp_path, text)
+    # Found by Google's names, one RAID0 (assembled again after a reboot), ext4 once, mounted where the
+    # job agent looks for the cache; a failure is one line and the boot goes on.
+    assert "/dev/disk/by-id/google-local-nvme-ssd-*" in text and f"(expected {count})" in text
+    assert "mdadm --assemble" in text and "--level=0" in text and 'mdadm --create "$dev"' in text
+    assert '!= ext4 ]; then\n    mkfs.ext4 -F' in text
+    assert 'LOCAL_SSD_DIR=/mnt/localssd' in text and 'mount -o discard,defaults "$dev" "$LOCAL_SSD_DIR"' in text
+    assert 'mountpoint -q "$LOCAL_SSD_DIR" && return 0' in text  # every boot runs it: mounted once
+    assert "local_ssd || echo" in text and "fstab" not in text.replace("Not in fstab", "")
+
+
 @pytest.mark.parametrize("flavor", [None, "tcpx", "tcpxo"])
 def test_agent_of_each_flavor_passes_bash_n_and_shellcheck(tmp_path, flavor):
     lint(tmp_path, agent_script(flavor))
