@@ -24,6 +24,12 @@ def cli(*argv: str, fmt: str | None = None):
     return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
 
 
+def followers(gcp, cluster: str) -> dict[str, str | None]:
+    """Each node's follower image (metadata gcpgpu-agent)."""
+    return {i["name"]: next((m["value"] for m in i["metadata"].get("items", []) if m["key"] == "gcpgpu-agent"), None)
+            for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances") if i["name"].startswith(f"{cluster}-")}
+
+
 def nodes(gcp, cluster: str) -> list[tuple[str, str]]:
     return [(i["name"], i["status"]) for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")
             if i["name"].startswith(f"{cluster}-")]
@@ -93,6 +99,10 @@ def test_a_recovery_left_half_done_is_finished_by_the_cluster_s_own_followers(gc
     status = wait_for(ended, timeout=120, what="the job's end", interval=1.0)
     assert status["attempt"] == 1 and status["history"][0]["lost"] == ["h-1"]
     assert nodes(gcp, "h") == [("h-0", "RUNNING"), ("h-1", "RUNNING")]
+    # The re-created node runs its follower from the image autostop found (the emulator's registry has
+    # none-emulator), as its spec says: not a tag nothing pushed.
+    seeded = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-emulator"
+    assert followers(gcp, "h") == {"h-0": seeded, "h-1": seeded}
 
 
 STEPS = 40
