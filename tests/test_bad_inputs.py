@@ -117,6 +117,9 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
     ("file-max-run-too-short", [*UP, "-f", "{d}/c.yaml"],
      {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nmax_run_duration: 10s\n"},
      "between 30s and 120d"),
+    ("file-agent-image-bad", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nautostop: 30m\n"
+                "agent_image: gcpgpu trainer\n"}, "agent_image 'gcpgpu trainer' must be a container image"),
     ("file-termination-action-bad", [*UP, "-f", "{d}/c.yaml"],
      {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nmax_run_duration: 2h\n"
                 "termination_action: suspend\n"}, "--termination-action 'suspend'"),

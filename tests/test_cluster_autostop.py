@@ -128,7 +128,69 @@ def test_the_follower_runs_from_the_image_jobs_default_to():
     assert AGENT_REPOSITORY == DEFAULT_IMAGE  # the training image has gcpgpu (and so the follower) in it
     built = "us-central1-docker.pkg.dev/p/gcpgpu/gcpgpu-trainer:a3-0123456789ab"
     assert agent_image(built, "us-central1", "p") == built  # a detached job's follower runs the image it built
-    assert agent_image("docker.io/me/mine:1", "us-central1", "p").endswith("/gcpgpu/gcpgpu-trainer:latest")
+    assert agent_image("docker.io/me/mine:1", "us-central1", "p", built) == built  # else what the node runs
+
+
+BUILT = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-0123456789ab"
+
+
+def followers_images(gcp, cluster: str) -> dict[str, tuple[str | None, str | None]]:
+    """Each node's follower image: its metadata gcpgpu-agent, and agent_image in the spec it carries."""
+    out = {}
+    for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
+        if inst["name"].startswith(f"{cluster}-"):
+            items = {i["key"]: i["value"] for i in inst["metadata"].get("items", [])}
+            out[inst["name"]] = (items.get("gcpgpu-agent"), json.loads(items["gcpgpu-spec"]).get("agent_image"))
+    return out
+
+
+def test_autostop_s_follower_runs_the_image_container_build_last_pushed(gcp):
+    """Not a :latest tag that nothing pushes: this machine's record of the last build, else the newest
+    FLAVOR-* image in Artifact Registry (the emulator's has none-emulator), in the nodes' metadata and
+    in the spec a recovery re-creates nodes from."""
+    from gcpgpu import catalog, default_image
+
+    assert catalog.get_machine_type("a2-highgpu-1g").gpudirect == "none"
+    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    assert cli(*UP[:2], "rec", *UP[2:], "--autostop", "30m").exit_code == 0
+    assert followers_images(gcp, "rec") == {"rec-0": (BUILT, BUILT), "rec-1": (BUILT, BUILT)}
+
+    default_image.state_file(emulated=True).unlink()  # another machine: Artifact Registry answers
+    assert cli(*UP[:2], "reg", *UP[2:]).exit_code == 0
+    assert cli("cluster", "autostop", "reg", "30m").exit_code == 0
+    seeded = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-emulator"
+    assert followers_images(gcp, "reg") == {"reg-0": (seeded, seeded), "reg-1": (seeded, seeded)}
+
+
+def test_autostop_with_no_image_built_is_one_line_and_changes_nothing(gcp):
+    gcp.artifactregistry.seeded = False  # a project where `container build` never ran
+    gcp.requests.clear()
+    up = cli(*UP[:2], "none", *UP[2:], "--autostop", "30m")
+    assert up.exit_code == 2, up.output
+    assert len(up.output.strip().splitlines()) == 1 and "gcpgpu container build" in up.output, up.output
+    assert [r.path for r in gcp.requests.all() if r.method != "GET"] == []
+    assert cli(*UP[:2], "none", *UP[2:]).exit_code == 0
+    gcp.requests.clear()
+    later = cli("cluster", "autostop", "none", "30m")
+    assert later.exit_code == 2 and "gcpgpu container build" in later.output, later.output
+    assert [r.path for r in gcp.requests.all() if r.method != "GET"] == []
+    assert cli("cluster", "autostop", "none", "--cancel").exit_code == 0  # turning it off needs no image
+
+
+def test_autostop_dry_run_names_the_follower_image_without_a_request(gcp):
+    from gcpgpu import default_image
+
+    def agent(result) -> str:
+        assert result.exit_code == 0, result.output
+        items = json.loads(result.stdout)["bulkInsert"]["instanceProperties"]["metadata"]["items"]
+        return next(i["value"] for i in items if i["key"] == "gcpgpu-agent")
+
+    gcp.requests.clear()
+    pattern = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-*"
+    assert agent(cli(*UP[:2], "dry", *UP[2:], "--autostop", "30m", "--dry-run", fmt="json")) == pattern
+    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    assert agent(cli(*UP[:2], "dry", *UP[2:], "--autostop", "30m", "--dry-run", fmt="json")) == BUILT
+    assert gcp.requests.all() == []
 
 
 def test_the_nodes_followers_start_with_the_cluster_and_cluster_down_leaves_no_lease(gcp):

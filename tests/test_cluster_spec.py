@@ -196,6 +196,20 @@ def test_plan_command_prints_resources_and_cost_without_api_calls(gcp, monkeypat
     assert '"bulkInsert"' in as_json.output and len(gcp.requests) == 0
 
 
+def test_plan_json_carries_the_run_cap_without_api_calls(gcp):
+    """`cluster plan --max-run-duration 24h --format json`: the cap in the plan's summary and in the very
+    scheduling fields the bulkInsert sends (as the discovery document spells them), no request made."""
+    result = CliRunner().invoke(main, ["--project", PROJECT, "--format", "json", "cluster", "plan", "demo",
+                                       "--machine-type", "a3-highgpu-8g", "--zone", "us-central1-a",
+                                       "--max-run-duration", "24h"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.stdout)
+    assert planned["maxRunDuration"] == {"seconds": 86400, "instanceTerminationAction": "STOP"}
+    sched = planned["bulkInsert"]["instanceProperties"]["scheduling"]
+    assert (sched["maxRunDuration"], sched["instanceTerminationAction"]) == ({"seconds": "86400"}, "STOP")
+    assert len(gcp.requests) == 0
+
+
 def test_plan_table_lists_sources_as_notes_within_120_columns(gcp, monkeypatch):
     from gcpgpu import catalog
 

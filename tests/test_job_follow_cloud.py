@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from click.testing import CliRunner
@@ -22,6 +23,12 @@ UP = ["--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-
 
 def cli(*argv: str, fmt: str | None = None):
     return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def followers(gcp, cluster: str) -> dict[str, str | None]:
+    """Each node's follower image (metadata gcpgpu-agent)."""
+    return {i["name"]: next((m["value"] for m in i["metadata"].get("items", []) if m["key"] == "gcpgpu-agent"), None)
+            for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances") if i["name"].startswith(f"{cluster}-")}
 
 
 def nodes(gcp, cluster: str) -> list[tuple[str, str]]:
@@ -93,6 +100,10 @@ def test_a_recovery_left_half_done_is_finished_by_the_cluster_s_own_followers(gc
     status = wait_for(ended, timeout=120, what="the job's end", interval=1.0)
     assert status["attempt"] == 1 and status["history"][0]["lost"] == ["h-1"]
     assert nodes(gcp, "h") == [("h-0", "RUNNING"), ("h-1", "RUNNING")]
+    # The re-created node runs its follower from the image autostop found (the emulator's registry has
+    # none-emulator), as its spec says: not a tag nothing pushed.
+    seeded = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-emulator"
+    assert followers(gcp, "h") == {"h-0": seeded, "h-1": seeded}
 
 
 STEPS = 40
@@ -115,10 +126,42 @@ def leader_node(gcp, cluster: str) -> str | None:
     return holder.removeprefix("node ").rsplit("-", 1)[0] if holder.startswith("node ") else None
 
 
+class Hook(BaseHTTPRequestHandler):
+    """A webhook on 127.0.0.1 that keeps what the cluster's followers POST."""
+
+    got: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        type(self).got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook():
+    Hook.got = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/gcpgpu", Hook
+    server.shutdown()
+
+
+def followers_log(gcp) -> str:
+    """What every node's follower printed (shown when the test fails)."""
+    return "\n".join(f"{run.id.split('/')[2]}: {line.text}" for run in gcp.jobs.runner.all_runs()
+                     if run.id.startswith("agent/") for line in run.log_lines())
+
+
 @pytest.mark.slow
-def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_preempted(gcp, monkeypatch):
+def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_preempted(gcp, monkeypatch, webhook):
     pytest.importorskip("torch")
-    monkeypatch.setenv("GCPGPU_LEASE_TTL", "8")  # a dead leader is replaced after 8 s, not 2 minutes
+    url, hook = webhook
+    # A dead leader is replaced after 20 s, not 2 minutes. `job follow` below waits one lease's lifetime
+    # more before it leads itself: shorter, and on a loaded machine it may beat the node that is left.
+    monkeypatch.setenv("GCPGPU_LEASE_TTL", "20")
     gcp.faults.preempt_grace_s = 3.0
     assert cli("cluster", "up", "c", *UP).exit_code == 0
     bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
@@ -130,7 +173,7 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     # The submitting process is its own, and it is gone before anything is lost.
     submit = subprocess.run(
         [sys.executable, "-c", "from gcpgpu.cli import main; main()", *GLOBAL, "job", "submit", "--cluster", "c",
-         "--detach", "--recover", "2", "--output-dir", "gs://bkt/run", *env, "--", *trainer("run")],
+         "--detach", "--recover", "2", "--notify", url, "--output-dir", "gs://bkt/run", *env, "--", *trainer("run")],
         env={**os.environ, "GCPGPU_EMULATOR": gcp.address}, capture_output=True, text=True, timeout=120)
     assert submit.returncode == 0, submit.stderr
     job_id = submit.stdout.splitlines()[0]
@@ -149,8 +192,11 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
         state = json.loads(cli("job", "status", job_id, fmt="json").stdout)
         return state if state["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and state["recoveries"] else None
 
-    status = wait_for(ended, timeout=400, what="the job's end", interval=1.0)
-    assert status["state"] == "SUCCEEDED" and status["attempt"] == 1
+    try:
+        status = wait_for(ended, timeout=400, what="the job's end", interval=1.0)
+    except AssertionError:
+        raise AssertionError(f"no end: {cli('job', 'status', job_id).output}\n{followers_log(gcp)}") from None
+    assert status["state"] == "SUCCEEDED" and status["attempt"] == 1, followers_log(gcp)
     (entry,) = status["history"]
     assert entry["lost"] == [victim] and entry["cause"] == "preempted"
     base_end, run_end = last_step(bucket / "base" / "log.jsonl"), last_step(bucket / "run" / "log.jsonl")
@@ -159,7 +205,14 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     wait_for(lambda: "r" in watched, timeout=60, what="job follow's end")
     assert watched["r"].exit_code == 0, watched["r"].output
     assert "watching" in watched["r"].output and f"Job {job_id} SUCCEEDED." in watched["r"].output
-    assert "recovery 1: lost" in watched["r"].output and "Recovery 1/2" not in watched["r"].output  # it only watched
+    assert "recovery 1: lost" in watched["r"].output, watched["r"].output
+    assert "Recovery 1/2" not in watched["r"].output, watched["r"].output  # it only watched
+    # The cluster's followers told the webhook, from the nodes (nothing here follows with --notify).
+    wait_for(lambda: "SUCCEEDED" in [m["event"] for m in hook.got], timeout=60, what="SUCCEEDED at the webhook")
+    told = [m for m in hook.got if m["event"] in ("RECOVERING", "SUCCEEDED")]
+    assert [m["event"] for m in told] == ["RECOVERING", "SUCCEEDED"], hook.got
+    assert told[0]["node"] == victim and told[0]["cause"] == "preempted" and told[0]["job"] == job_id
+    assert told[1]["recoveries"] == 1
 
 
 def test_the_follower_s_settings_travel_in_the_job_s_record(monkeypatch):

@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gcpgpu.errors import UsageProblem
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
+
+
+def follower_image(settings: Settings, region: str, machine_type: str, *, dry_run: bool) -> str:
+    """The image the nodes' follower runs from: the gcpgpu image `container build` last pushed for the
+    cluster's region and GPUDirect flavour (this machine's record, else Artifact Registry's newest
+    FLAVOR-* tag: gcpgpu/default_image.py); a plan or --dry-run reads only the record (no request)."""
+    from gcpgpu import catalog, default_image
+
+    flavor = catalog.get_machine_type(machine_type).gpudirect
+    project = settings.project
+    found = default_image.remembered(emulated=settings.emulator is not None, project=project, region=region,
+                                     flavor=flavor)
+    where = f"{default_image.repository(project, region)}/{default_image.IMAGE_NAME}"
+    if found is None and dry_run:
+        info(f"autostop: the nodes' follower will run the newest {flavor}-* image in {where} ('cluster up' looks)")
+        return f"{where}:{flavor}-*"
+    found = found or default_image.newest_in_registry(settings.clients, project, region, flavor)
+    if not found:
+        raise UsageProblem(f"autostop runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
+                           f"run 'gcpgpu container build --region {region} --machine-type {machine_type}' first")
+    return found
+
+
+def fill_follower_image(settings: Settings, spec: Any, *, dry_run: bool) -> None:
+    """Give a ClusterSpec with autostop the image its follower runs from (a spec file's agent_image stands)."""
+    if spec.autostop is not None and not spec.agent_image:
+        spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run)
 
 
 @click.command()
@@ -36,11 +65,13 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     if not cancel and not duration:
         raise UsageProblem("give DURATION (e.g. 'gcpgpu cluster autostop NAME 30m') or --cancel")
     idle_s = None if cancel else auto.parse(duration, "DURATION")
-    if not observe_nodes(settings.clients, settings.project, name):  # before the lease: nothing written
+    found = observe_nodes(settings.clients, settings.project, name)
+    if not found:  # before the lease: nothing written
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+    image = None if cancel else follower_image(settings, found[0].region, found[0].machine_type, dry_run=False)
     s = Session(settings.clients, settings.project)
     with s.holding(name, "autostop", wait_for_lease=True):
-        nodes = auto.set_on(settings.clients, settings.project, name, idle_s, down, s.check_lease)
+        nodes = auto.set_on(settings.clients, settings.project, name, idle_s, down, s.check_lease, image)
     value = auto.setting(idle_s, down)
     if settings.format != "table":
         emit({"cluster": name, "autostop": value, "nodes": len(nodes)})

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from gcpgpu.cli.autostop import fill_follower_image
 from gcpgpu.cli.cluster_columns import AUTOSTOP_COLUMN, COST_COLUMNS, NODE_COLUMNS, _autostop
 from gcpgpu.errors import Interrupted, UsageProblem
 from gcpgpu.output import emit, info
@@ -203,6 +204,7 @@ def plan(settings: Settings, **kw: Any) -> None:
     from gcpgpu.cluster.plan import plan as make_plan
 
     spec = _build_spec(settings, kw)
+    fill_follower_image(settings, spec, dry_run=True)
     p = make_plan(spec, settings.project)
     if settings.format != "table":
         emit(p.to_dict())
@@ -244,6 +246,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     if wait_for_start and not spec.reservation:
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
+    fill_follower_image(settings, spec, dry_run=dry_run)  # before any change: none built stops here
     p = make_plan(spec, project)
     if dry_run:
         if settings.format != "table":

@@ -49,18 +49,20 @@ def parse(value: Any, where: str = "--autostop") -> int:
     return seconds
 
 
-def metadata_items(idle_s: int | None, down: bool, region: str, project: str) -> list[dict[str, str]]:
-    """What a node carries for its autostop (nothing when off)."""
+def metadata_items(idle_s: int | None, down: bool, region: str, project: str,
+                   image: str | None = None) -> list[dict[str, str]]:
+    """What a node carries for its autostop (nothing when off); `image`: what its follower runs from."""
     value = setting(idle_s, down)
     if value is None:
         return []
     return [{"key": KEY, "value": json.dumps(value, sort_keys=True)},
-            {"key": AGENT_KEY, "value": AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))}]
+            {"key": AGENT_KEY, "value": image or AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))}]
 
 
 def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, down: bool,
-           fence: Callable[[], None] = lambda: None) -> list[Node]:
-    """Write the autostop (None: cancel it) on every node, in its metadata and in the spec it carries."""
+           fence: Callable[[], None] = lambda: None, image: str | None = None) -> list[Node]:
+    """Write the autostop (None: cancel it) on every node, in its metadata and in the spec it carries;
+    `image` (the last `container build`) is what the nodes' follower runs from."""
     from google.cloud import compute_v1
 
     from gcpgpu.gcp.operations import batch
@@ -72,13 +74,15 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
     def put(node: Node) -> Any:
         items = {k: v for k, v in node.metadata.items() if k not in (KEY, AGENT_KEY)}
         if idle_s is not None:
-            items.update({i["key"]: i["value"] for i in metadata_items(idle_s, down, node.region, project)})
+            items.update({i["key"]: i["value"] for i in metadata_items(idle_s, down, node.region, project, image)})
         elif node.metadata.get("gcpgpu-job") and node.metadata.get(AGENT_KEY):
             items[AGENT_KEY] = node.metadata[AGENT_KEY]  # a detached job still needs its follower
         if items.get("gcpgpu-spec"):
             with contextlib.suppress(ValueError):
                 spec = json.loads(items["gcpgpu-spec"])
                 spec.update(autostop=idle_s, autostop_down=bool(down) if idle_s is not None else False)
+                if image:
+                    spec["agent_image"] = image  # a node a recovery re-creates runs the same follower
                 items["gcpgpu-spec"] = json.dumps(spec, sort_keys=True)
         fence()
         body = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,

@@ -14,19 +14,21 @@ from .cost import format_duration
 KEY = "gcpgpu-autostop"
 AGENT_KEY = "gcpgpu-agent"  # a node with it runs the follower (its value: the image it runs from)
 # The training image's repository (jobs/spec.py DEFAULT_IMAGE: tests keep them equal) has gcpgpu in it.
-# A detached job's nodes run the follower from the job's own image when it comes from there (it was
-# built); a cluster's autostop with no job yet names this tag, which `container build` does not push
-# (known gap: push or retag it by hand until autostop resolves the last-built image).
+# The follower runs from the image `container build` last pushed for the cluster (the cli resolves it
+# at `cluster up --autostop` and `cluster autostop`, gcpgpu/default_image.py; the spec keeps it as
+# agent_image), or from a detached job's own image when it comes from there. AGENT_IMAGE, a tag nothing
+# pushes, is left only for nodes whose spec an older gcpgpu wrote without agent_image.
 AGENT_REPOSITORY = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer"
 AGENT_IMAGE = AGENT_REPOSITORY + ":latest"
 
 
-def agent_image(job_image: str | None, region: str, project: str) -> str:
-    """The image a node's follower runs from: the job's, when it is a gcpgpu training image."""
+def agent_image(job_image: str | None, region: str, project: str, fallback: str | None = None) -> str:
+    """The image a node's follower runs from: the job's, when it is a gcpgpu training image, else
+    `fallback` (what the node already runs its follower from)."""
     repository = AGENT_REPOSITORY.format(region=region, project=project.replace(":", "/"))
     if job_image and job_image.startswith(repository + ":"):
         return job_image
-    return AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))
+    return fallback or AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))
 
 
 def setting(idle_s: int | None, down: bool) -> dict[str, Any] | None:

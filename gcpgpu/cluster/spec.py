@@ -61,6 +61,9 @@ class ClusterSpec:
     termination_action: str | None = None  # "delete" | "stop" at the end of max_run_duration (None: per model)
     autostop: int | None = None  # seconds idle before the cluster stops itself (cluster/autostop.py)
     autostop_down: bool = False  # ... or deletes itself
+    # The image the nodes' follower runs from (gcpgpu's training image): `cluster up --autostop` puts
+    # the one `container build` last pushed here, so a node a recovery re-creates from this spec gets it too.
+    agent_image: str | None = None
     flex_wait: int | None = None  # seconds a flex-start request waits for capacity (default 1 h)
     reservation: str | None = None
     create_reservation: bool = False
@@ -195,6 +198,10 @@ class ClusterSpec:
     def _validate_autostop(self) -> None:
         from .autostop import parse
 
+        if self.agent_image is not None and (not isinstance(self.agent_image, str) or len(self.agent_image) > 300
+                                             or not re.fullmatch(r"[a-z0-9][\w.:/@-]*/[\w.:@-]+", self.agent_image)):
+            raise UsageProblem(f"agent_image {shown(self.agent_image)} must be a container image like "
+                               "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:TAG")
         if self.autostop is not None:
             self.autostop = parse(self.autostop)
         elif self.autostop_down:

@@ -198,7 +198,7 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
             "gcpgpu-job-id": run,
         })
         if record.get("detached"):  # the node runs the follower (gcpgpu/nodeagent.py), from gcpgpu's own image
-            items[AGENT_KEY] = agent_image(record.get("image"), node.region, project)
+            items[AGENT_KEY] = agent_image(record.get("image"), node.region, project, node.metadata.get(AGENT_KEY))
         return _set_metadata(clients, project, node, items, fence)
 
     batch(clients, project, put, list(enumerate(chosen)))

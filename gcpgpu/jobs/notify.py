@@ -9,8 +9,8 @@ environment, arguments, secrets' names or the webhook URLs themselves.
     {"event": "RECOVERING", "job": "cluster:c:train-1a2b3c", "name": "train", "cluster": "c",
      "attempt": 1, "at": "2026-11-25T04:30:00Z", "node": "c-1", "cause": "preempted", "last_step": 19}
 
-Events: RUNNING, RECOVERING, RETRYING, STALLED, FAILED (with cause), SUCCEEDED, CANCELLED, and
-AUTOSTOPPED (cluster autostop calls send() with the cluster alone).
+Events: RUNNING, RECOVERING, RETRYING, STALLED, FAILED (with cause), SUCCEEDED, CANCELLED. send()
+is meant for AUTOSTOPPED (the cluster alone), but nothing calls it yet: a cluster has no --notify.
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ class Follower:
         whole = len(nodes) == int(record["nnodes"]) and all(n.status == "RUNNING" for n in nodes) \
             and not {n.id for n in nodes} & set(how.get("lost_ids") or [])
         if not whole:
-            self._rebuild(s, self._cluster_spec(how.get("spec")), how["lost"], how["zone"], how.get("lost_ids"))
+            self._rebuild(s, self._spec_now(how.get("spec")), how["lost"], how["zone"], how.get("lost_ids"))
             nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
         if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
             raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
@@ -288,6 +288,17 @@ class Follower:
                 return raw
         raise CloudError(f"cluster {self.jid.cluster}'s nodes do not carry their spec (made by an older gcpgpu): "
                          f"bring it back with 'gcpgpu cluster up {self.jid.cluster} ...' and resubmit with --resume")
+
+    def _spec_now(self, written: str | None) -> Any:
+        """The spec to bring the cluster back to: what its nodes carry now (an autostop set since the
+        recovery began is in it, not in what the recovery wrote down), else what it wrote down (every
+        node was gone)."""
+        try:
+            return self._cluster_spec()
+        except CloudError:
+            if not written:
+                raise
+            return self._cluster_spec(written)
 
     def _cluster_spec(self, raw: str | None = None) -> Any:
         """The cluster's spec: `raw` (what a recovery wrote down) or what its nodes carry."""
