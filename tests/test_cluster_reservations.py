@@ -106,3 +106,21 @@ def test_cluster_status_shows_a_nodes_upcoming_maintenance(gcp, cli):
 def test_plan_says_a_reservation_may_make_the_nodes_reservation_bound(cli):
     out = cli("cluster", "plan", "x", "--machine-type", MT, "--zone", ZONE, "--reservation", "myres").output
     assert "a DENSE or calendar-mode one makes the nodes RESERVATION_BOUND" in out
+
+
+def test_up_on_a_sub_block_lands_every_node_in_it(gcp, cli):
+    dense_reservation(gcp, "sold", 20)  # one block: sub-blocks of 16 and 4 hosts
+    block = gcp.compute.list_reservation_blocks(PROJECT, ZONE, "sold")[0]["name"]
+    from gcpgpu import reservations
+
+    subs = reservations.blocks(Clients(emulator=gcp.address), PROJECT, ZONE, "sold")[0]["sub_blocks"]
+    second = subs[1]["name"]
+    _up(cli, "s", f"sold/reservationBlocks/{block}/reservationSubBlocks/{second}")
+    for node in ("s-0", "s-1"):
+        info = gcp.compute.get(PROJECT, f"zones/{ZONE}/instances", node)["resourceStatus"]["reservationConsumptionInfo"]
+        assert info["consumedReservationSubBlock"].endswith(f"/reservationSubBlocks/{second}"), info
+    got = reservations.blocks(Clients(emulator=gcp.address), PROJECT, ZONE, "sold")[0]["sub_blocks"]
+    assert [(s["name"], s["in_use"]) for s in got] == [(subs[0]["name"], 0), (second, 2)]
+    # The sub-block's own room is checked before any create: 2 of its 4 are left.
+    out = _up(cli, "t", f"sold/reservationBlocks/{block}/reservationSubBlocks/{second}", nodes=3, code=2).output
+    assert "2 of 4 VMs free in reservation sold block" in out and f"sub-block {second}" in out

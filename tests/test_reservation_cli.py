@@ -112,3 +112,11 @@ def test_nodes_on_a_calendar_reservation_end_with_its_window(gcp, cli, monkeypat
     assert gcp.fault_clock.tick() == ["w-0"]
     gcp.clock.advance(120)
     assert "instances" not in leftovers(gcp)  # DELETE, the reservation-bound default
+
+
+@pytest.mark.parametrize("duration", ["2h", "91d"])
+def test_advise_refuses_a_duration_calendar_mode_does_not_allow(gcp, cli, duration):
+    out = cli("--region", "us-central1", "reservation", "advise", "--machine-type", MT, "--count", "1",
+              "--duration", duration, code=2).output
+    errors = [line for line in out.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and f"--duration {duration} is out of range" in errors[0], out

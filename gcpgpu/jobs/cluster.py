@@ -280,6 +280,7 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
             (report.get("message") or None) if ours else
             ("no report from the node's job agent yet" if inst.status == "RUNNING" else f"node is {inst.status}"),
             "node_status": inst.status, "zone": inst.zone,
+            "ends_at": inst.ends_at, "maintenance": inst.maintenance,  # known ends ahead (jobs/ahead.py)
         })
     rows.sort(key=lambda r: r["rank"])
     job = newest

@@ -42,8 +42,8 @@ from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.trainer.argv import log_every
 
+from . import ahead, ids, journal
 from . import cluster as cluster_jobs
-from . import ids, journal
 from . import logs as job_logs
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
@@ -132,12 +132,30 @@ class Follower:
                 self.recover_once(state, lost, causes)
                 last = None
                 continue
+            if state["state"] == "RUNNING" and (soon := ahead.due(state["per_node"])) is not None:
+                return self._stop_ahead(state, soon)
             if state["state"] == "RUNNING" and (acted := self.guard.check_stall(state)):
                 if acted == "failed":
                     return cluster_jobs.status(self.clients, self.project, self.jid)
                 last = None
                 continue
             time.sleep(self.poll_s)
+
+    def _stop_ahead(self, state: dict, soon: ahead.Ahead) -> dict:
+        """A node's known end is near (jobs/ahead.py): warn, and stop the job so its trainers save a
+        checkpoint on SIGTERM while every node is still up; the job ends CANCELLED with that cause."""
+        where = state.get("output_dir") or "its --ckpt-dir"
+        self.report.step("ahead", f"Job {self.jid}: {soon.line()}: stopping the job now so its trainers "
+                                  f"checkpoint (SIGTERM) to {where}")
+        self._stop_survivors()
+        from .restart import mark
+
+        mark(self, {"state": "CANCELLED", "cause": "stopped ahead", "node": soon.node,
+                    "error": f"stopped ahead: {soon.line()}; its checkpoint is in {where}: submit it again "
+                             "with --resume once the nodes are back (or on other capacity)"})
+        final = cluster_jobs.status(self.clients, self.project, self.jid)
+        self.on_state(final)
+        return final
 
     def _gone(self, state: dict) -> list[dict]:
         """Ranks of the job whose node no longer exists (a VM whose termination action is DELETE)."""
