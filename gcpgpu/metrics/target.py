@@ -107,9 +107,17 @@ class Target:
         return fields
 
     def member(self, key: str) -> Member:
-        for m in self.members:
-            if m.key == key:
-                return m
+        # By an index, not a scan: a 1,024-node refresh looks up ~11,000 series' members, and the
+        # scan was ~0.4 s of each (profiled). Rebuilt when the members list is replaced or grows.
+        index = self.__dict__.get("_index")
+        if index is None or index[0] is not self.members or index[2] != len(self.members):
+            by_key: dict[str, Member] = {}
+            for m in self.members:
+                by_key.setdefault(m.key, m)
+            index = (self.members, by_key, len(self.members))
+            self.__dict__["_index"] = index
+        if key in index[1]:
+            return index[1][key]
         # A Vertex task seen for the first time in the data, or a VM that joined since discovery.
         found = Member(key, key, _task_rank(key) if self.kind == "job" else None)
         self.members.append(found)
