@@ -69,3 +69,19 @@ def test_calls_per_refresh_stay_fixed_from_80_to_160_nodes(gcp, per_gpu):
         calls[nodes] = len(gcp.requests.all(api="monitoring"))
     # 13 columns + each node's worst GPU; with --gpus, the 7 per-GPU columns for the nodes shown.
     assert calls[80] == calls[160] == (21 if per_gpu else 14)
+
+
+def test_the_cluster_is_found_without_reading_whole_vms(gcp, monkeypatch):
+    """Discovery asks for the row's fields only: a whole VM is ~17 KB (its startup script), and 1,024 of them
+    read by a --once made it ~2x the time of one at 8 nodes (issue 27)."""
+    from gcpgpu.cluster import observe
+    from gcpgpu.metrics.target import resolve
+
+    asked: list[str | None] = []
+    real = observe.list_nodes
+    monkeypatch.setattr(observe, "list_nodes", lambda *a, **kw: asked.append(a[3] if len(a) > 3 else kw.get("fields"))
+                        or real(*a, **kw))
+    emulated_cluster(gcp, "c", 3)
+    target = resolve(Clients(emulator=gcp.address, project=PROJECT), PROJECT, "cluster", "c")
+    assert [m.name for m in target.members] == ["c-0", "c-1", "c-2"] and all(m.key for m in target.members)
+    assert asked and asked[0] and "metadata" not in asked[0]

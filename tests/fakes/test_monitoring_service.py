@@ -99,6 +99,13 @@ def test_gauges_mean_per_node_and_per_gpu(client, known):
     assert {s.metric.labels["gpu_number"]: values(s)[0] for s in per_gpu} == {"0": 60.0, "1": 70.0}
 
 
+def test_reduce_min_grouped_by_instance_is_each_nodes_worst_gpu(client, known):
+    """What `metrics tail` asks over 64 nodes (focus.WORST_GPU, issue 27): vm 1's GPUs read 80 and 90, vm 2's 40 and 50."""
+    got = ask(client, f'metric.type = "{UTIL}"', aligner="ALIGN_MEAN", reducer="REDUCE_MIN",
+              group_by=["resource.labels.instance_id"])
+    assert {s.resource.labels["instance_id"]: values(s) for s in got} == {"1": [80.0] * 10, "2": [40.0] * 10}
+
+
 @pytest.mark.parametrize("flt, ids", [
     (f'metric.type = "{UTIL}" AND resource.labels.instance_id = "1"', ["1", "1"]),
     (f'metric.type = "{UTIL}" AND resource.labels.instance_id != "1"', ["2", "2"]),
