@@ -31,8 +31,19 @@ def agent_image(job_image: str | None, region: str, project: str, fallback: str 
     return fallback or AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))
 
 
-def setting(idle_s: int | None, down: bool) -> dict[str, Any] | None:
-    return None if idle_s is None else {"idle_s": int(idle_s), "down": bool(down)}
+def setting(idle_s: int | None, down: bool, notify: list[str] | None = None) -> dict[str, Any] | None:
+    """What `gcpgpu-autostop` holds: {"idle_s", "down"}, and "notify" (the webhooks told AUTOSTOPPED) when given."""
+    if idle_s is None:
+        return None
+    return {"idle_s": int(idle_s), "down": bool(down), **({"notify": list(notify)} if notify else {})}
+
+
+def public(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The setting as `cluster status` and `cluster list` show it: how many webhooks, never their URLs
+    (a URL may hold a token)."""
+    if not value or not value.get("notify"):
+        return value
+    return {**value, "notify": len(value["notify"])}
 
 
 def of(nodes: list[Any]) -> dict[str, Any] | None:
