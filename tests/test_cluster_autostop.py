@@ -302,3 +302,69 @@ def test_busy_gpus_keep_a_cluster_without_a_job_running(fast):
         time.sleep(0.5)
     gcp.activity.end(str(iid), "someone-elses-work")
     wait_for(lambda: set(statuses(gcp, "gpu").values()) == {"TERMINATED"}, timeout=180, what="the cluster stopped")
+
+
+SEEDED = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-emulator"  # the emulator's registry
+
+
+def agents(gcp, cluster: str) -> dict[str, str | None]:
+    out = {}
+    for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
+        if inst["name"].startswith(f"{cluster}-"):
+            out[inst["name"]] = {i["key"]: i["value"] for i in inst["metadata"].get("items", [])}.get("gcpgpu-agent")
+    return out
+
+
+def test_a_detached_job_of_another_image_runs_its_follower_from_the_last_gcpgpu_build(gcp):
+    """Not gcpgpu-trainer:latest, a tag nothing pushes: as `cluster up --autostop`, the record of the last
+    `container build`, else Artifact Registry's newest FLAVOR-* image; kept in the job's record for the
+    nodes a recovery re-creates; and a node's follower image stays when it has one."""
+    from gcpgpu import default_image
+
+    gcp.jobs.agent.simulated_run_s = 30.0
+    assert cli(*UP[:2], "det", *UP[2:]).exit_code == 0
+    submitted = cli("job", "submit", "--cluster", "det", "--image", "busybox", "--detach")
+    assert submitted.exit_code == 0, submitted.output
+    assert agents(gcp, "det") == {"det-0": SEEDED, "det-1": SEEDED}  # no record here: the registry's newest
+    job_id = submitted.stdout.splitlines()[0]
+    items = {i["key"]: i["value"] for i in gcp.compute.get(PROJECT, "zones/us-central1-a/instances",
+                                                           "det-0")["metadata"]["items"]}
+    assert json.loads(items["gcpgpu-job"])["agent_image"] == SEEDED
+    assert cli("job", "cancel", job_id).exit_code == 0
+
+    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    assert cli(*UP[:2], "rec", *UP[2:]).exit_code == 0
+    assert cli("job", "submit", "--cluster", "rec", "--image", "busybox", "--detach").exit_code == 0
+    assert agents(gcp, "rec") == {"rec-0": BUILT, "rec-1": BUILT}  # this machine's record of the last build
+
+    # A node that already runs a follower (the autostop's) keeps its image.
+    default_image.state_file(emulated=True).unlink()
+    assert cli(*UP[:2], "kept", *UP[2:]).exit_code == 0
+    assert agents(gcp, "kept") == {"kept-0": None, "kept-1": None}
+    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    assert cli("cluster", "autostop", "kept", "30m").exit_code == 0
+    default_image.state_file(emulated=True).unlink()
+    gcp.requests.clear()
+    assert cli("job", "submit", "--cluster", "kept", "--image", "busybox", "--detach").exit_code == 0
+    assert agents(gcp, "kept") == {"kept-0": BUILT, "kept-1": BUILT}
+    assert not [r.path for r in gcp.requests.all() if "dockerImages" in r.path]  # nothing asked: it had one
+
+
+def test_a_detached_job_with_no_gcpgpu_image_built_is_one_line_and_dry_run_asks_nothing(gcp):
+    assert cli(*UP[:2], "bare", *UP[2:]).exit_code == 0
+    gcp.requests.clear()
+    dry = cli("job", "submit", "--cluster", "bare", "--image", "busybox", "--detach", "--dry-run", fmt="json")
+    assert dry.exit_code == 0, dry.output
+    pattern = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-*"
+    assert json.loads(dry.stdout)["follower_image"] == pattern
+    assert [r.path for r in gcp.requests.all() if r.method != "GET" or "dockerImages" in r.path] == []
+    gcp.artifactregistry.seeded = False  # a project where `container build` never ran
+    gcp.requests.clear()
+    refused = cli("job", "submit", "--cluster", "bare", "--image", "busybox", "--detach")
+    assert refused.exit_code == 2, refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and "gcpgpu container build" in refused.output
+    assert [r.path for r in gcp.requests.all() if r.method != "GET"] == []
+    # Its own image a gcpgpu one: nothing to look up.
+    mine = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:mine"
+    assert cli("job", "submit", "--cluster", "bare", "--image", mine, "--detach").exit_code == 0
+    assert agents(gcp, "bare") == {"bare-0": mine, "bare-1": mine}

@@ -42,10 +42,12 @@ def autostop_flags(kw: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def follower_image(settings: Settings, region: str, machine_type: str, *, dry_run: bool) -> str:
+def follower_image(settings: Settings, region: str, machine_type: str, *, dry_run: bool,
+                   what: str = "autostop") -> str:
     """The image the nodes' follower runs from: the gcpgpu image `container build` last pushed for the
     cluster's region and GPUDirect flavour (this machine's record, else Artifact Registry's newest
-    FLAVOR-* tag: gcpgpu/default_image.py); a plan or --dry-run reads only the record (no request)."""
+    FLAVOR-* tag: gcpgpu/default_image.py); a plan or --dry-run reads only the record (no request).
+    `what` needs the follower (autostop, --detach): the one line that says none is built names it."""
     from gcpgpu import catalog, default_image
 
     flavor = catalog.get_machine_type(machine_type).gpudirect
@@ -54,13 +56,29 @@ def follower_image(settings: Settings, region: str, machine_type: str, *, dry_ru
                                      flavor=flavor)
     where = f"{default_image.repository(project, region)}/{default_image.IMAGE_NAME}"
     if found is None and dry_run:
-        info(f"autostop: the nodes' follower will run the newest {flavor}-* image in {where} ('cluster up' looks)")
+        info(f"{what}: the nodes' follower will run the newest {flavor}-* image in {where} (looked up then)")
         return f"{where}:{flavor}-*"
     found = found or default_image.newest_in_registry(settings.clients, project, region, flavor)
     if not found:
-        raise UsageProblem(f"autostop runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
+        raise UsageProblem(f"{what} runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
                            f"run 'gcpgpu container build --region {region} --machine-type {machine_type}' first")
     return found
+
+
+def detached_follower(settings: Settings, image: str | None, nodes: list[Any], *, dry_run: bool) -> str | None:
+    """`job submit --detach`: the image the job's nodes run their follower from. None when the job's own
+    image is gcpgpu's (it runs the follower); the nodes' own when every node already runs its follower
+    from one image (the autostop's; not the stale :latest); else looked up as autostop's is
+    (follower_image): none built is one line, --dry-run asks nothing."""
+    from gcpgpu.cluster.autostop_setting import AGENT_KEY, agent_image, is_gcpgpu_image
+
+    region, project = nodes[0].region, settings.project
+    if is_gcpgpu_image(image, region, project):
+        return None
+    had = {n.metadata.get(AGENT_KEY) for n in nodes}
+    if len(had) == 1 and (kept := had.pop()) and kept != agent_image(None, region, project):  # not the stale tag
+        return kept
+    return follower_image(settings, region, nodes[0].machine_type, dry_run=dry_run, what="--detach's follower")
 
 
 def fill_follower_image(settings: Settings, spec: Any, *, dry_run: bool) -> None:
