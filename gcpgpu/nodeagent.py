@@ -7,7 +7,8 @@ account (templates/startup.sh.j2); in the emulator as a local process that dies 
 Each round, the one node whose follower leads (jobs/follower.py: a lease in project metadata)
 follows the cluster's job to its end, recovering it from lost nodes with the settings its record
 carries, and while no job runs judges the cluster's autostop (cluster/autostop.py): idle means no
-job running and every GPU under the idle floor `gcpgpu metrics` uses. The others wait to take over.
+job running and every GPU under the idle floor `gcpgpu metrics` uses; before it stops or deletes the
+cluster it tells the setting's webhooks AUTOSTOPPED (jobs/notify.py). The others wait to take over.
 It sits above cluster/, jobs/ and metrics/ because it uses all three.
 """
 
@@ -22,14 +23,15 @@ from collections.abc import Callable
 from gcpgpu.cluster import autostop
 from gcpgpu.cluster.cost import format_duration
 from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
-from gcpgpu.cluster.observe import observe_nodes
+from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import cluster as cluster_jobs
-from gcpgpu.jobs import follower, journal
+from gcpgpu.jobs import follower, journal, notify
 
 GPU_WINDOW_S = 180.0  # the newest GPU point within this window counts (Ops Agent writes once a minute)
+NOTIFY_WAIT_S = 30.0  # how long AUTOSTOPPED may hold up the judge's own node (the sender's tries take ~15 s)
 
 
 class Said(Reporter):
@@ -71,6 +73,22 @@ def gpus_busy(clients: Clients, project: str, cluster: str) -> bool:
     return False
 
 
+def tell_autostopped(cluster: str, setting: dict, idle: autostop.IdleClock, nodes: list[Node],
+                     say: Callable[[str], None]) -> notify.Notifier:
+    """Queue AUTOSTOPPED for the setting's webhooks (none: nothing sent) on the job messages' sender:
+    it returns at once and delivers, retrying, from its own thread; the caller closes it, waiting a
+    bounded time, before its own node goes. The log names how many webhooks, never their URLs."""
+    down = bool(setting.get("down"))
+    urls = [str(u) for u in setting.get("notify") or []]
+    told = notify.Notifier(urls, cluster=cluster)
+    if urls:
+        say(f"telling {len(urls)} webhook(s): AUTOSTOPPED")
+        told.send("AUTOSTOPPED", action="delete" if down else "stop", idle_since=idle.idle_since(),
+                  idle_s=int(setting["idle_s"]),
+                  nodes=sorted(n.name for n in nodes if down or n.status == "RUNNING"))
+    return told
+
+
 def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop.IdleClock, leader: Lease,
          say: Callable[[str], None]) -> str | None:
     """One autostop judgement by the leader: 'gone' once it deleted the cluster (itself included),
@@ -94,7 +112,10 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
                 idle.reset()
                 return None
 
+            told = tell_autostopped(cluster, setting, idle, nodes, say)
+
             def let_go() -> None:  # the judge's own node goes last, and the leases may not outlive it
+                told.close(NOTIFY_WAIT_S)  # AUTOSTOPPED goes out before the judge's node (and this process) does
                 lease.release()
                 leader.release()
 

@@ -329,6 +329,26 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
      "Pub/Sub topics are not supported"),
     ("job-notify-bad-port", [*VERTEX, "--notify", "http://127.0.0.1:99999/x"], {}, "bad port"),
     ("job-stall-timeout-vertex", [*VERTEX, "--stall-timeout", "10m"], {}, "--stall-timeout applies to --cluster"),
+    # -- a cluster's AUTOSTOPPED webhooks: checked as job submit's --notify (issue 26)
+    ("up-notify-not-http", [*UP, *OK, "--autostop", "30m", "--notify", "ftp://hooks.example.com/x"], {},
+     "--notify 'ftp://hooks.example.com/x' is not an http(s) URL"),
+    ("up-notify-no-host", [*UP, *OK, "--autostop", "30m", "--notify", "https:///x"], {}, "--notify 'https:///x'"),
+    ("up-notify-pubsub", [*UP, *OK, "--autostop", "30m", "--notify", "pubsub:projects/my-proj/topics/jobs"], {},
+     "Pub/Sub topics are not supported"),
+    ("up-notify-bad-port", [*UP, *OK, "--autostop", "30m", "--notify", "http://127.0.0.1:99999/x"], {}, "bad port"),
+    ("up-notify-too-many", [*UP, *OK, "--autostop", "30m", *["--notify", "https://h.example.com/x"] * 11], {},
+     "--notify is given 11 times; 10 at most"),
+    ("up-notify-without-autostop", [*UP, *OK, "--notify", "https://hooks.example.com/x"], {},
+     "--notify needs --autostop DURATION"),
+    ("file-autostop-notify-bad", [*UP, "-f", "{d}/c.yaml"],
+     {"c.yaml": "name: c\nmachine_type: a3-highgpu-8g\nzones: us-central1-a\nautostop: 30m\n"
+                "autostop_notify: [\"mailto:me@example.com\"]\n"}, "--notify 'mailto:me@example.com' is not an"),
+    ("autostop-notify-not-http", [*P, "cluster", "autostop", "c", "30m", "--notify", "hooks.example.com/x"], {},
+     "--notify 'hooks.example.com/x' is not an http(s) URL"),
+    ("autostop-notify-pubsub", [*P, "cluster", "autostop", "c", "30m", "--notify",
+                                "pubsub:projects/my-proj/topics/t1"], {}, "Pub/Sub topics are not supported"),
+    ("autostop-notify-with-cancel", [*P, "cluster", "autostop", "c", "--cancel", "--notify", "https://h.example.com/x"],
+     {}, "--cancel turns autostop off"),
 ]
 
 

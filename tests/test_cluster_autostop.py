@@ -7,7 +7,9 @@ Idle time is counted GCPGPU_AUTOSTOP_SCALE times faster here (the node agents' t
 from __future__ import annotations
 
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from click.testing import CliRunner
@@ -56,10 +58,70 @@ def test_an_idle_cluster_with_autostop_down_deletes_itself_leaving_nothing(fast)
     assert cli("cluster", "status", "idle").exit_code == 1
 
 
-def test_a_cluster_running_a_job_is_not_stopped_until_the_job_ends(fast):
+class Hook(BaseHTTPRequestHandler):
+    """A webhook on 127.0.0.1 that refuses its first delivery (503: the sender retries) and keeps the rest."""
+
+    got: list[dict] = []
+    calls = 0
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls += 1
+        if type(self).calls == 1:
+            self.send_response(503)
+        else:
+            type(self).got.append(body)
+            self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook():
+    Hook.got, Hook.calls = [], 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/gcpgpu?token=s3cret", Hook
+    server.shutdown()
+
+
+def followers_log(gcp) -> str:
+    """What every node's follower printed."""
+    return "\n".join(f"{run.id.split('/')[2]}: {line.text}" for run in gcp.jobs.runner.all_runs()
+                     if run.id.startswith("agent/") for line in run.log_lines())
+
+
+def test_an_idle_cluster_tells_its_webhook_autostopped_once_before_it_deletes_itself(fast, webhook):
     gcp = fast
+    url, hook = webhook
+    up = cli(*UP[:2], "told", *UP[2:], "--no-placement", "--autostop", "1m", "--down", "--notify", url)
+    assert up.exit_code == 0, up.output
+    # The setting (and the spec a recovery re-creates nodes from) holds the URL; what is shown counts it.
+    for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
+        items = {i["key"]: i["value"] for i in inst["metadata"]["items"]}
+        assert json.loads(items["gcpgpu-autostop"])["notify"] == [url]
+        assert json.loads(items["gcpgpu-spec"])["autostop_notify"] == [url]
+    status = cli("cluster", "status", "told", fmt="json")
+    assert json.loads(status.stdout)["autostop"] == {"idle_s": 60, "down": True, "notify": 1}
+    assert "s3cret" not in status.stdout and "s3cret" not in cli("cluster", "list", fmt="json").stdout
+    # Nothing here follows it: the leading node's follower tells the webhook, then deletes the cluster.
+    wait_for(lambda: not statuses(gcp, "told") and not leftovers(gcp), timeout=120, what="the cluster gone")
+    told = [m for m in hook.got if m["event"] == "AUTOSTOPPED"]
+    assert len(told) == 1 and hook.calls == 2, (hook.got, followers_log(gcp))  # the 503 was retried, once
+    (m,) = told
+    assert m["cluster"] == "told" and m["action"] == "delete" and m["nodes"] == ["told-0", "told-1"]
+    assert m["idle_s"] == 60 and m["idle_since"] <= m["at"]
+    log = followers_log(gcp)
+    assert "telling 1 webhook(s): AUTOSTOPPED" in log and "s3cret" not in log and "127.0.0.1" not in log
+
+
+def test_a_cluster_running_a_job_is_not_stopped_until_the_job_ends(fast, webhook):
+    gcp = fast
+    url, hook = webhook
     gcp.jobs.agent.simulated_run_s = 12.0
-    assert cli(*UP[:2], "busy", *UP[2:], "--autostop", "1m").exit_code == 0
+    assert cli(*UP[:2], "busy", *UP[2:], "--autostop", "1m", "--notify", url).exit_code == 0
     submitted = cli("job", "submit", "--cluster", "busy", "--image", "busybox")  # simulated: runs 12 s
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.splitlines()[0]
@@ -70,8 +132,10 @@ def test_a_cluster_running_a_job_is_not_stopped_until_the_job_ends(fast):
         time.sleep(0.5)
     assert json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "RUNNING"
     # Once it has ended and the cluster has idled, it is stopped (not deleted: no --down).
+    assert hook.got == []  # nothing said while the job ran
     wait_for(lambda: set(statuses(gcp, "busy").values()) == {"TERMINATED"}, timeout=120, what="the cluster stopped")
     assert json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "SUCCEEDED"
+    assert [(m["event"], m["action"], m["nodes"]) for m in hook.got] == [("AUTOSTOPPED", "stop", ["busy-0", "busy-1"])]
     assert "busy-placement" in str(leftovers(gcp))  # stopped, not torn down: `cluster up` starts it again
 
 
@@ -88,11 +152,21 @@ def test_cluster_autostop_sets_and_cancels_on_every_node(gcp):
         assert json.loads(items["gcpgpu-spec"])["autostop"] == 7200  # a recovery's new nodes get it too
         assert "gcpgpu-agent" in items
     assert json.loads(cli("cluster", "status", "c", fmt="json").stdout)["autostop"]["idle_s"] == 7200
+    hooks = ["https://hooks.example.com/a?token=s3cret", "http://127.0.0.1:9/b"]
+    told = cli("cluster", "autostop", "c", "30m", "--notify", hooks[0], "--notify", hooks[1], fmt="json")
+    assert told.exit_code == 0 and json.loads(told.stdout)["autostop"]["notify"] == 2, told.output
+    assert "s3cret" not in told.output
+    for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
+        items = {i["key"]: i["value"] for i in inst["metadata"]["items"]}
+        assert json.loads(items["gcpgpu-autostop"]) == {"idle_s": 1800, "down": False, "notify": hooks}
+        assert json.loads(items["gcpgpu-spec"])["autostop_notify"] == hooks
     off = cli("cluster", "autostop", "c", "--cancel")
     assert off.exit_code == 0 and "autostop off" in off.output
     for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
         keys = {i["key"] for i in inst["metadata"]["items"]}
         assert "gcpgpu-autostop" not in keys and "gcpgpu-agent" not in keys
+        spec = json.loads(next(i["value"] for i in inst["metadata"]["items"] if i["key"] == "gcpgpu-spec"))
+        assert spec["autostop"] is None and spec["autostop_notify"] == []
     assert json.loads(cli("cluster", "status", "c", fmt="json").stdout)["autostop"] is None
 
 
@@ -228,3 +302,69 @@ def test_busy_gpus_keep_a_cluster_without_a_job_running(fast):
         time.sleep(0.5)
     gcp.activity.end(str(iid), "someone-elses-work")
     wait_for(lambda: set(statuses(gcp, "gpu").values()) == {"TERMINATED"}, timeout=180, what="the cluster stopped")
+
+
+SEEDED = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-emulator"  # the emulator's registry
+
+
+def agents(gcp, cluster: str) -> dict[str, str | None]:
+    out = {}
+    for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
+        if inst["name"].startswith(f"{cluster}-"):
+            out[inst["name"]] = {i["key"]: i["value"] for i in inst["metadata"].get("items", [])}.get("gcpgpu-agent")
+    return out
+
+
+def test_a_detached_job_of_another_image_runs_its_follower_from_the_last_gcpgpu_build(gcp):
+    """Not gcpgpu-trainer:latest, a tag nothing pushes: as `cluster up --autostop`, the record of the last
+    `container build`, else Artifact Registry's newest FLAVOR-* image; kept in the job's record for the
+    nodes a recovery re-creates; and a node's follower image stays when it has one."""
+    from gcpgpu import default_image
+
+    gcp.jobs.agent.simulated_run_s = 30.0
+    assert cli(*UP[:2], "det", *UP[2:]).exit_code == 0
+    submitted = cli("job", "submit", "--cluster", "det", "--image", "busybox", "--detach")
+    assert submitted.exit_code == 0, submitted.output
+    assert agents(gcp, "det") == {"det-0": SEEDED, "det-1": SEEDED}  # no record here: the registry's newest
+    job_id = submitted.stdout.splitlines()[0]
+    items = {i["key"]: i["value"] for i in gcp.compute.get(PROJECT, "zones/us-central1-a/instances",
+                                                           "det-0")["metadata"]["items"]}
+    assert json.loads(items["gcpgpu-job"])["agent_image"] == SEEDED
+    assert cli("job", "cancel", job_id).exit_code == 0
+
+    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    assert cli(*UP[:2], "rec", *UP[2:]).exit_code == 0
+    assert cli("job", "submit", "--cluster", "rec", "--image", "busybox", "--detach").exit_code == 0
+    assert agents(gcp, "rec") == {"rec-0": BUILT, "rec-1": BUILT}  # this machine's record of the last build
+
+    # A node that already runs a follower (the autostop's) keeps its image.
+    default_image.state_file(emulated=True).unlink()
+    assert cli(*UP[:2], "kept", *UP[2:]).exit_code == 0
+    assert agents(gcp, "kept") == {"kept-0": None, "kept-1": None}
+    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    assert cli("cluster", "autostop", "kept", "30m").exit_code == 0
+    default_image.state_file(emulated=True).unlink()
+    gcp.requests.clear()
+    assert cli("job", "submit", "--cluster", "kept", "--image", "busybox", "--detach").exit_code == 0
+    assert agents(gcp, "kept") == {"kept-0": BUILT, "kept-1": BUILT}
+    assert not [r.path for r in gcp.requests.all() if "dockerImages" in r.path]  # nothing asked: it had one
+
+
+def test_a_detached_job_with_no_gcpgpu_image_built_is_one_line_and_dry_run_asks_nothing(gcp):
+    assert cli(*UP[:2], "bare", *UP[2:]).exit_code == 0
+    gcp.requests.clear()
+    dry = cli("job", "submit", "--cluster", "bare", "--image", "busybox", "--detach", "--dry-run", fmt="json")
+    assert dry.exit_code == 0, dry.output
+    pattern = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-*"
+    assert json.loads(dry.stdout)["follower_image"] == pattern
+    assert [r.path for r in gcp.requests.all() if r.method != "GET" or "dockerImages" in r.path] == []
+    gcp.artifactregistry.seeded = False  # a project where `container build` never ran
+    gcp.requests.clear()
+    refused = cli("job", "submit", "--cluster", "bare", "--image", "busybox", "--detach")
+    assert refused.exit_code == 2, refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and "gcpgpu container build" in refused.output
+    assert [r.path for r in gcp.requests.all() if r.method != "GET"] == []
+    # Its own image a gcpgpu one: nothing to look up.
+    mine = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:mine"
+    assert cli("job", "submit", "--cluster", "bare", "--image", mine, "--detach").exit_code == 0
+    assert agents(gcp, "bare") == {"bare-0": mine, "bare-1": mine}

@@ -10,11 +10,44 @@ from gcpgpu.errors import UsageProblem
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
 
+NOTIFY_HELP = ("POST one JSON message (AUTOSTOPPED: the cluster, stop or delete, idle since, its nodes) to this "
+               "http(s) webhook when autostop acts (repeatable); stored on the nodes in plain text.")
+UP_OPTIONS = [
+    click.option("--autostop", metavar="DURATION", help="Stop the cluster once it has run no job, its GPUs idle, "
+                 "for this long (1m to 30d), judged on the cluster itself: the laptop can be closed."),
+    click.option("--down", "autostop_down", is_flag=True, default=None,
+                 help="With --autostop: delete the cluster (as 'cluster down') instead of stopping it."),
+    click.option("--notify", "autostop_notify", multiple=True, metavar="URL", help=f"With --autostop: {NOTIFY_HELP}"),
+]
 
-def follower_image(settings: Settings, region: str, machine_type: str, *, dry_run: bool) -> str:
+
+def autostop_options(command: Any) -> Any:
+    """`cluster up`'s --autostop, --down and --notify."""
+    for option in reversed(UP_OPTIONS):
+        command = option(command)
+    return command
+
+
+def autostop_flags(kw: dict[str, Any]) -> dict[str, Any]:
+    """ClusterSpec fields from `cluster up`'s autostop flags (the spec checks --notify as job submit does)."""
+    from gcpgpu.cluster.autostop import parse as parse_autostop
+
+    flags: dict[str, Any] = {}
+    if kw.get("autostop") is not None:
+        flags["autostop"] = parse_autostop(kw["autostop"])
+    if kw.get("autostop_down"):
+        flags["autostop_down"] = True
+    if kw.get("autostop_notify"):
+        flags["autostop_notify"] = list(kw["autostop_notify"])
+    return flags
+
+
+def follower_image(settings: Settings, region: str, machine_type: str, *, dry_run: bool,
+                   what: str = "autostop") -> str:
     """The image the nodes' follower runs from: the gcpgpu image `container build` last pushed for the
     cluster's region and GPUDirect flavour (this machine's record, else Artifact Registry's newest
-    FLAVOR-* tag: gcpgpu/default_image.py); a plan or --dry-run reads only the record (no request)."""
+    FLAVOR-* tag: gcpgpu/default_image.py); a plan or --dry-run reads only the record (no request).
+    `what` needs the follower (autostop, --detach): the one line that says none is built names it."""
     from gcpgpu import catalog, default_image
 
     flavor = catalog.get_machine_type(machine_type).gpudirect
@@ -23,13 +56,29 @@ def follower_image(settings: Settings, region: str, machine_type: str, *, dry_ru
                                      flavor=flavor)
     where = f"{default_image.repository(project, region)}/{default_image.IMAGE_NAME}"
     if found is None and dry_run:
-        info(f"autostop: the nodes' follower will run the newest {flavor}-* image in {where} ('cluster up' looks)")
+        info(f"{what}: the nodes' follower will run the newest {flavor}-* image in {where} (looked up then)")
         return f"{where}:{flavor}-*"
     found = found or default_image.newest_in_registry(settings.clients, project, region, flavor)
     if not found:
-        raise UsageProblem(f"autostop runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
+        raise UsageProblem(f"{what} runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
                            f"run 'gcpgpu container build --region {region} --machine-type {machine_type}' first")
     return found
+
+
+def detached_follower(settings: Settings, image: str | None, nodes: list[Any], *, dry_run: bool) -> str | None:
+    """`job submit --detach`: the image the job's nodes run their follower from. None when the job's own
+    image is gcpgpu's (it runs the follower); the nodes' own when every node already runs its follower
+    from one image (the autostop's; not the stale :latest); else looked up as autostop's is
+    (follower_image): none built is one line, --dry-run asks nothing."""
+    from gcpgpu.cluster.autostop_setting import AGENT_KEY, agent_image, is_gcpgpu_image
+
+    region, project = nodes[0].region, settings.project
+    if is_gcpgpu_image(image, region, project):
+        return None
+    had = {n.metadata.get(AGENT_KEY) for n in nodes}
+    if len(had) == 1 and (kept := had.pop()) and kept != agent_image(None, region, project):  # not the stale tag
+        return kept
+    return follower_image(settings, region, nodes[0].machine_type, dry_run=dry_run, what="--detach's follower")
 
 
 def fill_follower_image(settings: Settings, spec: Any, *, dry_run: bool) -> None:
@@ -43,38 +92,43 @@ def fill_follower_image(settings: Settings, spec: Any, *, dry_run: bool) -> None
 @click.argument("duration", required=False)
 @click.option("--down", is_flag=True, help="Delete the cluster (as 'cluster down') instead of stopping it.")
 @click.option("--cancel", is_flag=True, help="Turn autostop off.")
+@click.option("--notify", "notify", multiple=True, metavar="URL", help=NOTIFY_HELP)
 @click.pass_obj
-def autostop(settings: Settings, name: str, duration: str | None, down: bool, cancel: bool) -> None:
+def autostop(settings: Settings, name: str, duration: str | None, down: bool, cancel: bool,
+             notify: tuple[str, ...]) -> None:
     """Stop (or, with --down, delete) cluster NAME once it has been idle for DURATION (1m to 30d).
 
     \b
     Idle: no job running and every GPU under the idle floor 'gcpgpu metrics' uses. Judged on the
     cluster itself by the follower its nodes run (one leads), so nothing needs to stay up here:
-      gcpgpu cluster autostop mycluster 30m --down
+      gcpgpu cluster autostop mycluster 30m --down --notify https://hooks.example.com/gcpgpu
       gcpgpu cluster autostop mycluster --cancel
+    Each call sets the whole setting: --down and --notify not given are off.
     """
     from gcpgpu.cluster import autostop as auto
     from gcpgpu.cluster.names import check_cluster_name
     from gcpgpu.cluster.observe import observe_nodes
     from gcpgpu.cluster.session import Session
     from gcpgpu.errors import CloudError
+    from gcpgpu.webhook_urls import check_urls
 
     check_cluster_name(name)
-    if cancel and (duration or down):
-        raise UsageProblem("--cancel turns autostop off: give it without DURATION or --down")
+    if cancel and (duration or down or notify):
+        raise UsageProblem("--cancel turns autostop off: give it without DURATION, --down or --notify")
     if not cancel and not duration:
         raise UsageProblem("give DURATION (e.g. 'gcpgpu cluster autostop NAME 30m') or --cancel")
     idle_s = None if cancel else auto.parse(duration, "DURATION")
+    urls = check_urls(notify)  # as job submit --notify: one line, before any request
     found = observe_nodes(settings.clients, settings.project, name)
     if not found:  # before the lease: nothing written
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
     image = None if cancel else follower_image(settings, found[0].region, found[0].machine_type, dry_run=False)
     s = Session(settings.clients, settings.project)
     with s.holding(name, "autostop", wait_for_lease=True):
-        nodes = auto.set_on(settings.clients, settings.project, name, idle_s, down, s.check_lease, image)
-    value = auto.setting(idle_s, down)
+        nodes = auto.set_on(settings.clients, settings.project, name, idle_s, down, s.check_lease, image, urls)
+    value = auto.setting(idle_s, down, urls)
     if settings.format != "table":
-        emit({"cluster": name, "autostop": value, "nodes": len(nodes)})
+        emit({"cluster": name, "autostop": auto.public(value), "nodes": len(nodes)})
     elif value is None:
         info(f"Cluster {name}: autostop off.")
     else:

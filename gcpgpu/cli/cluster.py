@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gcpgpu.cli.autostop import fill_follower_image
+from gcpgpu.cli.autostop import autostop_flags, autostop_options, fill_follower_image
 from gcpgpu.cli.cluster_columns import AUTOSTOP_COLUMN, COST_COLUMNS, NODE_COLUMNS, _autostop
 from gcpgpu.errors import Interrupted, UsageProblem
 from gcpgpu.output import emit, info
@@ -112,12 +112,7 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         flags["max_run_duration"] = parse_duration(kw["max_run_duration"], "--max-run-duration")
     if kw.get("termination_action") is not None:
         flags["termination_action"] = kw["termination_action"]
-    if kw.get("autostop") is not None:
-        from gcpgpu.cluster.autostop import parse as parse_autostop
-
-        flags["autostop"] = parse_autostop(kw["autostop"])
-    if kw.get("autostop_down"):
-        flags["autostop_down"] = True
+    flags.update(autostop_flags(kw))
     note = _own_location_first(settings, flags, "--zone" if kw.get("zone") else "--zones")
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     if isinstance(spec.name, str) and spec.name != spec.name.lower():
@@ -214,10 +209,7 @@ def plan(settings: Settings, **kw: Any) -> None:
 
 @cluster.command()
 @_spec_options
-@click.option("--autostop", metavar="DURATION", help="Stop the cluster once it has run no job, its GPUs idle, "
-              "for this long (1m to 30d), judged on the cluster itself: the laptop can be closed.")
-@click.option("--down", "autostop_down", is_flag=True, default=None,
-              help="With --autostop: delete the cluster (as 'cluster down') instead of stopping it.")
+@autostop_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit (same as 'cluster plan').")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
@@ -373,7 +365,7 @@ def status(settings: Settings, name: str) -> None:
     rows, spent = cost.node_rows(obs.nodes)
     stop_after = autostop.of(obs.nodes)
     if settings.format != "table":
-        emit({"cluster": name, "nodes": rows, "autostop": stop_after, "placementPolicies": obs.policies,
+        emit({"cluster": name, "nodes": rows, "autostop": autostop.public(stop_after), "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
               "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
               "busy": lease.describe(holder) if holder else None, **spent})

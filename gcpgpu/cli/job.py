@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gcpgpu.cli.autostop import detached_follower
 from gcpgpu.cli.job_policy import follower_options, policy_flags, record_fields
 from gcpgpu.cli.job_status import status_of as _status
 from gcpgpu.cli.job_status import status_with_history as _status_with_history
@@ -147,6 +148,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         # so it refuses, and fits defaults, as submit does.
         placed = cluster_jobs.place(settings.clients, settings.project, valid, kw["cluster"])
         default_image.fill(settings, valid, placed[0][0].region, placed[1], dry_run=dry_run, say=info)
+        agent = detached_follower(settings, valid.image, placed[0], dry_run=dry_run) if detach else None
         for note in valid.notes:
             info(f"note: {note}")
         if dry_run:
@@ -154,11 +156,11 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
             emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": len(nodes),
                   "machine_type": machine.name, "image": cluster_jobs.image_of(valid, settings.project, nodes),
                   **dict(zip(("command", "args"), usercode.container_call(valid), strict=True)),
-                  "env": job_spec.job_env(valid, machine, "vm")},
+                  "env": job_spec.job_env(valid, machine, "vm"), **({"follower_image": agent} if agent else {})},
                  fmt=settings.format if settings.format != "table" else "yaml")
             return
         jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover, placed,
-                                         detach=detach)
+                                         detach=detach, agent=agent)
     if settings.format == "table":
         click.echo(str(jid))
         info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "

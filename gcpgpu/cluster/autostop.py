@@ -1,7 +1,7 @@
 """Autostop: a cluster that has run no job for a while stops itself (or, with --down, goes away).
 
-The setting lives on the nodes (metadata `gcpgpu-autostop`: {"idle_s": N, "down": bool}, and in the
-spec each node carries, so a recovery's replacement nodes get it too), where the follower every
+The setting lives on the nodes (metadata `gcpgpu-autostop`: {"idle_s": N, "down": bool} and, with
+--notify, "notify": [URL, ...]; and in the spec each node carries, so a recovery's replacement nodes get it too), where the follower every
 node runs (gcpgpu/nodeagent.py) reads it; the one that leads (jobs/follower.py) judges the cluster
 idle (no job running, GPUs under the metrics' idle floor) and acts here, holding the cluster's
 `up`/`down` lease like any other change. Nothing off the cluster is needed: close the laptop.
@@ -30,11 +30,11 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call
 from gcpgpu.specfile import parse_duration
 
-from .autostop_setting import AGENT_IMAGE, AGENT_KEY, KEY, of, setting, shown
+from .autostop_setting import AGENT_IMAGE, AGENT_KEY, KEY, of, public, setting, shown
 from .kinds import NODES
 from .observe import Node, observe, observe_nodes
 
-__all__ = ["AGENT_IMAGE", "AGENT_KEY", "KEY", "of", "setting", "shown"]  # the setting, read where it is set
+__all__ = ["AGENT_IMAGE", "AGENT_KEY", "KEY", "of", "public", "setting", "shown"]  # the setting, read where it is set
 
 MIN_S, MAX_S = 60, 30 * 86400
 # A test seam, as GCPGPU_METADATA_URL is the job agent's: idle time counts this many times faster.
@@ -50,9 +50,10 @@ def parse(value: Any, where: str = "--autostop") -> int:
 
 
 def metadata_items(idle_s: int | None, down: bool, region: str, project: str,
-                   image: str | None = None) -> list[dict[str, str]]:
-    """What a node carries for its autostop (nothing when off); `image`: what its follower runs from."""
-    value = setting(idle_s, down)
+                   image: str | None = None, notify: list[str] | None = None) -> list[dict[str, str]]:
+    """What a node carries for its autostop (nothing when off); `image`: what its follower runs from;
+    `notify`: the webhooks its leader tells AUTOSTOPPED."""
+    value = setting(idle_s, down, notify)
     if value is None:
         return []
     return [{"key": KEY, "value": json.dumps(value, sort_keys=True)},
@@ -60,9 +61,11 @@ def metadata_items(idle_s: int | None, down: bool, region: str, project: str,
 
 
 def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, down: bool,
-           fence: Callable[[], None] = lambda: None, image: str | None = None) -> list[Node]:
+           fence: Callable[[], None] = lambda: None, image: str | None = None,
+           notify: list[str] | None = None) -> list[Node]:
     """Write the autostop (None: cancel it) on every node, in its metadata and in the spec it carries;
-    `image` (the last `container build`) is what the nodes' follower runs from."""
+    `image` (the last `container build`) is what the nodes' follower runs from; `notify`, the webhooks
+    told AUTOSTOPPED (the whole setting is written: none given, none kept)."""
     from google.cloud import compute_v1
 
     from gcpgpu.gcp.operations import batch
@@ -74,13 +77,15 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
     def put(node: Node) -> Any:
         items = {k: v for k, v in node.metadata.items() if k not in (KEY, AGENT_KEY)}
         if idle_s is not None:
-            items.update({i["key"]: i["value"] for i in metadata_items(idle_s, down, node.region, project, image)})
+            items.update({i["key"]: i["value"] for i in metadata_items(idle_s, down, node.region, project, image,
+                                                                       notify)})
         elif node.metadata.get("gcpgpu-job") and node.metadata.get(AGENT_KEY):
             items[AGENT_KEY] = node.metadata[AGENT_KEY]  # a detached job still needs its follower
         if items.get("gcpgpu-spec"):
             with contextlib.suppress(ValueError):
                 spec = json.loads(items["gcpgpu-spec"])
-                spec.update(autostop=idle_s, autostop_down=bool(down) if idle_s is not None else False)
+                spec.update(autostop=idle_s, autostop_down=bool(down) if idle_s is not None else False,
+                            autostop_notify=list(notify or []) if idle_s is not None else [])
                 if image:
                     spec["agent_image"] = image  # a node a recovery re-creates runs the same follower
                 items["gcpgpu-spec"] = json.dumps(spec, sort_keys=True)
@@ -100,19 +105,26 @@ class IdleClock:
 
     def __init__(self) -> None:
         self.since: float | None = None
+        self.since_wall: float | None = None  # the same moment by the wall clock, for AUTOSTOPPED's idle_since
 
     def reset(self) -> None:
-        self.since = None
+        self.since = self.since_wall = None
 
     def idle_for(self, idle: bool) -> float:
         """Seconds idle so far (scaled for tests), 0 once not idle."""
         if not idle:
-            self.since = None
+            self.reset()
             return 0.0
         now = time.monotonic()
         if self.since is None:
-            self.since = now
+            self.since, self.since_wall = now, time.time()
         return (now - self.since) * float(os.environ.get(SCALE_ENV) or 1.0)
+
+    def idle_since(self) -> str | None:
+        """When this leader began seeing the cluster idle (RFC 3339, UTC), None when it does not."""
+        if self.since_wall is None:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since_wall))
 
 
 def stop(s: Any, cluster: str, own: str, before_last: Callable[[], None]) -> list[str]:

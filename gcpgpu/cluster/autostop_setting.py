@@ -15,24 +15,43 @@ KEY = "gcpgpu-autostop"
 AGENT_KEY = "gcpgpu-agent"  # a node with it runs the follower (its value: the image it runs from)
 # The training image's repository (jobs/spec.py DEFAULT_IMAGE: tests keep them equal) has gcpgpu in it.
 # The follower runs from the image `container build` last pushed for the cluster (the cli resolves it
-# at `cluster up --autostop` and `cluster autostop`, gcpgpu/default_image.py; the spec keeps it as
-# agent_image), or from a detached job's own image when it comes from there. AGENT_IMAGE, a tag nothing
-# pushes, is left only for nodes whose spec an older gcpgpu wrote without agent_image.
+# at `cluster up --autostop`, `cluster autostop` and `job submit --detach`, gcpgpu/default_image.py; the
+# spec keeps it as agent_image, a detached job's record as agent_image too), or from a detached job's own
+# image when it comes from there. AGENT_IMAGE, a tag nothing pushes, is left only for nodes and jobs an
+# older gcpgpu wrote without agent_image.
 AGENT_REPOSITORY = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer"
 AGENT_IMAGE = AGENT_REPOSITORY + ":latest"
 
 
-def agent_image(job_image: str | None, region: str, project: str, fallback: str | None = None) -> str:
-    """The image a node's follower runs from: the job's, when it is a gcpgpu training image, else
-    `fallback` (what the node already runs its follower from)."""
+def agent_image(job_image: str | None, region: str, project: str, *fallbacks: str | None) -> str:
+    """The image a node's follower runs from: the job's, when it is a gcpgpu training image, else the
+    first of `fallbacks` (what the node already runs its follower from; what `job submit --detach`
+    resolved, kept in the job's record) that is not AGENT_IMAGE, the tag nothing pushes."""
+    stale = AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))
+    if is_gcpgpu_image(job_image, region, project):
+        return str(job_image)
+    return next((f for f in fallbacks if f and f != stale), stale)
+
+
+def is_gcpgpu_image(image: str | None, region: str, project: str) -> bool:
+    """Whether `image` is a gcpgpu training image of the region's repository (it has gcpgpu, so the follower)."""
     repository = AGENT_REPOSITORY.format(region=region, project=project.replace(":", "/"))
-    if job_image and job_image.startswith(repository + ":"):
-        return job_image
-    return fallback or AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))
+    return bool(image) and str(image).startswith(repository + ":")
 
 
-def setting(idle_s: int | None, down: bool) -> dict[str, Any] | None:
-    return None if idle_s is None else {"idle_s": int(idle_s), "down": bool(down)}
+def setting(idle_s: int | None, down: bool, notify: list[str] | None = None) -> dict[str, Any] | None:
+    """What `gcpgpu-autostop` holds: {"idle_s", "down"}, and "notify" (the webhooks told AUTOSTOPPED) when given."""
+    if idle_s is None:
+        return None
+    return {"idle_s": int(idle_s), "down": bool(down), **({"notify": list(notify)} if notify else {})}
+
+
+def public(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The setting as `cluster status` and `cluster list` show it: how many webhooks, never their URLs
+    (a URL may hold a token)."""
+    if not value or not value.get("notify"):
+        return value
+    return {**value, "notify": len(value["notify"])}
 
 
 def of(nodes: list[Any]) -> dict[str, Any] | None:

@@ -292,6 +292,7 @@ def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
 
 def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
     from .autostop_setting import of as autostop_of
+    from .autostop_setting import public
 
     nodes = obs.nodes
     states: dict[str, int] = {}
@@ -309,7 +310,7 @@ def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
         "zones": ",".join(sorted({n.zone for n in nodes})) or "-",
         "status": status,
         **summary(nodes),
-        "autostop": autostop_of(nodes),
+        "autostop": public(autostop_of(nodes)),
     }
 
 

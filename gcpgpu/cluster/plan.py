@@ -404,7 +404,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             # The spec itself, so a job's recovery can bring the cluster back to it from the nodes alone.
             {"key": "gcpgpu-spec", "value": json.dumps(spec.to_dict(), sort_keys=True)},
             {"key": "enable-guest-attributes", "value": "TRUE"},  # node health for `cluster doctor`
-            *autostop.metadata_items(spec.autostop, spec.autostop_down, region, project, spec.agent_image),
+            *autostop.metadata_items(spec.autostop, spec.autostop_down, region, project, spec.agent_image,
+                                     spec.autostop_notify),
             # The Deep Learning VM installs the NVIDIA driver on first boot when asked to.
             *([{"key": "install-nvidia-driver", "value": "True"}] if setup.driver == "dlvm-metadata" else []),
         ]},

@@ -61,6 +61,7 @@ class ClusterSpec:
     termination_action: str | None = None  # "delete" | "stop" at the end of max_run_duration (None: per model)
     autostop: int | None = None  # seconds idle before the cluster stops itself (cluster/autostop.py)
     autostop_down: bool = False  # ... or deletes itself
+    autostop_notify: list[str] = field(default_factory=list)  # webhooks told AUTOSTOPPED (--notify)
     # The image the nodes' follower runs from (gcpgpu's training image): `cluster up --autostop` puts
     # the one `container build` last pushed here, so a node a recovery re-creates from this spec gets it too.
     agent_image: str | None = None
@@ -196,14 +197,20 @@ class ClusterSpec:
                                f"{mt.family} VMs{note}; use fewer nodes or --no-placement")
 
     def _validate_autostop(self) -> None:
+        from gcpgpu.webhook_urls import check_urls
+
         from .autostop import parse
 
         if self.agent_image is not None and (not isinstance(self.agent_image, str) or len(self.agent_image) > 300
                                              or not re.fullmatch(r"[a-z0-9][\w.:/@-]*/[\w.:@-]+", self.agent_image)):
             raise UsageProblem(f"agent_image {shown(self.agent_image)} must be a container image like "
                                "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:TAG")
+        self.autostop_notify = check_urls(self.autostop_notify)
         if self.autostop is not None:
             self.autostop = parse(self.autostop)
+        elif self.autostop_notify:
+            raise UsageProblem("--notify needs --autostop DURATION (e.g. --autostop 30m --notify URL): a cluster "
+                               "tells its webhooks when autostop stops it (a job's own --notify is job submit's)")
         elif self.autostop_down:
             raise UsageProblem("--down needs --autostop DURATION (e.g. --autostop 30m --down): it says what "
                                "autostop does")
@@ -281,6 +288,8 @@ def _load_file(path: str) -> dict[str, Any]:
     def convert(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         if k in ("max_run_duration", "flex_wait", "autostop") and value is not None:
             return parse_duration(value, f"{path}: {k}")
+        if k == "autostop_notify" and isinstance(value, str):
+            return [value]  # one webhook, as a job spec's notify
         if k in ("zones", "scopes") and isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]  # one string: comma-separated, like --zones
         if isinstance(value, str) and not value.strip():

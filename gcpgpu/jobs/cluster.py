@@ -97,11 +97,12 @@ def image_of(job: ValidJob, project: str, chosen: list[Node]) -> str:
 
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover: int | None = None,
            placed: tuple[list[Node], catalog.MachineType] | None = None, detach: bool = False,
-           follow: dict | None = None) -> tuple[ids.JobId, dict]:
+           follow: dict | None = None, agent: str | None = None) -> tuple[ids.JobId, dict]:
     """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
     `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N;
     so are `follow`, the follower's other settings (jobs/follower.py), and `detach`: the nodes run
-    the follower themselves (gcpgpu/nodeagent.py).
+    the follower themselves (gcpgpu/nodeagent.py), from `agent` (gcpgpu's image, resolved by the caller
+    as cluster autostop's is) where neither the job's image nor the node's own follower is one.
     `placed`: what place() returned for this job, when the caller already read it."""
     chosen, machine = placed or place(clients, project, job, cluster)
     want = len(chosen)
@@ -133,7 +134,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
         "machine_type": machine.name, "gpus_per_node": machine.gpu_count, "timeout": job.spec.timeout,
         "mounts": mounts, "gcs_buckets": buckets, "node_dirs": node_dirs, "output_dir": job.spec.output_dir,
         "bundled_trainer": job.bundled_trainer, "attempt": 0, "run": job_id, "history": [], "recover": recover,
-        "follow": dict(follow or {}), "detached": detach,
+        "follow": dict(follow or {}), "detached": detach, **({"agent_image": agent} if detach and agent else {}),
         **policy.record_fields(job.spec),  # retries, stall timeout, webhooks: read by whoever follows the job
     }
     deliver(clients, project, record, chosen)
@@ -198,7 +199,8 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
             "gcpgpu-job-id": run,
         })
         if record.get("detached"):  # the node runs the follower (gcpgpu/nodeagent.py), from gcpgpu's own image
-            items[AGENT_KEY] = agent_image(record.get("image"), node.region, project, node.metadata.get(AGENT_KEY))
+            items[AGENT_KEY] = agent_image(record.get("image"), node.region, project, node.metadata.get(AGENT_KEY),
+                                           record.get("agent_image"))
         return _set_metadata(clients, project, node, items, fence)
 
     batch(clients, project, put, list(enumerate(chosen)))

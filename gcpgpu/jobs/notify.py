@@ -9,8 +9,17 @@ environment, arguments, secrets' names or the webhook URLs themselves.
     {"event": "RECOVERING", "job": "cluster:c:train-1a2b3c", "name": "train", "cluster": "c",
      "attempt": 1, "at": "2026-11-25T04:30:00Z", "node": "c-1", "cause": "preempted", "last_step": 19}
 
-Events: RUNNING, RECOVERING, RETRYING, STALLED, FAILED (with cause), SUCCEEDED, CANCELLED. send()
-is meant for AUTOSTOPPED (the cluster alone), but nothing calls it yet: a cluster has no --notify.
+Events: RUNNING, RECOVERING, RETRYING, STALLED, FAILED (with cause), SUCCEEDED, CANCELLED; and
+AUTOSTOPPED, a cluster's, to the URLs of `cluster up --autostop D --notify URL` (or `cluster autostop
+NAME D --notify URL`), sent by the leading node follower (gcpgpu/nodeagent.py) through a Notifier like
+the job's, right before it stops or deletes the cluster; it waits for delivery (bounded) only before
+its own node goes:
+
+    {"event": "AUTOSTOPPED", "cluster": "c", "action": "delete", "idle_since": "2026-11-25T04:00:00Z",
+     "idle_s": 1800, "nodes": ["c-0", "c-1"], "at": "2026-11-25T04:30:00Z"}
+
+The URLs are checked in gcpgpu/webhook_urls.py (job and cluster alike) and never written to a log
+(a failed delivery names the host alone) or a message.
 """
 
 from __future__ import annotations
@@ -125,7 +134,8 @@ def state_changes(urls: list[str], **common: Any) -> Iterator[Callable[[dict], N
 
 
 def send(urls: list[str], event: str, wait_s: float = 30.0, **details: Any) -> Notifier:
-    """One message to each of `urls` (e.g. AUTOSTOPPED from cluster autostop), waiting at most `wait_s`."""
+    """One message to each of `urls`, waiting at most `wait_s` (a blocking one-off; the node agent's
+    AUTOSTOPPED uses a Notifier, so the teardown goes on while it is delivered)."""
     notifier = Notifier(urls)
     notifier.send(event, **details)
     notifier.close(wait_s)

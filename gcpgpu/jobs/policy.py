@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from gcpgpu import specfile
 from gcpgpu.errors import UsageProblem
+from gcpgpu.webhook_urls import check_urls  # --notify, checked as a cluster's autostop checks it
 
 MAX_RESTARTS = 100
 STALL_RANGE = (5, 7 * 86400)  # below a few seconds a log read's own delay looks like a stall
-MAX_NOTIFY = 10
-PUBSUB = re.compile(r"^pubsub:projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/topics/[A-Za-z][-\w.~+%]{2,254}$")
 RETRYING_STATES = ("RETRYING", "STALLED")
 
 
@@ -39,24 +37,6 @@ def parse_exit_codes(value: Any, where: str = "--retry-on-exit-codes") -> list[i
     return codes
 
 
-def check_notify(url: Any, where: str = "--notify") -> str:
-    """An http(s) webhook with a host; Pub/Sub topics are refused (the emulator has no Pub/Sub to test them on)."""
-    text = str(url)
-    if PUBSUB.match(text) or text.startswith("pubsub:"):
-        raise UsageProblem(f"{where} {specfile.shown(text)}: Pub/Sub topics are not supported yet; give an "
-                           "http(s) webhook URL (e.g. https://hooks.example.com/gcpgpu)")
-    specfile.check_utf8(text, where)
-    parts = urlsplit(text) if not any(c.isspace() or ord(c) < 32 for c in text) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageProblem(f"{where} {specfile.shown(text)} is not an http(s) URL; give a webhook such as "
-                           "https://hooks.example.com/gcpgpu")
-    try:
-        parts.port  # noqa: B018 - urlsplit checks the port only when asked
-    except ValueError:
-        raise UsageProblem(f"{where} {specfile.shown(text)} has a bad port") from None
-    return text
-
-
 def check(spec: Any, target: str) -> None:
     """The follower's settings of a JobSpec, refused in one line naming the flag."""
     restarts = spec.max_restarts_on_errors
@@ -71,9 +51,7 @@ def check(spec: Any, target: str) -> None:
     if stall is not None and (isinstance(stall, bool) or not isinstance(stall, int)
                               or not STALL_RANGE[0] <= stall <= STALL_RANGE[1]):
         raise UsageProblem(f"--stall-timeout {stall!r}s must be from {STALL_RANGE[0]}s to 7d (e.g. 30m)")
-    if len(spec.notify) > MAX_NOTIFY:
-        raise UsageProblem(f"--notify is given {len(spec.notify)} times; {MAX_NOTIFY} at most")
-    spec.notify = [check_notify(u) for u in spec.notify]
+    spec.notify = check_urls(spec.notify)
     if target == "vertex":
         for flag, value in (("--max-restarts-on-errors", restarts), ("--retry-on-exit-codes", spec.retry_on_exit_codes),
                             ("--stall-timeout", stall)):
