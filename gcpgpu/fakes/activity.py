@@ -52,6 +52,12 @@ class Activity:
         with self._lock:
             return tuple(sorted((b.start, b.end) for b in self._spans.get(str(instance_id), [])))
 
+    def spans_of(self, instance_ids: list[str]) -> list[tuple[tuple[float, float | None], ...]]:
+        """spans() of many VMs under one hold of the lock: Monitoring reads 1,024 VMs' in every call, and
+        14 calls at once each taking the lock 1,024 times queue on it (and on the GIL) for seconds."""
+        with self._lock:
+            return [tuple(sorted((b.start, b.end) for b in self._spans.get(str(i), []))) for i in instance_ids]
+
     def reset(self) -> None:
         with self._lock:
             self._spans.clear()

@@ -176,6 +176,8 @@ def reduce(groups: dict[tuple, list[dict[float, float]]], reducer: str) -> dict[
 
 
 Arrays = tuple[np.ndarray, np.ndarray]  # end times, values
+VECTOR_ALIGNERS = _ADDITIVE | {"ALIGN_MAX", "ALIGN_MIN", "ALIGN_NEXT_OLDER"}
+VECTOR_REDUCERS = {"REDUCE_NONE", "REDUCE_MEAN", "REDUCE_SUM", "REDUCE_COUNT", "REDUCE_MAX", "REDUCE_MIN"}
 
 
 def as_arrays(points: Sequence[Point], kind: str, aligner: str) -> Arrays:
@@ -194,9 +196,7 @@ def align_and_reduce(series: list[Arrays], groups: list[int], n_groups: int, ali
     groups[i] is series i's output group (with REDUCE_NONE, each series its own). Returns, per group,
     {bucket end time: value}. Aligners and reducers without a vectorized form take the plain path.
     """
-    vector_aligners = _ADDITIVE | {"ALIGN_MAX", "ALIGN_MIN", "ALIGN_NEXT_OLDER"}
-    vector_reducers = {"REDUCE_NONE", "REDUCE_MEAN", "REDUCE_SUM", "REDUCE_COUNT", "REDUCE_MAX", "REDUCE_MIN"}
-    if aligner not in vector_aligners or reducer not in vector_reducers:
+    if aligner not in VECTOR_ALIGNERS or reducer not in VECTOR_REDUCERS:
         aligned = [align(list(zip(t, t, v, strict=False)), "GAUGE", aligner, start, end, period) for t, v in series]
         if reducer == "REDUCE_NONE":
             return aligned
@@ -205,10 +205,37 @@ def align_and_reduce(series: list[Arrays], groups: list[int], n_groups: int, ali
             members.setdefault((groups[i],), []).append(a)
         reduced = reduce(members, reducer)
         return [reduced.get((g,), {}) for g in range(n_groups)]
+    stamps, grid, mask = _grid(series, groups, n_groups, aligner, reducer, start, end, period)
+    return [dict(zip(stamps[m].tolist(), row[m].tolist(), strict=False)) for row, m in zip(grid, mask, strict=False)]
+
+
+def aligned_points(series: list[Arrays], groups: list[int], n_groups: int, aligner: str, reducer: str,
+                   start: float, end: float, period: float, delta: bool) -> list[list[Point]]:
+    """align_and_reduce's answer as each group's output points, newest first (DELTA points start a
+    period before they end): what ListTimeSeries returns, without a dict per group."""
+    if aligner not in VECTOR_ALIGNERS or reducer not in VECTOR_REDUCERS:
+        return [_points(values, period, delta)
+                for values in align_and_reduce(series, groups, n_groups, aligner, reducer, start, end, period)]
+    stamps, grid, mask = _grid(series, groups, n_groups, aligner, reducer, start, end, period)
+    begins = stamps - period if delta else stamps
+    rows, cols = np.nonzero(mask)  # row-major: each group's buckets newest first (stamps fall with k)
+    triples = list(zip(begins[cols].tolist(), stamps[cols].tolist(), grid[rows, cols].tolist(), strict=False))
+    bounds = np.searchsorted(rows, np.arange(n_groups + 1)).tolist()
+    return [triples[bounds[g]:bounds[g + 1]] for g in range(n_groups)]
+
+
+def _points(values: dict[float, float], period: float, delta: bool) -> list[Point]:
+    return [((t - period) if delta else t, t, v) for t, v in sorted(values.items(), key=lambda kv: -kv[0])]
+
+
+def _grid(series: list[Arrays], groups: list[int], n_groups: int, aligner: str, reducer: str,
+          start: float, end: float, period: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bucket end times, newest first; values per output row and bucket; which are there)."""
     count = bucket_count(start, end, period)
+    stamps = end - np.arange(count) * period
     n = len(series)
     if n == 0:
-        return [{} for _ in range(n_groups)]
+        return stamps, np.zeros((n_groups, count)), np.zeros((n_groups, count), dtype=bool)
     lengths = np.fromiter((len(t) for t, _v in series), dtype=np.int64, count=n)
     times = np.concatenate([t for t, _v in series])
     values = np.concatenate([v for _t, v in series])
@@ -232,10 +259,8 @@ def align_and_reduce(series: list[Arrays], groups: list[int], n_groups: int, ali
     else:
         aligned = np.full(size, -np.inf if aligner == "ALIGN_MAX" else np.inf)
         (np.maximum if aligner == "ALIGN_MAX" else np.minimum).at(aligned, flat, values)
-    stamps = end - np.arange(count) * period
     if reducer == "REDUCE_NONE":
-        grid, mask = aligned.reshape(n, count), has.reshape(n, count)
-        return [dict(zip(stamps[mask[i]].tolist(), grid[i][mask[i]].tolist(), strict=False)) for i in range(n)]
+        return stamps, aligned.reshape(n, count), has.reshape(n, count)
     gid = np.asarray(groups, dtype=np.int64)
     out_index = (gid[:, None] * count + np.arange(count)[None, :]).reshape(-1)[has]
     vals = aligned[has]
@@ -248,8 +273,8 @@ def align_and_reduce(series: list[Arrays], groups: list[int], n_groups: int, ali
     else:
         result = np.full(out_size, -np.inf if reducer == "REDUCE_MAX" else np.inf)
         (np.maximum if reducer == "REDUCE_MAX" else np.minimum).at(result, out_index, vals)
-    grid, mask = result.reshape(n_groups, count), (out_counts > 0).reshape(n_groups, count)
-    return [dict(zip(stamps[mask[g]].tolist(), grid[g][mask[g]].tolist(), strict=False)) for g in range(n_groups)]
+    return stamps, result.reshape(n_groups, count), (out_counts > 0).reshape(n_groups, count)
+
 
 def series_field(series: dict, f: str) -> str | None:
     """A series header's value of a group-by field (resource.type, metric.labels.X, resource.labels.X)."""
@@ -269,3 +294,38 @@ def with_points(head: dict, values: dict[float, float], period: float) -> dict:
     delta = head["kind"] == "DELTA"
     pts = [((t - period) if delta else t, t, v) for t, v in sorted(values.items(), key=lambda kv: -kv[0])]
     return {k: v for k, v in head.items() if k != "aligned"} | {"points": pts}
+
+
+def headers(found: list[dict], aligner: str, reducer: str, group_by: list[str]) -> tuple[list[dict], list[int], int, list[int]]:
+    """(output headers, each input series' output row, how many rows, the rows in answer order)."""
+    heads = []
+    for s in found:
+        heads.append({**{k: v for k, v in s.items() if k not in ("points", "arrays")},
+                      "kind": aligned_kind(aligner, s["kind"]),
+                      "value_type": aligned_value_type(aligner, s["value_type"]),
+                      "unit": f"{s['unit']}/s" if aligner == "ALIGN_RATE" and s["unit"] else s["unit"]})
+    if reducer == "REDUCE_NONE":
+        groups = list(range(len(found)))
+    else:
+        index: dict[tuple, int] = {}
+        groups = [index.setdefault(tuple(series_field(h, f) for f in group_by), len(index)) for h in heads]
+        firsts: dict[int, dict] = {}
+        for g, h in zip(groups, heads, strict=False):
+            firsts.setdefault(g, h)
+        reduced = []
+        for key, g in index.items():
+            first = firsts[g]
+            metric_labels = {f[len("metric.labels."):]: v for f, v in zip(group_by, key, strict=False)
+                             if f.startswith("metric.labels.") and v is not None}
+            resource_labels = {f[len("resource.labels."):]: v for f, v in zip(group_by, key, strict=False)
+                               if f.startswith("resource.labels.") and v is not None}
+            reduced.append({**first, "metric_labels": metric_labels, "resource_labels": resource_labels,
+                            "value_type": reduced_value_type(reducer, first["value_type"])})
+        heads = reduced
+    order = sorted(range(len(heads)), key=lambda g: answer_order(heads[g]))
+    return heads, groups, len(heads), order
+
+
+def answer_order(series: dict) -> tuple:
+    """ListTimeSeries' order: by resource labels, then metric labels."""
+    return sorted(series["resource_labels"].items()), sorted(series["metric_labels"].items())

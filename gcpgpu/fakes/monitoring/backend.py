@@ -66,7 +66,8 @@ class MonitoringBackend(DashboardsMixin):
         # The real API refuses points written more often than this per series (custom metrics: 5 s).
         self.min_point_spacing_s = 5.0
         self.series: dict[tuple, Series] = {}
-        self._synthetic: dict[tuple, tuple[Generator, list, threading.Lock]] = {}  # see _matching
+        self._synthetic: dict[tuple, tuple[list, Generator, list, threading.Lock, int]] = {}  # see _matching
+        self._made = 0  # entries of _synthetic ever made: their serial numbers
         self._heads: dict[tuple, tuple[list, list, dict]] = {}  # see _aggregate
         self.descriptors: dict[str, dict[str, dict]] = {}  # project -> metric type -> descriptor
         self.dashboards: dict[str, dict[str, dict]] = {}  # project -> name -> dashboard JSON
@@ -353,9 +354,8 @@ class MonitoringBackend(DashboardsMixin):
             if kind not in allowed:
                 raise invalid_argument(f"The aligner {aligner} is not valid for metrics of kind {kind} ({mtype}); "
                                        f"it needs {' or '.join(allowed)}.")
-        result = self._aggregate(found, aligner, reducer, period, group_by, start, end, token)
+        result = self._aggregate(found, aligner, reducer, period, group_by, start, end, token)  # in order
         result = [r for r in result if r["points"]]  # series without points in the interval are not returned
-        result.sort(key=lambda r: (sorted(r["resource_labels"].items()), sorted(r["metric_labels"].items())))
         if headers_only:
             for r in result:
                 r["points"] = []
@@ -401,23 +401,24 @@ class MonitoringBackend(DashboardsMixin):
         builtin = BUILTIN.get(mtype)
         # The series a filter keeps stay the same from one refresh to the next while the VMs, what runs
         # on them and the knobs do: made and matched once (8,192 headers for 1,024 A3 nodes), sampled
-        # each time over the interval asked.
-        key = (project, mtype, flt or repr(node), self.faults.seed, repr(knobs),
-               tuple((vm.id, vm.name, vm.running, vm.busy, tuple(sorted(vm.labels.items()))) for vm in vms))
+        # each time over the interval asked. The entry is kept with the VMs it was made for and used
+        # only while they are equal (one list comparison, not a key built over every VM each call).
+        key = (project, mtype, flt or repr(node), self.faults.seed, repr(knobs))
         with self._lock:
             entry = self._synthetic.get(key)
-        if entry is None:
+        if entry is None or entry[0] != vms:
             gen = Generator(self.faults.seed, knobs, self.clock.now())
             kept = [syn for syn in [*gen.for_vms(mtype, vms), *gen.for_jobs(mtype, project)]
                     if filters.matcher(node, project=project, metric_type=mtype, metric_labels=syn.metric_labels,
                                        resource_type=syn.resource_type, resource_labels=syn.resource_labels,
                                        user_labels=syn.user_labels, system_labels=syn.system_labels)]
-            entry = (gen, kept, threading.Lock())
             with self._lock:
-                if len(self._synthetic) >= SYNTHETIC_CACHE:
+                self._made += 1
+                entry = (vms, gen, kept, threading.Lock(), self._made)
+                if len(self._synthetic) >= SYNTHETIC_CACHE and key not in self._synthetic:
                     self._synthetic.pop(next(iter(self._synthetic)))
                 self._synthetic[key] = entry
-        gen, kept, sampling = entry
+        _vms, gen, kept, sampling, serial = entry
         stored = len(out)
         with sampling:  # the generator's clock and time cache are this call's while it samples
             gen.now = self.clock.now()
@@ -431,10 +432,11 @@ class MonitoringBackend(DashboardsMixin):
                             "value_type": builtin.value_type, "unit": builtin.unit, "arrays": samples})
         # The token stands for exactly these series: only when nothing stored matched and every kept
         # series has points (a series without any in [start, end] is left out, which changes the set).
-        return out, (key if stored == 0 and len(out) == len(kept) else None)
+        return out, ((key, serial) if stored == 0 and len(out) == len(kept) else None)
 
     def _aggregate(self, found: list[dict], aligner: str, reducer: str, period: float, group_by: list[str],
                    start: float, end: float, token: tuple | None = None) -> list[dict]:
+        """The series as asked, in the order ListTimeSeries returns them (by resource, then metric labels)."""
         if aligner == "ALIGN_NONE":
             # Raw points, newest first, as the API returns them.
             out = []
@@ -443,46 +445,27 @@ class MonitoringBackend(DashboardsMixin):
                 if pts is None:
                     pts = list(zip(*(a.tolist() for a in s["arrays"]), strict=False))
                 out.append({**s, "points": sorted(pts, key=lambda p: -p[1])})
+            out.sort(key=aggregate.answer_order)
             return out
         arrays = [(s["arrays"][1], s["arrays"][2]) if "arrays" in s else aggregate.as_arrays(s["points"], s["kind"], aligner)
                   for s in found]
-        # Headers and groups depend on the series, not on their points: for kept made-up series
-        # (token) they are worked out once per aggregation asked, not for 8,192 series every call.
+        # Headers, groups and their order depend on the series, not on their points: for kept made-up
+        # series (token) they are worked out once per aggregation asked, not for 8,192 series every call.
         memo_key = (token, aligner, reducer, tuple(group_by)) if token is not None else None
         memo = self._heads.get(memo_key) if memo_key is not None else None
         if memo is None:
-            heads = []
-            for s in found:
-                heads.append({**{k: v for k, v in s.items() if k not in ("points", "arrays")},
-                              "kind": aggregate.aligned_kind(aligner, s["kind"]),
-                              "value_type": aggregate.aligned_value_type(aligner, s["value_type"]),
-                              "unit": f"{s['unit']}/s" if aligner == "ALIGN_RATE" and s["unit"] else s["unit"]})
-            index: dict[tuple, int] = {}
-            groups = ([] if reducer == "REDUCE_NONE"
-                      else [index.setdefault(tuple(aggregate.series_field(h, f) for f in group_by), len(index)) for h in heads])
-            memo = (heads, groups, index)
+            memo = aggregate.headers(found, aligner, reducer, group_by)
             if memo_key is not None:
                 with self._lock:
                     if len(self._heads) >= SYNTHETIC_CACHE:
                         self._heads.pop(next(iter(self._heads)))
                     self._heads[memo_key] = memo
-        heads, groups, index = memo
-        if reducer == "REDUCE_NONE":
-            results = aggregate.align_and_reduce(arrays, list(range(len(found))), len(found), aligner, reducer,
-                                                 start, end, period)
-            return [aggregate.with_points(h, r, period) for h, r in zip(heads, results, strict=False)]
-        results = aggregate.align_and_reduce(arrays, groups, len(index), aligner, reducer, start, end, period)
-        firsts: dict[int, dict] = {}
-        for g, h in zip(groups, heads, strict=False):
-            firsts.setdefault(g, h)
-        out = []
-        for key, g in index.items():
-            first = firsts[g]
-            metric_labels = {f[len("metric.labels."):]: v for f, v in zip(group_by, key, strict=False)
-                             if f.startswith("metric.labels.") and v is not None}
-            resource_labels = {f[len("resource.labels."):]: v for f, v in zip(group_by, key, strict=False)
-                               if f.startswith("resource.labels.") and v is not None}
-            head = {**first, "metric_labels": metric_labels, "resource_labels": resource_labels,
-                    "value_type": aggregate.reduced_value_type(reducer, first["value_type"])}
-            out.append(aggregate.with_points(head, results[g], period))
-        return out
+        heads, groups, n_groups, order = memo
+        deltas = {h["kind"] == "DELTA" for h in heads}  # a DELTA point starts a period before it ends
+        if len(deltas) <= 1:
+            points = aggregate.aligned_points(arrays, groups, n_groups, aligner, reducer, start, end, period,
+                                              deltas == {True})
+        else:  # NEXT_OLDER over DELTA and other kinds at once: each output's own kind says how it is stamped
+            points = [aggregate.with_points(h, v, period)["points"] for h, v in zip(heads, aggregate.align_and_reduce(
+                arrays, groups, n_groups, aligner, reducer, start, end, period), strict=False)]
+        return [{**heads[g], "points": points[g]} for g in order]

@@ -17,8 +17,10 @@ def vms(compute: Any, activity: Activity, project: str) -> list[Vm]:
     """The project's VMs that have run, with their RUNNING spans and the spans a job ran on them."""
     if compute is None:
         return []
-    return [Vm(project, h["id"], h["name"], h["zone"], h["machineType"], h["labels"], h["spans"], activity.spans(h["id"]))
-            for h in compute.running_history(project)]
+    history = compute.running_history(project)
+    busy = activity.spans_of([h["id"] for h in history])
+    return [Vm(project, h["id"], h["name"], h["zone"], h["machineType"], h["labels"], h["spans"], b)
+            for h, b in zip(history, busy, strict=True)]
 
 
 def vertex_jobs(vertex: Any, project: str) -> dict[str, dict]:

@@ -118,6 +118,9 @@ class MonitoringService(EmulatedService):
             agg, headers_only=req.view == 1, page_size=req.page_size, page_token=req.page_token)
         resp = _PB["ListTimeSeriesResponse"]()
         metric_type = _metric_type(req.filter) if series else ""
+        # Series share their buckets: each (start, end) interval is made once and copied into each point
+        # (8,192 points at 1,024 nodes; setting their timestamps one by one was a third of the call).
+        intervals: dict[tuple[float, float, bool], Any] = {}
         for s in series:
             ts = resp.time_series.add()
             ts.metric.type = metric_type
@@ -128,11 +131,16 @@ class MonitoringService(EmulatedService):
             ts.value_type = _VTYPE_NUM.get(s["value_type"], 0)
             ts.unit = s.get("unit", "")
             is_int = s["value_type"] == "INT64"
+            gauge = s["kind"] == "GAUGE"
             for start, end, value in s["points"]:
                 p = ts.points.add()
-                _set_time(p.interval.end_time, end)
-                if s["kind"] != "GAUGE":
-                    _set_time(p.interval.start_time, start)
+                interval = intervals.get((start, end, gauge))
+                if interval is None:
+                    interval = intervals[(start, end, gauge)] = type(p.interval)()
+                    _set_time(interval.end_time, end)
+                    if not gauge:
+                        _set_time(interval.start_time, start)
+                p.interval.CopyFrom(interval)
                 if is_int:
                     p.value.int64_value = int(value)
                 elif s["value_type"] == "BOOL":

@@ -117,6 +117,7 @@ class Synthetic:
     system_labels: dict[str, str]
     sample: Callable[[float, float], Samples] | None = None
     gpu: tuple | None = None  # (vm, gpu number, variant labels, slowdown, memory bytes): generated per VM in one go
+    net: tuple | None = None  # (vm, rate, per sample, seed): a NIC counter, generated with its peers' in one go
 
 
 def _sample_times(spans: tuple[tuple[float, float | None], ...], start: float, end: float,
@@ -218,7 +219,8 @@ class Generator:
                 for lb in ("false",):
                     out.append(Synthetic(metric_type, {"instance_name": vm.name, "loadbalanced": lb}, "gce_instance",
                                          resource, vm.labels, system,
-                                         self._network(vm, metric_type, gbps, gpu_nics, factor if slow_gpu is None else 1.0)))
+                                         net=self._net_spec(vm, metric_type, gbps, gpu_nics,
+                                                            factor if slow_gpu is None else 1.0)))
                 continue
             which = "ops_agent" if metric_type.startswith(AGENT) else "dcgm"
             if gpus == 0 or not self.knobs.agent(vm.name, which):
@@ -237,15 +239,20 @@ class Generator:
         out: list[Samples | None] = [None] * len(items)
         # VMs that ran (and were busy) over the same spans share their sample times: their GPUs are one
         # numpy pass, whatever the cluster's size (a 1,024-node query is 8,192 GPU series).
+        # Network counters likewise: a VM's NIC series of all VMs with the same spans are one pass.
         per_vm: dict[tuple, list[int]] = {}
         for i, item in enumerate(items):
-            if item.gpu is not None:
-                vm = item.gpu[0]
-                per_vm.setdefault((item.metric_type, vm.running, vm.busy), []).append(i)
+            spec = item.gpu if item.gpu is not None else item.net
+            if spec is not None:
+                vm = spec[0]
+                per_vm.setdefault((item.gpu is None, item.metric_type, vm.running, vm.busy), []).append(i)
             elif item.sample is not None:
                 out[i] = item.sample(start, end)
-        for (metric_type, _running, _busy), indexes in per_vm.items():
-            batch = self._gpu_batch(metric_type, [items[i].gpu for i in indexes], start, end)  # type: ignore[misc]
+        for (net, metric_type, _running, _busy), indexes in per_vm.items():
+            if net:
+                batch = self._net_batch([items[i].net for i in indexes], start, end)  # type: ignore[misc]
+            else:
+                batch = self._gpu_batch(metric_type, [items[i].gpu for i in indexes], start, end)  # type: ignore[misc]
             for i, samples in zip(indexes, batch, strict=False):
                 out[i] = samples
         return out  # type: ignore[return-value]
@@ -260,21 +267,32 @@ class Generator:
             return [{"memory_state": "used"}, {"memory_state": "free"}]
         return [{}]
 
-    def _network(self, vm: Vm, metric_type: str, gbps: float, gpu_nics: bool, factor: float) -> Callable[[float, float], Samples]:
+    def _net_spec(self, vm: Vm, metric_type: str, gbps: float, gpu_nics: bool, factor: float) -> tuple:
+        """(vm, bytes/s while busy, bytes or packets per byte-second sample, noise seed) of a NIC counter."""
         seed = self._series_seed(vm.id, metric_type)
         node_seed = self._series_seed(vm.id, "net")
         # This node's steady share of its bandwidth: peers in one all-reduce move about the same bytes.
         share = 0.36 + 0.04 * (node_seed % 1000) / 1000.0
         rate = gbps * 1e9 / 8 * share * factor * (0.97 if "received" in metric_type else 1.0)
         per_sample = SAMPLE_S / (8192.0 if gpu_nics else 1460.0) if "packets" in metric_type else SAMPLE_S
+        return vm, rate, per_sample, seed
 
-        def sample(start: float, end: float) -> Samples:
-            k, t, w, busy = self._times(vm, start, end, delta=True)
-            # A job's all-reduce traffic while one runs; an idle VM only talks to the metadata server and agents.
-            bps = rate * (1 + 0.12 * w + 0.03 * _mix(seed, k)) * busy + IDLE_BPS * (1 + 0.3 * _mix(seed + 1, k))
-            return t - SAMPLE_S, t, np.floor(bps * per_sample)  # DELTA: what was counted in the last minute
+    def _network(self, vm: Vm, metric_type: str, gbps: float, gpu_nics: bool, factor: float) -> Callable[[float, float], Samples]:
+        spec = self._net_spec(vm, metric_type, gbps, gpu_nics, factor)
+        return lambda start, end: self._net_batch([spec], start, end)[0]
 
-        return sample
+    def _net_batch(self, specs: list[tuple], start: float, end: float) -> list[Samples]:
+        """Samples of NIC counters of VMs with the same running and busy spans: rows of one array."""
+        k, t, w, busy = self._times(specs[0][0], start, end, delta=True)
+        rate = np.array([s[1] for s in specs])[:, None]
+        per_sample = np.array([s[2] for s in specs])[:, None]
+        seeds = np.array([s[3] for s in specs], dtype=np.uint64)
+        # A job's all-reduce traffic while one runs; an idle VM only talks to the metadata server and agents.
+        bps = (rate * (1 + 0.12 * w + 0.03 * _mix(seeds, k)) * busy
+               + IDLE_BPS * (1 + 0.3 * _mix(seeds + np.uint64(1), k)))
+        values = np.floor(bps * per_sample)  # DELTA: what was counted in the last minute
+        t0 = t - SAMPLE_S
+        return [(t0, t, values[i]) for i in range(len(specs))]
 
     def _vm_own(self, vm: Vm, metric_type: str, factor: float) -> Callable[[float, float], Samples]:
         """Compute Engine's own per-VM series: CPU utilization (busy while a job runs) and uptime."""
