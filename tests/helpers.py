@@ -5,9 +5,13 @@ Fixtures built on these (`cluster`) live in tests/conftest.py.
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +70,46 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+class Webhook:
+    """What a webhook receiver on 127.0.0.1 was sent: `got` the JSON bodies kept, `calls` every POST."""
+
+    def __init__(self, fail_first: bool) -> None:
+        self.got: list[dict] = []
+        self.calls = 0
+        self.fail_first = fail_first
+
+
+@contextmanager
+def webhook_server(*, fail_first: bool, query: str = "") -> Iterator[tuple[str, Webhook]]:
+    """(url, Webhook) of a receiver on 127.0.0.1; with fail_first its first delivery gets a 503, so a
+    sender's retry is exercised, and the rest are kept."""
+    hook = Webhook(fail_first)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            hook.calls += 1
+            if hook.fail_first and hook.calls == 1:
+                self.send_response(503)
+            else:
+                hook.got.append(body)
+                self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/gcpgpu{query}", hook
+    finally:
+        server.shutdown()
+
+
+def followers_log(gcp: Any) -> str:
+    """What every node's follower printed (shown when a test fails)."""
+    return "\n".join(f"{run.id.split('/')[2]}: {line.text}" for run in gcp.jobs.runner.all_runs()
+                     if run.id.startswith("agent/") for line in run.log_lines())

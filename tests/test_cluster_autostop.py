@@ -7,13 +7,11 @@ Idle time is counted GCPGPU_AUTOSTOP_SCALE times faster here (the node agents' t
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from click.testing import CliRunner
-from helpers import PROJECT, leftovers, wait_for
+from helpers import PROJECT, followers_log, leftovers, wait_for, webhook_server
 
 from gcpgpu.cli import main
 
@@ -58,39 +56,10 @@ def test_an_idle_cluster_with_autostop_down_deletes_itself_leaving_nothing(fast)
     assert cli("cluster", "status", "idle").exit_code == 1
 
 
-class Hook(BaseHTTPRequestHandler):
-    """A webhook on 127.0.0.1 that refuses its first delivery (503: the sender retries) and keeps the rest."""
-
-    got: list[dict] = []
-    calls = 0
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).calls += 1
-        if type(self).calls == 1:
-            self.send_response(503)
-        else:
-            type(self).got.append(body)
-            self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def webhook():
-    Hook.got, Hook.calls = [], 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/gcpgpu?token=s3cret", Hook
-    server.shutdown()
-
-
-def followers_log(gcp) -> str:
-    """What every node's follower printed."""
-    return "\n".join(f"{run.id.split('/')[2]}: {line.text}" for run in gcp.jobs.runner.all_runs()
-                     if run.id.startswith("agent/") for line in run.log_lines())
+    with webhook_server(fail_first=True, query="?token=s3cret") as served:
+        yield served
 
 
 def test_an_idle_cluster_tells_its_webhook_autostopped_once_before_it_deletes_itself(fast, webhook):

@@ -9,11 +9,10 @@ import os
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from click.testing import CliRunner
-from helpers import PROJECT, wait_for
+from helpers import PROJECT, followers_log, wait_for, webhook_server
 
 from gcpgpu.cli import main
 
@@ -126,33 +125,10 @@ def leader_node(gcp, cluster: str) -> str | None:
     return holder.removeprefix("node ").rsplit("-", 1)[0] if holder.startswith("node ") else None
 
 
-class Hook(BaseHTTPRequestHandler):
-    """A webhook on 127.0.0.1 that keeps what the cluster's followers POST."""
-
-    got: list[dict] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        type(self).got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def webhook():
-    Hook.got = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/gcpgpu", Hook
-    server.shutdown()
-
-
-def followers_log(gcp) -> str:
-    """What every node's follower printed (shown when the test fails)."""
-    return "\n".join(f"{run.id.split('/')[2]}: {line.text}" for run in gcp.jobs.runner.all_runs()
-                     if run.id.startswith("agent/") for line in run.log_lines())
+    with webhook_server(fail_first=False) as served:
+        yield served
 
 
 @pytest.mark.slow

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
+from helpers import webhook_server
 
 from gcpgpu.cli import main
 
@@ -44,36 +43,13 @@ FLAKY = "sh -c 'if [ -z \"$GCPGPU_RESTART\" ]; then echo failing; exit {code}; f
         "echo restart=$GCPGPU_RESTART resume=$GCPGPU_RESUME'"
 
 
-class Hook(BaseHTTPRequestHandler):
-    """A webhook on 127.0.0.1 that fails its first delivery (503) and keeps the rest."""
-
-    got: list[dict] = []
-    calls = 0
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).calls += 1
-        if type(self).calls == 1:
-            self.send_response(503)
-        else:
-            type(self).got.append(body)
-            self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def webhook(monkeypatch):
     from gcpgpu.jobs import notify
 
     monkeypatch.setattr(notify, "BACKOFF_S", 0.05)
-    Hook.got, Hook.calls = [], 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/gcpgpu?token=s3cret", Hook
-    server.shutdown()
+    with webhook_server(fail_first=True, query="?token=s3cret") as served:
+        yield served
 
 
 @needs_bwrap
