@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 from click.testing import CliRunner
@@ -132,7 +131,8 @@ def webhook():
 
 
 @pytest.mark.slow
-def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_preempted(gcp, monkeypatch, webhook):
+def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_preempted(gcp, monkeypatch, webhook,
+                                                                                         request):
     pytest.importorskip("torch")
     url, hook = webhook
     # A dead leader is replaced after 20 s, not 2 minutes. `job follow` below waits one lease's lifetime
@@ -155,9 +155,14 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     job_id = submit.stdout.splitlines()[0]
     assert "this machine may go" in submit.stderr
 
-    # Someone may watch from anywhere: it watches while the cluster leads, and sees the end.
-    watched: dict = {}
-    threading.Thread(target=lambda: watched.update(r=cli("job", "follow", job_id)), daemon=True).start()
+    # Someone may watch from anywhere: it watches while the cluster leads, and sees the end. A process of
+    # its own: CliRunner swaps the process's stdout, so a watcher in a thread would lose the lines it
+    # prints while this thread's `job status` polls hold it.
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", "from gcpgpu.cli import main; main()", *GLOBAL, "job", "follow", job_id],
+        env={**os.environ, "GCPGPU_EMULATOR": gcp.address}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    request.addfinalizer(watcher.kill)  # a no-op once it has ended
 
     # Preempt the node whose follower leads, once the run has its second checkpoint.
     wait_for(lambda: (bucket / "run" / "checkpoints" / "step_00000020").is_dir(), timeout=300, what="checkpoint 20")
@@ -178,11 +183,11 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     base_end, run_end = last_step(bucket / "base" / "log.jsonl"), last_step(bucket / "run" / "log.jsonl")
     assert run_end["step"] == base_end["step"] == STEPS - 1 and run_end["loss"] == base_end["loss"]
     assert "Recoveries" in cli("job", "status", job_id).output
-    wait_for(lambda: "r" in watched, timeout=60, what="job follow's end")
-    assert watched["r"].exit_code == 0, watched["r"].output
-    assert "watching" in watched["r"].output and f"Job {job_id} SUCCEEDED." in watched["r"].output
-    assert "recovery 1: lost" in watched["r"].output, watched["r"].output
-    assert "Recovery 1/2" not in watched["r"].output, watched["r"].output  # it only watched
+    watched = watcher.communicate(timeout=60)[0]
+    assert watcher.returncode == 0, watched
+    assert "watching" in watched and f"Job {job_id} SUCCEEDED." in watched
+    assert "recovery 1: lost" in watched, watched
+    assert "Recovery 1/2" not in watched, watched  # it only watched
     # The cluster's followers told the webhook, from the nodes (nothing here follows with --notify).
     wait_for(lambda: "SUCCEEDED" in [m["event"] for m in hook.got], timeout=60, what="SUCCEEDED at the webhook")
     told = [m for m in hook.got if m["event"] in ("RECOVERING", "SUCCEEDED")]
