@@ -262,15 +262,21 @@ def become_user(argv: Sequence[str], environ: Mapping[str, str], prog: str = "gc
     except OSError as e:
         print(f"{prog}: GCPGPU_USER: cannot become {name}: {e.strerror or e}", file=sys.stderr)
         return EXIT_REFUSED
-    env = {**environ, "HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}
+    return run_command(argv, {**environ, "HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name},
+                       prog)
+
+
+def run_command(argv: Sequence[str], env: Mapping[str, str], prog: str) -> int:
+    """Replace this process with argv (nothing to run: 0); when it cannot start, say so and return
+    the shell's status for it (127 not found, 126 not runnable)."""
     if not argv:
         return 0
     try:
-        os.execvpe(argv[0], list(argv), env)
+        os.execvpe(argv[0], list(argv), dict(env))
     except OSError as e:
         print(f"{prog}: cannot run {argv[0]}: {e.strerror or e}", file=sys.stderr)
         return 127 if isinstance(e, FileNotFoundError) else 126
-    return EXIT_REFUSED  # not reached
+    return EXIT_REFUSED  # not reached: exec never returns
 
 
 # -- secrets -------------------------------------------------------------------------------------------------
@@ -413,11 +419,4 @@ def run(argv: Sequence[str], environ: Mapping[str, str], metadata: Metadata,
         status = run_setup(setup, env, prog)
         if status:
             return status
-    if not argv:
-        return 0
-    try:
-        os.execvpe(argv[0], list(argv), env)
-    except OSError as e:
-        print(f"{prog}: cannot run {argv[0]}: {e.strerror or e}", file=sys.stderr)
-        return 127 if isinstance(e, FileNotFoundError) else 126
-    return EXIT_REFUSED  # not reached: exec never returns
+    return run_command(argv, env, prog)
