@@ -36,6 +36,24 @@ class InstancesMixin:
                                 "labels": dict(inst.get("labels", {})), "spans": spans})
         return out
 
+    def instance_summaries(self, project: str, metadata_keys: tuple[str, ...] = ()) -> list[dict]:
+        """Every instance of the project as watchers inside the emulator read it a few times a second
+        (the node agents'): id, name, zone (short), status, labels and only the metadata values of
+        `metadata_keys`. Not the rendered resource: deep-copying 1,024 VMs' metadata (a startup
+        script each) four times a second took a third of the emulator's time under a metrics tail."""
+        out = []
+        with self._lock:
+            p = self.projects.get(project)
+            if p is None:
+                return out
+            self._sweep(p)
+            for _path, inst in p.iter_kind("instances"):
+                items = (inst.get("metadata") or {}).get("items") or []
+                out.append({"id": str(inst["id"]), "name": inst["name"], "zone": inst["zone"].rsplit("/", 1)[-1],
+                            "status": self.instance_status(inst), "labels": dict(inst.get("labels") or {}),
+                            "metadata": {i["key"]: i.get("value") for i in items if i.get("key") in metadata_keys}})
+        return out
+
     def backdate(self, project: str, zone: str, name: str, running_since: float) -> dict:
         """Make instance `name` look RUNNING since `running_since`, created just before: for tests and
         benchmarks whose metrics need some history. Returns the stored instance."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
 
 AGENT_KEY = "gcpgpu-agent"
+CLUSTER_KEY = "gcpgpu-cluster"  # in metadata, else the label
 LOG_NAME = "gcpgpu-node-agent"
 MODULE = "gcpgpu.nodeagent"
 SCAN_S = 0.25
@@ -75,9 +76,8 @@ class NodeAgents:
             return  # not serving yet: an agent would have nowhere to call
         live: dict[str, tuple[str, dict]] = {}
         for project in list(self.compute.projects):
-            for insts in self.compute.aggregated(project, "instances").values():
-                for inst in insts:
-                    live[str(inst["id"])] = (project, inst)
+            for inst in self.compute.instance_summaries(project, (AGENT_KEY, CLUSTER_KEY)):
+                live[inst["id"]] = (project, inst)
         with self._lock:
             for iid, (run_id, _project, name) in list(self.runs.items()):
                 project_inst = live.get(iid)
@@ -92,16 +92,16 @@ class NodeAgents:
                         del self.runs[iid]
                         self._ended.pop(iid, None)
             for iid, (project, inst) in live.items():
-                items = {i.get("key"): i.get("value") for i in (inst.get("metadata") or {}).get("items", [])}
-                if inst.get("status") != "RUNNING" or AGENT_KEY not in items or iid in self.runs:
+                items = inst["metadata"]
+                if inst["status"] != "RUNNING" or AGENT_KEY not in items or iid in self.runs:
                     continue
-                cluster = items.get("gcpgpu-cluster") or (inst.get("labels") or {}).get("gcpgpu-cluster")
+                cluster = items.get(CLUSTER_KEY) or inst["labels"].get(CLUSTER_KEY)
                 if cluster:
                     self._start(project, inst, str(cluster), address)
 
     def _start(self, project: str, inst: dict, cluster: str, address: str) -> None:
-        iid = str(inst["id"])
-        zone = str(inst["zone"]).rsplit("/", 1)[-1]
+        iid = inst["id"]
+        zone = inst["zone"]
         run_id = f"agent/{project}/{inst['name']}/{iid}/{time.monotonic_ns()}"
         argv = [sys.executable, "-m", MODULE, "--project", project, "--cluster", cluster, "--node", inst["name"],
                 "--poll", str(self.poll_s), "--emulator", address]

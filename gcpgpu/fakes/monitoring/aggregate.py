@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -205,8 +206,8 @@ def align_and_reduce(series: list[Arrays], groups: list[int], n_groups: int, ali
             members.setdefault((groups[i],), []).append(a)
         reduced = reduce(members, reducer)
         return [reduced.get((g,), {}) for g in range(n_groups)]
-    stamps, grid, mask = _grid(series, groups, n_groups, aligner, reducer, start, end, period)
-    return [dict(zip(stamps[m].tolist(), row[m].tolist(), strict=False)) for row, m in zip(grid, mask, strict=False)]
+    stamps, values, mask = grid(series, groups, n_groups, aligner, reducer, start, end, period)
+    return [dict(zip(stamps[m].tolist(), row[m].tolist(), strict=False)) for row, m in zip(values, mask, strict=False)]
 
 
 def aligned_points(series: list[Arrays], groups: list[int], n_groups: int, aligner: str, reducer: str,
@@ -216,10 +217,10 @@ def aligned_points(series: list[Arrays], groups: list[int], n_groups: int, align
     if aligner not in VECTOR_ALIGNERS or reducer not in VECTOR_REDUCERS:
         return [_points(values, period, delta)
                 for values in align_and_reduce(series, groups, n_groups, aligner, reducer, start, end, period)]
-    stamps, grid, mask = _grid(series, groups, n_groups, aligner, reducer, start, end, period)
+    stamps, values, mask = grid(series, groups, n_groups, aligner, reducer, start, end, period)
     begins = stamps - period if delta else stamps
     rows, cols = np.nonzero(mask)  # row-major: each group's buckets newest first (stamps fall with k)
-    triples = list(zip(begins[cols].tolist(), stamps[cols].tolist(), grid[rows, cols].tolist(), strict=False))
+    triples = list(zip(begins[cols].tolist(), stamps[cols].tolist(), values[rows, cols].tolist(), strict=False))
     bounds = np.searchsorted(rows, np.arange(n_groups + 1)).tolist()
     return [triples[bounds[g]:bounds[g + 1]] for g in range(n_groups)]
 
@@ -228,18 +229,40 @@ def _points(values: dict[float, float], period: float, delta: bool) -> list[Poin
     return [((t - period) if delta else t, t, v) for t, v in sorted(values.items(), key=lambda kv: -kv[0])]
 
 
-def _grid(series: list[Arrays], groups: list[int], n_groups: int, aligner: str, reducer: str,
-          start: float, end: float, period: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bucket end times, newest first; values per output row and bucket; which are there)."""
+class Batches(NamedTuple):
+    """Series given as batches that share their times: (series indexes, end times, values[row]) each;
+    `n` series in all. What the made-up series come as: no array per series to make or join."""
+
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    n: int
+
+
+def _flat(series: list[Arrays] | Batches) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Every point of every series: (end times, values, series index), and how many series."""
+    if not isinstance(series, Batches):
+        n = len(series)
+        if n == 0:
+            return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), 0
+        lengths = np.fromiter((len(t) for t, _v in series), dtype=np.int64, count=n)
+        return (np.concatenate([t for t, _v in series]), np.concatenate([v for _t, v in series]),
+                np.repeat(np.arange(n, dtype=np.int64), lengths), n)
+    parts = [(np.tile(t, len(idx)), v.reshape(-1), np.repeat(np.asarray(idx, dtype=np.int64), len(t)))
+             for idx, t, v in series.rows]
+    if not parts:
+        return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), series.n
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]), series.n)
+
+
+def grid(series: list[Arrays] | Batches, groups: list[int], n_groups: int, aligner: str, reducer: str,
+         start: float, end: float, period: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bucket end times, newest first; values per output row and bucket; which are there), for the
+    vectorized aligners and reducers."""
     count = bucket_count(start, end, period)
     stamps = end - np.arange(count) * period
-    n = len(series)
+    times, values, sid, n = _flat(series)
     if n == 0:
         return stamps, np.zeros((n_groups, count)), np.zeros((n_groups, count), dtype=bool)
-    lengths = np.fromiter((len(t) for t, _v in series), dtype=np.int64, count=n)
-    times = np.concatenate([t for t, _v in series])
-    values = np.concatenate([v for _t, v in series])
-    sid = np.repeat(np.arange(n, dtype=np.int64), lengths)
     d = end - times
     k = np.floor(d / period).astype(np.int64)
     keep = (d >= 0) & (k < count)

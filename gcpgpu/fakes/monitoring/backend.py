@@ -10,7 +10,6 @@ REST API would use; the gRPC layer maps them to status codes.
 from __future__ import annotations
 
 import copy
-import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +20,11 @@ from . import aggregate, filters, observed
 from .catalog import BUILTIN, RESOURCE_LABELS, metric_descriptor, resource_descriptor
 from .dashboards import DashboardsMixin
 from .paging import invalid_argument, page
-from .synthetic import Generator, Knobs, Vm
+from .reading import ReadingMixin
+from .synthetic import Knobs, Vm
 
 WRITABLE_PREFIXES = ("custom.googleapis.com/", "workload.googleapis.com/", "external.googleapis.com/")
 MAX_SERIES_PER_WRITE = 200
-MAX_PAGE = 100_000
-MIN_ALIGNMENT_S = 60.0
-SYNTHETIC_CACHE = 64  # metric types x filters whose made-up series are kept between calls
 
 
 @dataclass
@@ -50,7 +47,7 @@ def _key(project: str, metric_type: str, metric_labels: dict, resource_type: str
             tuple(sorted(resource_labels.items())))
 
 
-class MonitoringBackend(DashboardsMixin):
+class MonitoringBackend(ReadingMixin, DashboardsMixin):
     """The Monitoring API's behaviour over in-memory state."""
 
     def __init__(self, faults: Faults, clock: Clock, compute: Any | None = None, activity: Activity | None = None,
@@ -66,9 +63,9 @@ class MonitoringBackend(DashboardsMixin):
         # The real API refuses points written more often than this per series (custom metrics: 5 s).
         self.min_point_spacing_s = 5.0
         self.series: dict[tuple, Series] = {}
-        self._synthetic: dict[tuple, tuple[list, Generator, list, threading.Lock, int]] = {}  # see _matching
+        self._synthetic: dict[tuple, tuple] = {}  # see reading._matching
         self._made = 0  # entries of _synthetic ever made: their serial numbers
-        self._heads: dict[tuple, tuple[list, list, dict]] = {}  # see _aggregate
+        self._heads: dict[tuple, tuple] = {}  # see reading._aggregate
         self.descriptors: dict[str, dict[str, dict]] = {}  # project -> metric type -> descriptor
         self.dashboards: dict[str, dict[str, dict]] = {}  # project -> name -> dashboard JSON
 
@@ -293,179 +290,3 @@ class MonitoringBackend(DashboardsMixin):
             s = self.series.setdefault(key, Series(project, metric_type, metric_labels, resource_type, resource_labels,
                                                    kind, value_type, unit))
             s.points = sorted([*s.points, *points], key=lambda p: p[1])
-
-    # ------------------------------------------------------------------ reading
-    def _parse(self, flt: str) -> filters.Node:
-        try:
-            return filters.parse(flt)
-        except filters.FilterError as e:
-            raise invalid_argument(f"Field filter had an invalid value of \"{flt}\": {e}") from e
-
-    def list_time_series(
-        self,
-        project: str,
-        flt: str,
-        start: float,
-        end: float,
-        aggregation: dict | None = None,
-        headers_only: bool = False,
-        page_size: int = 0,
-        page_token: str = "",
-    ) -> tuple[list[dict], str]:
-        """ListTimeSeries: the matching series over [start, end], aligned and reduced as asked; one page."""
-        node = self._parse(flt)
-        types = filters.equal_literal(node, "metric.type")
-        if len(set(types)) != 1:
-            raise invalid_argument("A ListTimeSeries filter must specify exactly one metric type, e.g. "
-                                   'metric.type = "compute.googleapis.com/instance/cpu/utilization".')
-        mtype = types[0]
-        if end <= 0:
-            raise invalid_argument("Field interval.endTime is required.")
-        if start <= 0:
-            start = end
-        if start > end:
-            raise invalid_argument("Field interval.startTime must not be later than interval.endTime.")
-        agg = aggregation or {}
-        aligner = agg.get("aligner") or "ALIGN_NONE"
-        reducer = agg.get("reducer") or "REDUCE_NONE"
-        period = float(agg.get("period") or 0)
-        group_by = [self._group_field(f) for f in agg.get("group_by") or []]
-        desc = self._descriptor(project, mtype)
-        if desc is None and not any(k[0] == project and k[1] == mtype for k in list(self.series)):
-            # As the real API answers for a metric type the project has never had.
-            raise ApiError(404, "notFound", f'Cannot find metric(s) that match type = "{mtype}".')
-        if aligner != "ALIGN_NONE":
-            if period <= 0:
-                raise invalid_argument("The alignment period must be given when a per-series aligner is.")
-            if period < MIN_ALIGNMENT_S:
-                raise invalid_argument(f"The alignment period must be at least {MIN_ALIGNMENT_S:g} seconds.")
-            if aligner not in aggregate.ALIGNER_KINDS:
-                raise invalid_argument(f"The emulator does not support the aligner {aligner}.")
-        if reducer != "REDUCE_NONE":
-            if aligner == "ALIGN_NONE":
-                raise invalid_argument("A cross-series reducer needs a per-series aligner (and an alignment period).")
-            if reducer not in aggregate.REDUCERS:
-                raise invalid_argument(f"The emulator does not support the reducer {reducer}.")
-
-        found, token = self._matching(project, mtype, node, start, end, flt)
-        if aligner != "ALIGN_NONE":
-            kind = found[0]["kind"] if found else (desc or {}).get("metricKind", "GAUGE")
-            allowed = aggregate.ALIGNER_KINDS[aligner]
-            if kind not in allowed:
-                raise invalid_argument(f"The aligner {aligner} is not valid for metrics of kind {kind} ({mtype}); "
-                                       f"it needs {' or '.join(allowed)}.")
-        result = self._aggregate(found, aligner, reducer, period, group_by, start, end, token)  # in order
-        result = [r for r in result if r["points"]]  # series without points in the interval are not returned
-        if headers_only:
-            for r in result:
-                r["points"] = []
-        return page(result, min(page_size or MAX_PAGE, MAX_PAGE), page_token,
-                     ("series", project, flt, start, end, json.dumps(agg, sort_keys=True), headers_only))
-
-    @staticmethod
-    def _group_field(name: str) -> str:
-        if name in ("metric.type", "resource.type"):
-            return name
-        # The shorthand Google's samples use: "resource.zone" is "resource.labels.zone", "metric.x" likewise.
-        for prefix in ("resource.", "metric."):
-            rest = name[len(prefix):]
-            if name.startswith(prefix) and rest and "." not in rest and rest not in ("labels", "label"):
-                return f"{prefix}labels.{rest}"
-        try:
-            return filters.normalize_selector(name)
-        except filters.FilterError as e:
-            raise invalid_argument(f"Field aggregation.groupByFields had an invalid value {name!r}: {e}") from e
-
-    def _matching(self, project: str, mtype: str, node: filters.Node, start: float, end: float,
-                  flt: str = "") -> tuple[list[dict], tuple | None]:
-        """The series matching, with their points in [start, end]; and a token naming the kept made-up
-        series when they are all there is (so _aggregate may keep their headers too)."""
-        out: list[dict] = []
-        with self._lock:
-            stored = [s for s in self.series.values() if s.project == project and s.metric_type == mtype]
-            for s in stored:
-                if filters.matcher(node, project=project, metric_type=mtype, metric_labels=s.metric_labels,
-                                   resource_type=s.resource_type, resource_labels=s.resource_labels):
-                    pts = [p for p in s.points if start <= p[1] <= end]
-                    out.append({"metric_labels": s.metric_labels, "resource_type": s.resource_type,
-                                "resource_labels": s.resource_labels, "kind": s.kind, "value_type": s.value_type,
-                                "unit": s.unit, "points": pts})
-            knobs = copy.deepcopy(self.knobs)
-        if not knobs.enabled:
-            return out, None
-        if mtype.startswith("ml.googleapis.com/"):
-            knobs.jobs = {**self._vertex_jobs(project), **knobs.jobs}
-        # Only VMs the filter can match are generated: a filter on instance ids skips the rest.
-        ids = filters.allowed_values(node, "resource.labels.instance_id")
-        vms = [vm for vm in self._vms(project) if ids is None or vm.id in ids]
-        builtin = BUILTIN.get(mtype)
-        # The series a filter keeps stay the same from one refresh to the next while the VMs, what runs
-        # on them and the knobs do: made and matched once (8,192 headers for 1,024 A3 nodes), sampled
-        # each time over the interval asked. The entry is kept with the VMs it was made for and used
-        # only while they are equal (one list comparison, not a key built over every VM each call).
-        key = (project, mtype, flt or repr(node), self.faults.seed, repr(knobs))
-        with self._lock:
-            entry = self._synthetic.get(key)
-        if entry is None or entry[0] != vms:
-            gen = Generator(self.faults.seed, knobs, self.clock.now())
-            kept = [syn for syn in [*gen.for_vms(mtype, vms), *gen.for_jobs(mtype, project)]
-                    if filters.matcher(node, project=project, metric_type=mtype, metric_labels=syn.metric_labels,
-                                       resource_type=syn.resource_type, resource_labels=syn.resource_labels,
-                                       user_labels=syn.user_labels, system_labels=syn.system_labels)]
-            with self._lock:
-                self._made += 1
-                entry = (vms, gen, kept, threading.Lock(), self._made)
-                if len(self._synthetic) >= SYNTHETIC_CACHE and key not in self._synthetic:
-                    self._synthetic.pop(next(iter(self._synthetic)))
-                self._synthetic[key] = entry
-        _vms, gen, kept, sampling, serial = entry
-        stored = len(out)
-        with sampling:  # the generator's clock and time cache are this call's while it samples
-            gen.now = self.clock.now()
-            gen._time_cache.clear()
-            sampled = gen.sample_all(kept, start, end)
-        for syn, samples in zip(kept, sampled, strict=False):
-            assert builtin is not None
-            if len(samples[1]):
-                out.append({"metric_labels": syn.metric_labels, "resource_type": syn.resource_type,
-                            "resource_labels": syn.resource_labels, "kind": builtin.kind,
-                            "value_type": builtin.value_type, "unit": builtin.unit, "arrays": samples})
-        # The token stands for exactly these series: only when nothing stored matched and every kept
-        # series has points (a series without any in [start, end] is left out, which changes the set).
-        return out, ((key, serial) if stored == 0 and len(out) == len(kept) else None)
-
-    def _aggregate(self, found: list[dict], aligner: str, reducer: str, period: float, group_by: list[str],
-                   start: float, end: float, token: tuple | None = None) -> list[dict]:
-        """The series as asked, in the order ListTimeSeries returns them (by resource, then metric labels)."""
-        if aligner == "ALIGN_NONE":
-            # Raw points, newest first, as the API returns them.
-            out = []
-            for s in found:
-                pts = s.get("points")
-                if pts is None:
-                    pts = list(zip(*(a.tolist() for a in s["arrays"]), strict=False))
-                out.append({**s, "points": sorted(pts, key=lambda p: -p[1])})
-            out.sort(key=aggregate.answer_order)
-            return out
-        arrays = [(s["arrays"][1], s["arrays"][2]) if "arrays" in s else aggregate.as_arrays(s["points"], s["kind"], aligner)
-                  for s in found]
-        # Headers, groups and their order depend on the series, not on their points: for kept made-up
-        # series (token) they are worked out once per aggregation asked, not for 8,192 series every call.
-        memo_key = (token, aligner, reducer, tuple(group_by)) if token is not None else None
-        memo = self._heads.get(memo_key) if memo_key is not None else None
-        if memo is None:
-            memo = aggregate.headers(found, aligner, reducer, group_by)
-            if memo_key is not None:
-                with self._lock:
-                    if len(self._heads) >= SYNTHETIC_CACHE:
-                        self._heads.pop(next(iter(self._heads)))
-                    self._heads[memo_key] = memo
-        heads, groups, n_groups, order = memo
-        deltas = {h["kind"] == "DELTA" for h in heads}  # a DELTA point starts a period before it ends
-        if len(deltas) <= 1:
-            points = aggregate.aligned_points(arrays, groups, n_groups, aligner, reducer, start, end, period,
-                                              deltas == {True})
-        else:  # NEXT_OLDER over DELTA and other kinds at once: each output's own kind says how it is stamped
-            points = [aggregate.with_points(h, v, period)["points"] for h, v in zip(heads, aggregate.align_and_reduce(
-                arrays, groups, n_groups, aligner, reducer, start, end, period), strict=False)]
-        return [{**heads[g], "points": points[g]} for g in order]

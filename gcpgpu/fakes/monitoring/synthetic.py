@@ -28,6 +28,7 @@ from ..core import stable_number
 from .catalog import AGENT, BUILTIN, COMPUTE, NET, VERTEX
 
 Samples = tuple["np.ndarray", "np.ndarray", "np.ndarray"]  # start times, end times, values
+Batch = tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]  # indexes, start times, end times, values[row]
 SAMPLE_S = 60.0
 WAVE_S = 420.0
 
@@ -234,27 +235,47 @@ class Generator:
                                          gpu=(vm, g, extra, f, mem_bytes)))
         return out
 
-    def sample_all(self, items: list[Synthetic], start: float, end: float) -> list[Samples]:
-        """Samples of each series in [start, end]; GPU series are computed a VM at a time (one numpy pass)."""
-        out: list[Samples | None] = [None] * len(items)
-        # VMs that ran (and were busy) over the same spans share their sample times: their GPUs are one
-        # numpy pass, whatever the cluster's size (a 1,024-node query is 8,192 GPU series).
-        # Network counters likewise: a VM's NIC series of all VMs with the same spans are one pass.
+    def plan(self, items: list[Synthetic]) -> list[tuple]:
+        """How sample_batches takes `items`: GPU series of VMs that ran (and were busy) over the same spans
+        share their sample times and are one numpy pass, whatever the cluster's size (a 1,024-node query
+        is 8,192 GPU series); a NIC counter's series of all such VMs likewise; the rest one by one.
+        Rows of (is NIC, metric type, indexes, specs) or (None, None, [index], None)."""
         per_vm: dict[tuple, list[int]] = {}
+        rows: list[tuple] = []
         for i, item in enumerate(items):
             spec = item.gpu if item.gpu is not None else item.net
             if spec is not None:
                 vm = spec[0]
                 per_vm.setdefault((item.gpu is None, item.metric_type, vm.running, vm.busy), []).append(i)
             elif item.sample is not None:
-                out[i] = item.sample(start, end)
+                rows.append((None, None, [i], None))
         for (net, metric_type, _running, _busy), indexes in per_vm.items():
-            if net:
-                batch = self._net_batch([items[i].net for i in indexes], start, end)  # type: ignore[misc]
+            specs = [items[i].net if net else items[i].gpu for i in indexes]
+            rows.append((net, metric_type, indexes, specs))
+        return rows
+
+    def sample_batches(self, items: list[Synthetic], start: float, end: float,
+                       plan: list[tuple] | None = None) -> list[Batch]:
+        """Samples of every series in [start, end] as batches: (the series' indexes in `items`, start
+        times, end times, values with a row per series), the series of a batch sharing their times.
+        `plan` is plan(items), when the caller keeps it between calls."""
+        out: list[Batch] = []
+        for net, metric_type, indexes, specs in plan if plan is not None else self.plan(items):
+            if net is None:
+                s0, t, v = items[indexes[0]].sample(start, end)  # type: ignore[misc]
+                out.append((np.asarray(indexes), s0, t, np.asarray(v)[None, :]))
+            elif net:
+                out.append((np.asarray(indexes), *self._net_batch(specs, start, end)))
             else:
-                batch = self._gpu_batch(metric_type, [items[i].gpu for i in indexes], start, end)  # type: ignore[misc]
-            for i, samples in zip(indexes, batch, strict=False):
-                out[i] = samples
+                out.append((np.asarray(indexes), *self._gpu_batch(metric_type, specs, start, end)))
+        return out
+
+    def sample_all(self, items: list[Synthetic], start: float, end: float) -> list[Samples]:
+        """Samples of each series in [start, end], one (start times, end times, values) per item."""
+        out: list[Samples | None] = [None] * len(items)
+        for indexes, s0, t, values in self.sample_batches(items, start, end):
+            for row, i in enumerate(indexes.tolist()):
+                out[i] = (s0, t, values[row])
         return out  # type: ignore[return-value]
 
     @staticmethod
@@ -279,10 +300,15 @@ class Generator:
 
     def _network(self, vm: Vm, metric_type: str, gbps: float, gpu_nics: bool, factor: float) -> Callable[[float, float], Samples]:
         spec = self._net_spec(vm, metric_type, gbps, gpu_nics, factor)
-        return lambda start, end: self._net_batch([spec], start, end)[0]
 
-    def _net_batch(self, specs: list[tuple], start: float, end: float) -> list[Samples]:
-        """Samples of NIC counters of VMs with the same running and busy spans: rows of one array."""
+        def sample(start: float, end: float) -> Samples:
+            s0, t, values = self._net_batch([spec], start, end)
+            return s0, t, values[0]
+
+        return sample
+
+    def _net_batch(self, specs: list[tuple], start: float, end: float) -> Samples:
+        """Samples of NIC counters of VMs with the same running and busy spans: a row of values each."""
         k, t, w, busy = self._times(specs[0][0], start, end, delta=True)
         rate = np.array([s[1] for s in specs])[:, None]
         per_sample = np.array([s[2] for s in specs])[:, None]
@@ -291,8 +317,7 @@ class Generator:
         bps = (rate * (1 + 0.12 * w + 0.03 * _mix(seeds, k)) * busy
                + IDLE_BPS * (1 + 0.3 * _mix(seeds + np.uint64(1), k)))
         values = np.floor(bps * per_sample)  # DELTA: what was counted in the last minute
-        t0 = t - SAMPLE_S
-        return [(t0, t, values[i]) for i in range(len(specs))]
+        return t - SAMPLE_S, t, values
 
     def _vm_own(self, vm: Vm, metric_type: str, factor: float) -> Callable[[float, float], Samples]:
         """Compute Engine's own per-VM series: CPU utilization (busy while a job runs) and uptime."""
@@ -313,13 +338,16 @@ class Generator:
     def _gpu(self, vm: Vm, g: int, metric_type: str, extra: dict[str, str], mem_bytes: float,
              factor: float) -> Callable[[float, float], Samples]:
         # Vertex AI's own metrics, every 60 s whatever the Ops Agent's interval.
-        return lambda start, end: self._gpu_batch(metric_type, [(vm, g, extra, factor, mem_bytes)], start, end,
-                                                  SAMPLE_S)[0]
+        def sample(start: float, end: float) -> Samples:
+            s0, t, values = self._gpu_batch(metric_type, [(vm, g, extra, factor, mem_bytes)], start, end, SAMPLE_S)
+            return s0, t, values[0]
+
+        return sample
 
     def _gpu_batch(self, metric_type: str, specs: list[tuple], start: float, end: float,
-                   period: float | None = None) -> list[Samples]:
-        """Samples of several GPU series of VMs with the same running and busy spans: rows of one array,
-        sharing their sample times and wave."""
+                   period: float | None = None) -> Samples:
+        """Samples of several GPU series of VMs with the same running and busy spans: a row of values
+        each, sharing their sample times and wave."""
         vm = specs[0][0]
         k, t, w, busy = self._times(vm, start, end, period=period or self.knobs.agent_interval_s)
         name = metric_type.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
@@ -340,7 +368,7 @@ class Generator:
             values = np.clip(busy_pct, 0.0, 100.0) * scales[:, None]
             if name.endswith("traffic_rate"):
                 values = np.floor(values)
-        return [(t, t, values[i]) for i in range(len(specs))]
+        return t, t, values
 
     def _fixed(self, metric_type: str, name: str, specs: list[tuple]) -> dict[str, np.ndarray]:
         """What does not change with time in a batch of GPU series (seeds, shares, scales): worked out
