@@ -198,6 +198,21 @@ def observe_nodes(clients: Clients, project: str, cluster: str, fields: str | No
     return _by_rank([_node(cluster, i) for i in found])
 
 
+BRIEF_FIELDS = "name,zone,machineType,id,labels"
+
+
+def brief_nodes(clients: Clients, project: str, cluster: str) -> list[dict[str, Any]]:
+    """The cluster's nodes in rank order as id, name, rank, machine_type and zone only: one aggregatedList
+    of those fields, read through the raw protobuf messages (a metrics view of 1,024 nodes needs no more,
+    and building 1,024 whole Node models from proto-plus wrappers took ~0.3 s)."""
+    out = []
+    for inst in list_nodes(clients, project, f"labels.{LABEL_CLUSTER} = {cluster}", BRIEF_FIELDS):
+        raw = type(inst).pb(inst)
+        out.append({"id": str(raw.id), "name": raw.name, "rank": node_rank(cluster, raw.name, dict(raw.labels)),
+                    "machine_type": last(raw.machine_type), "zone": last(raw.zone)})
+    return sorted(out, key=lambda n: (n["rank"] is None, n["rank"] or 0, n["name"]))
+
+
 def ranked_nodes(clients: Clients, project: str, cluster: str) -> list[Node]:
     """The cluster's nodes that have a rank, in rank order: what a job runs on."""
     return [n for n in observe_nodes(clients, project, cluster) if n.rank is not None]

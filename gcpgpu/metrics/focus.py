@@ -38,16 +38,20 @@ def refresh(clients: Any, target: Target, metrics: Sequence[Metric], window: Win
     fetched = fetch(clients, target, [*metrics, WORST_GPU], window, False, latest_only=True)
     nodes = build(target, fetched, metrics, False, now=now, job=job)
     keep = pick(nodes, fetched, target)
+    snap = nodes
     if per_gpu:
+        # The shown nodes' GPU rows, from their per-GPU columns, compared with every node's median;
+        # node rows, stragglers among nodes and the total stay those of all nodes (round 1).
         shown = dataclasses.replace(target, members=[m for m in target.members if m.name in keep])
         detail = fetch(clients, shown, [m for m in metrics if m.per_gpu], window, True, latest_only=True)
-        merged = Fetched(window, {k: dict(v) for k, v in fetched.data.items()}, fetched.absent | detail.absent,
-                         fetched.calls + detail.calls, fetched.seconds + detail.seconds)
-        for key, rows in detail.data.items():
-            merged.data.setdefault(key, {}).update({k: v for k, v in rows.items() if k[1] is not None})
-        snap = build(target, merged, metrics, True, now=now, job=job, gpu_reference="nodes")
-    else:
-        snap = nodes
+        node_rows = [r for r in nodes.rows if r.kind == "node"]
+        gpus = build(shown, detail, metrics, True, now=now, job=job, gpu_reference=node_rows)
+        by_node: dict[str, list[Any]] = {}
+        for row in gpus.rows:
+            if row.kind == "gpu":
+                by_node.setdefault(row.name.rsplit("/", 1)[0], []).append(row)
+        snap = dataclasses.replace(nodes, rows=[g for r in nodes.rows for g in [r, *by_node.get(r.name, [])]],
+                                   calls=nodes.calls + detail.calls, seconds=nodes.seconds + detail.seconds)
     node_count = sum(r.kind == "node" for r in snap.rows)
     shown_nodes: set[str] = set()
     rows = []

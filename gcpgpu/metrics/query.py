@@ -102,6 +102,8 @@ def _read(pager: Any, target: Target, metric: Metric, out: dict[RowKey, list[tup
     from google.cloud import monitoring_v3
 
     calls = 0
+    scale = metric.scale
+    key_label = target.key_label
     for page in pager.pages:
         calls += 1
         raw = monitoring_v3.ListTimeSeriesResponse.pb(page)
@@ -109,13 +111,15 @@ def _read(pager: Any, target: Target, metric: Metric, out: dict[RowKey, list[tup
             if metric.job_level:
                 key: RowKey = JOB_KEY
             else:
-                gpu = ts.metric.labels.get("gpu_number")
-                key = (ts.resource.labels.get(target.key_label, ""), gpu)
-            is_int = ts.value_type == 2  # INT64
+                key = (ts.resource.labels.get(key_label, ""), ts.metric.labels.get("gpu_number"))
             pts = out.setdefault(key, [])
-            for p in ts.points:
-                v = p.value.int64_value if is_int else p.value.double_value
-                pts.append((p.interval.end_time.seconds + p.interval.end_time.nanos / 1e9, v * metric.scale))
+            # One comprehension per series, its attribute lookups hoisted: 1,024 nodes' answers are ~100,000 points.
+            if ts.value_type == 2:  # INT64
+                pts += [(e.seconds + e.nanos / 1e9, p.value.int64_value * scale)
+                        for p in ts.points for e in (p.interval.end_time,)]
+            else:
+                pts += [(e.seconds + e.nanos / 1e9, p.value.double_value * scale)
+                        for p in ts.points for e in (p.interval.end_time,)]
     return calls
 
 

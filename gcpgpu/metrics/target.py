@@ -138,13 +138,14 @@ def resolve(clients: Clients, project: str, kind: str, name: str) -> Target:
     if kind == "job":
         return Target("job", name, project)
     from gcpgpu.catalog import machine_types
-    from gcpgpu.cluster.observe import ROW_FIELDS, observe_nodes
+    from gcpgpu.cluster.observe import brief_nodes
 
-    # The fields a row shows, not whole VMs: a VM is ~17 KB (mostly its startup script), and reading
-    # 1,024 of them made a --once at 1,024 nodes ~2x the time of one at 8 (issue 27).
-    nodes = observe_nodes(clients, project, name, ROW_FIELDS)
+    # Only what a member is made of, not whole VMs: a VM is ~17 KB (mostly its startup script), and
+    # reading 1,024 of them made a --once at 1,024 nodes ~2x the time of one at 8 (issue 27).
+    nodes = brief_nodes(clients, project, name)
     if not nodes:
         raise CloudError(f"cluster {name!r} has no nodes in project {project} (see 'gcpgpu cluster list')")
-    members = [Member(key=n.id, name=n.name, rank=n.rank, machine_type=n.machine_type, zone=n.zone) for n in nodes]
+    members = [Member(key=n["id"], name=n["name"], rank=n["rank"], machine_type=n["machine_type"], zone=n["zone"])
+               for n in nodes]
     machine = machine_types().get(members[0].machine_type or "")
     return Target("cluster", name, project, members, machine)

@@ -104,11 +104,13 @@ def _history(points: list[tuple[float, float]] | None, fetched: Fetched) -> list
 
 
 def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: bool = False,
-          now: float | None = None, job: JobSpan | None = None, gpu_reference: str = "gpus") -> Snapshot:
+          now: float | None = None, job: JobSpan | None = None,
+          gpu_reference: str | Sequence[Row] = "gpus") -> Snapshot:
     """Rows for every member (and GPU), a total row, stragglers marked, and what is missing.
 
     gpu_reference "nodes": GPU rows are compared with the nodes' median, as when only some nodes'
-    GPUs were fetched (focus.py) and their own median would be the slow ones'.
+    GPUs were fetched and their own median would be the slow ones'; or with these node rows' median
+    (focus.py: the GPU rows of the nodes shown, against every node of the cluster).
 
     Values that are not live (freshness.py: before the watched job started, from its run once it
     has ended, a silent trainer's) are held back: None, with the reason in the row's note."""
@@ -164,7 +166,7 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
 
     _mark(node_rows)
     all_gpus = [g for rows in gpu_rows.values() for g in rows]
-    _mark(all_gpus, node_rows if gpu_reference == "nodes" else None)
+    _mark(all_gpus, node_rows if gpu_reference == "nodes" else None if gpu_reference == "gpus" else gpu_reference)
 
     total = Row("total", f"{target.kind} {target.name}")
     for metric in metrics:

@@ -49,8 +49,22 @@ def last(link: str | None) -> str:
 
 
 def public(resource: dict) -> dict:
-    """The resource as the wire shows it: private bookkeeping keys removed."""
-    return {k: copy.deepcopy(v) for k, v in resource.items() if not k.startswith("_")}
+    """The resource as the wire shows it: private bookkeeping keys removed, a copy the caller may change."""
+    return {k: _clone(v) for k, v in resource.items() if not k.startswith("_")}
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _clone(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (what resources hold), ~3x quicker than copy.deepcopy on it: every
+    read renders its resources, and an aggregatedList of 1,024 VMs renders all of them per page."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _clone(v) for k, v in value.items()}
+    if kind is list:
+        return [_clone(v) for v in value]
+    return value if kind in _ATOMS else copy.deepcopy(value)
 
 
 class Project:

@@ -143,8 +143,8 @@ class MonitoringBackend(ReadingMixin, DashboardsMixin):
                 "synthetic": self.knobs.enabled, "jobs": sorted(self.knobs.jobs)}
 
     # ------------------------------------------------------------------ what runs, observed
-    def _vms(self, project: str) -> list[Vm]:
-        return observed.vms(self.compute, self.activity, project) if self.knobs.enabled else []
+    def _vms(self, project: str, ids: set[str] | None = None) -> list[Vm]:
+        return observed.vms(self.compute, self.activity, project, ids) if self.knobs.enabled else []
 
     def _vertex_jobs(self, project: str) -> dict[str, dict]:
         return observed.vertex_jobs(self.vertex, project)

@@ -13,11 +13,12 @@ from ..activity import Activity
 from .synthetic import Vm
 
 
-def vms(compute: Any, activity: Activity, project: str) -> list[Vm]:
-    """The project's VMs that have run, with their RUNNING spans and the spans a job ran on them."""
+def vms(compute: Any, activity: Activity, project: str, ids: set[str] | None = None) -> list[Vm]:
+    """The project's VMs that have run (those of `ids` only, when given), with their RUNNING spans and
+    the spans a job ran on them."""
     if compute is None:
         return []
-    history = compute.running_history(project)
+    history = compute.running_history(project, ids)
     busy = activity.spans_of([h["id"] for h in history])
     return [Vm(project, h["id"], h["name"], h["zone"], h["machineType"], h["labels"], h["spans"], b)
             for h, b in zip(history, busy, strict=True)]
