@@ -3,8 +3,8 @@
 google.monitoring.v3.MetricService: ListTimeSeries, CreateTimeSeries, the metric descriptor
 methods and ListMonitoredResourceDescriptors. google.monitoring.dashboard.v1.DashboardsService:
 Create/Get/List/Update/DeleteDashboard. Requests are read and answers built with the raw protobuf
-classes behind the libraries' proto-plus types (fast enough for 64-node clusters); the backend
-speaks plain Python. One emulator-only method, /gcpgpu.emulator.v1.Monitoring/Configure, takes
+classes behind the libraries' proto-plus types; an aligned DOUBLE answer (what a cluster's tail asks
+for, up to 8,192 series) is written as bytes from its columns (wire.py). The backend speaks plain Python. One emulator-only method, /gcpgpu.emulator.v1.Monitoring/Configure, takes
 JSON knobs (stragglers, which agents report, Vertex jobs) from another process.
 """
 

@@ -270,14 +270,6 @@ class Generator:
                 out.append((np.asarray(indexes), *self._gpu_batch(metric_type, specs, start, end)))
         return out
 
-    def sample_all(self, items: list[Synthetic], start: float, end: float) -> list[Samples]:
-        """Samples of each series in [start, end], one (start times, end times, values) per item."""
-        out: list[Samples | None] = [None] * len(items)
-        for indexes, s0, t, values in self.sample_batches(items, start, end):
-            for row, i in enumerate(indexes.tolist()):
-                out[i] = (s0, t, values[row])
-        return out  # type: ignore[return-value]
-
     @staticmethod
     def _variants(metric_type: str) -> list[dict[str, str]]:
         if metric_type.endswith("pipe_utilization"):
