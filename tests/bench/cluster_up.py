@@ -30,10 +30,15 @@ import time
 
 from google.cloud import compute_v1
 
+import gcpgpu
 from gcpgpu.cluster.apply import Cluster
 from gcpgpu.cluster.plan import plan
 from gcpgpu.cluster.spec import ClusterSpec
 from gcpgpu.gcp.clients import Clients
+
+# The emulator (and the CLI) run as `python -c`, whose sys.path starts with the working directory: they run
+# in the tree this process takes gcpgpu from, so PYTHONPATH=ANOTHER_TREE measures that tree throughout.
+TREE = os.path.dirname(os.path.dirname(os.path.abspath(gcpgpu.__file__)))
 
 PROJECT = "bench-proj"
 MACHINE = "a3-highgpu-8g"
@@ -70,7 +75,7 @@ class Server:
         code = (SERVER.replace("BENCH_DIR", repr(os.path.dirname(os.path.abspath(__file__))))
                 .replace("LATENCY_MS", repr(latency_ms)).replace("OP_SECONDS", repr(op_seconds)))
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+                                     text=True, cwd=TREE)
         self.address = json.loads(self.proc.stdout.readline())["address"]  # type: ignore[union-attr]
 
     def ask(self, what: str) -> dict:

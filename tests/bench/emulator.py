@@ -34,7 +34,12 @@ from typing import Any
 from google.cloud import compute_v1
 from requests.adapters import HTTPAdapter
 
+import gcpgpu
 from gcpgpu.gcp.clients import Clients
+
+# The emulator (and the CLI) run as `python -c`, whose sys.path starts with the working directory: they run
+# in the tree this process takes gcpgpu from, so PYTHONPATH=ANOTHER_TREE measures that tree throughout.
+TREE = os.path.dirname(os.path.dirname(os.path.abspath(gcpgpu.__file__)))
 
 PROJECT = "bench-project"
 ZONE = "us-central1-a"
@@ -70,7 +75,8 @@ sys.stdin.read()
 
 
 def _spawn(code: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=TREE)
     port = proc.stdout.readline().strip()
     if not port.isdigit():
         proc.kill()

@@ -20,9 +20,14 @@ import subprocess
 import sys
 import time
 
+import gcpgpu
 from gcpgpu.cluster import lease
 from gcpgpu.fakes import Faults, mock_gcp
 from gcpgpu.gcp.clients import Clients
+
+# The emulator (and the CLI) run as `python -c`, whose sys.path starts with the working directory: they run
+# in the tree this process takes gcpgpu from, so PYTHONPATH=ANOTHER_TREE measures that tree throughout.
+TREE = os.path.dirname(os.path.dirname(os.path.abspath(gcpgpu.__file__)))
 
 PROJECT = "bench-proj"
 
@@ -33,7 +38,7 @@ def one(gcp, ttl: float, i: int) -> float:
     proc = subprocess.Popen([sys.executable, "-c", "from gcpgpu.cli import main; main()", "--project", PROJECT,
                              "cluster", "up", name, "--machine-type", "a2-highgpu-1g", "--nodes", "2",
                              "--zone", "us-central1-a", "--yes"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=TREE)
     clients = Clients(emulator=gcp.address)
     while lease.current(clients, PROJECT, name) is None:
         if proc.poll() is not None:

@@ -15,11 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+
+import gcpgpu
+
+# The emulator (and the CLI) run as `python -c`, whose sys.path starts with the working directory: they run
+# in the tree this process takes gcpgpu from, so PYTHONPATH=ANOTHER_TREE measures that tree throughout.
+TREE = os.path.dirname(os.path.dirname(os.path.abspath(gcpgpu.__file__)))
 
 SERVER = r"""
 import json, sys
@@ -51,7 +58,7 @@ def cli_once(address: str, nodes: int) -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "from gcpgpu.cli import main; main()", "--emulator", address, "--project",
                     "bench-proj", "metrics", "tail", "--cluster", f"bench{nodes}", "--once"], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=TREE)
     return time.perf_counter() - t0
 
 
@@ -70,7 +77,8 @@ def main() -> None:
     from gcpgpu.metrics.tail import Tail
 
     code = SERVER.replace("SIZES", repr(tuple(sizes)))
-    server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=TREE)
     medians: dict[tuple[int, bool], tuple[float, float]] = {}
     try:
         address = json.loads(server.stdout.readline())["address"]  # type: ignore[union-attr]
