@@ -62,12 +62,15 @@ def built_source(gcp) -> dict[str, bytes]:
         ("code", ["--requirements", "{d}/requirements.txt"], "--requirements goes with --context DIR"),
     ],
 )
-def test_bad_context_stops_in_one_line_before_any_call(gcp, tmp_path, make, args, words):
-    d = tmp_path / "ctx"
+def test_bad_context_stops_in_one_line_before_any_call(gcp, tmp_path, monkeypatch, make, args, words):
+    # Paths relative to the test's folder: the one-line error shortens a long value, and pytest's tmp_path
+    # is longer under some runners (xdist's popen-gwN) than others.
+    monkeypatch.chdir(tmp_path)
+    d = Path("ctx")
     if make == "empty":
         d.mkdir()
     elif make == "code":
-        d = user_dir(tmp_path)
+        d = user_dir(tmp_path).relative_to(tmp_path)
     args = [a.replace("{d}", str(d)) for a in args]
     result = invoke("container", "build", "--flavor", "none", *args)
     assert result.exit_code == 2, result.output
