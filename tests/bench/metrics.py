@@ -3,7 +3,7 @@
 The emulator runs in its own process (as Google's servers do), with a labelled a3-highgpu-8g
 cluster of each size that has been running for 20 minutes; this process runs the tail's refresh
 (one ListTimeSeries per metric type, all in parallel) and reports medians over repeated refreshes,
-counting the calls from the emulator's request log. Then the whole command, `gcpgpu metrics tail
+counting the calls from the emulator's request log, and the CPU time each process spent per refresh. Then the whole command, `gcpgpu metrics tail
 --cluster C --once`, as a user runs it, for the smallest and the largest cluster in the same run (the
 median of 3 each, interleaved).
 Every figure is printed beside its target (issue 27) and marked MISS when missed.
@@ -62,6 +62,23 @@ def cli_once(address: str, nodes: int) -> float:
     return time.perf_counter() - t0
 
 
+def cpu_seconds(pid: int | None = None) -> float | None:
+    """User + system CPU seconds of a process so far (this one by default); None where /proc is not there."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # fields 14 and 15: utime and stime, in clock ticks
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def per_refresh_ms(before: float | None, after: float | None, refreshes: int) -> str:
+    return "n/a" if before is None or after is None else f"{(after - before) / refreshes * 1000:.0f}"
+
+
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISS"
 
@@ -84,12 +101,15 @@ def main() -> None:
         address = json.loads(server.stdout.readline())["address"]  # type: ignore[union-attr]
         clients = Clients(emulator=address, project="bench-proj")
         print(f"{'nodes':>5} {'GPUs':>5} {'view':>8} {'refresh median':>15} {'min':>8} {'max':>8} "
-              f"{'API calls/refresh':>18} {'rows':>5}  stragglers")
+              f"{'API calls/refresh':>18} {'rows':>5} {'CPU ms/refresh: emulator':>25} {'tool':>5}  stragglers")
         for nodes in sizes:
             for per_gpu in (False, True):
                 tail = Tail(clients, "bench-proj", "cluster", f"bench{nodes}", per_gpu=per_gpu)
                 tail.refresh()  # discovery (one Compute list call) and warm-up, not timed
                 times, calls = [], []
+                # Where the time goes: each process's CPU over the timed refreshes (the emulator's includes
+                # its request-log calls and its idle work: node agents' watch, fault clock).
+                cpu0 = (cpu_seconds(server.pid), cpu_seconds())
                 for _ in range(args.repeats):
                     control(address, "requests", "DELETE")
                     t0 = time.perf_counter()
@@ -97,11 +117,14 @@ def main() -> None:
                     times.append(time.perf_counter() - t0)
                     logged = control(address, "requests")
                     calls.append(len(logged))  # type: ignore[arg-type]
+                cpu1 = (cpu_seconds(server.pid), cpu_seconds())
                 medians[(nodes, per_gpu)] = (statistics.median(times), statistics.median(calls))
                 shown = [n for n in snap.stragglers if "/" not in n]
                 print(f"{nodes:>5} {nodes * 8:>5} {'per-GPU' if per_gpu else 'per-node':>8} "
                       f"{statistics.median(times) * 1000:>12.0f} ms {min(times) * 1000:>5.0f} ms "
-                      f"{max(times) * 1000:>5.0f} ms {statistics.median(calls):>18.0f} {len(snap.rows):>5}  "
+                      f"{max(times) * 1000:>5.0f} ms {statistics.median(calls):>18.0f} {len(snap.rows):>5} "
+                      f"{per_refresh_ms(cpu0[0], cpu1[0], args.repeats):>25} "
+                      f"{per_refresh_ms(cpu0[1], cpu1[1], args.repeats):>5}  "
                       f"{', '.join(shown[:4]) + (' ...' if len(shown) > 4 else '') or '-'}", flush=True)
         small, big = min(sizes), max(sizes)
         # Median of CLI_RUNS, the sizes interleaved: one run each swung 2.7-7.2 s at 8 nodes on a shared machine.
