@@ -43,7 +43,7 @@ $(SKY_VENV)/.installed: $(SKY_REQS) pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/python -m gcpgpu.demo
+	$(BIN)/python -m gcpgpu.cli.demo
 
 lint: install
 	$(BIN)/ruff check gcpgpu tests

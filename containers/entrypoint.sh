@@ -7,7 +7,7 @@
 #   docker run IMAGE all_reduce_perf ...    a command: run it with the same NCCL environment
 #
 # Both get MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK, NPROC_PER_NODE (and GCPGPU_* twins), the same
-# on a cluster node and in a Vertex AI replica. The user's code (gcpgpu/replica.py documents them):
+# on a cluster node and in a Vertex AI replica. The user's code (gcpgpu/node/workspace.py documents them):
 #   GCPGPU_WORKDIR=gs://B/P.tar.gz   unpacked into /workdir (GCPGPU_WORKDIR_DIR), the working directory
 #   GCPGPU_MOUNTS=JSON               [{"source": "gs://B/P", "target": "/data", "ro": true}]: /data -> /gcs/B/P
 #   GCPGPU_SECRETS=JSON              {"ENV": "projects/P/secrets/S/versions/V"}: read from Secret Manager into
@@ -17,7 +17,7 @@
 #   GCPGPU_RESUME=1, GCPGPU_RESTART=N   set by job submit after a recovery or retry; passed on as they are
 #   GCPGPU_USER=trainer              started as root: make the mounts' links, then run all of this as that user
 #
-# The deciding is done in Python (gcpgpu/launch.py, which documents every input); this script
+# The deciding is done in Python (gcpgpu/node/launch.py, which documents every input); this script
 # only evals its answer and builds the command line. Environment it reads here:
 #   GCPGPU_PROFILE=1            wrap torchrun in `nsys profile` (capture range: the trainer's
 #                               --profile-steps, GCPGPU_PROFILE_STEPS or 10:12 by default)
@@ -25,12 +25,12 @@
 #   GCPGPU_OUTPUT_DIR           where reports are copied afterwards (gs:// or a path); default
 #                               AIP_MODEL_DIR, which Vertex AI sets from the job's output directory
 #   GCPGPU_TRAINER_MODULE       the module torchrun runs (default gcpgpu.trainer)
-#   GCPGPU_PYTHON               the Python that runs gcpgpu.launch and the reporter (default python3)
+#   GCPGPU_PYTHON               the Python that runs gcpgpu.node.launch and the reporter (default python3)
 #   GCPGPU_METRICS=0            do not send the trainer's --log-json numbers to Cloud Monitoring
 #   GCPGPU_REPORTER_CMD         the metrics reporter's command, split on spaces (default
-#                               "$GCPGPU_PYTHON -m gcpgpu.metrics.reporter"; a test seam)
+#                               "$GCPGPU_PYTHON -m gcpgpu.node.reporter"; a test seam)
 #
-# The trainer's numbers: on node 0, when the trainer flags have --log-json FILE, gcpgpu.metrics.reporter
+# The trainer's numbers: on node 0, when the trainer flags have --log-json FILE, gcpgpu.node.reporter
 # runs in the background beside torchrun (cluster name from GCPGPU_CLUSTER or the VM's metadata, job id
 # from CLOUD_ML_JOB_ID), and is stopped with SIGTERM once the trainer has ended, so its last points are
 # written. A reporter that cannot start or write never stops the training.
@@ -44,20 +44,20 @@ python_bin="${GCPGPU_PYTHON:-python3}"
 # needs to write /). With GCPGPU_USER set (the image sets trainer), root makes them and this script starts
 # again as that user, with its HOME: the setup, the command and the trainer never run as root.
 if [[ -n ${GCPGPU_USER:-} && $EUID == 0 ]]; then
-  exec "$python_bin" -m gcpgpu.launch become-user -- bash "${BASH_SOURCE[0]}" "$@"
+  exec "$python_bin" -m gcpgpu.node.launch become-user -- bash "${BASH_SOURCE[0]}" "$@"
 fi
 
-# Machine type, NCCL profile, plugin/device/NIC checks, rendezvous. On a refusal gcpgpu.launch
+# Machine type, NCCL profile, plugin/device/NIC checks, rendezvous. On a refusal gcpgpu.node.launch
 # has already said why in one line; pass its exit status on.
 gcpgpu_reporter_args=()  # set by the plan when node 0's trainer writes --log-json
-plan="$("$python_bin" -m gcpgpu.launch env -- "$@")" || exit $?
+plan="$("$python_bin" -m gcpgpu.node.launch env -- "$@")" || exit $?
 eval "$plan"
 
-# Secrets and setup: gcpgpu.launch reads the secrets, runs the setup, then execs the command, so the
+# Secrets and setup: gcpgpu.node.launch reads the secrets, runs the setup, then execs the command, so the
 # values never pass through this shell (no `set -x` trace, no eval'd plan, no file holds them).
 launcher=()
 if [[ -n ${GCPGPU_SECRETS:-} || -n ${GCPGPU_SETUP:-} ]]; then
-  launcher=("$python_bin" -m gcpgpu.launch exec --)
+  launcher=("$python_bin" -m gcpgpu.node.launch exec --)
 fi
 
 if [[ $# -gt 0 && $1 != -* ]]; then
@@ -96,7 +96,7 @@ start_reporter() {
   local reporter_cmd=()
   read -r -a reporter_cmd <<<"${GCPGPU_REPORTER_CMD:-}"
   if [[ ${#reporter_cmd[@]} == 0 ]]; then
-    reporter_cmd=("$python_bin" -m gcpgpu.metrics.reporter)
+    reporter_cmd=("$python_bin" -m gcpgpu.node.reporter)
   fi
   # In the background, and only ever logging: if it cannot start (or dies), the training goes on.
   "${reporter_cmd[@]}" "${gcpgpu_reporter_args[@]}" --pid "$$" </dev/null &
@@ -147,7 +147,7 @@ upload_reports() {
       local mounted="/gcs/${dest#gs://}"
       mkdir -p "$mounted" && cp "${files[@]}" "$mounted/" && return 0
     else
-      "$python_bin" -m gcpgpu.launch upload "$dest" "${files[@]}" && return 0
+      "$python_bin" -m gcpgpu.node.upload "$dest" "${files[@]}" && return 0
     fi
     log "could not copy the report to $dest: it stays in $report_dir"
     return 0

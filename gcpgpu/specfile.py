@@ -12,6 +12,7 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from gcpgpu.errors import UsageProblem
 
@@ -302,3 +303,35 @@ def check_utf8(value: str, where: str) -> None:
         byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"{bad!r}"
         raise UsageProblem(f"{where} {shown(value)} is not UTF-8 text ({byte} at character {e.start + 1}); "
                            "Google's APIs and instance metadata carry UTF-8 only") from None
+
+
+# Webhook URLs as `--notify` takes them, for a job (jobs/policy.py) and a cluster's autostop
+# (cluster/spec.py) alike: one check, one set of one-line refusals.
+MAX_NOTIFY = 10
+PUBSUB = re.compile(r"^pubsub:projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/topics/[A-Za-z][-\w.~+%]{2,254}$")
+
+
+def check_notify(url: Any, where: str = "--notify") -> str:
+    """An http(s) webhook with a host; Pub/Sub topics are refused (the emulator has no Pub/Sub to test them on)."""
+    text = str(url)
+    if PUBSUB.match(text) or text.startswith("pubsub:"):
+        raise UsageProblem(f"{where} {shown(text)}: Pub/Sub topics are not supported yet; give an "
+                           "http(s) webhook URL (e.g. https://hooks.example.com/gcpgpu)")
+    check_utf8(text, where)
+    parts = urlsplit(text) if not any(c.isspace() or ord(c) < 32 for c in text) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageProblem(f"{where} {shown(text)} is not an http(s) URL; give a webhook such as "
+                           "https://hooks.example.com/gcpgpu")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when asked
+    except ValueError:
+        raise UsageProblem(f"{where} {shown(text)} has a bad port") from None
+    return text
+
+
+def check_urls(urls: Any, where: str = "--notify") -> list[str]:
+    """Every URL checked, at most MAX_NOTIFY of them (a list, or one string from a spec file)."""
+    items = [urls] if isinstance(urls, str) else list(urls or [])
+    if len(items) > MAX_NOTIFY:
+        raise UsageProblem(f"{where} is given {len(items)} times; {MAX_NOTIFY} at most")
+    return [check_notify(u, where) for u in items]

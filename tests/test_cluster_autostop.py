@@ -191,7 +191,8 @@ def test_autostop_s_follower_runs_the_image_container_build_last_pushed(gcp):
     """Not a :latest tag that nothing pushes: this machine's record of the last build, else the newest
     FLAVOR-* image in Artifact Registry (the emulator's has none-emulator), in the nodes' metadata and
     in the spec a recovery re-creates nodes from."""
-    from gcpgpu import catalog, default_image
+    from gcpgpu import catalog
+    from gcpgpu.image import default as default_image
 
     assert catalog.get_machine_type("a2-highgpu-1g").gpudirect == "none"
     default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
@@ -221,7 +222,7 @@ def test_autostop_with_no_image_built_is_one_line_and_changes_nothing(gcp):
 
 
 def test_autostop_dry_run_names_the_follower_image_without_a_request(gcp):
-    from gcpgpu import default_image
+    from gcpgpu.image import default as default_image
 
     def agent(result) -> str:
         assert result.exit_code == 0, result.output
@@ -288,7 +289,7 @@ def test_a_detached_job_of_another_image_runs_its_follower_from_the_last_gcpgpu_
     """Not gcpgpu-trainer:latest, a tag nothing pushes: as `cluster up --autostop`, the record of the last
     `container build`, else Artifact Registry's newest FLAVOR-* image; kept in the job's record for the
     nodes a recovery re-creates; and a node's follower image stays when it has one."""
-    from gcpgpu import default_image
+    from gcpgpu.image import default as default_image
 
     gcp.jobs.agent.simulated_run_s = 30.0
     assert cli(*UP[:2], "det", *UP[2:]).exit_code == 0

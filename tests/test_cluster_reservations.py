@@ -111,7 +111,7 @@ def test_plan_says_a_reservation_may_make_the_nodes_reservation_bound(cli):
 def test_up_on_a_sub_block_lands_every_node_in_it(gcp, cli):
     dense_reservation(gcp, "sold", 20)  # one block: sub-blocks of 16 and 4 hosts
     block = gcp.compute.list_reservation_blocks(PROJECT, ZONE, "sold")[0]["name"]
-    from gcpgpu import reservations
+    from gcpgpu.cluster import reservations
 
     subs = reservations.blocks(Clients(emulator=gcp.address), PROJECT, ZONE, "sold")[0]["sub_blocks"]
     second = subs[1]["name"]

@@ -16,8 +16,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gcpgpu import container, nccl
+from gcpgpu import nccl
 from gcpgpu.cli import main
+from gcpgpu.image import build as container
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "containers" / "Dockerfile"
@@ -206,8 +207,8 @@ def test_context_is_reproducible_and_holds_what_the_image_needs():
     again = container.build_context(container.context_files(REPO), {"cloudbuild.yaml": "steps: []\n"})
     assert first.data == again.data and first.source_digest == again.source_digest
     held = members(first.data)
-    for name in ("pyproject.toml", "containers/Dockerfile", "containers/entrypoint.sh", "gcpgpu/launch.py",
-                 "gcpgpu/replica.py", "gcpgpu/nccl.py", "gcpgpu/data/machines.yaml", "templates/cloudbuild.yaml.j2", "cloudbuild.yaml"):
+    for name in ("pyproject.toml", "containers/Dockerfile", "containers/entrypoint.sh", "gcpgpu/node/launch.py",
+                 "gcpgpu/node/workspace.py", "gcpgpu/nccl/__init__.py", "gcpgpu/data/machines.yaml", "templates/cloudbuild.yaml.j2", "cloudbuild.yaml"):
         assert name in held, name
     assert held["containers/entrypoint.sh"].mode == 0o755
     assert not [n for n in held if "__pycache__" in n or n.endswith(".pyc")]

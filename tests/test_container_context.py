@@ -15,8 +15,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gcpgpu import container_user
 from gcpgpu.cli import main
+from gcpgpu.image import user_layer as container_user
 
 PROJECT = "emu-test-project"
 REGION = "us-central1"
@@ -80,7 +80,7 @@ def test_bad_context_stops_in_one_line_before_any_call(gcp, tmp_path, monkeypatc
 
 
 def test_a_context_over_the_cap_is_refused_naming_the_biggest_entry(gcp, tmp_path, monkeypatch):
-    from gcpgpu.jobs import workdir
+    from gcpgpu.image import pack as workdir
 
     monkeypatch.setattr(workdir, "MAX_PACKED", 2048)
     code = user_dir(tmp_path)
@@ -264,7 +264,7 @@ def test_a_local_build_pushed_to_google_is_what_a_dry_run_names_and_the_emulator
                                                                                                 monkeypatch):
     from test_container import stub_docker
 
-    from gcpgpu import default_image
+    from gcpgpu.image import default as default_image
 
     monkeypatch.setenv("PATH", f"{stub_docker(tmp_path, engine=True)}:/usr/bin:/bin")
     code = user_dir(tmp_path)
@@ -284,8 +284,8 @@ def test_a_local_build_pushed_to_google_is_what_a_dry_run_names_and_the_emulator
 
 
 def test_a_registry_that_cannot_be_listed_means_building_the_base_too(gcp, tmp_path, monkeypatch):
-    from gcpgpu import default_image
     from gcpgpu.errors import CloudError
+    from gcpgpu.image import default as default_image
 
     def refuse(*args, **kwargs):
         raise CloudError("Artifact Registry us-central1-docker.pkg.dev/emu-test-project/gcpgpu: 403 Permission denied")

@@ -1,6 +1,6 @@
 """containers/entrypoint.sh run as a script: a fake metadata server, stub torchrun/nsys/gcloud on PATH.
 
-No Docker: the script and gcpgpu.launch run on this machine; GCPGPU_SYSROOT stands in for the
+No Docker: the script and gcpgpu.node.launch run on this machine; GCPGPU_SYSROOT stands in for the
 container's / so plugins, devices and NICs can be present or missing per test.
 """
 
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from gcpgpu import launch, nccl
+from gcpgpu import nccl
 from gcpgpu.catalog import get_machine_type
+from gcpgpu.node import launch
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRYPOINT = REPO / "containers" / "entrypoint.sh"

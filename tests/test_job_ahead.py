@@ -51,7 +51,7 @@ def test_due_picks_the_soonest_end_within_the_lead_on_running_nodes():
             {"node": "c-1", "node_status": "RUNNING", "ends_at": "",
              "maintenance": {"window_start": "2026-01-01T00:05:00Z"}},
             {"node": "c-2", "node_status": "TERMINATED", "ends_at": "2026-01-01T00:01:00Z", "maintenance": {}}]
-    from gcpgpu.reservations import parse_rfc3339
+    from gcpgpu.cluster.reservations import parse_rfc3339
 
     now = parse_rfc3339("2026-01-01T00:00:00Z")
     soon = ahead.due(rows, lead_s=600, now=now)
@@ -81,7 +81,7 @@ def test_maintenance_further_off_than_the_lead_leaves_the_job_alone(gcp, monkeyp
 
 
 def test_a_followed_job_on_a_calendar_reservation_checkpoints_before_its_window_ends(gcp, monkeypatch):
-    from gcpgpu import reservations
+    from gcpgpu.cluster import reservations
 
     zone, mt = "us-central1-b", "a3-ultragpu-8g"
     cli("--zone", zone, "reservation", "create", "wk", "--machine-type", mt, "--count", "1",

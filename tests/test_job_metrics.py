@@ -51,7 +51,7 @@ def test_a_cluster_jobs_trainer_numbers_reach_monitoring(gcp, tmp_path):
     (run,) = [r for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/")]
     (reporter,) = run.sidecars
     argv = reporter.spec.argv
-    assert argv[1:3] == ["-m", "gcpgpu.metrics.reporter"]
+    assert argv[1:3] == ["-m", "gcpgpu.node.reporter"]
     assert argv[argv.index("--cluster") + 1] == "m" and argv[argv.index("--emulator") + 1] == gcp.address
     assert argv[argv.index("--pid") + 1] == str(run.replicas[0].popen.pid)
     assert reporter.returncode is not None and run.sidecars_alive() == []  # ended (and flushed) before the job did
@@ -98,7 +98,7 @@ def test_a_vertex_jobs_reporter_writes_for_its_numeric_job_id(gcp):
 
     first, second = (Replica(r.spec, Started()) for r in run.replicas)  # type: ignore[arg-type]
     argv = gcp.jobs.reporter_argv(run, first)
-    assert argv is not None and argv[1:3] == ["-m", "gcpgpu.metrics.reporter"]
+    assert argv is not None and argv[1:3] == ["-m", "gcpgpu.node.reporter"]
     assert argv[3:] == ["--log-json", "/tmp/m.jsonl", "--job", job_id.rsplit(":", 1)[1], "--project", "test-proj",
                         "--location", "us-central1", "--task-id", "0", "--emulator", gcp.address, "--pid", "4242"]
     assert gcp.jobs.reporter_argv(run, second) is None  # workerpool1-0 is rank 1

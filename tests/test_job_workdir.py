@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from gcpgpu.cli import main
 from gcpgpu.errors import UsageProblem
+from gcpgpu.image import pack
 from gcpgpu.jobs import workdir
 from tests.helpers import clients
 
@@ -31,7 +32,7 @@ def _tree(root, files: dict[str, str | bytes]) -> None:
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
-def _names(packed: workdir.Packed) -> list[str]:
+def _names(packed: pack.Packed) -> list[str]:
     with tarfile.open(fileobj=io.BytesIO(packed.data), mode="r:gz") as tar:
         return tar.getnames()
 
@@ -49,7 +50,7 @@ EXPECTED = [".gcpgpuignore", ".gitignore", "keep.log", "pkg/model.py", "pkg/sub/
 
 def test_a_plain_folder_follows_its_gitignore_files_and_gcpgpuignore(tmp_path):
     _tree(tmp_path, PROJECT_FILES)
-    packed = workdir.pack(tmp_path)
+    packed = pack.pack(tmp_path)
     assert _names(packed) == EXPECTED
 
 
@@ -58,18 +59,18 @@ def test_a_git_work_tree_follows_git_own_rules(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     # git's excludes beyond .gitignore files count too.
     (tmp_path / ".git" / "info" / "exclude").write_text("pkg/sub/other.txt\n")
-    assert _names(workdir.pack(tmp_path)) == [n for n in EXPECTED if n != "pkg/sub/other.txt"]
+    assert _names(pack.pack(tmp_path)) == [n for n in EXPECTED if n != "pkg/sub/other.txt"]
 
 
 def test_the_same_files_pack_to_the_same_bytes_whatever_their_times_and_owners(tmp_path):
     _tree(tmp_path, {"b.py": "b\n", "a/c.py": "c\n", "run.sh": "#!/bin/sh\n"})
     (tmp_path / "run.sh").chmod(0o755)
-    first = workdir.pack(tmp_path)
+    first = pack.pack(tmp_path)
     for path in tmp_path.rglob("*"):
         os.utime(path, (1_000_000, 1_000_000))
-    second = workdir.pack(tmp_path)
+    second = pack.pack(tmp_path)
     assert first.data == second.data and first.sha256 == second.sha256
-    assert first.object_name == f"gcpgpu-staging/workdir-{first.sha256}.tar.gz"
+    assert workdir.object_name(first) == f"gcpgpu-staging/workdir-{first.sha256}.tar.gz"
     with tarfile.open(fileobj=io.BytesIO(first.data), mode="r:gz") as tar:
         members = tar.getmembers()
     assert [m.name for m in members] == ["a/c.py", "b.py", "run.sh"]
@@ -83,15 +84,15 @@ def test_a_link_out_of_the_folder_is_left_out(tmp_path):
     root = tmp_path / "w"
     _tree(root, {"train.py": "x\n"})
     (root / "leak.txt").symlink_to(outside)
-    assert _names(workdir.pack(root)) == ["train.py"]
+    assert _names(pack.pack(root)) == ["train.py"]
 
 
 def test_over_the_cap_is_refused_naming_the_biggest_and_the_ignore_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(workdir, "MAX_PACKED", 64 * 1024)
+    monkeypatch.setattr(pack, "MAX_PACKED", 64 * 1024)
     _tree(tmp_path, {"train.py": "x\n", "a.bin": os.urandom(200_000), "b.bin": os.urandom(100_000),
                      "c.bin": os.urandom(50_000), "d.bin": os.urandom(10)})
     with pytest.raises(UsageProblem) as e:
-        workdir.pack(tmp_path)
+        pack.pack(tmp_path)
     line = str(e.value)
     assert "a.bin" in line and "b.bin" in line and "c.bin" in line and "d.bin" not in line
     assert ".gcpgpuignore" in line and "\n" not in line
@@ -136,7 +137,7 @@ def test_submit_stages_the_tarball_once_in_the_project_staging_bucket(gcp, tmp_p
 def test_a_workdir_over_the_cap_stops_submit_in_one_line_before_any_request(gcp, tmp_path, monkeypatch, target):
     """The issue's bad input through the CLI: exit 2, one line naming --workdir, its biggest entries and the
     ignore file, and no request (not even the staging bucket's)."""
-    monkeypatch.setattr(workdir, "MAX_PACKED", 64 * 1024)
+    monkeypatch.setattr(pack, "MAX_PACKED", 64 * 1024)
     _tree(tmp_path, {"train.py": "x\n", "weights.pt": os.urandom(200_000)})  # random: it does not compress
     where = ["--vertex", "--machine-type", "a3-highgpu-8g"] if target == "vertex" else ["--cluster", "c"]
     gcp.requests.clear()

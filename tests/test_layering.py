@@ -15,14 +15,30 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "gcpgpu"
 MAX_LINES = 500
 
-# Room -> rooms it must never import (a room is gcpgpu.<first part>).
+# Room -> rooms it must never import (a room is gcpgpu.<first part>). Three places code runs: the
+# user's machine (cli, cluster, jobs, metrics, image, gcp), the nodes and the image (node, trainer),
+# the emulator (fakes). node/ may call the laptop side's verbs (as SkyPilot's skylet calls
+# sky.provision), never the CLI; nothing on the laptop side imports node/.
+BASE_ABOVE = {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node"}
 FORBIDDEN = {
-    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "container", "demo"},
-    "cluster": {"jobs", "metrics", "cli", "fakes", "container", "demo"},
-    "jobs": {"metrics", "cli", "fakes", "demo"},
-    "metrics": {"cli", "fakes", "demo"},
-    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "container", "demo"},
+    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node"},
+    "cluster": {"jobs", "metrics", "cli", "fakes", "image", "node"},
+    "image": {"cluster", "jobs", "metrics", "cli", "fakes", "node"},
+    "jobs": {"metrics", "cli", "fakes", "node"},
+    "metrics": {"cli", "fakes", "node"},
+    "node": {"cli", "fakes", "image"},
+    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "image", "node"},
+    "nccl": BASE_ABOVE,
+    "catalog": BASE_ABOVE,
+    "errors": BASE_ABOVE,
+    "output": BASE_ABOVE,
+    "settings": BASE_ABOVE - {"gcp"},  # Settings.clients() builds the clients, lazily
+    "specfile": BASE_ABOVE,
+    "times": BASE_ABOVE,
+    "resources": BASE_ABOVE,
 }
+# The package root holds the shared base and nothing else; each new module finds a room.
+MAX_ROOT_MODULES = 9
 # What fakes/ may import of the rest is kept by tests/fakes/test_layering.py.
 
 
@@ -108,14 +124,20 @@ def test_no_import_cycle_among_gcpgpus_modules():
     assert cycles == [], f"import cycles: {cycles}"
 
 
+# Old module names kept for one release, each only importing its new home.
+SHIMS = {"gcpgpu.nodeagent": "gcpgpu.node.agent", "gcpgpu.metrics.reporter": "gcpgpu.node.reporter"}
+
+
 def test_no_room_imports_a_room_above_it():
-    wrong = [f"{m} imports {d}" for m, deps in _graph().items() for d in sorted(deps)
+    graph = _graph()
+    assert {m: graph[m] for m in SHIMS} == {m: {new} for m, new in SHIMS.items()}
+    wrong = [f"{m} imports {d}" for m, deps in graph.items() if m not in SHIMS for d in sorted(deps)
              if _room(d) in FORBIDDEN.get(_room(m), set())]
     assert wrong == []
 
 
 def test_nothing_but_the_cli_the_demo_and_tests_reaches_the_emulator():
-    allowed = {"fakes", "cli", "demo"}
+    allowed = {"fakes", "cli"}
     wrong = [f"{m} imports {d}" for m, deps in _graph().items() if _room(m) not in allowed for d in sorted(deps)
              if _room(d) == "fakes"]
     assert wrong == []
@@ -133,3 +155,81 @@ def test_the_checker_sees_a_lazy_import_and_a_relative_one(tmp_path):
     deps = _imports(PACKAGE / "cluster" / "doctor.py")
     assert "gcpgpu.cluster.observe" in deps  # imported inside check()
     assert "gcpgpu.gcp.operations" in deps
+
+
+def test_the_package_root_holds_at_most_nine_modules():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(loose) <= MAX_ROOT_MODULES, f"{len(loose)} modules at gcpgpu/: {loose}; give the new ones a room"
+
+
+# The image's preflight runs before torch starts and on every node of every job: it must not pull a
+# Google client library, grpc or torch. Its own modules may not import one even lazily; the modules it
+# reaches (the trainer's stdlib-only argv and dist parsers, nccl, catalog) not at import time.
+PREFLIGHT = ("gcpgpu.node.launch", "gcpgpu.node.workspace")
+HEAVY = ("google", "grpc", "torch", "numpy", "proto")
+
+
+def _third_party(path: Path, lazy: bool) -> set[str]:
+    """Top-level packages `path` imports: at module level, and inside functions too when `lazy`."""
+    tree = ast.parse(path.read_text(), str(path))
+    nodes = ast.walk(tree) if lazy else _module_level(tree.body)
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out - {"gcpgpu"}
+
+
+def _module_level(body: list[ast.stmt]):
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        yield stmt
+        if isinstance(stmt, (ast.If, ast.Try, ast.ClassDef, ast.With)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                for child in getattr(stmt, field, []):
+                    yield from _module_level(getattr(child, "body", [child]) if isinstance(child, ast.ExceptHandler)
+                                             else [child])
+
+
+def _heavy(reached: set[str]) -> list[str]:
+    return sorted(f"{m} imports {lib}" for m in reached for lib in _third_party(_path(m), lazy=m in PREFLIGHT)
+                  if lib in HEAVY)
+
+
+def _closure(start: tuple[str, ...], graph: dict[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        todo.extend(graph.get(module, ()))
+        parts = module.split(".")  # importing a.b.c runs a/__init__ and a/b/__init__ first
+        todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))
+    return seen
+
+
+def _path(module: str) -> Path:
+    path = ROOT.joinpath(*module.split("."))
+    return path / "__init__.py" if (path / "__init__.py").is_file() else path.with_suffix(".py")
+
+
+def test_the_preflight_imports_nothing_heavy():
+    graph = _graph()
+    reached = _closure(PREFLIGHT, graph)
+    assert _heavy(reached) == []
+    assert "gcpgpu.nccl" in reached and "gcpgpu.catalog" in reached  # the walk reaches the lazy imports
+
+
+def test_the_preflight_check_sees_a_heavy_import():
+    """The rule above must fail when the preflight reaches a Google client or a lazy torch, or it checks nothing."""
+    graph = _graph()
+    graph["gcpgpu.node.workspace"] = graph["gcpgpu.node.workspace"] | {"gcpgpu.trainer.model"}
+    assert "gcpgpu.trainer.model imports torch" in _heavy(_closure(PREFLIGHT, graph))
+    assert "google" in _third_party(PACKAGE / "node" / "upload.py", lazy=True)  # a verb apart from the preflight
+    assert _third_party(PACKAGE / "trainer" / "dist.py", lazy=True) >= {"torch"}
+    assert "torch" not in _third_party(PACKAGE / "trainer" / "dist.py", lazy=False)

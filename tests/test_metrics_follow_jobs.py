@@ -114,7 +114,7 @@ def test_a_job_the_agent_runs_makes_its_nodes_busy_and_the_rest_stay_idle(gcp):
 def test_a_jobs_tail_says_no_data_yet_then_ended_and_never_shows_old_numbers_as_live(gcp):
     """Issue 24 item 6: `metrics tail` showed 0 % GPU for the first minute of a job (the idle minute before it)
     and went on showing the trainer's tokens/s after the job had ended."""
-    from gcpgpu.metrics.reporter import Reporter
+    from gcpgpu.node.reporter import Reporter
 
     emulated_cluster(gcp, "c", 2, busy=False)
     gcp.jobs.agent.simulated_run_s = 600
@@ -147,8 +147,8 @@ def test_a_jobs_tail_says_no_data_yet_then_ended_and_never_shows_old_numbers_as_
 
 def test_the_trainers_numbers_go_stale_when_it_falls_silent(gcp):
     """Without a job to watch (--cluster), tokens/s the reporter last wrote minutes ago are not live."""
-    from gcpgpu.metrics.reporter import Reporter
     from gcpgpu.metrics.tail import Tail
+    from gcpgpu.node.reporter import Reporter
 
     emulated_cluster(gcp, "c", 2)
     client = Clients(emulator=gcp.address, project=PROJECT)
@@ -166,8 +166,8 @@ def test_the_trainers_numbers_go_stale_when_it_falls_silent(gcp):
 
 def test_once_a_job_has_ended_its_last_numbers_are_not_shown_as_live(gcp):
     """A Vertex job that reported 8k tokens/s, watched during its run and after its end (the emulator's clock)."""
-    from gcpgpu.metrics.reporter import Reporter
     from gcpgpu.metrics.tail import Tail
+    from gcpgpu.node.reporter import Reporter
 
     gcp.vertex.timings["simulated_run_s"] = 600.0
     # An image with no command stays simulated: its run follows the emulator's clock, which the test moves.

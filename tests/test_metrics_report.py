@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gcpgpu.cli import main
 from gcpgpu.fakes.monitoring.testing import emulated_cluster
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.metrics.reporter import Reporter
+from gcpgpu.node.reporter import Reporter
 
 PROJECT = "metrics-test"
 

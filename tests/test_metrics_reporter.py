@@ -11,8 +11,8 @@ import time
 import pytest
 
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.metrics.reporter import JsonLinesTail, Reporter, main
 from gcpgpu.metrics.sources import TRAINER
+from gcpgpu.node.reporter import JsonLinesTail, Reporter, main
 
 PROJECT = "reporter-test"
 
@@ -99,7 +99,7 @@ def test_a_monitoring_outage_never_raises_is_logged_once_and_recovers(gcp, clien
     clock = FakeClock(time.time())
     rep = Reporter(log, project=PROJECT, kind="cluster", name="demo", client=client, clock=clock)
     gcp.faults.update({"error_rate": 1.0, "error_methods": ["POST"]})
-    caplog.set_level(logging.DEBUG, logger="gcpgpu.metrics.reporter")
+    caplog.set_level(logging.DEBUG, logger="gcpgpu.node.reporter")
     for step in range(1, 6):
         append(log, record(step))
         clock.t += 400  # past any back-off

@@ -98,7 +98,7 @@ def test_hints_are_said_once_per_session(env):
     session = Tail(Clients(emulator=env.address, project=PROJECT), PROJECT, "cluster", "demo")
     run(session, "json", interval=1, once=False, out=out, err=err, max_refreshes=2)
     assert len(out.getvalue().splitlines()) == 2 * 3
-    assert err.getvalue().count("gcpgpu.metrics.reporter") == 1
+    assert err.getvalue().count("gcpgpu.node.reporter") == 1
 
 
 @pytest.mark.parametrize("per_gpu", [False, True])
@@ -118,7 +118,7 @@ def test_api_calls_per_refresh_do_not_grow_with_the_cluster(env, per_gpu):
 
 
 def test_trainer_throughput_shows_next_to_the_node_metrics(env):
-    from gcpgpu.metrics.reporter import Reporter
+    from gcpgpu.node.reporter import Reporter
 
     emulated_cluster(env, "demo", 2)
     client = Clients(emulator=env.address, project=PROJECT).monitoring()
@@ -147,7 +147,7 @@ def test_a_vertex_job_shows_a_row_per_task(env):
 
 
 def test_a_vertex_jobs_trainer_numbers_show_on_its_total_row(env):
-    from gcpgpu.metrics.reporter import Reporter
+    from gcpgpu.node.reporter import Reporter
 
     env.monitoring.add_job("8675309", replicas=2, start=env.clock.now() - 300)
     client = Clients(emulator=env.address, project=PROJECT).monitoring()

@@ -1,4 +1,4 @@
-"""gcpgpu.replica's Secret Manager call and input checks, against a stand-in server that records what it gets."""
+"""gcpgpu.node.workspace's Secret Manager call and input checks, against a stand-in server that records what it gets."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import google_crc32c
 import pytest
 
-from gcpgpu import replica
-from gcpgpu.launch import Metadata
-from gcpgpu.replica import ReplicaError
+from gcpgpu.node import workspace as replica
+from gcpgpu.node.launch import Metadata
+from gcpgpu.node.workspace import ReplicaError
 
 
 class Stub:

@@ -33,7 +33,7 @@ def _futures(gcp) -> list[dict]:
 
 
 def test_calendar_reservation_advised_created_waited_for_and_consumed(gcp, cli, monkeypatch):
-    from gcpgpu import reservations
+    from gcpgpu.cluster import reservations
 
     advised = json.loads(cli("--format", "json", "--region", "us-central1", "reservation", "advise",
                              "--machine-type", MT, "--count", "2", "--duration", "3d", "--start-after", "1d").stdout)
@@ -97,7 +97,7 @@ def test_a_bad_window_is_refused_in_one_line_and_nothing_is_created(gcp, cli, st
 
 
 def test_nodes_on_a_calendar_reservation_end_with_its_window(gcp, cli, monkeypatch):
-    from gcpgpu import reservations
+    from gcpgpu.cluster import reservations
 
     zone = "us-central1-b"
     cli("--zone", zone, "reservation", "create", "wk", "--machine-type", MT, "--count", "1",

@@ -46,9 +46,10 @@ def follower_image(settings: Settings, region: str, machine_type: str, *, dry_ru
                    what: str = "autostop") -> str:
     """The image the nodes' follower runs from: the gcpgpu image `container build` last pushed for the
     cluster's region and GPUDirect flavour (this machine's record, else Artifact Registry's newest
-    FLAVOR-* tag: gcpgpu/default_image.py); a plan or --dry-run reads only the record (no request).
+    FLAVOR-* tag: gcpgpu/image/default.py); a plan or --dry-run reads only the record (no request).
     `what` needs the follower (autostop, --detach): the one line that says none is built names it."""
-    from gcpgpu import catalog, default_image
+    from gcpgpu import catalog
+    from gcpgpu.image import default as default_image
 
     flavor = catalog.get_machine_type(machine_type).gpudirect
     project = settings.project
@@ -110,7 +111,7 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     from gcpgpu.cluster.observe import observe_nodes
     from gcpgpu.cluster.session import Session
     from gcpgpu.errors import CloudError
-    from gcpgpu.webhook_urls import check_urls
+    from gcpgpu.specfile import check_urls
 
     check_cluster_name(name)
     if cancel and (duration or down or notify):

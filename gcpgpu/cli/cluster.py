@@ -251,7 +251,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
     _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
     if wait_for_start:
-        from gcpgpu.reservations import wait_for_plan
+        from gcpgpu.cluster.reservations import wait_for_plan
 
         wait_for_plan(settings.clients, project, p, info)
     try:

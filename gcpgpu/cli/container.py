@@ -7,8 +7,8 @@ import json
 
 import click
 
-from gcpgpu import container as images
 from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.image import build as images
 from gcpgpu.output import current_format, emit, info
 
 
@@ -110,7 +110,7 @@ def build(
         raise UsageProblem("--requirements goes with --context DIR (the code the requirements are for)")
     user = None
     if context_dir is not None:
-        from gcpgpu import container_user
+        from gcpgpu.image import user_layer as container_user
 
         user = container_user.prepare(context_dir, requirements)
     project, region = settings.project, settings.region
@@ -142,7 +142,7 @@ def build(
     build_base = True
     if user is not None and not local and not dry_run:
         # Cloud Build starts from an empty Docker: pulling the base costs far less than building it again.
-        from gcpgpu import default_image
+        from gcpgpu.image import default as default_image
 
         try:
             held = default_image.registry_images(settings.clients, project, region, repo)
@@ -217,7 +217,7 @@ def build(
 
 
 def _remember(settings, region: str, flavor: str, image: str) -> None:
-    from gcpgpu import default_image
+    from gcpgpu.image import default as default_image
 
     default_image.remember(emulated=settings.emulator is not None, project=settings.project, region=region,
                            flavor=flavor, image=image)

@@ -109,7 +109,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
           -- --model 124m --parallel fsdp --precision bf16 --steps 1000
       gcpgpu job submit --cluster mycluster --wait -- --model tiny --steps 50
     """
-    from gcpgpu import default_image
+    from gcpgpu.image import default as default_image
     from gcpgpu.jobs import spec as job_spec
 
     if recover is not None and kw.get("vertex"):

@@ -55,7 +55,7 @@ def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, a
     Columns: network sent/received (Gbit/s, rates from the DELTA counters), the
     share of the machine's bandwidth (from the catalog), packets/s, GPU utilization
     and memory (Ops Agent), SM / tensor-pipe activity and NVLink / PCIe traffic (DCGM,
-    when present), the trainer's tokens/s and MFU (from gcpgpu.metrics.reporter), and
+    when present), the trainer's tokens/s and MFU (from gcpgpu.node.reporter), and
     the last 15 minutes as a sparkline. The global --format json also streams rows.
     """
     from gcpgpu.metrics.tail import Tail, run

@@ -56,7 +56,7 @@ def _name(name: str) -> str:
 @click.pass_obj
 def list_(settings: Settings) -> None:
     """List reservations (count, in use, free) and future reservations (status and window)."""
-    from gcpgpu import reservations as rv
+    from gcpgpu.cluster import reservations as rv
 
     res, future = rv.list_all(settings.clients, settings.project)
     if settings.format != "table":
@@ -71,7 +71,7 @@ def list_(settings: Settings) -> None:
 @click.pass_obj
 def describe(settings: Settings, name: str) -> None:
     """Show one reservation with its blocks and sub-blocks, or one future reservation."""
-    from gcpgpu import reservations as rv
+    from gcpgpu.cluster import reservations as rv
 
     _name(name)
     zone, kind = rv.find_zone(settings.clients, settings.project, name, settings.optional("zone"))
@@ -103,7 +103,7 @@ def describe(settings: Settings, name: str) -> None:
 @click.pass_obj
 def advise(settings: Settings, machine_type: str, count: int, duration: str, start_after: str) -> None:
     """Ask Compute Engine (advice.calendarMode) where and when a calendar-mode reservation can be had."""
-    from gcpgpu import reservations as rv
+    from gcpgpu.cluster import reservations as rv
     from gcpgpu.specfile import parse_duration
 
     mt, n = _machine(machine_type), _count(count)
@@ -136,7 +136,7 @@ def advise(settings: Settings, machine_type: str, count: int, duration: str, sta
 @click.pass_obj
 def create(settings: Settings, name: str, machine_type: str, count: int, start: str, duration: str) -> None:
     """Book a calendar-mode future reservation (DENSE) in --zone; its reservation carries NAME."""
-    from gcpgpu import reservations as rv
+    from gcpgpu.cluster import reservations as rv
     from gcpgpu.specfile import parse_duration
 
     _name(name)
@@ -157,7 +157,7 @@ def create(settings: Settings, name: str, machine_type: str, count: int, start: 
 @click.pass_obj
 def cancel(settings: Settings, name: str) -> None:
     """Cancel a future reservation that has not started."""
-    from gcpgpu import reservations as rv
+    from gcpgpu.cluster import reservations as rv
 
     _name(name)
     zone, kind = rv.find_zone(settings.clients, settings.project, name, settings.optional("zone"))

@@ -15,7 +15,7 @@ KEY = "gcpgpu-autostop"
 AGENT_KEY = "gcpgpu-agent"  # a node with it runs the follower (its value: the image it runs from)
 # The training image's repository (jobs/spec.py DEFAULT_IMAGE: tests keep them equal) has gcpgpu in it.
 # The follower runs from the image `container build` last pushed for the cluster (the cli resolves it
-# at `cluster up --autostop`, `cluster autostop` and `job submit --detach`, gcpgpu/default_image.py; the
+# at `cluster up --autostop`, `cluster autostop` and `job submit --detach`, gcpgpu/image/default.py; the
 # spec keeps it as agent_image, a detached job's record as agent_image too), or from a detached job's own
 # image when it comes from there. AGENT_IMAGE, a tag nothing pushes, is left only for nodes and jobs an
 # older gcpgpu wrote without agent_image.

@@ -197,7 +197,7 @@ class ClusterSpec:
                                f"{mt.family} VMs{note}; use fewer nodes or --no-placement")
 
     def _validate_autostop(self) -> None:
-        from gcpgpu.webhook_urls import check_urls
+        from gcpgpu.specfile import check_urls
 
         from .autostop import parse
 

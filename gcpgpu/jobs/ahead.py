@@ -33,7 +33,7 @@ class Ahead:
 
 
 def _epoch(text: str) -> float | None:
-    from gcpgpu.reservations import parse_rfc3339
+    from gcpgpu.cluster.reservations import parse_rfc3339
 
     try:
         return parse_rfc3339(text) if text else None

@@ -89,7 +89,7 @@ def place(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[
 
 
 def image_of(job: ValidJob, project: str, chosen: list[Node]) -> str:
-    """The job's image (without --image, the caller resolved it first: gcpgpu/default_image.py)."""
+    """The job's image (without --image, the caller resolved it first: gcpgpu/image/default.py)."""
     if job.image_pending:
         raise RuntimeError("the default image is resolved (default_image.resolve) before a cluster job is placed")
     return job.image
@@ -101,7 +101,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
     """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
     `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N;
     so are `follow`, the follower's other settings (jobs/follower.py), and `detach`: the nodes run
-    the follower themselves (gcpgpu/nodeagent.py), from `agent` (gcpgpu's image, resolved by the caller
+    the follower themselves (gcpgpu/node/agent.py), from `agent` (gcpgpu's image, resolved by the caller
     as cluster autostop's is) where neither the job's image nor the node's own follower is one.
     `placed`: what place() returned for this job, when the caller already read it."""
     chosen, machine = placed or place(clients, project, job, cluster)
@@ -198,7 +198,7 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
             # Last: the node's watcher wakes on this key and then reads the others.
             "gcpgpu-job-id": run,
         })
-        if record.get("detached"):  # the node runs the follower (gcpgpu/nodeagent.py), from gcpgpu's own image
+        if record.get("detached"):  # the node runs the follower (gcpgpu/node/agent.py), from gcpgpu's own image
             items[AGENT_KEY] = agent_image(record.get("image"), node.region, project, node.metadata.get(AGENT_KEY),
                                            record.get("agent_image"))
         return _set_metadata(clients, project, node, items, fence)

@@ -10,7 +10,7 @@ recovery the dead one left half done (jobs/journal.py).
 A recovery's own steps still hold the cluster's `up`/`down` lease (gcpgpu-lease-<cluster>), so a
 `cluster up` or `down` run meanwhile waits for them, and they for it.
 
-The follower every node runs (gcpgpu/nodeagent.py) uses these to follow whatever job the cluster
+The follower every node runs (gcpgpu/node/agent.py) uses these to follow whatever job the cluster
 runs and, while none does, to judge the cluster's autostop.
 """
 

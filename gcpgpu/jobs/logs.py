@@ -92,7 +92,7 @@ _PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)")
 _TRAINER_ERROR = re.compile(r"^gcpgpu\.trainer: (?:rank \d+: )?error: ")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::\s|$)")
 _PEER_FAILED = re.compile(r"^gcpgpu\.trainer: rank \d+: a collective failed")
-# The image's entrypoint refusing to start the command (gcpgpu/replica.py, gcpgpu/launch.py): a failed --setup
+# The image's entrypoint refusing to start the command (gcpgpu/node/workspace.py, gcpgpu/node/launch.py): a failed --setup
 # (its own output may hold an exception line: this one says what ended the replica), the job's code, mounts or
 # secrets it could not bring, a command it could not run. Its notes ("setup: ...", "warning: ...") are not causes.
 _ENTRYPOINT_REFUSAL = re.compile(r"^gcpgpu-entrypoint: (?:setup failed \(exit \d+\): |GCPGPU_[A-Z_]+: |"

@@ -11,14 +11,14 @@ environment, arguments, secrets' names or the webhook URLs themselves.
 
 Events: RUNNING, RECOVERING, RETRYING, STALLED, FAILED (with cause), SUCCEEDED, CANCELLED; and
 AUTOSTOPPED, a cluster's, to the URLs of `cluster up --autostop D --notify URL` (or `cluster autostop
-NAME D --notify URL`), sent by the leading node follower (gcpgpu/nodeagent.py) through a Notifier like
+NAME D --notify URL`), sent by the leading node follower (gcpgpu/node/agent.py) through a Notifier like
 the job's, right before it stops or deletes the cluster; it waits for delivery (bounded) only before
 its own node goes:
 
     {"event": "AUTOSTOPPED", "cluster": "c", "action": "delete", "idle_since": "2026-11-25T04:00:00Z",
      "idle_s": 1800, "nodes": ["c-0", "c-1"], "at": "2026-11-25T04:30:00Z"}
 
-The URLs are checked in gcpgpu/webhook_urls.py (job and cluster alike) and never written to a log
+The URLs are checked in gcpgpu/specfile.py (job and cluster alike) and never written to a log
 (a failed delivery names the host alone) or a message.
 """
 

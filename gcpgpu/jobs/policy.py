@@ -14,7 +14,7 @@ from typing import Any
 
 from gcpgpu import specfile
 from gcpgpu.errors import UsageProblem
-from gcpgpu.webhook_urls import check_urls  # --notify, checked as a cluster's autostop checks it
+from gcpgpu.specfile import check_urls  # --notify, checked as a cluster's autostop checks it
 
 MAX_RESTARTS = 100
 STALL_RANGE = (5, 7 * 86400)  # below a few seconds a log read's own delay looks like a stall

@@ -40,7 +40,7 @@ IMAGE_REF = re.compile(
 MAX_IMAGE_REF = 512  # name (255) + tag (128) + digest: refused by length before the pattern runs
 # The gcpgpu training image (`gcpgpu container build` pushes it there): its entrypoint applies the
 # machine's NCCL profile, works out the torchrun rendezvous and runs the trainer with the job's args.
-# Which tag a job runs is decided at submit (gcpgpu/default_image.py): the one last built, never :latest.
+# Which tag a job runs is decided at submit (gcpgpu/image/default.py): the one last built, never :latest.
 TRAINER_IMAGE_NAME = "gcpgpu-trainer"
 DEFAULT_IMAGE = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer"
 # Names that usually hold secrets: job environments are stored in plain text (instance metadata,

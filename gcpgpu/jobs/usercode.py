@@ -1,6 +1,6 @@
 """The user's own code and data on a job: --workdir, --setup, --mount and --secret, checked before any request.
 
-The training image's entrypoint (gcpgpu/replica.py) does the work on every node or replica from the
+The training image's entrypoint (gcpgpu/node/workspace.py) does the work on every node or replica from the
 environment variables these become (see user_env): GCPGPU_WORKDIR, GCPGPU_SETUP, GCPGPU_MOUNTS,
 GCPGPU_SECRETS. Secrets travel as Secret Manager names only; their values are read where the job runs.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 from gcpgpu import specfile
 from gcpgpu.errors import UsageProblem
+from gcpgpu.image.pack import check_folder
 
 # Mount points the image or the entrypoint already owns: a mount there would hide the system, the
 # user's unpacked code (/workdir) or Vertex's own bucket mounts (/gcs).
@@ -124,25 +125,6 @@ def parse_secrets(values: Any, where: str = "--secret") -> dict[str, str]:
     return out
 
 
-def check_workdir(value: Any, where: str = "--workdir") -> str:
-    """An existing, non-empty folder -> its absolute path."""
-    shown = specfile.shown(value)
-    if not isinstance(value, str) or not value.strip():
-        raise UsageProblem(f"{where} is empty: give the folder with your code, e.g. {where} .")
-    if not os.path.exists(value):
-        raise UsageProblem(f"{where} {shown} does not exist: give the folder with your code")
-    if not os.path.isdir(value):
-        raise UsageProblem(f"{where} {shown} is not a folder: give the folder with your code (its files "
-                           "land in /workdir)")
-    try:
-        empty = not os.listdir(value)
-    except OSError as e:
-        raise UsageProblem(f"{where} {shown} cannot be read: {e.strerror}") from None
-    if empty:
-        raise UsageProblem(f"{where} {shown} is empty: give the folder with your code")
-    return os.path.abspath(value)
-
-
 def check_setup(spec: Any, target: str | None) -> None:
     """--setup: a command, and a job target to run it on (checked before the target itself is)."""
     if spec.setup is not None:
@@ -157,7 +139,7 @@ def check_setup(spec: Any, target: str | None) -> None:
 def check(spec: Any, env: dict[str, str]) -> None:
     """Check the spec's workdir, mounts and secrets; normalise them in place on `spec`."""
     if spec.workdir is not None:
-        spec.workdir = check_workdir(spec.workdir)
+        spec.workdir = check_folder(spec.workdir)
     spec.mounts = [m.source + ":" + m.target + (":ro" if m.ro else "") for m in parse_mounts(spec.mounts)]
     spec.secrets = parse_secrets(spec.secrets)
     for name in spec.secrets:
@@ -199,7 +181,7 @@ def container_call(job: Any) -> tuple[list[str], list[str]]:
     """(command, args) for the container: a command goes in args behind the image's own entrypoint on gcpgpu's
     image, which starts as root and becomes its unprivileged user before it runs anything (replacing the
     entrypoint would run the command as root), and on any image when the job brings code, setup, mounts or
-    secrets, which that entrypoint (gcpgpu/replica.py) sets up first. Otherwise (another image) as given."""
+    secrets, which that entrypoint (gcpgpu/node/workspace.py) sets up first. Otherwise (another image) as given."""
     from gcpgpu.trainer.argv import IMAGE
 
     spec = job.spec

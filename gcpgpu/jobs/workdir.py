@@ -1,219 +1,21 @@
-"""--workdir: the user's folder packed into one deterministic tar.gz and staged, content-addressed, in Cloud Storage.
+"""--workdir: the user's folder, packed by image/pack.py, staged content-addressed in Cloud Storage.
 
 The same tarball serves a cluster and Vertex AI: the image's entrypoint unpacks it into /workdir on
-every node or replica (GCPGPU_WORKDIR). What is packed follows the folder's .gitignore files (git's own
-rules through `git ls-files` inside a git work tree, else a reader of the same syntax) and a
-.gcpgpuignore at its top (gitignore syntax), so data sets and checkpoints stay out.
+every node or replica (GCPGPU_WORKDIR, node/workspace.py).
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import os
 import re
-import subprocess
-import tarfile
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from gcpgpu.errors import UsageProblem
+from gcpgpu.image.pack import MAX_PACKED, Packed, mib, pack  # noqa: F401 - the packer's names, for callers here
 
-MAX_PACKED = 100 * 2**20  # bytes: a folder of code; data belongs in a bucket (--mount)
-IGNORE_FILE = ".gcpgpuignore"
 STAGING_PREFIX = "gcpgpu-staging"
-_ALWAYS_SKIPPED = (".git",)
 
 
-@dataclass(frozen=True)
-class Packed:
-    data: bytes
-    files: tuple[tuple[str, int], ...]  # (path inside /workdir, size in bytes), sorted
-    sha256: str
-
-    @property
-    def object_name(self) -> str:
-        return f"{STAGING_PREFIX}/workdir-{self.sha256}.tar.gz"
-
-
-class _Rules:
-    """gitignore patterns of one file, matched against paths relative to the file's folder."""
-
-    def __init__(self, text: str, base: str = "") -> None:
-        self.base = base  # the folder holding the file, relative to the workdir ("" for its top)
-        self.rules: list[tuple[re.Pattern[str], bool, bool]] = []  # (pattern, negated, folders only)
-        for raw in text.splitlines():
-            line = raw.rstrip()
-            if not line or line.startswith("#"):
-                continue
-            negated = line.startswith("!")
-            line = line[1:] if negated else line
-            if line.startswith("\\"):
-                line = line[1:]
-            dir_only = line.endswith("/")
-            line = line.rstrip("/")
-            if not line:
-                continue
-            anchored = "/" in line
-            line = line.lstrip("/")
-            body = _translate(line)
-            self.rules.append((re.compile(("" if anchored else "(?:.*/)?") + body + "$"), negated, dir_only))
-
-    def verdict(self, rel: str, is_dir: bool) -> bool | None:
-        """True: ignored, False: re-included by a '!' rule, None: no rule speaks of `rel`."""
-        if self.base:
-            if not rel.startswith(self.base + "/"):
-                return None
-            rel = rel[len(self.base) + 1:]
-        found = None
-        for pattern, negated, dir_only in self.rules:
-            if (is_dir or not dir_only) and pattern.match(rel):
-                found = not negated
-        return found
-
-
-def _translate(pattern: str) -> str:
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 1:]:
-            end = pattern.index("]", i + 2 if pattern[i + 1:i + 2] in ("!", "]") else i + 1)
-            inner = pattern[i + 1:end]
-            out.append("[" + ("^" + inner[1:] if inner.startswith("!") else inner) + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "".join(out)
-
-
-def _ignored(rules: list[_Rules], rel: str, is_dir: bool) -> bool:
-    verdict = False
-    for r in rules:
-        v = r.verdict(rel, is_dir)
-        if v is not None:
-            verdict = v
-    return verdict
-
-
-def _git_files(root: Path) -> list[str] | None:
-    """The files git would keep (tracked, and untracked ones no ignore rule names), or None outside a git
-    work tree. `git ls-files` applies every .gitignore, .git/info/exclude and the global excludes, and
-    skips ignored folders without walking them (a data/ of millions of files costs nothing)."""
-    try:
-        inside = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
-                                capture_output=True, text=True, timeout=30)
-        if inside.returncode != 0 or inside.stdout.strip() != "true":
-            return None
-        done = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
-                               "--exclude-standard", "--", "."], capture_output=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return sorted({p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p})
-
-
-def list_files(root: Path) -> list[str]:
-    """The workdir's files to pack (relative POSIX paths, sorted), ignore files applied."""
-    root = root.resolve()
-    own = _Rules((root / IGNORE_FILE).read_text(errors="replace")) if (root / IGNORE_FILE).is_file() else None
-    git = _git_files(root)
-    picked: list[str] = []
-    if git is not None:
-        for rel in git:
-            parts = rel.split("/")
-            if own is not None and any(_ignored([own], "/".join(parts[:i]), True) for i in range(1, len(parts))):
-                continue
-            if own is not None and _ignored([own], rel, False):
-                continue
-            picked.append(rel)
-    else:
-        rules: list[_Rules] = [own] if own is not None else []
-        for folder, dirs, files in os.walk(root):
-            here = Path(folder).relative_to(root).as_posix()
-            here = "" if here == "." else here
-            if (Path(folder) / ".gitignore").is_file():
-                rules.append(_Rules((Path(folder) / ".gitignore").read_text(errors="replace"), here))
-            # gitignore rules on a folder hide everything under it; a later '!' cannot bring a file back.
-            dirs[:] = sorted(d for d in dirs if d not in _ALWAYS_SKIPPED
-                             and not _ignored(rules, f"{here}/{d}".lstrip("/"), True))
-            picked += [f"{here}/{f}".lstrip("/") for f in files if not _ignored(rules, f"{here}/{f}".lstrip("/"), False)]
-    out = []
-    for rel in picked:
-        path = root / rel
-        # A link is packed as the file it names, and only when that file lies inside the workdir.
-        if not path.is_file() or (path.is_symlink() and not path.resolve().is_relative_to(root)):
-            continue
-        if rel.startswith("/") or ".." in rel.split("/"):
-            continue
-        out.append(rel)
-    return sorted(set(out))
-
-
-class _Capped(io.RawIOBase):
-    """A byte sink that stops packing as soon as the compressed size passes the cap."""
-
-    def __init__(self) -> None:
-        self.buf = io.BytesIO()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        n = self.buf.write(b)
-        if self.buf.tell() > MAX_PACKED:
-            raise OverflowError
-        return n
-
-
-def pack(root: str | Path, where: str = "--workdir") -> Packed:
-    """The workdir as a deterministic tar.gz (sorted entries, mtime 0, uid/gid 0): the same files give the
-    same bytes and so the same object name. Refused in one line over MAX_PACKED."""
-    root = Path(root).resolve()
-    names = list_files(root)
-    if not names:
-        raise UsageProblem(f"{where} {str(root)!r}: every file is ignored (.gitignore, {IGNORE_FILE}); nothing to pack")
-    sizes = [(rel, (root / rel).stat().st_size) for rel in names]
-    sink = _Capped()
-    try:
-        with gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, compresslevel=6) as gz, \
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for rel, _ in sizes:
-                path = root / rel
-                info = tarfile.TarInfo(rel)
-                info.size = path.stat().st_size
-                info.mtime = 0
-                info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                with path.open("rb") as f:
-                    tar.addfile(info, f)
-    except OverflowError:
-        biggest = sorted(sizes, key=lambda s: (-s[1], s[0]))[:3]
-        shown = ", ".join(f"{rel} ({_mib(n)})" for rel, n in biggest)
-        raise UsageProblem(f"{where} {str(root)!r} packs to over {_mib(MAX_PACKED)} (the cap); biggest: {shown}; "
-                           f"leave them out with {root / IGNORE_FILE} (gitignore syntax) and --mount data from a "
-                           "bucket") from None
-    data = sink.buf.getvalue()
-    return Packed(data=data, files=tuple(sizes), sha256=hashlib.sha256(data).hexdigest())
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+def object_name(packed: Packed) -> str:
+    return f"{STAGING_PREFIX}/workdir-{packed.sha256}.tar.gz"
 
 
 def staging_bucket(project: str) -> str:
@@ -222,7 +24,7 @@ def staging_bucket(project: str) -> str:
 
 
 def uri(project: str, packed: Packed) -> str:
-    return f"gs://{staging_bucket(project)}/{packed.object_name}"
+    return f"gs://{staging_bucket(project)}/{object_name(packed)}"
 
 
 def upload(clients: Any, project: str, region: str | None, packed: Packed) -> tuple[str, bool]:
@@ -232,7 +34,7 @@ def upload(clients: Any, project: str, region: str | None, packed: Packed) -> tu
 
     client = clients.storage()
     name = staging_bucket(project)
-    blob = client.bucket(name).blob(packed.object_name)
+    blob = client.bucket(name).blob(object_name(packed))
     try:
         if blob.exists():
             return uri(project, packed), False
@@ -253,11 +55,11 @@ def stage(clients: Any, project: str, job: Any, *, dry_run: bool, say: Any) -> s
     packed = pack(job.spec.workdir)
     target = uri(project, packed)
     if dry_run:
-        say(f"workdir: {len(packed.files)} files, {_mib(len(packed.data))} packed; would upload to {target}:")
+        say(f"workdir: {len(packed.files)} files, {mib(len(packed.data))} packed; would upload to {target}:")
         for rel, size in packed.files:
             say(f"  {rel} ({size} bytes)")
         return target
     target, fresh = upload(clients, project, job.region, packed)
-    say(f"workdir: {len(packed.files)} files, {_mib(len(packed.data))} "
+    say(f"workdir: {len(packed.files)} files, {mib(len(packed.data))} "
         + ("uploaded to " if fresh else "already staged at ") + target)
     return target

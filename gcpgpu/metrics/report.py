@@ -230,7 +230,7 @@ img {{ max-width: 100%; }}
 <h1>{html.escape(target.label)}</h1>
 <p>{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, one point per {window.period / 60:g} min.
 {('Stragglers: <b>' + html.escape(', '.join(sorted(slow))) + '</b>.') if slow else 'No stragglers.'}
-{('Trainer averages: ' + trainer_line + '.') if trainer_line else 'No trainer metrics (start gcpgpu.metrics.reporter beside the trainer).'}</p>
+{('Trainer averages: ' + trainer_line + '.') if trainer_line else 'No trainer metrics (start gcpgpu.node.reporter beside the trainer).'}</p>
 <table><tr><th>{'node' if target.kind == 'cluster' else 'task'}</th>{head}<th></th></tr>
 {''.join(body)}
 </table>

@@ -80,7 +80,7 @@ JOB: tuple[Metric, ...] = (
            "REDUCE_MEAN", 100.0, "%"),
 )
 
-# The trainer's own numbers, written by gcpgpu.metrics.reporter. The first two are in every refresh.
+# The trainer's own numbers, written by gcpgpu.node.reporter. The first two are in every refresh.
 TRAINER_TAIL: tuple[Metric, ...] = (
     Metric("tokens_per_s", "training throughput", TRAINER + "tokens_per_s", "trainer", "ALIGN_MEAN", "REDUCE_MEAN", 1.0,
            "tokens/s", job_level=True, history=True),
@@ -105,7 +105,7 @@ HINTS = {
     "dcgm": "SM, tensor-pipe, NVLink and PCIe activity come from DCGM through the Ops Agent: install "
     "datacenter-gpu-manager, start nv-hostengine, and add a receiver of type dcgm to "
     "/etc/google-cloud-ops-agent/config.yaml (see cloud.google.com/monitoring/agent/ops-agent/third-party-nvidia)",
-    "trainer": "tokens/s and MFU come from the trainer: run 'python -m gcpgpu.metrics.reporter --log-json FILE {flag}' "
+    "trainer": "tokens/s and MFU come from the trainer: run 'python -m gcpgpu.node.reporter --log-json FILE {flag}' "
     "beside it on rank 0 (the trainer's --log-json FILE)",
     "network": "Compute Engine reports network counters about once a minute, up to 4 minutes late for a new VM",
     "vertex": "Vertex AI reports its training metrics about once a minute once the job's replicas run",

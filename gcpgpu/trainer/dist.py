@@ -57,7 +57,7 @@ def read_env(environ: dict[str, str] | None = None) -> DistEnv:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """What torchrun needs to know on one node; `sources` says where each value came from (gcpgpu.launch)."""
+    """What torchrun needs to know on one node; `sources` says where each value came from (gcpgpu.node.launch)."""
 
     nnodes: int
     node_rank: int

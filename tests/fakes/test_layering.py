@@ -82,12 +82,12 @@ def test_the_check_sees_imports_anywhere_and_allows_only_the_trainer_contract():
         "from gcpgpu.trainer import argv\n"
         "from ..core import Clock\n"
         "def f():\n"
-        "    from gcpgpu.launch import METRICS_OFF\n"
+        "    from gcpgpu.node.launch import METRICS_OFF\n"
         "    from ...trainer import dist\n"
-        "    import gcpgpu.metrics.reporter\n"
+        "    import gcpgpu.node.reporter\n"
     )
     assert _outside_fakes(source, "gcpgpu.fakes.jobs") == [
-        (6, "gcpgpu.launch"), (7, "gcpgpu.trainer"), (8, "gcpgpu.metrics.reporter")]
+        (6, "gcpgpu.node.launch"), (7, "gcpgpu.trainer"), (8, "gcpgpu.node.reporter")]
 
 
 def _crossings(source: str) -> list[tuple[int, str]]:

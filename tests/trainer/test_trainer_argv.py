@@ -44,7 +44,7 @@ def test_the_trainers_arguments_in_a_container(image, command, expected):
 def test_the_trainers_flags_in_a_local_command_line():
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "-m", "gcpgpu.trainer", "--steps", "3"]
     assert argv.args_in_command_line(torchrun) == ["--steps", "3"]
-    assert argv.args_in_command_line([sys.executable, "-m", "gcpgpu.metrics.reporter", "--steps", "3"]) == []
+    assert argv.args_in_command_line([sys.executable, "-m", "gcpgpu.node.reporter", "--steps", "3"]) == []
 
 
 @pytest.mark.parametrize(("value", "off"), [("0", True), (" Off ", True), ("false", True), ("1", False), ("", False)])

@@ -2,7 +2,7 @@
 
 runner.py         starts a job's replicas as local processes on 127.0.0.1, captures their output
                   line by line with timestamps, and reports how each one ended.
-node_agent.py     the follower each node with `gcpgpu-agent` runs (gcpgpu.nodeagent), as a process
+node_agent.py     the follower each node with `gcpgpu-agent` runs (gcpgpu.node.agent), as a process
                   that lives and dies with its VM.
 agent.py          the emulated cluster job agent: it watches instances' metadata (setMetadata) for
                   a gcpgpu job, runs one process per node with the rank the real agent would give,
@@ -12,7 +12,7 @@ cloud_logging.py  Cloud Logging's entries.list over REST, answered from the capt
 filters.py        the AIP-160 / Logging filter grammar both APIs take.
 
 The trainer's numbers: when rank 0 of a job run here writes `--log-json FILE`, LocalJobs starts
-gcpgpu.metrics.reporter beside it (a runner sidecar), as the training image's entrypoint does, with
+gcpgpu.node.reporter beside it (a runner sidecar), as the training image's entrypoint does, with
 `--emulator` this emulator and `--cluster NAME` (a cluster job) or `--job ID` (a Vertex AI job: the
 numeric id its cloudml_job metrics carry), so `gcpgpu metrics tail` shows the trainer's throughput.
 GCPGPU_METRICS=0 in the job's environment turns it off, as it does in the image.
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterAgent", "LocalJobs", "Runner"]
 
-REPORTER_MODULE = "gcpgpu.metrics.reporter"
+REPORTER_MODULE = "gcpgpu.node.reporter"
 
 
 class LocalJobs:
@@ -74,7 +74,7 @@ class LocalJobs:
         return run.metrics
 
     def reporter_argv(self, run: Run, replica: Replica) -> list[str] | None:
-        """The runner's sidecar hook: gcpgpu.metrics.reporter for rank 0 when its trainer writes --log-json."""
+        """The runner's sidecar hook: gcpgpu.node.reporter for rank 0 when its trainer writes --log-json."""
         log_json = log_json_path(args_in_command_line(replica.spec.argv))
         if log_json is None or metrics_off(replica.spec.env):
             return None

@@ -1,7 +1,7 @@
 """The follower each emulated cluster node runs, as a local process that lives and dies with its node.
 
 On a real node, a VM whose metadata has `gcpgpu-agent` runs gcpgpu's node agent (the follower:
-`python -m gcpgpu.nodeagent`, from the training image) as a systemd service, so it starts when
+`python -m gcpgpu.node.agent`, from the training image) as a systemd service, so it starts when
 the VM does and ends when the VM stops, is deleted or is lost. Here a watcher thread looks at
 Compute's instances a few times a second and does the same with local processes, through the
 runner (a lost node's process tree is SIGKILLed, as its VM's loss would kill it): a RUNNING VM with
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 AGENT_KEY = "gcpgpu-agent"
 CLUSTER_KEY = "gcpgpu-cluster"  # in metadata, else the label
 LOG_NAME = "gcpgpu-node-agent"
-MODULE = "gcpgpu.nodeagent"
+MODULE = "gcpgpu.node.agent"
 SCAN_S = 0.25
 RESTART_S = 2.0  # systemd's RestartSec, shortened
 

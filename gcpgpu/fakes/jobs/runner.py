@@ -53,7 +53,7 @@ SIDECAR_STOP_S = 20.0  # the reporter's last write may take up to its 10 s timeo
 
 @dataclass(frozen=True)
 class MetricsTarget:
-    """Where a run's trainer numbers go: `--cluster NAME` or `--job ID` of gcpgpu.metrics.reporter."""
+    """Where a run's trainer numbers go: `--cluster NAME` or `--job ID` of gcpgpu.node.reporter."""
 
     project: str
     location: str  # the node's zone, or the Vertex job's region

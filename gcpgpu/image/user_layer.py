@@ -1,6 +1,6 @@
 """`container build --context DIR`: the user's code and dependencies layered on the flavoured gcpgpu image.
 
-The user's folder is chosen and capped exactly as `job submit --workdir` packs it (jobs/workdir.py:
+The user's folder is chosen and capped exactly as `job submit --workdir` packs it (image/pack.py:
 .gitignore, .gcpgpuignore, 100 MiB), so one folder gives the same files whether it travels with a job
 or is baked into an image. In the build context it sits under gcpgpu-user/ next to gcpgpu's own sources
 (which build the base image when the registry does not hold it yet), with a generated Dockerfile:
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gcpgpu import specfile
 from gcpgpu.errors import UsageProblem
+from gcpgpu.image import pack
 
 PREFIX = "gcpgpu-user"
 DOCKERFILE = f"{PREFIX}/Dockerfile"
@@ -48,9 +49,7 @@ class UserContext:
 
 def prepare(context: str, requirements: str | None) -> UserContext:
     """Check --context and --requirements (one line each, before any request) and choose the files."""
-    from gcpgpu.jobs import usercode, workdir
-
-    root = Path(usercode.check_workdir(context, "--context"))
+    root = Path(pack.check_folder(context, "--context"))
     req: Path | None
     if requirements is not None:
         shown = specfile.shown(requirements)
@@ -65,7 +64,7 @@ def prepare(context: str, requirements: str | None) -> UserContext:
         req = Path(requirements).resolve()
     else:
         req = root / "requirements.txt" if (root / "requirements.txt").is_file() else None
-    packed = workdir.pack(root, where="--context")  # the cap and the ignore rules, as for --workdir
+    packed = pack.pack(root, where="--context")  # the cap and the ignore rules, as for --workdir
     files = tuple(sorted((f"{FILES}/{rel}", root / rel) for rel, _ in packed.files))
     digest = hashlib.sha256(packed.sha256.encode() + b"\0" + (req.read_bytes() if req else b"")).hexdigest()
     return UserContext(root=root, files=files, requirements=req, packed_bytes=len(packed.data), digest=digest)

@@ -1,13 +1,13 @@
 """The NCCL environment per machine and platform: interface names, knob checks, rendering, host checks.
 
-The data (the Profile per GPUDirect flavour, the VM NIC layouts) lives in gcpgpu.nccl_profiles and
-the tuner-plugin config in gcpgpu.nccl_tuner; their names stay importable from here, so callers
+The data (the Profile per GPUDirect flavour, the VM NIC layouts) lives in gcpgpu.nccl.profiles and
+the tuner-plugin config in gcpgpu.nccl.tuner; their names stay importable from here, so callers
 keep one seam (`from gcpgpu import nccl`). A profile's values that name network interfaces are
 templates: the names differ between a VM and a Kubernetes pod, so `interface_names` derives them
 per platform. Anything a user sets wins over the profile.
 
 Nothing here imports a Google library, grpc or torch: the training container's entrypoint runs it
-(through gcpgpu.launch) before torch starts, and `gcpgpu nccl --help` must stay fast.
+(through gcpgpu.node.launch) before torch starts, and `gcpgpu nccl --help` must stay fast.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from gcpgpu.catalog import MachineType
 from gcpgpu.errors import UsageProblem
-from gcpgpu.nccl_profiles import (
+from gcpgpu.nccl.profiles import (
     FLAVORS,
     PLATFORMS,
     PROFILES,
@@ -327,8 +327,8 @@ def check_host(nccl_env: NcclEnv, root: str | Path = "/") -> HostCheck:
     return HostCheck(tuple(problems), tuple(warnings))
 
 
-# The tuner-plugin config lives in gcpgpu.nccl_tuner; its names stay importable from here.
-from gcpgpu.nccl_tuner import (  # noqa: E402,F401
+# The tuner-plugin config lives in gcpgpu.nccl.tuner; its names stay importable from here.
+from gcpgpu.nccl.tuner import (  # noqa: E402,F401
     COLLECTIVES,
     DEFAULT_TUNER_TABLE,
     MAX_BYTES,

@@ -86,7 +86,7 @@ def main() -> None:
     address = f"127.0.0.1:{port}"
     scratch = Path(tempfile.mkdtemp(prefix="gcpgpu-demo-"))
     # A small text to train on: the README this demo ships with, or the package's own source.
-    readme = Path(__file__).resolve().parent.parent / "README.md"
+    readme = Path(__file__).resolve().parents[2] / "README.md"
     text = readme if readme.exists() else Path(__file__)
     env = {**os.environ, "GCPGPU_EMULATOR": address, "CLOUDSDK_CONFIG": str(scratch / "gcloud"),
            "GOOGLE_CLOUD_PROJECT": "demo-project", "CLOUDSDK_COMPUTE_REGION": "us-central1"}

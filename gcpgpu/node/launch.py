@@ -1,6 +1,6 @@
 """What the training container works out before torchrun starts: machine, NCCL profile, rendezvous.
 
-containers/entrypoint.sh runs `python -m gcpgpu.launch` and evals what it prints: `export` lines
+containers/entrypoint.sh runs `python -m gcpgpu.node.launch` and evals what it prints: `export` lines
 for the NCCL profile of this machine and the torchrun rendezvous (GCPGPU_NNODES, GCPGPU_NODE_RANK,
 GCPGPU_MASTER_ADDR, GCPGPU_MASTER_PORT, GCPGPU_NPROC_PER_NODE, and the same five under torchrun's own
 names NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE for a user's launcher, whichever way
@@ -22,17 +22,17 @@ Test seams: GCPGPU_METADATA_URL (the metadata server's base URL), GCPGPU_SYSROOT
 standing in for / when looking for plugins, devices and NICs). GCPGPU_SKIP_NCCL_CHECK=1 turns
 refusals into warnings.
 
-The trainer's numbers: `python -m gcpgpu.launch env -- ARGS` is given the container's arguments.
+The trainer's numbers: `python -m gcpgpu.node.launch env -- ARGS` is given the container's arguments.
 When they are trainer flags with `--log-json FILE` and this is node 0, the plan also sets the
-shell array gcpgpu_reporter_args (not exported) to the arguments of gcpgpu.metrics.reporter, which
+shell array gcpgpu_reporter_args (not exported) to the arguments of gcpgpu.node.reporter, which
 the entrypoint runs beside torchrun: --log-json FILE and --cluster NAME (GCPGPU_CLUSTER, then the
 VM's metadata attribute gcpgpu-cluster) or --job ID (CLOUD_ML_JOB_ID, set by Vertex AI).
 GCPGPU_METRICS=0 turns the reporter off.
 
-The user's own code (gcpgpu.replica documents the variables): `env` also unpacks GCPGPU_WORKDIR and
-makes the GCPGPU_MOUNTS links, after every check above passed; `python -m gcpgpu.launch exec -- CMD`
+The user's own code (gcpgpu.node.workspace documents the variables): `env` also unpacks GCPGPU_WORKDIR and
+makes the GCPGPU_MOUNTS links, after every check above passed; `python -m gcpgpu.node.launch exec -- CMD`
 reads GCPGPU_SECRETS, runs GCPGPU_SETUP and then becomes CMD. Before all of these, a container started as
-root with GCPGPU_USER set runs `python -m gcpgpu.launch become-user -- CMD`: the mounts' links made as root,
+root with GCPGPU_USER set runs `python -m gcpgpu.node.launch become-user -- CMD`: the mounts' links made as root,
 then CMD (the entrypoint again) as that user, so no job's code runs as root.
 """
 
@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gcpgpu import replica  # stdlib only: the user's workdir, mounts, secrets and setup
+from gcpgpu.node import workspace  # stdlib only: the user's workdir, mounts, secrets and setup
 from gcpgpu.trainer.argv import log_json_path, metrics_off  # stdlib only: the trainer's command-line contract
 from gcpgpu.trainer.dist import Rendezvous  # stdlib only: the trainer's own parser numbers nodes the same way
 
@@ -201,7 +201,7 @@ def detect_machine_type(environ: Mapping[str, str], metadata: Metadata | None) -
 def reporter_args(
     environ: Mapping[str, str], args: Sequence[str] | None, node_rank: int, platform: str, metadata: Metadata | None
 ) -> tuple[list[str] | None, str | None]:
-    """(gcpgpu.metrics.reporter's arguments, or None; a warning when it would be wanted but cannot run).
+    """(gcpgpu.node.reporter's arguments, or None; a warning when it would be wanted but cannot run).
 
     Wanted on node 0 when the trainer writes `--log-json FILE` (the reporter reads that file) and
     GCPGPU_METRICS is not 0. `args` is None when the container runs a command, not the trainer.
@@ -229,7 +229,7 @@ class Plan:
     prepend: frozenset[str]
     notes: list[str]
     warnings: list[str]
-    reporter: list[str] | None = None  # gcpgpu.metrics.reporter's arguments (--pid is the entrypoint's)
+    reporter: list[str] | None = None  # gcpgpu.node.reporter's arguments (--pid is the entrypoint's)
     workdir: str | None = None  # where the job's --workdir was unpacked: the setup's and command's directory
 
     def shell(self) -> str:
@@ -335,36 +335,17 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
     return Plan(exports, prepend, notes, warnings, reporter)
 
 
-def upload(destination: str, files: list[str]) -> None:
-    """Copy files to a gs:// folder with google-cloud-storage (the image has it; gcloud it may not)."""
-    from google.cloud import storage  # imported here: only profiling runs upload
-
-    bucket_name, _, prefix = destination[len("gs://"):].partition("/")
-    bucket = storage.Client().bucket(bucket_name)
-    for path in files:
-        blob = bucket.blob(f"{prefix.rstrip('/')}/{Path(path).name}".lstrip("/"))
-        blob.upload_from_filename(path)
-        print(f"gs://{bucket_name}/{blob.name}", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = "gcpgpu-entrypoint"
-    if argv[:1] == ["upload"]:
-        if len(argv) < 3 or not argv[1].startswith("gs://"):
-            print(f"{prog}: usage: python -m gcpgpu.launch upload gs://BUCKET/PATH FILE...", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        upload(argv[1], argv[2:])
-        return 0
     environ = os.environ
     metadata = Metadata(environ.get("GCPGPU_METADATA_URL", "").strip() or METADATA_URL)
     if argv[:1] == ["exec"]:
-        return replica.run(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, metadata, prog)
+        return workspace.run(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, metadata, prog)
     if argv[:1] == ["become-user"]:  # root's part of the entrypoint: the mounts' links, then GCPGPU_USER
-        return replica.become_user(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, prog)
+        return workspace.become_user(argv[2:] if argv[1:2] == ["--"] else argv[1:], environ, prog)
     if argv[:1] not in ([], ["env"]) or argv[1:2] not in ([], ["--"]):
-        print(f"{prog}: usage: python -m gcpgpu.launch [env [-- ARGS...] | exec -- CMD... | become-user -- CMD... "
-              "| upload gs://DEST FILE...]", file=sys.stderr)
+        print(f"{prog}: usage: python -m gcpgpu.node.launch [env [-- ARGS...] | exec -- CMD... | become-user -- CMD...]", file=sys.stderr)
         return EXIT_BAD_INPUT
     # The container's arguments: trainer flags, unless the first is a command (as the entrypoint decides).
     rest = argv[2:]
@@ -372,12 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = plan(environ, metadata, environ.get("GCPGPU_SYSROOT", "").strip() or "/", args)
         # Files are written only once the machine and the rendezvous passed their checks.
-        workdir = replica.unpack_workdir(environ)
+        workdir = workspace.unpack_workdir(environ)
         if workdir is not None:
             result.workdir = str(workdir)
             result.notes.append(f"workdir: {environ['GCPGPU_WORKDIR'].strip()} unpacked into {workdir}")
-        result.notes += [f"mount {note}" for note in replica.make_mounts(environ)]
-    except (LaunchError, replica.ReplicaError) as e:
+        result.notes += [f"mount {note}" for note in workspace.make_mounts(environ)]
+    except (LaunchError, workspace.ReplicaError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return e.exit_code
     for line in result.notes:

@@ -1,6 +1,6 @@
 """What a node or replica prepares for the user's own code: its working folder, data mounts, secrets, setup.
 
-containers/entrypoint.sh drives it through gcpgpu.launch, from environment variables that `job submit`
+containers/entrypoint.sh drives it through gcpgpu.node.launch, from environment variables that `job submit`
 sets identically on a cluster node's container and on a Vertex AI worker pool:
 
   GCPGPU_WORKDIR=gs://BUCKET/PATH.tar.gz   the packed --workdir, read at /gcs/BUCKET/PATH.tar.gz (Vertex AI
@@ -25,9 +25,9 @@ sets identically on a cluster node's container and on a Vertex AI worker pool:
                                          the job's log; a failure ends the replica with its exit status and the
                                          line `gcpgpu-entrypoint: setup failed (exit N): <its last line>`.
 Test seams: GCPGPU_GCS_ROOT (stands in for /gcs), GCPGPU_SECRETMANAGER_URL (Secret Manager's endpoint;
-the emulator's, which needs no token), GCPGPU_METADATA_URL (gcpgpu.launch's).
+the emulator's, which needs no token), GCPGPU_METADATA_URL (gcpgpu.node.launch's).
 
-Secret values never pass through the shell: `python -m gcpgpu.launch exec -- CMD` reads them, runs the
+Secret values never pass through the shell: `python -m gcpgpu.node.launch exec -- CMD` reads them, runs the
 setup with them and then becomes CMD (exec), so no plan the entrypoint evals, no `set -x` trace and no
 file holds them.
 """
@@ -52,7 +52,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-EXIT_BAD_INPUT = 2  # the same codes as gcpgpu.launch: 2 a bad value, 3 what the replica cannot get or make
+EXIT_BAD_INPUT = 2  # the same codes as gcpgpu.node.launch: 2 a bad value, 3 what the replica cannot get or make
 EXIT_REFUSED = 3
 DEFAULT_WORKDIR = "/workdir"
 DEFAULT_GCS_ROOT = "/gcs"
@@ -72,7 +72,7 @@ class ReplicaError(Exception):
 
 
 class Metadata(Protocol):
-    """What is asked of gcpgpu.launch's metadata server client (gcpgpu.launch imports this module)."""
+    """What is asked of gcpgpu.node.launch's metadata server client (gcpgpu.node.launch imports this module)."""
 
     def get(self, path: str) -> str | None: ...
 

@@ -119,7 +119,7 @@ class Context:
 
 def source_root() -> Path:
     """The checkout gcpgpu runs from: the folder holding pyproject.toml and containers/Dockerfile."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     missing = [name for name in ("pyproject.toml", DOCKERFILE) if not (root / name).is_file()]
     if missing:
         raise UsageProblem(
@@ -175,7 +175,7 @@ def render_cloudbuild(image: str, flavor: str, region: str, *, user_image: str |
                       build_base: bool = True) -> str:
     """templates/cloudbuild.yaml.j2 for this image and flavour; with `user_image`, also the --context image
     FROM it (and without `build_base`, that step only: the registry holds the base image already)."""
-    from gcpgpu import container_user
+    from gcpgpu.image import user_layer as container_user
 
     return resources.render(
         "cloudbuild.yaml.j2",
@@ -234,7 +234,7 @@ def build_args(flavor: str) -> list[str]:
 def docker_commands(image: str, flavor: str, push: bool, user_image: str | None = None) -> list[list[str]]:
     """The docker command lines a local build runs (the context goes to each `docker build -` on stdin);
     with `user_image`, the --context image is built FROM the base just built, and only it is pushed."""
-    from gcpgpu import container_user
+    from gcpgpu.image import user_layer as container_user
 
     args = [part for arg in build_args(flavor) for part in ("--build-arg", arg)]
     commands = [["docker", "build", *args, "--file", DOCKERFILE, "--tag", image, "-"]]

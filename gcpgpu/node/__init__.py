@@ -1,0 +1,9 @@
+"""What runs on a node or inside the training image, not on the user's machine.
+
+launch     the image's preflight: machine type, NCCL profile, host checks, rendezvous (light imports only:
+           no Google client, no torch, so torch starts from a checked environment)
+workspace  the user's workspace: unpacks the staged --workdir, makes the mounts' links, reads secrets,
+           runs setup, drops root and execs the user's command
+reporter   the trainer-side metrics reporter: the trainer's JSON log -> Cloud Monitoring
+agent      the node agent: a cluster node's follower (job following, recovery, autostop)
+"""

@@ -1,0 +1,194 @@
+"""The follower every node of a gcpgpu cluster runs: `python -m gcpgpu.node.agent --project P --cluster C --node N`.
+
+A node runs it when its metadata says `gcpgpu-agent` (a job submitted with --detach, or a cluster
+with --autostop): on a real node from the training image, which has gcpgpu, as the node's service
+account (templates/startup.sh.j2); in the emulator as a local process that dies with its node.
+
+Each round, the one node whose follower leads (jobs/follower.py: a lease in project metadata)
+follows the cluster's job to its end, recovering it from lost nodes with the settings its record
+carries, and while no job runs judges the cluster's autostop (cluster/autostop.py): idle means no
+job running and every GPU under the idle floor `gcpgpu metrics` uses; before it stops or deletes the
+cluster it tells the setting's webhooks AUTOSTOPPED (jobs/notify.py). The others wait to take over.
+It sits above cluster/, jobs/ and metrics/ because it uses all three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from gcpgpu.cluster import autostop
+from gcpgpu.cluster.cost import format_duration
+from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
+from gcpgpu.cluster.observe import Node, observe_nodes
+from gcpgpu.cluster.session import Reporter, Session
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.jobs import cluster as cluster_jobs
+from gcpgpu.jobs import follower, journal, notify
+
+GPU_WINDOW_S = 180.0  # the newest GPU point within this window counts (Ops Agent writes once a minute)
+NOTIFY_WAIT_S = 30.0  # how long AUTOSTOPPED may hold up the judge's own node (the sender's tries take ~15 s)
+
+
+class Said(Reporter):
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    def step(self, key: str, text: str) -> None:
+        self.say(text)
+
+    def note(self, text: str) -> None:
+        self.say(text)
+
+
+def job_running(clients: Clients, project: str, cluster: str) -> bool:
+    """Whether a job runs (or is being recovered) on the cluster."""
+    if journal.read(clients, project, cluster) is not None:
+        return True
+    found = follower.current_job(clients, project, cluster)
+    if found is None:
+        return False
+    return cluster_jobs.status(clients, project, found[0])["state"] in cluster_jobs.ACTIVE
+
+
+def gpus_busy(clients: Clients, project: str, cluster: str) -> bool:
+    """Whether any node's GPUs were at or over the metrics' idle floor in their newest point
+    (no point at all, as on a node without the Ops Agent, says nothing: not busy)."""
+    from gcpgpu.metrics.query import Window, fetch
+    from gcpgpu.metrics.sources import metrics_for
+    from gcpgpu.metrics.target import resolve
+    from gcpgpu.metrics.view import IDLE_GPU_PCT
+
+    target = resolve(clients, project, "cluster", cluster)
+    gpu = [m for m in metrics_for("cluster") if m.key == "gpu_util_pct"]
+    now = time.time()
+    got = fetch(clients, target, gpu, Window(now - GPU_WINDOW_S, now, 60.0))
+    for points in got.data.get("gpu_util_pct", {}).values():
+        if points and max(points)[1] >= IDLE_GPU_PCT:  # (time, value): the newest point
+            return True
+    return False
+
+
+def tell_autostopped(cluster: str, setting: dict, idle: autostop.IdleClock, nodes: list[Node],
+                     say: Callable[[str], None]) -> notify.Notifier:
+    """Queue AUTOSTOPPED for the setting's webhooks (none: nothing sent) on the job messages' sender:
+    it returns at once and delivers, retrying, from its own thread; the caller closes it, waiting a
+    bounded time, before its own node goes. The log names how many webhooks, never their URLs."""
+    down = bool(setting.get("down"))
+    urls = [str(u) for u in setting.get("notify") or []]
+    told = notify.Notifier(urls, cluster=cluster)
+    if urls:
+        say(f"telling {len(urls)} webhook(s): AUTOSTOPPED")
+        told.send("AUTOSTOPPED", action="delete" if down else "stop", idle_since=idle.idle_since(),
+                  idle_s=int(setting["idle_s"]),
+                  nodes=sorted(n.name for n in nodes if down or n.status == "RUNNING"))
+    return told
+
+
+def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop.IdleClock, leader: Lease,
+         say: Callable[[str], None]) -> str | None:
+    """One autostop judgement by the leader: 'gone' once it deleted the cluster (itself included),
+    'stopped' once it stopped it, else None."""
+    nodes = observe_nodes(clients, project, cluster)
+    setting = autostop.of(nodes)
+    if not setting or not any(n.status == "RUNNING" for n in nodes):
+        idle.reset()
+        return None
+    busy = job_running(clients, project, cluster) or gpus_busy(clients, project, cluster)
+    seconds = idle.idle_for(not busy)
+    if seconds < int(setting["idle_s"]):
+        return None
+    what = "deleting" if setting.get("down") else "stopping"
+    say(f"cluster {cluster} idle for {format_duration(int(seconds))} (autostop "
+        f"{autostop.shown(setting)}): {what} it")
+    s = Session(clients, project, Said(say))
+    try:
+        with s.holding(cluster, "autostop", wait_for_lease=False) as lease:
+            if job_running(clients, project, cluster):  # a job came while this follower took the lease
+                idle.reset()
+                return None
+
+            told = tell_autostopped(cluster, setting, idle, nodes, say)
+
+            def let_go() -> None:  # the judge's own node goes last, and the leases may not outlive it
+                told.close(NOTIFY_WAIT_S)  # AUTOSTOPPED goes out before the judge's node (and this process) does
+                lease.release()
+                leader.release()
+
+            if setting.get("down"):
+                from gcpgpu.metrics import dashboard
+
+                try:
+                    dashboard.delete(clients, project, cluster)
+                except Exception as e:  # as `cluster down`: a dashboard never blocks the teardown
+                    say(f"could not delete the dashboards of cluster {cluster}: {e}")
+                autostop.down(s, cluster, node, say, let_go)
+                return "gone"
+            autostop.stop(s, cluster, node, let_go)
+            return "stopped"
+    except LeaseHeld as e:  # a `cluster up` or `down` is at work: judge again next round
+        say(str(e))
+        return None
+
+
+def serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float,
+          say: Callable[[str], None]) -> int:
+    """Lead when nobody does; follow the cluster's job; judge its autostop. Ends when the cluster is gone."""
+    lead = follower.leadership(clients, project, cluster, f"node {node}")
+    done: set[str] = set()  # jobs this follower saw end (or gave up on)
+    idle = autostop.IdleClock()
+    while True:
+        try:
+            if lead.lost:  # another follower leads now: contend again, as a newcomer
+                lead = follower.leadership(clients, project, cluster, f"node {node}")
+            if not observe_nodes(clients, project, cluster):
+                return 0
+            if follower.lead(lead):
+                found = follower.current_job(clients, project, cluster)
+                if found is not None and str(found[1]["id"]) not in done:
+                    say(f"leading: following job {found[0]}")
+                    f = follower.make(clients, project, found[0], found[1], reporter=Said(say), poll_s=poll_s,
+                                      on_state=lambda st: say(f"job {st['id']}: {st['state']} (attempt "
+                                                              f"{st.get('attempt')})"))
+                    f.leading = follower.guard(lead)
+                    try:
+                        final = f.run()
+                        say(f"job {found[0]} ended {final['state']}")
+                    except CloudError as e:
+                        if isinstance(e, LeaseLost):
+                            raise
+                        say(str(e))
+                    done.add(str(found[1]["id"]))
+                    idle.reset()
+                elif tick(clients, project, cluster, node, idle, lead, say) is not None:
+                    return 0
+        except LeaseLost as e:
+            say(str(e))
+        except Exception as e:  # a passing error (the API, a race with a user's command): next round
+            say(f"{type(e).__name__}: {e}")
+        time.sleep(poll_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gcpgpu.node.agent",
+                                     description="The follower a gcpgpu cluster's node runs (one of them leads).")
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--cluster", required=True)
+    parser.add_argument("--node", required=True, help="this node's name")
+    parser.add_argument("--poll", type=float, default=15.0, help="seconds between looks (default 15)")
+    parser.add_argument("--emulator", help="HOST:PORT of a gcpgpu emulator ($GCPGPU_EMULATOR)")
+    args = parser.parse_args(argv)
+    clients = Clients(emulator=args.emulator or os.environ.get("GCPGPU_EMULATOR") or None, project=args.project)
+
+    def say(text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} gcpgpu follower on {args.node}: {text}", flush=True)
+
+    return serve(clients, args.project, args.cluster, args.node, args.poll, say)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
