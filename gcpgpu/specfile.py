@@ -1,4 +1,4 @@
-"""What `gcpgpu cluster` and `gcpgpu job` read alike: -f spec files, durations and KEY=VALUE options.
+"""What `gcpgpu cluster` and `gcpgpu job` read alike: -f spec files and KEY=VALUE options (durations: times.py).
 
 Every refusal is a UsageProblem of one line that names the option or the file and key as the user
 wrote them.
@@ -15,8 +15,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gcpgpu.errors import UsageProblem
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 # Bounds on what a spec file or a flag may hold. A real spec is a few hundred bytes; these keep a
 # hostile or mistaken input (an alias bomb, /dev/zero, a 200 MB value) from costing more than a
@@ -51,16 +49,6 @@ def lowercase_hint(value: Any, ok: Callable[[str], bool]) -> str:
     if isinstance(value, str) and value != value.lower() and ok(value.lower()):
         return f"; did you mean {value.lower()!r}?"
     return ""
-
-
-def parse_duration(value: str | int | float, where: str) -> int:
-    """'90m', '2h', '1d', '3600s' or plain seconds -> whole seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    m = _DURATION.match(str(value))
-    if not m:
-        raise UsageProblem(f"{where} {value!r} is not a duration; write e.g. 90m, 2h, 1d or 3600s")
-    return int(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
 
 
 def parse_pairs(values: Iterable[str] | None, option: str, example: str = "") -> dict[str, str]:

@@ -165,13 +165,14 @@ def test_autostop_on_a_missing_cluster_exits_1_without_writing(gcp):
 
 
 def test_the_follower_runs_from_the_image_jobs_default_to():
-    from gcpgpu.cluster.autostop_setting import AGENT_REPOSITORY, agent_image
-    from gcpgpu.jobs.spec import DEFAULT_IMAGE
+    from gcpgpu.cluster.autostop_setting import agent_image, stale_image
 
-    assert AGENT_REPOSITORY == DEFAULT_IMAGE  # the training image has gcpgpu (and so the follower) in it
     built = "us-central1-docker.pkg.dev/p/gcpgpu/gcpgpu-trainer:a3-0123456789ab"
     assert agent_image(built, "us-central1", "p") == built  # a detached job's follower runs the image it built
     assert agent_image("docker.io/me/mine:1", "us-central1", "p", built) == built  # else what the node runs
+    stale = stale_image("us-central1", "p")
+    assert agent_image("docker.io/me/mine:1", "us-central1", "p", stale, built) == built  # never the :latest nothing pushes
+    assert agent_image(None, "us-central1", "p") == stale  # ... unless nothing else is known (nodes of older versions)
 
 
 BUILT = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-0123456789ab"

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import PROJECT, clients, make_plan, wait_for
 
+from gcpgpu import times
 from gcpgpu.cli import main
 from gcpgpu.cluster import cost
 from gcpgpu.cluster.apply import Cluster
@@ -86,7 +87,7 @@ def test_no_catalog_price_shows_a_dash_not_zero():
         created = last_start = "2026-01-01T00:00:00.000-00:00"
         last_stop = ""
 
-    run = cost.node_run(Node(), now=cost.parse_timestamp(Node.last_start) + 3600)
+    run = cost.node_run(Node(), now=times.parse_timestamp(Node.last_start) + 3600)
     assert (run.seconds, run.cost) == (3600, None)
     assert cost.summary([Node()])["cost_usd"] is None
     assert cost.shown_cost(None) == "-" and cost.shown_uptime(None) == "-"
@@ -97,7 +98,7 @@ def test_no_catalog_price_shows_a_dash_not_zero():
 @pytest.mark.parametrize(("seconds", "text"), [(30, "30s"), (90, "1m30s"), (3600, "1h"), (11100, "3h05m"),
                                                (86400 * 2 + 3600 * 4, "2d4h")])
 def test_durations_read_as_people_write_them(seconds, text):
-    assert cost.format_duration(seconds) == text
+    assert times.format_duration(seconds) == text
 
 
 def test_a_follower_does_not_undo_the_clusters_own_run_cap(gcp):

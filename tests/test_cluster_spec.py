@@ -10,7 +10,7 @@ from helpers import PROJECT, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster.plan import plan
-from gcpgpu.cluster.spec import ClusterSpec, parse_duration
+from gcpgpu.cluster.spec import ClusterSpec, duration
 from gcpgpu.errors import UsageProblem
 
 BAD_INPUTS = [
@@ -79,7 +79,7 @@ def test_defaults_fill_region_zones_and_placement():
 
 @pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("2h", 7200), ("1d", 86400), ("600", 600), ("30s", 30)])
 def test_parse_duration(text, seconds):
-    assert parse_duration(text, "--flex-start") == seconds
+    assert duration("max_run_duration", text, "--flex-start") == seconds
 
 
 def test_a2_plan_has_no_gpu_networks():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 from helpers import PROJECT, clients, wait_for
 
+from gcpgpu import times
 from gcpgpu.cli import main
 from gcpgpu.cluster.session import Reporter
 from gcpgpu.jobs import ahead, recover
@@ -51,9 +52,9 @@ def test_due_picks_the_soonest_end_within_the_lead_on_running_nodes():
             {"node": "c-1", "node_status": "RUNNING", "ends_at": "",
              "maintenance": {"window_start": "2026-01-01T00:05:00Z"}},
             {"node": "c-2", "node_status": "TERMINATED", "ends_at": "2026-01-01T00:01:00Z", "maintenance": {}}]
-    from gcpgpu.cluster.reservations import parse_rfc3339
+    from gcpgpu.times import parse_timestamp
 
-    now = parse_rfc3339("2026-01-01T00:00:00Z")
+    now = parse_timestamp("2026-01-01T00:00:00Z")
     soon = ahead.due(rows, lead_s=600, now=now)
     assert (soon.node, soon.what, int(soon.left_s)) == ("c-1", "host maintenance starts", 300)
     assert ahead.due(rows, lead_s=60, now=now) is None  # c-2's end is not the job's: the node is down
@@ -91,7 +92,7 @@ def test_a_followed_job_on_a_calendar_reservation_checkpoints_before_its_window_
     cli("cluster", "up", "w", "--machine-type", mt, "--nodes", "1", "--zone", zone, "--reservation", "wk",
         "--wait-for-start", "--yes")
     ends = gcp.compute.get(PROJECT, f"zones/{zone}/instances", "w-0")["resourceStatus"]["scheduling"]["terminationTimestamp"]
-    gcp.clock.advance(reservations.parse_rfc3339(ends) - gcp.clock.now() - 5 * 60)
+    gcp.clock.advance(times.parse_timestamp(ends) - gcp.clock.now() - 5 * 60)
     jid = _submit(gcp, "w")
     state, said = _follow(gcp, jid, monkeypatch)
     assert any(f"its run ends on w-0 at {ends}" in s for s in said), said

@@ -160,6 +160,7 @@ def test_the_suspect_is_the_node_whose_step_lags(monkeypatch):
 
 
 def test_job_cost_counts_recreated_and_lost_nodes():
+    from gcpgpu import times
     from gcpgpu.cluster import cost
     from gcpgpu.jobs import spent
 
@@ -170,7 +171,7 @@ def test_job_cost_counts_recreated_and_lost_nodes():
              "per_node": [{"node": "c-0"}, {"node": "c-1"}],
              "history": [{"kind": "recovery", "at": "2026-11-25T01:00:00Z", "lost": ["c-1"]},
                          {"kind": "retry", "at": "2026-11-25T01:30:00Z", "lost": []}]}
-    now = cost.parse_timestamp("2026-11-25T02:00:00Z")
+    now = times.parse_timestamp("2026-11-25T02:00:00Z")
     import gcpgpu.jobs.spent as mod
 
     original = mod.observe_nodes

@@ -42,50 +42,19 @@ def autostop_flags(kw: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def follower_image(settings: Settings, region: str, machine_type: str, *, dry_run: bool,
-                   what: str = "autostop") -> str:
-    """The image the nodes' follower runs from: the gcpgpu image `container build` last pushed for the
-    cluster's region and GPUDirect flavour (this machine's record, else Artifact Registry's newest
-    FLAVOR-* tag: gcpgpu/image/default.py); a plan or --dry-run reads only the record (no request).
-    `what` needs the follower (autostop, --detach): the one line that says none is built names it."""
-    from gcpgpu import catalog
-    from gcpgpu.image import default as default_image
-
-    flavor = catalog.get_machine_type(machine_type).gpudirect
-    project = settings.project
-    found = default_image.remembered(emulated=settings.emulator is not None, project=project, region=region,
-                                     flavor=flavor)
-    where = f"{default_image.repository(project, region)}/{default_image.IMAGE_NAME}"
-    if found is None and dry_run:
-        info(f"{what}: the nodes' follower will run the newest {flavor}-* image in {where} (looked up then)")
-        return f"{where}:{flavor}-*"
-    found = found or default_image.newest_in_registry(settings.clients, project, region, flavor)
-    if not found:
-        raise UsageProblem(f"{what} runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
-                           f"run 'gcpgpu container build --region {region} --machine-type {machine_type}' first")
-    return found
-
-
 def detached_follower(settings: Settings, image: str | None, nodes: list[Any], *, dry_run: bool) -> str | None:
     """`job submit --detach`: the image the job's nodes run their follower from. None when the job's own
     image is gcpgpu's (it runs the follower); the nodes' own when every node already runs its follower
-    from one image (the autostop's; not the stale :latest); else looked up as autostop's is
-    (follower_image): none built is one line, --dry-run asks nothing."""
-    from gcpgpu.cluster.autostop_setting import AGENT_KEY, agent_image, is_gcpgpu_image
+    from one image (the autostop's); else looked up as autostop's is (image/default.py follower_image):
+    none built is one line, --dry-run asks nothing."""
+    from gcpgpu.cluster.autostop_setting import shared_follower
+    from gcpgpu.image.default import follower_image
+    from gcpgpu.image.name import is_gcpgpu_image
 
-    region, project = nodes[0].region, settings.project
-    if is_gcpgpu_image(image, region, project):
+    if is_gcpgpu_image(image, nodes[0].region, settings.project):
         return None
-    had = {n.metadata.get(AGENT_KEY) for n in nodes}
-    if len(had) == 1 and (kept := had.pop()) and kept != agent_image(None, region, project):  # not the stale tag
-        return kept
-    return follower_image(settings, region, nodes[0].machine_type, dry_run=dry_run, what="--detach's follower")
-
-
-def fill_follower_image(settings: Settings, spec: Any, *, dry_run: bool) -> None:
-    """Give a ClusterSpec with autostop the image its follower runs from (a spec file's agent_image stands)."""
-    if spec.autostop is not None and not spec.agent_image:
-        spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run)
+    return shared_follower(nodes, settings.project) or follower_image(
+        settings, nodes[0].region, nodes[0].machine_type, dry_run=dry_run, say=info, what="--detach's follower")
 
 
 @click.command()
@@ -111,6 +80,7 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     from gcpgpu.cluster.observe import observe_nodes
     from gcpgpu.cluster.session import Session
     from gcpgpu.errors import CloudError
+    from gcpgpu.image.default import follower_image
     from gcpgpu.specfile import check_urls
 
     check_cluster_name(name)
@@ -123,7 +93,8 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     found = observe_nodes(settings.clients, settings.project, name)
     if not found:  # before the lease: nothing written
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
-    image = None if cancel else follower_image(settings, found[0].region, found[0].machine_type, dry_run=False)
+    image = None if cancel else follower_image(settings, found[0].region, found[0].machine_type, dry_run=False,
+                                               say=info)
     s = Session(settings.clients, settings.project)
     with s.holding(name, "autostop", wait_for_lease=True):
         nodes = auto.set_on(settings.clients, settings.project, name, idle_s, down, s.check_lease, image, urls)

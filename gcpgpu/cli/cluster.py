@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gcpgpu.cli.autostop import autostop_flags, autostop_options, fill_follower_image
+from gcpgpu.cli.autostop import autostop_flags, autostop_options
 from gcpgpu.cli.cluster_columns import AUTOSTOP_COLUMN, COST_COLUMNS, NODE_COLUMNS, _autostop
 from gcpgpu.errors import Interrupted, UsageProblem
 from gcpgpu.output import emit, info
@@ -64,7 +64,7 @@ def _spec_options(fn: Callable) -> Callable:
 
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
-    from gcpgpu.cluster.spec import ClusterSpec, parse_duration
+    from gcpgpu.cluster.spec import ClusterSpec, duration
     from gcpgpu.specfile import check_option_values, parse_pairs
 
     check_option_values(click.get_current_context())
@@ -102,14 +102,14 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         flags["provisioning"] = "spot"
     if kw.get("flex_start"):
         flags["provisioning"] = "flex-start"
-        flags["max_run_duration"] = parse_duration(kw["flex_start"], "--flex-start")
+        flags["max_run_duration"] = duration("max_run_duration", kw["flex_start"], "--flex-start")
     if kw.get("flex_wait") is not None:
-        flags["flex_wait"] = parse_duration(kw["flex_wait"], "--flex-wait")
+        flags["flex_wait"] = duration("flex_wait", kw["flex_wait"], "--flex-wait")
     if kw.get("max_run_duration") is not None:
         if kw.get("flex_start"):
             raise UsageProblem("--max-run-duration and --flex-start both set the run duration: give it once "
                                f"(--flex-start {kw['flex_start']})")
-        flags["max_run_duration"] = parse_duration(kw["max_run_duration"], "--max-run-duration")
+        flags["max_run_duration"] = duration("max_run_duration", kw["max_run_duration"], "--max-run-duration")
     if kw.get("termination_action") is not None:
         flags["termination_action"] = kw["termination_action"]
     flags.update(autostop_flags(kw))
@@ -197,9 +197,10 @@ def cluster() -> None:
 def plan(settings: Settings, **kw: Any) -> None:
     """Show what `cluster up` would create, and its hourly cost, without touching the cloud."""
     from gcpgpu.cluster.plan import plan as make_plan
+    from gcpgpu.image.default import fill_follower_image
 
     spec = _build_spec(settings, kw)
-    fill_follower_image(settings, spec, dry_run=True)
+    fill_follower_image(settings, spec, dry_run=True, say=info)
     p = make_plan(spec, settings.project)
     if settings.format != "table":
         emit(p.to_dict())
@@ -233,12 +234,13 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.plan import plan as make_plan
+    from gcpgpu.image.default import fill_follower_image
 
     spec = _build_spec(settings, kw)
     if wait_for_start and not spec.reservation:
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
-    fill_follower_image(settings, spec, dry_run=dry_run)  # before any change: none built stops here
+    fill_follower_image(settings, spec, dry_run=dry_run, say=info)  # before any change: none built stops here
     p = make_plan(spec, project)
     if dry_run:
         if settings.format != "table":

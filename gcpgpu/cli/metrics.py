@@ -85,12 +85,12 @@ def report(settings: Settings, cluster: str | None, job: str | None, since: str 
     page adds each node's averages over the window and embeds the figure. A job's
     report covers its run unless --since says otherwise.
     """
-    from gcpgpu.metrics.query import Window, parse_duration
+    from gcpgpu.metrics.query import Window, parse_since
     from gcpgpu.metrics.report import check_output, make_report
     from gcpgpu.metrics.target import pick, resolve
 
     kind, name = pick(cluster, job)
-    seconds = parse_duration(since) if since is not None else None
+    seconds = parse_since(since) if since is not None else None
     path = check_output(output)
     project = settings.project
     target = resolve(settings.clients, project, kind, name)

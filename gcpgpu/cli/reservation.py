@@ -104,15 +104,11 @@ def describe(settings: Settings, name: str) -> None:
 def advise(settings: Settings, machine_type: str, count: int, duration: str, start_after: str) -> None:
     """Ask Compute Engine (advice.calendarMode) where and when a calendar-mode reservation can be had."""
     from gcpgpu.cluster import reservations as rv
-    from gcpgpu.specfile import parse_duration
 
     mt, n = _machine(machine_type), _count(count)
-    seconds = parse_duration(duration, "--duration")
+    seconds = rv.parse_window_length(duration)
     now = time.time()
     earliest = max(rv.parse_when(start_after, "--start-after", now), now)
-    lo, hi = rv.CALENDAR_DURATION_S
-    if not lo <= seconds <= hi:
-        raise UsageProblem(f"--duration {duration} is out of range: calendar mode reserves 1 to 90 days")
     got = rv.advise(settings.clients, settings.project, settings.region, mt, n, seconds, earliest)
     if settings.format != "table":
         emit(got)
@@ -137,18 +133,18 @@ def advise(settings: Settings, machine_type: str, count: int, duration: str, sta
 def create(settings: Settings, name: str, machine_type: str, count: int, start: str, duration: str) -> None:
     """Book a calendar-mode future reservation (DENSE) in --zone; its reservation carries NAME."""
     from gcpgpu.cluster import reservations as rv
-    from gcpgpu.specfile import parse_duration
+    from gcpgpu.times import format_timestamp
 
     _name(name)
     mt, n = _machine(machine_type), _count(count)
-    seconds = parse_duration(duration, "--duration")
+    seconds = rv.parse_window_length(duration)
     now = time.time()
     begin = rv.parse_when(start, "--start", now)
     rv.check_calendar_window(begin, seconds, now)
     zone = settings.zone
     rv.create(settings.clients, settings.project, zone, name, mt, n, begin, seconds)
-    info(f"Future reservation {name} ({zone}) submitted: {n} x {mt}, {rv.rfc3339(begin)} to "
-         f"{rv.rfc3339(begin + seconds)}. Use it: gcpgpu cluster up CLUSTER --machine-type {mt} --nodes {n} "
+    info(f"Future reservation {name} ({zone}) submitted: {n} x {mt}, {format_timestamp(begin)} to "
+         f"{format_timestamp(begin + seconds)}. Use it: gcpgpu cluster up CLUSTER --machine-type {mt} --nodes {n} "
          f"--zone {zone} --reservation {name} --wait-for-start")
 
 

@@ -25,16 +25,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call
-from gcpgpu.specfile import parse_duration
+from gcpgpu.times import format_timestamp, parse_duration
 
-from .autostop_setting import AGENT_IMAGE, AGENT_KEY, KEY, of, public, setting, shown
+from .autostop_setting import AGENT_KEY, KEY, of, public, setting, shown, stale_image
 from .kinds import NODES
 from .observe import Node, observe, observe_nodes
 
-__all__ = ["AGENT_IMAGE", "AGENT_KEY", "KEY", "of", "public", "setting", "shown"]  # the setting, read where it is set
+__all__ = ["AGENT_KEY", "KEY", "of", "public", "setting", "shown"]  # the setting, read where it is set
 
 MIN_S, MAX_S = 60, 30 * 86400
 # A test seam, as GCPGPU_METADATA_URL is the job agent's: idle time counts this many times faster.
@@ -43,10 +43,7 @@ SCALE_ENV = "GCPGPU_AUTOSTOP_SCALE"
 
 def parse(value: Any, where: str = "--autostop") -> int:
     """'30m', '2h' -> seconds, between a minute and 30 days; one line naming `where` otherwise."""
-    seconds = parse_duration(value, where)
-    if not MIN_S <= seconds <= MAX_S:
-        raise UsageProblem(f"{where} {value!r} is out of range: give between 1m and 30d (e.g. 30m, 2h)")
-    return seconds
+    return parse_duration(value, where, at_least=MIN_S, at_most=MAX_S)
 
 
 def metadata_items(idle_s: int | None, down: bool, region: str, project: str,
@@ -57,7 +54,7 @@ def metadata_items(idle_s: int | None, down: bool, region: str, project: str,
     if value is None:
         return []
     return [{"key": KEY, "value": json.dumps(value, sort_keys=True)},
-            {"key": AGENT_KEY, "value": image or AGENT_IMAGE.format(region=region, project=project.replace(":", "/"))}]
+            {"key": AGENT_KEY, "value": image or stale_image(region, project)}]
 
 
 def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, down: bool,
@@ -124,7 +121,7 @@ class IdleClock:
         """When this leader began seeing the cluster idle (RFC 3339, UTC), None when it does not."""
         if self.since_wall is None:
             return None
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since_wall))
+        return format_timestamp(self.since_wall)
 
 
 def stop(s: Any, cluster: str, own: str, before_last: Callable[[], None]) -> list[str]:

@@ -10,47 +10,18 @@ counted: the figure is a floor for the cluster's life, exact for its current run
 
 from __future__ import annotations
 
-import calendar
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from gcpgpu import catalog
+from gcpgpu.times import format_duration, parse_timestamp
 
 # States in which Compute Engine bills the machine (instance lifecycle: PROVISIONING and STAGING
 # are not billed; STOPPING is until the VM is TERMINATED).
 BILLED = ("RUNNING", "STOPPING", "SUSPENDING")
 PRICED_MODELS = {"STANDARD": "price_per_hour", "SPOT": "spot_price_per_hour",
                  "RESERVATION_BOUND": "price_per_hour"}  # flex-start has its own (uncatalogued) price
-
-
-def format_duration(seconds: float) -> str:
-    """3h05m, 2d4h, 45m, 30s: the two largest units, for tables."""
-    s = max(int(seconds), 0)
-    days, rest = divmod(s, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
-    if minutes:
-        return f"{minutes}m" if not secs else f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def parse_timestamp(text: str | None) -> float | None:
-    """Seconds since the epoch from Compute's RFC 3339 timestamps; None for an empty or odd one."""
-    if not text:
-        return None
-    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text.strip())
-    if not m:
-        return None
-    base = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
-    tz = m.group(3)
-    offset = 0 if tz == "Z" else (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
-    return base + float(m.group(2) or 0) - offset
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any
 
 from gcpgpu import catalog
 from gcpgpu.resources import render
+from gcpgpu.times import format_duration
 
 from . import autostop
-from .cost import format_duration
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gcpgpu.errors import CloudError, UsageProblem
-from gcpgpu.specfile import parse_duration
+from gcpgpu.times import format_duration, format_timestamp, parse_duration, parse_timestamp
 
 DAY = 86400
 CALENDAR_DURATION_S = (1 * DAY, 90 * DAY)  # unverified (see above)
@@ -31,48 +31,35 @@ POLL_SECONDS = 30.0
 _sleep = time.sleep  # tests put the emulator's clock forward here instead of sleeping
 
 
-def rfc3339(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-def parse_rfc3339(text: str) -> float:
-    """Epoch seconds from an RFC 3339 time ('Z' or an offset; no offset is read as UTC); ValueError if not one."""
-    import datetime as dt
-
-    if "T" not in text:
-        raise ValueError(text)
-    when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return when.timestamp()
+def parse_window_length(value: Any, where: str = "--duration") -> int:
+    """A calendar-mode window's length: 1 to 90 days, refused in one line before any API call (exit 2)."""
+    lo, hi = CALENDAR_DURATION_S
+    why = "out of range: a calendar-mode reservation lasts 1 to 90 days (e.g. --duration 7d)"
+    return parse_duration(value, where, at_least=lo, at_most=hi, too_short=why, too_long=why)
 
 
 def parse_when(value: str, where: str, now: float) -> float:
-    """An RFC 3339 time, or a duration from now ('2h', '3d'); epoch seconds."""
+    """An RFC 3339 time, or a delay from now ('2h', '3d', at most 8 weeks); epoch seconds."""
     text = str(value).strip()
-    try:
-        return parse_rfc3339(text)
-    except ValueError:
-        pass
-    try:
-        return now + parse_duration(text.removeprefix("+"), where)
-    except UsageProblem:
-        raise UsageProblem(f"{where} {text!r} must be an RFC 3339 time (2026-12-01T08:00:00Z) or a "
-                           "delay from now (e.g. 2h, 3d)") from None
+    when = parse_timestamp(text)
+    if when is not None:
+        return when
+    return now + parse_duration(
+        text.removeprefix("+"), where, at_most=CALENDAR_LEAD_S,
+        too_long="more than 8 weeks ahead; calendar mode reserves at most 8 weeks in advance",
+        malformed="must be an RFC 3339 time (2026-12-01T08:00:00Z) or a delay from now (e.g. 2h, 3d)")
 
 
 def check_calendar_window(start: float, seconds: int, now: float, start_flag: str = "--start") -> None:
     """What calendar mode allows, refused before any API call (exit 2)."""
     if start <= now:
-        raise UsageProblem(f"{start_flag} {rfc3339(start)} is in the past; a calendar-mode window starts in "
+        raise UsageProblem(f"{start_flag} {format_timestamp(start)} is in the past; a calendar-mode window starts in "
                            "the future (e.g. --start 2d)")
     if start - now > CALENDAR_LEAD_S:
-        raise UsageProblem(f"{start_flag} {rfc3339(start)} is more than 8 weeks ahead; calendar mode "
+        raise UsageProblem(f"{start_flag} {format_timestamp(start)} is more than 8 weeks ahead; calendar mode "
                            "reserves at most 8 weeks in advance")
     lo, hi = CALENDAR_DURATION_S
     if not lo <= seconds <= hi:
-        from gcpgpu.cluster.cost import format_duration
-
         raise UsageProblem(f"--duration {format_duration(seconds)} is out of range: a calendar-mode reservation lasts "
                            "1 to 90 days (e.g. --duration 7d)")
 
@@ -155,7 +142,7 @@ def advise(clients: Any, project: str, region: str, machine_type: str, count: in
         target_resources=compute_v1.FutureResourcesSpecTargetResources(
             specific_sku_resources=compute_v1.FutureResourcesSpecSpecificSKUResources(
                 machine_type=machine_type, instance_count=count)),
-        time_range_spec=compute_v1.FlexibleTimeRange(start_time_not_earlier_than=rfc3339(earliest),
+        time_range_spec=compute_v1.FlexibleTimeRange(start_time_not_earlier_than=format_timestamp(earliest),
                                                      min_duration=f"{seconds}s", max_duration=f"{seconds}s"))
     got = clients.compute("AdviceClient").calendar_mode(request=compute_v1.CalendarModeAdviceRpcRequest(
         project=project, region=region,
@@ -186,7 +173,8 @@ def create(clients: Any, project: str, zone: str, name: str, machine_type: str, 
         specific_sku_properties=compute_v1.FutureReservationSpecificSKUProperties(
             total_count=count, instance_properties=compute_v1.AllocationSpecificSKUAllocationReservedInstanceProperties(
                 machine_type=machine_type)),
-        time_window=compute_v1.FutureReservationTimeWindow(start_time=rfc3339(start), end_time=rfc3339(start + seconds)))
+        time_window=compute_v1.FutureReservationTimeWindow(start_time=format_timestamp(start),
+                                                           end_time=format_timestamp(start + seconds)))
     op = call(clients.compute("FutureReservationsClient").insert,
               {"project": project, "zone": zone, "future_reservation_resource": fr})
     return wait(clients, project, op)
@@ -239,10 +227,8 @@ def wait_for_start(clients: Any, project: str, name: str, zones: list[str], note
 
 
 def _until(start: str) -> str:
-    try:
-        secs = parse_rfc3339(start) - time.time()
-    except ValueError:
-        return ""
+    when = parse_timestamp(start)
+    secs = 0 if when is None else when - time.time()
     if secs <= 0:
         return ""
     return f" (in about {int(secs // 3600)}h{int(secs % 3600 // 60):02d}m by this machine's clock)"

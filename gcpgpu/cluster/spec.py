@@ -14,9 +14,8 @@ from typing import Any
 from gcpgpu import catalog
 from gcpgpu.errors import UsageProblem
 from gcpgpu.specfile import check_service_account, load_spec_file, shown
-from gcpgpu.specfile import parse_duration as parse_duration
+from gcpgpu.times import format_duration, parse_duration
 
-from .cost import format_duration
 from .names import RFC1035, check_cluster_name
 
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -36,8 +35,12 @@ DEFAULT_TERMINATION = {"flex-start": "delete", "standard": "stop", "spot": "stop
 # gives no bounds: unverified beyond that record).
 FLEX_WAIT_SECONDS = (90, 7200)
 DEFAULT_FLEX_WAIT = 3600
+FLEX_WAIT_RULE = "0 (only if capacity is there now) or between 90s and 2h"
+# Each duration field's widest bounds, checked as the flag or spec key is read; validate() narrows
+# what depends on other fields (the provisioning model's run duration, flex-wait's 0 or 90 s .. 2 h).
+DURATION_BOUNDS = {"max_run_duration": (30, 120 * 86400, None),
+                   "flex_wait": (0, FLEX_WAIT_SECONDS[1], f"out of range: give {FLEX_WAIT_RULE}")}
 PROVISIONING = ("standard", "spot", "flex-start")
-DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11"
 DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # The boot image as Compute's sourceImage takes it: a full URL or a partial path to an image or an
 # image family, in another project or (global/images/...) this one.
@@ -178,8 +181,7 @@ class ClusterSpec:
                 self.flex_wait = DEFAULT_FLEX_WAIT
             lo, hi = FLEX_WAIT_SECONDS
             if not isinstance(self.flex_wait, int) or not (self.flex_wait == 0 or lo <= self.flex_wait <= hi):
-                raise UsageProblem(f"--flex-wait {self.flex_wait!r}s must be 0 (only if capacity is there now) "
-                                   "or between 90s and 2h")
+                raise UsageProblem(f"--flex-wait {self.flex_wait!r}s must be {FLEX_WAIT_RULE}")
         elif self.flex_wait is not None:
             raise UsageProblem("--flex-wait applies to flex-start nodes only: add --flex-start DURATION "
                                "(e.g. --flex-start 4h)")
@@ -278,16 +280,26 @@ class ClusterSpec:
                                "projects/PROJECT/global/images/family/FAMILY (or .../global/images/NAME)")
 
 
+def duration(key: str, value: Any, where: str) -> int:
+    """A duration field (max_run_duration, flex_wait, autostop) from a flag or a spec file, in seconds."""
+    if key == "autostop":
+        from .autostop import parse
+
+        return parse(value, where)
+    lo, hi, why = DURATION_BOUNDS[key]
+    return parse_duration(value, where, at_least=lo, at_most=hi, too_long=why)
+
+
 def _load_file(path: str) -> dict[str, Any]:
     """A spec file's keys: the ClusterSpec fields (dashes or underscores both accepted), and flex_start: DURATION."""
 
     def flex_start(value: Any, where: str, out: dict[str, Any]) -> None:
         out["provisioning"] = "flex-start"
-        out["max_run_duration"] = parse_duration(value, f"{path}: flex_start")
+        out["max_run_duration"] = duration("max_run_duration", value, f"{path}: flex_start")
 
     def convert(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         if k in ("max_run_duration", "flex_wait", "autostop") and value is not None:
-            return parse_duration(value, f"{path}: {k}")
+            return duration(k, value, f"{path}: {k}")
         if k == "autostop_notify" and isinstance(value, str):
             return [value]  # one webhook, as a job spec's notify
         if k in ("zones", "scopes") and isinstance(value, str):

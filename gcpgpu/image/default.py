@@ -12,6 +12,7 @@ Found in this order:
      `container build` gives; a custom --tag is found only through the record).
   3. neither: one line saying to run `gcpgpu container build` or to pass --image.
 `--dry-run` reads only the record (it makes no request) and otherwise says where submit will look.
+The nodes' follower (autostop, a detached job) runs from the image found the same way (follower_image).
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from typing import Any
 
 from gcpgpu.errors import CloudError, UsageProblem
 
-REPO = "gcpgpu"  # container build's default --repo
-IMAGE_NAME = "gcpgpu-trainer"
+from .name import DEFAULT_REPO, IMAGE_NAME, image_path, repository
 
 
 def state_file(emulated: bool = False, environ: Mapping[str, str] | None = None) -> Path:
@@ -72,11 +72,7 @@ def remembered(*, emulated: bool, project: str, region: str, flavor: str) -> str
     return image if isinstance(image, str) and image else None
 
 
-def repository(project: str, region: str) -> str:
-    return f"{region}-docker.pkg.dev/{project.replace(':', '/')}/{REPO}"
-
-
-def registry_images(clients: Any, project: str, region: str, repo: str = REPO) -> list[dict[str, Any]] | None:
+def registry_images(clients: Any, project: str, region: str, repo: str = DEFAULT_REPO) -> list[dict[str, Any]] | None:
     """Artifact Registry's dockerImages.list of REGION-docker.pkg.dev/PROJECT/REPO (every page), or None
     when there is no such repository."""
     session, base = _session(clients)
@@ -119,7 +115,7 @@ def newest_in_registry(clients: Any, project: str, region: str, flavor: str) -> 
             if tag.startswith(f"{flavor}-"):
                 # RFC 3339 in one zone sorts as text; the tag breaks ties for a stable choice.
                 best = max(best or ("", ""), (image.get("uploadTime", ""), tag))
-    return f"{repository(project, region)}/{IMAGE_NAME}:{best[1]}" if best else None
+    return f"{image_path(project, region)}:{best[1]}" if best else None
 
 
 def _session(clients: Any) -> tuple[Any, str]:
@@ -142,7 +138,7 @@ def resolve(settings: Any, *, region: str, flavor: str, dry_run: bool, say: Any)
     if found:
         say(f"image: {found} (the last 'gcpgpu container build' here for {region}, flavour {flavor})")
         return found
-    where = f"{repository(project, region)}/{IMAGE_NAME}"
+    where = image_path(project, region)
     if dry_run:
         say(f"image: no 'gcpgpu container build' for {region}, flavour {flavor} recorded on this machine; submit "
             f"will run the newest {flavor}-* image in Artifact Registry {where} (none there: it stops and says so)")
@@ -161,3 +157,31 @@ def fill(settings: Any, job: Any, region: str, machine: Any, *, dry_run: bool, s
     if job.image_pending:
         job.image = resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=say)
         job.image_pending = False
+
+
+def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bool, say: Any,
+                   what: str = "autostop") -> str:
+    """The image the nodes' follower runs from: the gcpgpu image `container build` last pushed for the
+    cluster's region and GPUDirect flavour (this machine's record, else Artifact Registry's newest
+    FLAVOR-* tag); a plan or --dry-run reads only the record (no request). `what` needs the follower
+    (autostop, --detach): the one line that says none is built names it."""
+    from gcpgpu import catalog
+
+    flavor = catalog.get_machine_type(machine_type).gpudirect
+    project = settings.project
+    found = remembered(emulated=settings.emulator is not None, project=project, region=region, flavor=flavor)
+    where = image_path(project, region)
+    if found is None and dry_run:
+        say(f"{what}: the nodes' follower will run the newest {flavor}-* image in {where} (looked up then)")
+        return f"{where}:{flavor}-*"
+    found = found or newest_in_registry(settings.clients, project, region, flavor)
+    if not found:
+        raise UsageProblem(f"{what} runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
+                           f"run 'gcpgpu container build --region {region} --machine-type {machine_type}' first")
+    return found
+
+
+def fill_follower_image(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:
+    """Give a ClusterSpec with autostop the image its follower runs from (a spec file's agent_image stands)."""
+    if spec.autostop is not None and not spec.agent_image:
+        spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run, say=say)

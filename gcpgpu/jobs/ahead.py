@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gcpgpu.times import parse_timestamp
+
 LEAD_S = 600.0
 clock: Callable[[], float] = time.time  # tests run it on the emulator's clock
 
@@ -32,15 +34,6 @@ class Ahead:
         return f"{self.what} on {self.node} at {self.when} (in {max(int(self.left_s // 60), 0)} min)"
 
 
-def _epoch(text: str) -> float | None:
-    from gcpgpu.cluster.reservations import parse_rfc3339
-
-    try:
-        return parse_rfc3339(text) if text else None
-    except ValueError:
-        return None
-
-
 def due(rows: list[dict], lead_s: float | None = None, now: float | None = None) -> Ahead | None:
     """The soonest known end among the job's RUNNING nodes (rows from jobs/cluster.status, with
     `ends_at` and `maintenance`) that is less than `lead_s` away, else None."""
@@ -50,11 +43,11 @@ def due(rows: list[dict], lead_s: float | None = None, now: float | None = None)
     for r in rows:
         if r.get("node_status") != "RUNNING":
             continue
-        ends = _epoch(r.get("ends_at") or "")
+        ends = parse_timestamp(r.get("ends_at"))
         if ends is not None:
             found.append(Ahead(r["node"], "its run ends", r["ends_at"], ends - now))
         m = r.get("maintenance") or {}
-        start = _epoch(m.get("window_start") or "")
+        start = parse_timestamp(m.get("window_start"))
         if start is not None:
             found.append(Ahead(r["node"], "host maintenance starts", m["window_start"], start - now))
     soon = [a for a in found if a.left_s <= lead]

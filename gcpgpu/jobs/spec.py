@@ -14,9 +14,10 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gcpgpu import catalog, specfile
+from gcpgpu import catalog, specfile, times
 from gcpgpu.cluster.names import check_cluster_name
 from gcpgpu.errors import UsageProblem
+from gcpgpu.image.name import image_path
 from gcpgpu.trainer.argv import runs_bundled_trainer, trainer_args
 
 from . import policy, usercode
@@ -38,24 +39,18 @@ IMAGE_REF = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
 MAX_IMAGE_REF = 512  # name (255) + tag (128) + digest: refused by length before the pattern runs
-# The gcpgpu training image (`gcpgpu container build` pushes it there): its entrypoint applies the
-# machine's NCCL profile, works out the torchrun rendezvous and runs the trainer with the job's args.
-# Which tag a job runs is decided at submit (gcpgpu/image/default.py): the one last built, never :latest.
-TRAINER_IMAGE_NAME = "gcpgpu-trainer"
-DEFAULT_IMAGE = "{region}-docker.pkg.dev/{project}/gcpgpu/gcpgpu-trainer"
 # Names that usually hold secrets: job environments are stored in plain text (instance metadata,
 # the CustomJob), so these draw a warning pointing at Secret Manager.
 SECRET_HINT = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 MAX_NODES = 512
 FLEX_MAX_WAIT = (60, 7 * 86400)
+MAX_DURATION_S = 365 * 86400
 
 
 def parse_duration(value: Any, where: str) -> int:
-    """'90m', '2h', '1d', '3600s' or plain seconds -> whole seconds (at least 1)."""
-    seconds = specfile.parse_duration(value, where)
-    if seconds < 1:
-        raise UsageProblem(f"{where} {value!r} must be at least 1s")
-    return seconds
+    """A job's duration (--timeout, --max-wait, --stall-timeout): times.py's grammar, 1s to a year;
+    validate() narrows each."""
+    return times.parse_duration(value, where, at_least=1, at_most=MAX_DURATION_S)
 
 
 def parse_env(pairs: Any, where: str = "--env") -> dict[str, str]:
@@ -230,7 +225,9 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         if not project:
             raise UsageProblem("no project set for the default image: pass --project, or --image URI")
         image_region = region or "us-central1"
-        image = DEFAULT_IMAGE.format(region=image_region, project=project.replace(":", "/"))
+        # The gcpgpu training image (gcpgpu/image/name.py); which tag is decided at submit
+        # (gcpgpu/image/default.py): the one last built, never :latest.
+        image = image_path(project, image_region)
     elif len(image) > MAX_IMAGE_REF or not IMAGE_REF.match(image):
         raise UsageProblem(f"--image {specfile.shown(image)} is not a container image reference "
                            "[HOST/]PATH[:TAG][@sha256:DIGEST] with a lowercase path, e.g. "

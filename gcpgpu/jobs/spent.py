@@ -16,15 +16,16 @@ from typing import Any
 from gcpgpu.cluster import cost
 from gcpgpu.cluster.observe import observe_nodes
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.times import parse_timestamp
 
 
 def job_spent(clients: Clients, project: str, state: dict, now: float | None = None) -> dict[str, Any]:
     """uptime_s, node_hours and cost_usd (None without a catalog price) of a cluster job's `state`."""
     now = time.time() if now is None else now
-    begin = cost.parse_timestamp(state.get("created"))
+    begin = parse_timestamp(state.get("created"))
     if begin is None:
         return {"uptime_s": None, "node_hours": None, "cost_usd": None}
-    end = cost.parse_timestamp(state.get("ended")) or now
+    end = parse_timestamp(state.get("ended")) or now
     names = {r["node"] for r in state.get("per_node") or []}
     nodes = [n for n in observe_nodes(clients, project, state.get("cluster") or "") if n.name in names]
     seconds = 0.0
@@ -32,7 +33,7 @@ def job_spent(clients: Clients, project: str, state: dict, now: float | None = N
     for entry in state.get("history") or []:
         if entry.get("kind") == "retry":
             continue  # same nodes, still up
-        at = cost.parse_timestamp(entry.get("at")) or begin
+        at = parse_timestamp(entry.get("at")) or begin
         for name in entry.get("lost") or []:
             seconds += max(0.0, min(at, end) - since.get(name, begin))
             since[name] = at

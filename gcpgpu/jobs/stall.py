@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcpgpu.cluster.cost import parse_timestamp
 from gcpgpu.cluster.observe import guest_attributes
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import batch
+from gcpgpu.times import parse_timestamp
 
 from . import cluster as cluster_jobs
 from . import ids

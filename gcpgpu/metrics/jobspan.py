@@ -7,7 +7,6 @@ the last numbers it reported are not shown as live.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.times import parse_timestamp
 
 from .query import PERIOD_S, Window
 
@@ -45,16 +45,6 @@ class JobSpan:
         seconds = max(stop - start, 2 * PERIOD_S)
         period = max(PERIOD_S, math.ceil(seconds / max_points / PERIOD_S) * PERIOD_S)
         return Window(stop - seconds, stop, float(period))
-
-
-def _epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
 def job_id(text: str, region: str | None) -> Any:
@@ -90,4 +80,5 @@ def read(clients: Any, project: str, text: str, region: str | None) -> JobSpan |
             state = cluster_jobs.status(clients, project, jid)
     except (CloudError, exceptions.GoogleAPICallError):
         return None
-    return JobSpan(str(jid), str(state["state"]), _epoch(state.get("started")), _epoch(state.get("ended")))
+    return JobSpan(str(jid), str(state["state"]), parse_timestamp(state.get("started")),
+                   parse_timestamp(state.get("ended")))

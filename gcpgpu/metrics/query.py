@@ -9,14 +9,13 @@ network for a 64-node answer.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gcpgpu.errors import UsageProblem
+from gcpgpu.times import parse_duration
 
 from .sources import Metric
 from .target import Target
@@ -31,22 +30,14 @@ MAX_PARALLEL = 16
 RowKey = tuple[str, str | None]  # (member key, gpu number) or ("job", None) for job-level numbers
 JOB_KEY: RowKey = ("job", None)
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_SINCE_S = 6 * 604800  # Cloud Monitoring keeps most metrics for six weeks
 
 
-def parse_duration(text: str, option: str = "--since") -> float:
-    """'90s', '15m', '1h30m', '2d' -> seconds; a UsageProblem naming the option otherwise."""
-    compact = (text or "").strip().lower().replace(" ", "")
-    if not compact or _DURATION.sub("", compact) != "":
-        raise UsageProblem(f"{option} {text!r} is not a duration: write e.g. 30m, 1h, 1h30m or 2d")
-    seconds = sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(compact))
-    if seconds < 60:
-        raise UsageProblem(f"{option} {text!r} is shorter than a minute: Cloud Monitoring samples once a minute")
-    if seconds > MAX_SINCE_S:
-        raise UsageProblem(f"{option} {text!r} is longer than six weeks, what Cloud Monitoring keeps")
-    return seconds
+def parse_since(text: str, option: str = "--since") -> int:
+    """How far back a window reaches: a duration (times.py) from a minute to six weeks."""
+    return parse_duration(text, option, at_least=60, at_most=MAX_SINCE_S,
+                          too_short="shorter than a minute: Cloud Monitoring samples once a minute",
+                          too_long="longer than six weeks, what Cloud Monitoring keeps")
 
 
 @dataclass(frozen=True)

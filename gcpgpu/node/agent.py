@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 
 from gcpgpu.cluster import autostop
-from gcpgpu.cluster.cost import format_duration
 from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
 from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
@@ -29,6 +28,7 @@ from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import cluster as cluster_jobs
 from gcpgpu.jobs import follower, journal, notify
+from gcpgpu.times import format_duration
 
 GPU_WINDOW_S = 180.0  # the newest GPU point within this window counts (Ops Agent writes once a minute)
 NOTIFY_WAIT_S = 30.0  # how long AUTOSTOPPED may hold up the judge's own node (the sender's tries take ~15 s)
