@@ -2,6 +2,8 @@
 
 The layout keeps them at the top of the repo (where people look for them); an installed gcpgpu
 still needs them, so the build copies them into the package. gcpgpu.resources finds either place.
+The packaging files go with them: `container build` from a wheel install sends the same build
+context a checkout would (gcpgpu/image/build.py sources()).
 """
 
 import shutil
@@ -11,6 +13,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 BUNDLED = ("templates", "containers")
+BUNDLED_FILES = ("pyproject.toml", "setup.py", "README.md")
 
 
 class BuildWithBundled(build_py):
@@ -23,6 +26,9 @@ class BuildWithBundled(build_py):
                 dst = Path(self.build_lib) / "gcpgpu" / "_bundled" / name
                 shutil.rmtree(dst, ignore_errors=True)
                 shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name in BUNDLED_FILES:
+            if (root / name).is_file():
+                shutil.copyfile(root / name, Path(self.build_lib) / "gcpgpu" / "_bundled" / name)
 
 
 setup(cmdclass={"build_py": BuildWithBundled})

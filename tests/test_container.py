@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from gcpgpu import nccl
 from gcpgpu.cli import main
 from gcpgpu.image import build as container
+from gcpgpu.image.name import image_uri
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "containers" / "Dockerfile"
@@ -175,7 +176,7 @@ def test_the_image_starts_as_root_and_its_entrypoint_becomes_the_images_user(doc
 
 
 def test_every_copy_source_is_in_the_build_context(dockerfile):
-    names = {name for name, _ in container.context_files(REPO)}
+    names = {name for name, _ in container.context_files(container.sources())}
     folders = {name.split("/", 1)[0] for name in names}
     for word, rest in dockerfile:
         if word != "COPY" or "--from=" in rest:
@@ -202,9 +203,9 @@ def members(data: bytes) -> dict[str, tarfile.TarInfo]:
 
 
 def test_context_is_reproducible_and_holds_what_the_image_needs():
-    files = container.context_files(REPO)
+    files = container.context_files(container.sources())
     first = container.build_context(files, {"cloudbuild.yaml": "steps: []\n"})
-    again = container.build_context(container.context_files(REPO), {"cloudbuild.yaml": "steps: []\n"})
+    again = container.build_context(container.context_files(container.sources()), {"cloudbuild.yaml": "steps: []\n"})
     assert first.data == again.data and first.source_digest == again.source_digest
     held = members(first.data)
     for name in ("pyproject.toml", "containers/Dockerfile", "containers/entrypoint.sh", "gcpgpu/node/launch.py",
@@ -219,7 +220,7 @@ def test_cloudbuild_template_is_a_valid_build_for_the_image():
     from google.cloud.devtools import cloudbuild_v1
     from google.protobuf import json_format
 
-    image = container.image_uri(REGION, PROJECT, "gcpgpu", "tcpx-1")
+    image = image_uri(PROJECT, REGION, "tcpx-1")
     text = container.render_cloudbuild(image, "tcpx", REGION)
     data = yaml.safe_load(text)
     build = cloudbuild_v1.Build.wrap(json_format.ParseDict(data, cloudbuild_v1.Build.pb()()))

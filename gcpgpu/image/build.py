@@ -24,7 +24,7 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,10 @@ from typing import Any
 from gcpgpu import catalog, nccl, resources
 from gcpgpu.errors import CloudError, UsageProblem
 
-IMAGE_NAME = "gcpgpu-trainer"
-DEFAULT_REPO = "gcpgpu"
 DOCKERFILE = "containers/Dockerfile"
+# What the Dockerfile copies: these files and folders from the top of the sources.
+TOP_FILES = ("pyproject.toml", "setup.py", "README.md")
+FOLDERS = ("gcpgpu", "templates", "containers")
 BUILDER = "gcr.io/cloud-builders/docker"
 BUILD_MACHINE = "E2_HIGHCPU_8"
 BUILD_DISK_GB = 200
@@ -90,11 +91,6 @@ def check_repo(repo: str) -> str:
     return repo
 
 
-def image_uri(region: str, project: str, repo: str, tag: str) -> str:
-    """REGION-docker.pkg.dev/PROJECT/REPO/gcpgpu-trainer:TAG (domain-scoped projects use '/' for ':')."""
-    return f"{region}-docker.pkg.dev/{project.replace(':', '/')}/{repo}/{IMAGE_NAME}:{tag}"
-
-
 def parse_staging(value: str) -> tuple[str, str]:
     """gs://BUCKET[/PREFIX] -> (bucket, prefix)."""
     if not value.startswith("gs://"):
@@ -117,29 +113,28 @@ class Context:
     source_digest: str  # sha256 over the source files' names and bytes (not cloudbuild.yaml)
 
 
-def source_root() -> Path:
-    """The checkout gcpgpu runs from: the folder holding pyproject.toml and containers/Dockerfile."""
-    root = Path(__file__).resolve().parents[2]
-    missing = [name for name in ("pyproject.toml", DOCKERFILE) if not (root / name).is_file()]
-    if missing:
-        raise UsageProblem(
-            f"'container build' needs gcpgpu's source checkout (no {', '.join(missing)} under {root}); "
-            "run it from a git clone installed with 'pip install -e .'"
-        )
-    return root
+def sources() -> dict[str, Path]:
+    """Where each part of the build context is (top-level file or folder name -> path): gcpgpu's checkout
+    (an editable install), else an installed wheel's package with its bundled copies (gcpgpu/_bundled:
+    templates/, containers/ and the packaging files, setup.py puts them there)."""
+    package = Path(__file__).resolve().parents[1]
+    for top in (package.parent, package / "_bundled"):
+        if (top / "pyproject.toml").is_file() and (top / DOCKERFILE).is_file():
+            return {**{name: top / name for name in TOP_FILES}, "gcpgpu": package,
+                    "templates": top / "templates", "containers": top / "containers"}
+    raise UsageProblem(f"'container build' needs gcpgpu's sources, and this installation ({package}) has neither a "
+                       "checkout around it nor the bundled copy a wheel holds; reinstall gcpgpu, or run it from a git "
+                       "clone installed with 'pip install -e .'")
 
 
-def context_files(root: Path) -> list[tuple[str, Path]]:
+def context_files(places: Mapping[str, Path]) -> list[tuple[str, Path]]:
     """(name in the context, file) for everything the Dockerfile copies, sorted."""
-    picked: list[tuple[str, Path]] = []
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        if (root / name).is_file():
-            picked.append((name, root / name))
-    for folder in ("gcpgpu", "templates", "containers"):
-        for path in sorted((root / folder).rglob("*")):
-            rel = path.relative_to(root)
+    picked = [(name, places[name]) for name in TOP_FILES if places[name].is_file()]
+    for folder in FOLDERS:
+        for path in sorted(places[folder].rglob("*")):
+            rel = path.relative_to(places[folder])
             if path.is_file() and not set(rel.parts) & _SKIP_DIRS and not path.name.endswith(_SKIP_SUFFIXES):
-                picked.append((rel.as_posix(), path))
+                picked.append((f"{folder}/{rel.as_posix()}", path))
     return sorted(picked)
 
 
