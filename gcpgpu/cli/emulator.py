@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -156,6 +157,8 @@ def start(port: int, state_file: str | None, faults_file: str | None, seed: int 
         serve_forever(port, state_file=state_file, faults=faults, announce=lambda emu: _announce(emu, state_file),
                       run_user_commands=run_user_commands)
     except OSError as e:
+        if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise  # not the port: a file it reads (the state file, its own data) is missing or unreadable
         raise CloudError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); choose another --port") from e
 
 
