@@ -338,3 +338,23 @@ def test_operations_of_other_emulated_apis_are_handed_on(monkeypatch, alone):
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         emu.stop()
+
+
+def test_the_whole_log_is_there_when_the_build_ends_however_long_the_source_took(gcp, client, clients):
+    """The log's times count from the build's creation: a slow read of a big source (a loaded machine)
+    once timed them later than the end, and a client saw SUCCESS before the log's last lines."""
+    put(clients, "b-src", "ctx.tgz", tarball("containers/Dockerfile"))
+    gcp.clock.freeze()
+    read = gcp.cloudbuild.storage.read_bytes
+
+    def slow_read(*args):
+        gcp.clock.advance(DEFAULT_SECONDS)  # the read itself takes as long as the whole build
+        return read(*args)
+
+    gcp.cloudbuild.storage.read_bytes = slow_read
+    try:
+        build_id = create(client, docker_build(bucket="b-src", object_="ctx.tgz")).metadata.build.id
+    finally:
+        gcp.cloudbuild.storage.read_bytes = read
+    assert get(client, build_id).status == S.SUCCESS
+    assert read_log(client, build_id)["text"].rstrip().endswith(SIMULATED)

@@ -102,7 +102,7 @@ class CloudBuildBackend:
             queueTtl=body.get("queueTtl") or "3600s",
             warnings=[*body.get("warnings", []), {"text": SIMULATED, "priority": "INFO"}],
         )
-        outcome, log = self._rehearse(project, body, steps, images)
+        outcome, log = self._rehearse(project, body, steps, images, now, total)
         record = {
             **body,
             "_project": project,
@@ -288,8 +288,11 @@ class CloudBuildBackend:
         return images
 
     # ------------------------------------------------------------------ the rehearsal
-    def _rehearse(self, project: str, body: dict, steps: list[dict], images: list[str]) -> tuple[dict, list[tuple[float, str]]]:
-        """What would happen, checked without Docker: the outcome and the log lines with their times."""
+    def _rehearse(self, project: str, body: dict, steps: list[dict], images: list[str], now: float,
+                  total: float) -> tuple[dict, list[tuple[float, str]]]:
+        """What would happen, checked without Docker: the outcome and the log lines with their times (from
+        `now`, the build's creation, over its `total` seconds: the last line is there when it ends, however
+        long reading the source took)."""
         lines: list[str] = [f'starting build "{body["id"]}"', "", "FETCHSOURCE"]
         files: set[str] | None = None
         outcome: dict[str, Any] = {"status": "SUCCESS"}
@@ -335,11 +338,10 @@ class CloudBuildBackend:
         lines.append("DONE" if outcome["status"] == "SUCCESS" else "ERROR")
         lines.append(f"[emulator] {SIMULATED}")
         # Each line shows up as the build gets there: spread over WORKING, the last at the end.
-        total = self._seconds()
-        start = self.clock.now() + total * QUEUED_SHARE
+        start = now + total * QUEUED_SHARE
         span = total * (1 - QUEUED_SHARE)
         timed = [(start + span * i / max(len(lines) - 1, 1), line) for i, line in enumerate(lines)]
-        timed[-1] = (start + span, timed[-1][1])
+        timed[-1] = (now + total, timed[-1][1])  # exactly _done_at: the status and the last line agree
         return outcome, timed
 
     @staticmethod
