@@ -59,4 +59,3 @@ SUBNETS = Kind("subnets", "SubnetworksClient", "region", "subnetwork", "subnetwo
 NETWORKS = Kind("networks", "NetworksClient", None, "network", "network", "network(s)", record=lambda n: n.name)
 
 KINDS: tuple[Kind, ...] = (NODES, RESERVATIONS, POLICIES, FIREWALLS, ROUTERS, SUBNETS, NETWORKS)
-BY_KEY = {k.key: k for k in KINDS}

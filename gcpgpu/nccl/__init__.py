@@ -32,22 +32,6 @@ from gcpgpu.nccl.profiles import (
     flavor_title,
 )
 
-# The knobs worth reaching for first; each has its own `gcpgpu nccl env` option.
-GENERAL_KNOBS = (
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-    "NCCL_BUFFSIZE",
-    "NCCL_NSOCKS_PERTHREAD",
-    "NCCL_SOCKET_NTHREADS",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_DEBUG",
-    "NCCL_DEBUG_SUBSYS",
-)
-
-# Variables whose profile value is a directory to put in front of what the process already has.
-PREPEND = frozenset({"LD_LIBRARY_PATH"})
-
-
 # --- interface names -------------------------------------------------------------------------------
 
 # NCCL's socket transport takes a prefix list; "^" excludes. With one real NIC this picks it,
