@@ -55,7 +55,7 @@ bench: install
 # measures the trainer and prints one table; without a GPU it says so in one line and exits 0.
 # A GPU machine that has its own CUDA torch and perhaps no network needs no venv: when .venv is absent
 # and $(PYTHON) imports torch, that torch runs the check from this checkout (an older one accepted and
-# said so in the report). GPU_CHECK_ARGS="--only auto" runs only the auto-batch rows, "--only mfu" the one-GPU bf16 rows issue 30 compares (each a few minutes).
+# said so in the report). GPU_CHECK_ARGS="--only auto" runs only the auto-batch rows, "--only mfu" the one-GPU bf16 rows the baseline has (each a few minutes).
 GPU_CHECK_ARGS ?=
 gpu-check:
 	@if [ -x $(BIN)/python ] || ! $(PYTHON) -c 'import torch' 2>/dev/null; then \

@@ -29,8 +29,8 @@ PROG = "gpu-check"
 # uninterrupted one; on CPU the trainer's resume is bit-identical. The GPU tolerance on the final loss:
 RESUME_TOLERANCE = 0.02  # relative
 SIGTERM_AT_ENV = "GCPGPU_TRAINER_TEST_SIGTERM_AT"  # the trainer's own test hook (train.py)
-MFU_TARGET = 0.50  # issue 30: the best single-node trainers' level, at 350m on one H100
-# Issue 30's table (one H100 80GB, torch 2.11, bf16, compile, seq 1024, synthetic data, before the chunked
+MFU_TARGET = 0.50  # the best single-node trainers' level, at 350m on one H100
+# The baseline (one H100 80GB, torch 2.11, bf16, compile, seq 1024, synthetic data, before the chunked
 # loss and the auto batch): model -> (batch in sequences, tokens/s per GPU, MFU, peak reserved GiB).
 BASELINE = {"124m": (16, 356_564, 0.308, 16.4), "350m": (8, 150_653, 0.369, 17.0), "1.3b": (8, 54_961, 0.471, 35.8)}
 
@@ -67,7 +67,7 @@ def write_corpus(path: Path, min_bytes: int = 2_000_000) -> Path:
 
 def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, steps: int,
                corpus: str = "corpus.txt", torchao: bool = True) -> Plan:
-    """What to run on this machine: one GPU rows (issue 17's batches, then the auto batch), all-GPU rows,
+    """What to run on this machine: one GPU rows (the fixed batches, then the auto batch), all-GPU rows,
     fp8 where the GPU and torchao have it."""
     if cpu_smoke:
         # fp32 and a 256-token vocabulary: bf16 matmuls are emulated on most CPUs (seconds per step).
@@ -105,7 +105,7 @@ def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, s
                                                           "--fp8-recipe", "tensorwise", "--compile",
                                                           "--batch-size", str(batch1 // 2)]))
     if not cpu_smoke:
-        # 1.3b at issue 30's batch: the third row of its table, and fp8's bf16 baseline. Every block linear
+        # 1.3b at the baseline's batch: the third row of its table, and fp8's bf16 baseline. Every block linear
         # of 1.3b is past torchao's thresholds, where fp8 should pay if it ever does.
         for big in (["--precision", "bf16"], ["--precision", "fp8", "--fp8-recipe", "tensorwise"])[:1 + fp8]:
             runs.append(Run(f"1.3b {big[1]}{' tensorwise' if big[1] == 'fp8' else ''} 1 GPU", 1,
@@ -199,7 +199,7 @@ def _batch(s: dict) -> str:
 
 
 def mfu_lines(plan: Plan) -> list[str]:
-    """Each model's 1-GPU rows beside issue 30's table and the 50 % MFU target."""
+    """Each model's 1-GPU rows beside the baseline and the 50 % MFU target."""
     out = []
     for r in plan.runs:
         model = r.name.split()[0]
@@ -210,14 +210,14 @@ def mfu_lines(plan: Plan) -> list[str]:
         tok, m = s.get("tokens_per_s"), s.get("mfu")
         if not r.ok or m is None:
             verdict = "FAILED" if not r.ok else "no MFU (GPU peak unknown)"
-            out.append(f"  {r.name:<22} {verdict}; issue 30: {b_mfu * 100:.1f}% at batch {b_batch}")
+            out.append(f"  {r.name:<22} {verdict}; baseline: {b_mfu * 100:.1f}% at batch {b_batch}")
             continue
         gap = "meets it" if m >= MFU_TARGET else f"{(MFU_TARGET - m) * 100:.1f} points short"
-        out.append(f"  {r.name:<22} batch {_batch(s):<7} {tok:>9,.0f} tok/s ({tok / b_tok:.2f}x issue 30's "
-                   f"{b_tok:,} at {b_batch})  MFU {m * 100:.1f}% (issue 30: {b_mfu * 100:.1f}%; target "
+        out.append(f"  {r.name:<22} batch {_batch(s):<7} {tok:>9,.0f} tok/s ({tok / b_tok:.2f}x the baseline's "
+                   f"{b_tok:,} at {b_batch})  MFU {m * 100:.1f}% (baseline: {b_mfu * 100:.1f}%; target "
                    f"{MFU_TARGET:.0%}: {gap})")
     if out:
-        out.insert(0, f"MFU against the {MFU_TARGET:.0%} target and issue 30's table (one H100, torch 2.11, bf16, "
+        out.insert(0, f"MFU against the {MFU_TARGET:.0%} target and the baseline (one H100, torch 2.11, bf16, "
                       "compile, seq 1024):")
     return out
 
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-smoke", action="store_true", help="the same plan, tiny, on CPU: tests the mechanics")
     p.add_argument("--only", choices=("all", "speed", "resume", "auto", "mfu"), default="all",
                    help="run only the speed rows, only kill-and-resume, only the auto-batch rows, or only the "
-                        "one-GPU bf16 rows issue 30 compares (auto first, then the fixed batches) (default all)")
+                        "one-GPU bf16 rows the baseline has (auto first, then the fixed batches) (default all)")
     p.add_argument("--accept-torch", action="store_true",
                    help="run even if this torch is older than the trainer's floor (a machine you cannot change)")
     args = p.parse_args(argv)
@@ -307,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def select(plan: Plan, only: str) -> Plan:
-    """Keep the rows `--only` names, in place. 'mfu': the one-GPU bf16 rows issue 30's table compares,
-    the auto-batch ones first (what the issue asks for), so a run cut short by a time limit has them."""
+    """Keep the rows `--only` names, in place. 'mfu': the one-GPU bf16 rows the baseline has,
+    the auto-batch ones first, so a run cut short by a time limit has them."""
     if only == "resume":
         plan.runs, plan.allreduce = [], None
     if only in ("speed", "auto", "mfu"):
