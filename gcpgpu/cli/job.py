@@ -21,7 +21,6 @@ from gcpgpu.jobs.state import (
     RUNNING,
     SUCCEEDED,
     JobState,
-    is_final,
 )
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
@@ -141,14 +140,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
         if settings.format != "table":
             emit(shown)
         return
-    with _progress(settings, jid) as progress:
-        if jid.target == "cluster":
-            final = _follow_cluster_job(settings, jid, recover, progress)
-        else:  # Vertex runs the job; this process tells the webhooks what it sees
-            from gcpgpu.jobs.notify import state_changes
-
-            with state_changes(done.job.spec.notify, job=str(jid), name=done.job.name) as told:
-                final = _follow_state(settings, jid, on_change=told, progress=progress)
+    final = _follow(settings, jid, recover, notify=done.job.spec.notify, name=done.job.name)
     if settings.format != "table":
         emit(final.to_dict())
     _fail_unless_succeeded(final)
@@ -199,71 +191,26 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
     return spec
 
 
-def _progress(settings: Settings, jid: Any) -> Any:
-    """While a job is followed: the trainer's steps, loss and tokens/s from its log as they come (stderr),
-    read as 'job logs --follow' reads them."""
-    from gcpgpu.jobs import route
-    from gcpgpu.jobs.logs import Progress
+def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
+    """What a follower calls on each change of the job's state: the state on stderr (with a recovered
+    job's attempt)."""
+    def tell(state: JobState) -> None:
+        info(f"{time.strftime('%H:%M:%S')} {jid}: {state.state}"
+             + (f" (attempt {state.attempt})" if attempt and state.attempt else ""))
 
-    return Progress(settings.clients, settings.project, route.log_filter(settings.project, jid),
-                    lambda line: info(f"{time.strftime('%H:%M:%S')} {jid}: {line}"),
-                    poll_s=_poll_s(settings) if settings.emulator else 5.0)
-
-
-def _follow_state(settings: Settings, jid: Any, on_change: Callable[[JobState], None] | None = None,
-                  progress: Any = None) -> JobState:
-    """Poll the job until it ends, telling each change of state on stderr (after the trainer's last
-    progress lines, when `progress` shows them)."""
-    from gcpgpu.jobs import route
-    from gcpgpu.jobs.detail import with_cause
-
-    last = None
-    while True:
-        state = route.status(settings.clients, settings.project, jid)
-        if state.state != last:
-            last = state.state
-            if progress is not None and is_final(last):
-                progress.drain()
-            info(f"{time.strftime('%H:%M:%S')} {jid}: {last}")
-            if on_change:
-                on_change(state)
-        if is_final(state.state):
-            return with_cause(settings.clients, settings.project, state)
-        time.sleep(_poll_s(settings))
+    return tell
 
 
-def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None, progress: Any = None) -> JobState:
-    """Follow a cluster job to its end, recovering it from lost nodes (jobs/recover.py)."""
+def _follow(settings: Settings, jid: Any, recover: int | None, **notify: Any) -> JobState:
+    """Follow the job to its end (jobs/follow.py), telling on stderr what happens and the trainer's
+    steps, loss and tokens/s from its log as they come."""
     from gcpgpu.cli.progress import ConsoleReporter
-    from gcpgpu.errors import Interrupted
-    from gcpgpu.jobs import follower as followers
+    from gcpgpu.jobs.follow import follow
 
-    record = followers.record(settings.clients, settings.project, jid)
-    n = followers.recoveries(settings.clients, settings.project, jid, record, recover)
-    if n:
-        used = len(record.get("history") or [])
-        info(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"
-             + (f" ({used} used)" if used else ""))
-
-    def said(state: JobState) -> None:
-        if progress is not None and is_final(state.state):
-            progress.drain()
-        info(f"{time.strftime('%H:%M:%S')} {jid}: {state.state}" + (f" (attempt {state.attempt})" if state.attempt else ""))
-
-    def follower() -> Any:  # when this command leads (nobody else follows the job): the recovering kind
-        return followers.make(settings.clients, settings.project, jid, record, n, reporter=ConsoleReporter(),
-                              poll_s=_poll_s(settings), on_state=said)
-
-    from gcpgpu.jobs.detail import with_cause
-
-    try:
-        return with_cause(settings.clients, settings.project,
-                          followers.lead_or_watch(settings.clients, settings.project, jid, follower, info, said,
-                                                  _poll_s(settings), bool(record.get("detached"))))
-    except KeyboardInterrupt:
-        raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
-                          f"finishes a recovery left half done). What a recovery had created is named and labelled "
-                          f"for cluster {jid.cluster}: 'gcpgpu cluster down {jid.cluster}' removes it.") from None
+    return follow(settings.clients, settings.project, jid, recover=recover, on_state=_teller(jid), say=info,
+                  poll_s=_poll_s(settings), reporter=ConsoleReporter(),
+                  progress=lambda line: info(f"{time.strftime('%H:%M:%S')} {jid}: {line}"),
+                  progress_poll_s=_poll_s(settings) if settings.emulator else 5.0, **notify)
 
 
 def _fail_unless_succeeded(state: JobState) -> None:
@@ -316,15 +263,11 @@ def follow(settings: Settings, job_id: str, recover: int | None) -> None:
 
     Picks up where an interrupted 'job submit --wait' (or one without --wait) left off."""
     from gcpgpu.jobs import ids
+    from gcpgpu.jobs.follow import check
 
     jid = ids.parse(job_id)
-    if jid.target == "vertex" and recover is not None:
-        raise UsageProblem("--recover applies to cluster jobs; Vertex AI restarts a job's workers itself")
-    with _progress(settings, jid) as progress:
-        if jid.target == "vertex":
-            final = _follow_state(settings, jid, progress=progress)
-        else:
-            final = _follow_cluster_job(settings, jid, recover, progress)
+    check(jid, recover)
+    final = _follow(settings, jid, recover)
     if settings.format != "table":
         emit(final.to_dict())
     _fail_unless_succeeded(final)
@@ -390,7 +333,9 @@ def cancel(settings: Settings, job_id: str, wait: bool) -> None:
     if state.final and state.state != CANCELLED:
         info(f"Job {jid} had already ended {state.state}.")
     elif wait:
-        state = _follow_state(settings, jid)
+        from gcpgpu.jobs.follow import watch
+
+        state = watch(settings.clients, settings.project, jid, _teller(jid, attempt=False), _poll_s(settings))
     else:
         info(f"Cancelling job {jid} (now {state.state}).")
     if settings.format != "table":

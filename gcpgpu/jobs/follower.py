@@ -178,6 +178,31 @@ def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Call
         lease.release()
 
 
+def follow(clients: Clients, project: str, jid: ids.JobId, *, recover: int | None, on_state: Callable[[JobState], None],
+           say: Callable[[str], None], poll_s: float, reporter: Any = None) -> JobState:
+    """Follow a cluster job to its end from here (`job follow`, `job submit --wait`): lead its followers
+    when nobody does, recovering it from lost nodes at most `recover` times in all (None: what its record
+    says, else the cluster's default), else watch the leader."""
+    from gcpgpu.errors import Interrupted
+
+    found = record(clients, project, jid)
+    n = recoveries(clients, project, jid, found, recover)
+    if n:
+        used = len(found.get("history") or [])
+        say(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"
+            + (f" ({used} used)" if used else ""))
+
+    def follower() -> Any:  # when this command leads (nobody else follows the job): the recovering kind
+        return make(clients, project, jid, found, n, reporter=reporter, poll_s=poll_s, on_state=on_state)
+
+    try:
+        return lead_or_watch(clients, project, jid, follower, say, on_state, poll_s, bool(found.get("detached")))
+    except KeyboardInterrupt:
+        raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
+                          f"finishes a recovery left half done). What a recovery had created is named and labelled "
+                          f"for cluster {jid.cluster}: 'gcpgpu cluster down {jid.cluster}' removes it.") from None
+
+
 # -- the agent on each node --------------------------------------------------------------------
 def current_job(clients: Clients, project: str, cluster: str) -> tuple[ids.JobId, dict] | None:
     """The job the cluster runs (the newest record on its nodes, or a written-down recovery's)."""

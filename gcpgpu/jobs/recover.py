@@ -45,7 +45,7 @@ from gcpgpu.trainer.argv import log_every
 from . import ahead, ids, journal
 from . import cluster as cluster_jobs
 from . import logs as job_logs
-from .state import CANCELLED, FAILED, RUNNING, SUCCEEDED, JobState, is_final
+from .state import CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
@@ -86,7 +86,7 @@ class Follower:
         try:
             return self.guard.final(self._run(), lambda h: steps_redone(self.clients, self.project, self.jid, h))
         except CloudError as e:
-            self.guard.event("FAILED", cause=str(e))
+            self.guard.event(FAILED, cause=str(e))
             raise
         finally:  # queued webhooks get a bounded moment to go out; none after Ctrl-C
             self.guard.close(0 if sys.exc_info()[0] is KeyboardInterrupt else 30)
@@ -198,7 +198,7 @@ class Follower:
         self._stop_survivors(s)
         last_step = self.last_step()
         if self.guard is not None:  # None when recover_once runs outside run()
-            self.guard.event("RECOVERING", node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
+            self.guard.event(RECOVERING, node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
         zone = lost[0]["zone"]
         found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
         # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.

@@ -1,4 +1,5 @@
-"""The one routing point for the verbs every job target answers: status, cancel, logs and list.
+"""The one routing point for the verbs every job target answers: status, cancel, logs and list (and
+follow, for a target with a follower of its own: jobs/follow.py).
 
 A job's id says where the job lives (ids.py: vertex:LOCATION:ID, cluster:CLUSTER:JOB); each verb here
 hands the call to that target's backend, as SkyPilot's sky/provision hands each verb to the provider's
@@ -31,6 +32,9 @@ class Backend:
     log_filter: Callable[[str, JobId], str]  # Cloud Logging's filter for the job's entries
     # Rows of `job list` (newest first): (clients, project, region, state or None, at most this many)
     list_jobs: Callable[[Clients, str, str | None, str | None, int], list[dict]]
+    # Follows the job to its end from here, where the target has a follower of its own (follow.py);
+    # None: its service runs and restarts the job's workers, and watching its state is enough.
+    follow: Callable[..., JobState] | None = None
 
 
 def _vertex() -> Backend:
@@ -51,7 +55,7 @@ def _cluster() -> Backend:
         return [r for r in cluster.list_jobs(clients, project) if not state or r["state"] == state]
 
     return Backend(status=follower.job_status, cancel=cluster.cancel_job, log_filter=cluster.log_filter,
-                   list_jobs=listed)
+                   list_jobs=listed, follow=follower.follow)
 
 
 # Imported when first used: `gcpgpu --help` loads no backend.
