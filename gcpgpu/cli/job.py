@@ -10,16 +10,22 @@ from typing import Any
 import click
 
 from gcpgpu.cli.autostop import detached_follower
-from gcpgpu.cli.job_policy import follower_options, policy_flags, record_fields
-from gcpgpu.cli.job_status import status_of as _status
-from gcpgpu.cli.job_status import status_with_history as _status_with_history
+from gcpgpu.cli.job_policy import follower_options, policy_flags
 from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.jobs.state import (
+    CANCELLED,
+    CANCELLING,
+    FAILED,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    JobState,
+)
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
 
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
-BAD_ENDS = ("FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
-STATE_CHOICES = ("QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLING", "CANCELLED")
+STATE_CHOICES = (QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
                ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
@@ -109,88 +115,40 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
           -- --model 124m --parallel fsdp --precision bf16 --steps 1000
       gcpgpu job submit --cluster mycluster --wait -- --model tiny --steps 50
     """
-    from gcpgpu.image import default as default_image
-    from gcpgpu.jobs import spec as job_spec
+    from gcpgpu.jobs.submit import submit as submit_job
 
     if recover is not None and kw.get("vertex"):
         raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
                            "(see --restart)")
-    valid = _validate(settings, trainer_args, kw)
-    if detach and (valid.target != "cluster" or wait):
-        raise UsageProblem("--detach applies to --cluster jobs without --wait (Vertex AI follows its own jobs; "
-                           "after --detach, 'gcpgpu job follow JOB' watches)")
-    if recover is not None and valid.target != "cluster":
-        raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
-                           "(see --restart)")
-    for warning in valid.warnings:
-        info(f"warning: {warning}")
-    if valid.target == "vertex":  # a cluster job's region and flavour are its nodes': resolved once placed
-        default_image.fill(settings, valid, valid.region, valid.machine, dry_run=dry_run, say=info)
-    if valid.spec.workdir:
-        from gcpgpu.jobs import workdir
-
-        valid.workdir_uri = workdir.stage(settings.clients, settings.project, valid, dry_run=dry_run, say=info)
-    if valid.target == "vertex":
-        from gcpgpu.jobs import vertex
-
-        request = vertex.build_request(valid, settings.project)
-        for note in valid.notes:
-            info(f"note: {note}")
-        if dry_run:
-            emit(request, fmt=settings.format if settings.format != "table" else "yaml")
-            return
-        jid, state = vertex.submit(settings.clients, request)
-    else:
-        from gcpgpu.jobs import cluster as cluster_jobs
-        from gcpgpu.jobs import usercode
-
-        # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
-        # so it refuses, and fits defaults, as submit does.
-        placed = cluster_jobs.place(settings.clients, settings.project, valid, kw["cluster"])
-        default_image.fill(settings, valid, placed[0][0].region, placed[1], dry_run=dry_run, say=info)
-        agent = detached_follower(settings, valid.image, placed[0], dry_run=dry_run) if detach else None
-        for note in valid.notes:
-            info(f"note: {note}")
-        if dry_run:
-            nodes, machine = placed
-            emit({"target": "cluster", "cluster": kw["cluster"], "name": valid.name, "nodes": len(nodes),
-                  "machine_type": machine.name, "image": cluster_jobs.image_of(valid, settings.project, nodes),
-                  **dict(zip(("command", "args"), usercode.container_call(valid), strict=True)),
-                  "env": job_spec.job_env(valid, machine, "vm"), **({"follower_image": agent} if agent else {})},
-                 fmt=settings.format if settings.format != "table" else "yaml")
-            return
-        jid, state = cluster_jobs.submit(settings.clients, settings.project, valid, kw["cluster"], recover, placed,
-                                         detach=detach, agent=agent)
+    done = submit_job(settings, _spec(trainer_args, kw), region=kw.get("job_region"), dry_run=dry_run,
+                      recover=recover, detach=detach, wait=wait, say=info,
+                      follower_image=lambda image, nodes: detached_follower(settings, image, nodes, dry_run=dry_run))
+    shown, jid = done.shown, done.jid
+    if jid is None:  # --dry-run
+        emit(shown, fmt=settings.format if settings.format != "table" else "yaml")
+        return
     if settings.format == "table":
         click.echo(str(jid))
-        info(f"Submitted {state['name']} as {jid} ({state.get('nodes')} x {state.get('machine_type')}); "
+        info(f"Submitted {shown['name']} as {jid} ({shown.get('nodes')} x {shown.get('machine_type')}); "
              f"follow it with 'gcpgpu job logs {jid} --follow'")
-    # Retries, stall detection and webhooks need a follower, as --recover does (the nodes', when detached).
-    follow = (wait or recover is not None or bool(record_fields(valid.spec))) and not detach
-    if not follow:
+    if not done.follow:
         if detach:
             info(f"The cluster's nodes follow {jid} now; this machine may go. 'gcpgpu job follow {jid}' watches it.")
-        elif state.get("provisioning") in ("SPOT", "FLEX_START"):
-            info(f"note: cluster {state['cluster']} has {state['provisioning'].lower()} nodes and nothing follows "
+        elif shown.get("provisioning") in ("SPOT", "FLEX_START"):
+            info(f"note: cluster {shown['cluster']} has {shown['provisioning'].lower()} nodes and nothing follows "
                  f"this job: 'gcpgpu job follow {jid}' (or --wait here) recovers it when a node is lost")
         if settings.format != "table":
-            emit(state)
+            emit(shown)
         return
-    with _progress(settings, jid) as progress:
-        if valid.target == "cluster":
-            final = _follow_cluster_job(settings, jid, recover, progress)
-        else:  # Vertex runs the job; this process tells the webhooks what it sees
-            from gcpgpu.jobs.notify import state_changes
-
-            with state_changes(valid.spec.notify, job=str(jid), name=valid.name) as told:
-                final = _follow_state(settings, str(jid), on_change=told, progress=progress)
+    final = _follow(settings, jid, recover, notify=done.job.spec.notify, name=done.job.name)
     if settings.format != "table":
-        emit(final)
+        emit(final.to_dict())
     _fail_unless_succeeded(final)
 
 
-def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
-    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, validate
+def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
+    """The JobSpec the options and the spec file (-f) say, options over the file."""
+    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env
     from gcpgpu.jobs.usercode import command_words
     from gcpgpu.specfile import check_option_values, parse_pairs
 
@@ -230,113 +188,39 @@ def _validate(settings: Settings, trainer_args: tuple[str, ...], kw: dict[str, A
         raise UsageProblem("the spec file names both vertex and cluster: keep one")
     if flags["env"] and kw.get("spec_file"):
         spec.env = {**JobSpec.from_sources(kw["spec_file"], {}).env, **flags["env"]}  # flags add to the file's env
-    region = kw.get("job_region") or settings.optional("region")
-    project = settings.optional("project")
-    if spec.target == "vertex" or (spec.target == "cluster" and not spec.image):
-        project = settings.project  # needed for the request (or the default image): say how to set it now
-    return validate(spec, project=project, region=region, zone=settings.optional("zone"))
+    return spec
 
 
-def _with_cause(settings: Settings, state: dict) -> dict:
-    """A FAILED job's state with `cause`: the first error line its program printed (one log read)."""
-    if state["state"] == "FAILED" and not state.get("cause"):  # the follower's verdict (stalled) stands
-        from gcpgpu.jobs import ids
+def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
+    """What a follower calls on each change of the job's state: the state on stderr (with a recovered
+    job's attempt)."""
+    def tell(state: JobState) -> None:
+        info(f"{time.strftime('%H:%M:%S')} {jid}: {state.state}"
+             + (f" (attempt {state.attempt})" if attempt and state.attempt else ""))
 
-        state["cause"] = _failure_cause(settings, ids.parse(state["id"]))
-    return state
-
-
-def _log_filter(settings: Settings, jid: Any) -> str:
-    if jid.target == "vertex":
-        from gcpgpu.jobs import vertex
-
-        return vertex.log_filter(jid)
-    from gcpgpu.jobs import cluster as cluster_jobs
-
-    return cluster_jobs.log_filter(settings.project, jid)
+    return tell
 
 
-def _failure_cause(settings: Settings, jid: Any) -> str | None:
-    """The first error line the job's program printed, from its log: what Vertex's or torchrun's
-    own message ('exited with a non-zero status', ChildFailedError) leaves out. None if unreadable."""
-    from gcpgpu.jobs import logs as job_logs
-
-    try:
-        return job_logs.failure_cause(settings.clients, settings.project, _log_filter(settings, jid))
-    except CloudError:  # no permission on the log, say: the state alone still answers
-        return None
-
-
-def _progress(settings: Settings, jid: Any) -> Any:
-    """While a job is followed: the trainer's steps, loss and tokens/s from its log as they come (stderr),
-    read as 'job logs --follow' reads them."""
-    from gcpgpu.jobs.logs import Progress
-
-    return Progress(settings.clients, settings.project, _log_filter(settings, jid),
-                    lambda line: info(f"{time.strftime('%H:%M:%S')} {jid}: {line}"),
-                    poll_s=_poll_s(settings) if settings.emulator else 5.0)
-
-
-def _follow_state(settings: Settings, job_id: str, on_change: Callable[[dict], None] | None = None,
-                  progress: Any = None) -> dict:
-    """Poll the job until it ends, telling each change of state on stderr (after the trainer's last
-    progress lines, when `progress` shows them)."""
-    last = None
-    while True:
-        state = _status(settings, job_id)
-        if state["state"] != last:
-            last = state["state"]
-            if progress is not None and last in TERMINAL:
-                progress.drain()
-            info(f"{time.strftime('%H:%M:%S')} {job_id}: {last}")
-            if on_change:
-                on_change(state)
-        if state["state"] in TERMINAL:
-            return _with_cause(settings, state)
-        time.sleep(_poll_s(settings))
-
-
-def _follow_cluster_job(settings: Settings, jid: Any, recover: int | None, progress: Any = None) -> dict:
-    """Follow a cluster job to its end, recovering it from lost nodes (jobs/recover.py)."""
+def _follow(settings: Settings, jid: Any, recover: int | None, **notify: Any) -> JobState:
+    """Follow the job to its end (jobs/follow.py), telling on stderr what happens and the trainer's
+    steps, loss and tokens/s from its log as they come."""
     from gcpgpu.cli.progress import ConsoleReporter
-    from gcpgpu.errors import Interrupted
-    from gcpgpu.jobs import follower as followers
+    from gcpgpu.jobs.follow import follow
 
-    record = followers.record(settings.clients, settings.project, jid)
-    n = followers.recoveries(settings.clients, settings.project, jid, record, recover)
-    if n:
-        used = len(record.get("history") or [])
-        info(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"
-             + (f" ({used} used)" if used else ""))
-
-    def said(state: dict) -> None:
-        if progress is not None and state["state"] in TERMINAL:
-            progress.drain()
-        info(f"{time.strftime('%H:%M:%S')} {jid}: {state['state']}"
-             + (f" (attempt {state['attempt']})" if state.get("attempt") else ""))
-
-    def follower() -> Any:  # when this command leads (nobody else follows the job): the recovering kind
-        return followers.make(settings.clients, settings.project, jid, record, n, reporter=ConsoleReporter(),
-                              poll_s=_poll_s(settings), on_state=said)
-
-    try:
-        return _with_cause(settings, followers.lead_or_watch(settings.clients, settings.project, jid, follower, info,
-                                                             said, _poll_s(settings), bool(record.get("detached"))))
-    except KeyboardInterrupt:
-        raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
-                          f"finishes a recovery left half done). What a recovery had created is named and labelled "
-                          f"for cluster {jid.cluster}: 'gcpgpu cluster down {jid.cluster}' removes it.") from None
+    return follow(settings.clients, settings.project, jid, recover=recover, on_state=_teller(jid), say=info,
+                  poll_s=_poll_s(settings), reporter=ConsoleReporter(),
+                  progress=lambda line: info(f"{time.strftime('%H:%M:%S')} {jid}: {line}"),
+                  progress_poll_s=_poll_s(settings) if settings.emulator else 5.0, **notify)
 
 
-def _fail_unless_succeeded(state: dict) -> None:
-    if state["state"] == "SUCCEEDED":
-        info(f"Job {state['id']} SUCCEEDED.")
+def _fail_unless_succeeded(state: JobState) -> None:
+    if state.state == SUCCEEDED:
+        info(f"Job {state.id} SUCCEEDED.")
         return
-    if state.get("cause"):
-        raise CloudError(f"job {state['id']} ended {state['state']}: {state['cause']} "
-                         f"(all its output: gcpgpu job logs {state['id']})")
-    why = f": {state['error']}" if state.get("error") else ""
-    raise CloudError(f"job {state['id']} ended {state['state']}{why}")
+    if state.cause:
+        raise CloudError(f"job {state.id} ended {state.state}: {state.cause} (all its output: gcpgpu job logs {state.id})")
+    why = f": {state.error}" if state.error else ""
+    raise CloudError(f"job {state.id} ended {state.state}{why}")
 
 
 @job.command()
@@ -350,19 +234,22 @@ def status(settings: Settings, job_id: str) -> None:
     that was recovered from lost nodes also shows each recovery: when, which node, why, and how many
     steps it redid (from the trainer's own log lines).
     """
-    state = _with_cause(settings, _status_with_history(settings, job_id))
+    from gcpgpu.jobs import ids
+    from gcpgpu.jobs.detail import detail
+
+    state = detail(settings.clients, settings.project, ids.parse(job_id))
     if settings.format != "table":
-        emit(state)
+        emit(state.to_dict())
         return
-    emit(state, STATUS_COLUMNS, title=f"Job {state['id']}")
-    if state["target"] == "vertex":
-        emit(state["pools"], [("pool", "POOL"), ("replicas", "REPLICAS"), ("machine_type", "MACHINE TYPE"),
-                              ("accelerators", "ACCELERATORS"), ("image", "IMAGE")])
+    emit(state.to_dict(), STATUS_COLUMNS, title=f"Job {state.id}")
+    if state.target == "vertex":
+        emit(state.pools, [("pool", "POOL"), ("replicas", "REPLICAS"), ("machine_type", "MACHINE TYPE"),
+                           ("accelerators", "ACCELERATORS"), ("image", "IMAGE")])
     else:
-        emit(state["per_node"], [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
-                                 ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
-        if state.get("history"):
-            emit(state["history"], HISTORY_COLUMNS, title="Recoveries and retries")
+        emit(state.per_node, [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
+                              ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
+        if state.history:
+            emit(state.history, HISTORY_COLUMNS, title="Recoveries and retries")
 
 
 @job.command()
@@ -376,17 +263,13 @@ def follow(settings: Settings, job_id: str, recover: int | None) -> None:
 
     Picks up where an interrupted 'job submit --wait' (or one without --wait) left off."""
     from gcpgpu.jobs import ids
+    from gcpgpu.jobs.follow import check
 
     jid = ids.parse(job_id)
-    if jid.target == "vertex" and recover is not None:
-        raise UsageProblem("--recover applies to cluster jobs; Vertex AI restarts a job's workers itself")
-    with _progress(settings, jid) as progress:
-        if jid.target == "vertex":
-            final = _follow_state(settings, str(jid), progress=progress)
-        else:
-            final = _follow_cluster_job(settings, jid, recover, progress)
+    check(jid, recover)
+    final = _follow(settings, jid, recover)
     if settings.format != "table":
-        emit(final)
+        emit(final.to_dict())
     _fail_unless_succeeded(final)
 
 
@@ -399,23 +282,12 @@ def follow(settings: Settings, job_id: str, recover: int | None) -> None:
 @click.pass_obj
 def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int, job_region: str | None) -> None:
     """List Vertex AI custom jobs of the region (newest first) and the jobs on gcpgpu clusters."""
-    rows: list[dict] = []
+    from gcpgpu.jobs import route
+
     region = job_region or settings.optional("region")
     project = settings.project
-    if only != "cluster":
-        if region:
-            from gcpgpu.jobs import vertex
-
-            rows += vertex.list_jobs(settings.clients, project, region, state.upper() if state else None, limit)
-        elif only == "vertex":
-            raise UsageProblem("no region set to list Vertex AI jobs of: pass --region REGION")
-        else:
-            info("note: no region set, so no Vertex AI jobs listed (pass --region REGION)")
-    if only != "vertex":
-        from gcpgpu.jobs import cluster as cluster_jobs
-
-        found = cluster_jobs.list_jobs(settings.clients, project)
-        rows += [r for r in found if not state or r["state"] == state.upper()]
+    rows = route.list_jobs(settings.clients, project, only=only, region=region, state=state.upper() if state else None,
+                           limit=limit, say=info)
     emit(rows, JOB_COLUMNS, empty=f"No jobs in project {project}.")
 
 
@@ -425,12 +297,12 @@ def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int
 @click.pass_obj
 def logs(settings: Settings, job_id: str, follow: bool) -> None:
     """Print a job's log: its replicas' (Vertex) or nodes' (cluster) output, from Cloud Logging."""
-    from gcpgpu.jobs import ids
+    from gcpgpu.jobs import ids, route
     from gcpgpu.jobs import logs as job_logs
 
     jid = ids.parse(job_id)
     project = settings.project
-    flt = _log_filter(settings, jid)
+    flt = route.log_filter(project, jid)
     as_json = settings.format != "table"
 
     def show(entry: dict) -> None:
@@ -440,7 +312,7 @@ def logs(settings: Settings, job_id: str, follow: bool) -> None:
             click.echo(f"[{job_logs.tag(entry)}] {job_logs.message(entry)}")
 
     def finished() -> bool:
-        return _status(settings, job_id)["state"] in TERMINAL
+        return route.status(settings.clients, project, jid).final
 
     count = job_logs.stream(settings.clients, project, flt, show, follow=follow, finished=finished,
                             poll_s=_poll_s(settings) if settings.emulator else 5.0)
@@ -454,23 +326,17 @@ def logs(settings: Settings, job_id: str, follow: bool) -> None:
 @click.pass_obj
 def cancel(settings: Settings, job_id: str, wait: bool) -> None:
     """Cancel a job: Vertex AI stops its replicas; on a cluster every node's agent stops its container."""
-    from gcpgpu.jobs import ids
+    from gcpgpu.jobs import ids, route
 
     jid = ids.parse(job_id)
-    if jid.target == "vertex":
-        from gcpgpu.jobs import vertex
-
-        state = vertex.cancel(settings.clients, settings.project, jid)
-    else:
-        from gcpgpu.jobs import cluster as cluster_jobs
-
-        cluster_jobs.cancel(settings.clients, settings.project, jid)
-        state = cluster_jobs.status(settings.clients, settings.project, jid)
-    if state["state"] in TERMINAL and state["state"] != "CANCELLED":
-        info(f"Job {jid} had already ended {state['state']}.")
+    state = route.cancel(settings.clients, settings.project, jid)
+    if state.final and state.state != CANCELLED:
+        info(f"Job {jid} had already ended {state.state}.")
     elif wait:
-        state = _follow_state(settings, str(jid))
+        from gcpgpu.jobs.follow import watch
+
+        state = watch(settings.clients, settings.project, jid, _teller(jid, attempt=False), _poll_s(settings))
     else:
-        info(f"Cancelling job {jid} (now {state['state']}).")
+        info(f"Cancelling job {jid} (now {state.state}).")
     if settings.format != "table":
-        emit(state)
+        emit(state.to_dict())

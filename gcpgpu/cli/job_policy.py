@@ -28,12 +28,6 @@ def follower_options(command: Callable) -> Callable:
     return command
 
 
-def record_fields(spec: Any) -> dict:
-    from gcpgpu.jobs.policy import record_fields as fields
-
-    return fields(spec)
-
-
 def policy_flags(kw: dict[str, Any]) -> dict[str, Any]:
     """The follower's settings from the flags, as JobSpec fields (jobs/policy.py checks them together)."""
     from gcpgpu.jobs.policy import parse_exit_codes

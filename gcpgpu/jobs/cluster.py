@@ -15,6 +15,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gcpgpu import catalog, nccl
@@ -29,6 +30,18 @@ from gcpgpu.resources import render
 from . import ids, policy, usercode
 from . import logs as job_logs
 from .spec import ValidJob, fit_trainer_args, job_env
+from .state import (
+    ACTIVE,
+    CANCELLED,
+    CAUSE_FOLLOWER,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    UNKNOWN,
+    JobState,
+    is_final,
+)
 
 MASTER_PORT = 29500
 RXDM_WAIT_S = 180  # the TCPXO RxDM takes ~30 s to initialise (container-engine-accelerators README); headroom
@@ -36,14 +49,11 @@ LOG_NAME = "gcplogs-docker-driver"  # Docker's gcplogs driver writes the contain
 # Metadata keys a job owns on a node; a new job replaces them all.
 JOB_KEYS = ("gcpgpu-job", "gcpgpu-job-id", "gcpgpu-job-agent", "gcpgpu-job-cancel", "gcpgpu-node-rank",
             "gcpgpu-nnodes", "gcpgpu-master-addr", "gcpgpu-master-port", "gcpgpu-job-dump")
-ACTIVE = ("PENDING", "RUNNING")
 Fence = Callable[[], None]
 
 
 def unfenced() -> None:
     pass
-
-NODE_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def container_name(job_id: str) -> str:
@@ -66,7 +76,23 @@ def _job_of(node: Node) -> dict | None:
     return job if isinstance(job, dict) and "id" in job else None
 
 
-def place(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[list[Node], catalog.MachineType]:
+@dataclass(frozen=True)
+class Placement:
+    """Where a cluster job goes: its nodes in rank order, their machine type, and the job's trainer
+    arguments fitted to nodes x GPUs per node (with the notes that say what was added)."""
+
+    nodes: list[Node]
+    machine: catalog.MachineType
+    args: list[str]
+    notes: list[str]
+
+    def apply(self, job: ValidJob) -> ValidJob:
+        """The job with the arguments fitted here (a new value: the validated one is left as it was); the
+        same again adds nothing."""
+        return replace(job, args=self.args, notes=[*job.notes, *(n for n in self.notes if n not in job.notes)])
+
+
+def place(clients: Clients, project: str, job: ValidJob, cluster: str) -> Placement:
     """The nodes the job would run on (the cluster's first --nodes, all by default) and their machine type,
     with the job's trainer arguments checked and fitted (fit_trainer_args) to nodes x GPUs per node.
 
@@ -84,19 +110,19 @@ def place(clients: Clients, project: str, job: ValidJob, cluster: str) -> tuple[
                            f"{len(nodes)} or fewer, or grow it with 'gcpgpu cluster up {cluster} --nodes {want}'")
     # What the real cloud runs: every GPU of every chosen node (the emulator runs one process per node,
     # and a batch that splits over the GPUs splits over the nodes too).
-    fit_trainer_args(job, world=want * machine.gpu_count, exact=True)
-    return nodes[:want], machine
+    args, notes = fit_trainer_args(job, world=want * machine.gpu_count, exact=True)
+    return Placement(nodes[:want], machine, args, notes)
 
 
-def image_of(job: ValidJob, project: str, chosen: list[Node]) -> str:
-    """The job's image (without --image, the caller resolved it first: gcpgpu/image/default.py)."""
+def image_of(job: ValidJob) -> str:
+    """The job's image (without --image, the submit path resolved it first: jobs/submit.py)."""
     if job.image_pending:
-        raise RuntimeError("the default image is resolved (default_image.resolve) before a cluster job is placed")
+        raise RuntimeError("the default image is resolved (jobs/submit.py) before a cluster job is submitted")
     return job.image
 
 
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover: int | None = None,
-           placed: tuple[list[Node], catalog.MachineType] | None = None, detach: bool = False,
+           placed: Placement | None = None, detach: bool = False,
            follow: dict | None = None, agent: str | None = None) -> tuple[ids.JobId, dict]:
     """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
     `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N;
@@ -104,7 +130,9 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
     the follower themselves (gcpgpu/node/agent.py), from `agent` (gcpgpu's image, resolved by the caller
     as cluster autostop's is) where neither the job's image nor the node's own follower is one.
     `placed`: what place() returned for this job, when the caller already read it."""
-    chosen, machine = placed or place(clients, project, job, cluster)
+    placed = placed or place(clients, project, job, cluster)
+    job = placed.apply(job)
+    chosen, machine = placed.nodes, placed.machine
     want = len(chosen)
     not_running = [n.name for n in chosen if n.status != "RUNNING"]
     if not_running:
@@ -124,7 +152,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
     host_lib = profile.lib_dir if profile.lib_dir and profile.lib_dir.startswith("/var/lib/") else None
     if host_lib:  # the host installer's whole plugin dir (one version), as Cluster Toolkit's nccl-tests mount it
         mounts = [host_lib, *(p for p in mounts if not p.startswith(host_lib + "/"))]
-    image = image_of(job, project, chosen)
+    image = image_of(job)
     buckets, node_dirs = output_mounts(job.spec.output_dir)
     buckets, user_mounts = usercode.node_mounts(job.spec, job.workdir_uri, buckets)
     command, args = usercode.container_call(job)
@@ -255,7 +283,7 @@ def _job_nodes(clients: Clients, project: str, jid: ids.JobId) -> list[tuple[Nod
     return mine
 
 
-def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
+def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     """The job's state on each node, as the nodes' agents report it, and overall."""
     mine = _job_nodes(clients, project, jid)
     reports = parallel(lambda pair: guest_attributes(clients, project, pair[0]), mine)
@@ -269,10 +297,10 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
         state = report.get("state") if ours else None
         if state is None:
             cancelled = inst.metadata.get("gcpgpu-job-cancel") == run
-            state = "CANCELLED" if cancelled and inst.status != "RUNNING" else "UNKNOWN"
-        lost = inst.status != "RUNNING" and state in ("PENDING", "RUNNING", "UNKNOWN")
+            state = CANCELLED if cancelled and inst.status != "RUNNING" else UNKNOWN
+        lost = inst.status != "RUNNING" and state in (*ACTIVE, UNKNOWN)
         if lost:  # the node went away under the job (preempted, host error, deleted): its agent went with it
-            state = "FAILED"
+            state = FAILED
         code = report.get("exit-code") if ours else None
         rows.append({
             "node": inst.name, "rank": int(inst.metadata.get("gcpgpu-node-rank", "-1")), "state": state,
@@ -287,7 +315,7 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     rows.sort(key=lambda r: r["rank"])
     job = newest
     overall = aggregate([r["state"] for r in rows])
-    failed = next((r for r in rows if r["state"] == "FAILED"), None)
+    failed = next((r for r in rows if r["state"] == FAILED), None)
     error = None
     if failed:
         # A node's last words may be its launcher's banner (torchrun's "=====" report): never the error.
@@ -296,36 +324,36 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     started = [r["started"] for r in rows if r["started"]]
     ended = [r["ended"] for r in rows if r["ended"]]
     verdict = job.get("verdict") or {}  # the follower's, over what the stopped nodes report (jobs/restart.py)
-    if verdict and overall in NODE_TERMINAL:
+    if verdict and is_final(overall):
         overall, error = verdict["state"], verdict.get("error") or error
     history = list(job.get("history") or [])
-    return {
-        "id": str(jid), "target": "cluster", "name": job.get("name"), "state": overall,
-        "created": job.get("created") or job.get("submitted"), "started": min(started) if started else None,
-        "ended": max(ended) if ended and overall in NODE_TERMINAL else None, "error": error,
-        "nodes": len(rows), "machine_type": job.get("machine_type"), "cluster": jid.cluster,
-        "master": f"{job.get('master_addr')}:{job.get('master_port')}", "image": job.get("image"),
-        "per_node": rows, "nnodes": int(job.get("nnodes") or len(rows)), "attempt": int(job.get("attempt") or 0),
-        "recover": job.get("recover"),
-        "recoveries": sum(1 for h in history if h.get("kind") != "retry"), "history": history,
-        "restarts": len(history) - sum(1 for h in history if h.get("kind") != "retry"),
-        "output_dir": job.get("output_dir"), **({"cause": verdict["cause"]} if verdict.get("cause") else {}),
-    }
+    recoveries = sum(1 for h in history if h.get("kind") != "retry")
+    return JobState(
+        id=str(jid), target="cluster", name=job.get("name"), state=overall,
+        created=job.get("created") or job.get("submitted"), started=min(started) if started else None,
+        ended=max(ended) if ended and is_final(overall) else None, error=error,
+        nodes=len(rows), machine_type=job.get("machine_type"), cluster=jid.cluster,
+        master=f"{job.get('master_addr')}:{job.get('master_port')}", image=job.get("image"),
+        per_node=rows, nnodes=int(job.get("nnodes") or len(rows)), attempt=int(job.get("attempt") or 0),
+        recover=job.get("recover"), recoveries=recoveries, history=history, restarts=len(history) - recoveries,
+        output_dir=job.get("output_dir"),
+        **({"cause": verdict["cause"], "cause_from": CAUSE_FOLLOWER} if verdict.get("cause") else {}),
+    )
 
 
 def aggregate(states: list[str]) -> str:
     """A job's state from its nodes': one failure fails it; it succeeds when every node did."""
     if not states:
-        return "UNKNOWN"
-    if "FAILED" in states:
-        return "FAILED"
-    if all(s == "SUCCEEDED" for s in states):
-        return "SUCCEEDED"
-    if "CANCELLED" in states and not any(s in ACTIVE for s in states):
-        return "CANCELLED"
-    if "RUNNING" in states:
-        return "RUNNING"
-    return "PENDING"
+        return UNKNOWN
+    if FAILED in states:
+        return FAILED
+    if all(s == SUCCEEDED for s in states):
+        return SUCCEEDED
+    if CANCELLED in states and not any(s in ACTIVE for s in states):
+        return CANCELLED
+    if RUNNING in states:
+        return RUNNING
+    return PENDING
 
 
 def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = False,
@@ -339,6 +367,12 @@ def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = 
         return _set_metadata(clients, project, node, {**node.metadata, "gcpgpu-job-cancel": run_of(job)}, fence)
 
     batch(clients, project, put, mine)
+
+
+def cancel_job(clients: Clients, project: str, jid: ids.JobId) -> JobState:
+    """`job cancel`: ask every node to stop the job; its state right after asking."""
+    cancel(clients, project, jid)
+    return status(clients, project, jid)
 
 
 def list_jobs(clients: Clients, project: str) -> list[dict]:
@@ -357,7 +391,7 @@ def list_jobs(clients: Clients, project: str) -> list[dict]:
         states = []
         for report in reports:
             ok = not isinstance(report, BaseException) and report.get("job-id") == run_of(job)
-            states.append(report.get("state", "UNKNOWN") if ok else "UNKNOWN")  # type: ignore[union-attr]
+            states.append(report.get("state", UNKNOWN) if ok else UNKNOWN)  # type: ignore[union-attr]
         verdict = job.get("verdict") or {}  # the follower's (stalled), over the stopped nodes' CANCELLED
         rows.append({"id": f"cluster:{cluster}:{job_id}", "target": "cluster", "name": job.get("name"),
                      "state": verdict.get("state") or aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),

@@ -20,6 +20,7 @@ import inspect
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gcpgpu.cluster.lease import Lease, LeaseLost
@@ -28,9 +29,9 @@ from gcpgpu.gcp.clients import Clients
 
 from . import cluster as cluster_jobs
 from . import ids, journal
+from .state import FAILED, RECOVERING, JobState, is_final
 
 KEY_PREFIX = "gcpgpu-leader-"
-ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def leadership(clients: Clients, project: str, cluster: str, who: str) -> Lease:
@@ -113,7 +114,7 @@ def recoveries(clients: Clients, project: str, jid: ids.JobId, record: dict, rec
     return default_recover(clients, project, jid.cluster or "")
 
 
-def job_status(clients: Clients, project: str, jid: ids.JobId) -> dict:
+def job_status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     """The job's status; RECOVERING (with the recovery in its history) while one is written down."""
     pending = journal.read(clients, project, jid.cluster or "")
     if pending is None or pending.get("id") != jid.job:
@@ -121,28 +122,26 @@ def job_status(clients: Clients, project: str, jid: ids.JobId) -> dict:
     try:
         state = cluster_jobs.status(clients, project, jid)
     except CloudError:  # every node was replaced: only the written-down recovery knows the job
-        state = {"id": str(jid), "target": "cluster", "name": pending.get("name"), "cluster": jid.cluster,
-                 "created": pending.get("created"), "started": None, "ended": None, "error": None,
-                 "nodes": 0, "per_node": [], "machine_type": pending.get("machine_type"),
-                 "image": pending.get("image"), "output_dir": pending.get("output_dir")}
+        state = JobState(id=str(jid), target="cluster", name=pending.get("name"), cluster=jid.cluster,
+                         created=pending.get("created"), machine_type=pending.get("machine_type"),
+                         image=pending.get("image"), output_dir=pending.get("output_dir"))
     history = list(pending.get("history") or [])
-    state.update(state="RECOVERING", attempt=int(pending["attempt"]), history=history, recoveries=len(history),
-                 nnodes=int(pending["nnodes"]), recover=pending.get("recover"), ended=None, error=None)
-    return state
+    return replace(state, state=RECOVERING, attempt=int(pending["attempt"]), history=history,
+                   recoveries=len(history), nnodes=int(pending["nnodes"]), recover=pending.get("recover"),
+                   ended=None, error=None)
 
 
-def settled(state: dict, recover: int) -> bool:
+def settled(state: JobState, recover: int) -> bool:
     """Whether a watched job has ended for good: a loss its leader will still recover is not an end."""
-    if state["state"] not in ENDED:
+    if not is_final(state.state):
         return False
-    lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"] or \
-        len(state["per_node"]) < int(state.get("nnodes") or 0)
-    return not (state["state"] == "FAILED" and lost and state["recoveries"] < recover)
+    lost = [r for r in state.per_node if r["node_status"] != "RUNNING"] or len(state.per_node) < state.nnodes
+    return not (state.state == FAILED and lost and state.recoveries < recover)
 
 
 def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Callable[[], Any],
-                  say: Callable[[str], None], on_state: Callable[[dict], None], poll_s: float,
-                  detached: bool = False) -> dict:
+                  say: Callable[[str], None], on_state: Callable[[JobState], None], poll_s: float,
+                  detached: bool = False) -> JobState:
     """Follow the job to its end from here: lead its followers when nobody does (recovering it),
     else watch the leader (on the cluster's nodes, or another machine) work, ready to take over.
     A `detached` job's nodes lead: this takes over only once none has led for a lease's lifetime
@@ -165,19 +164,43 @@ def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Call
             if last is None:
                 say(f"{jid} is followed by {holder.get('who') if holder else 'its cluster'}: watching "
                     "(this command takes over if nobody follows it)")
-            for h in state["history"][told:]:
+            for h in state.history[told:]:
                 say(f"recovery {h.get('attempt')}: lost {', '.join(h.get('lost') or [])} ({h.get('cause')})")
-            told = len(state["history"])
-            now = (state["state"], state.get("attempt"))
+            told = len(state.history)
+            now = (state.state, state.attempt)
             if now != last:
                 last = now
                 on_state(state)
-            recover = state.get("recover")
-            if settled(state, int(recover) if recover is not None else 0):
+            if settled(state, int(state.recover) if state.recover is not None else 0):
                 return state
             time.sleep(poll_s)
     finally:
         lease.release()
+
+
+def follow(clients: Clients, project: str, jid: ids.JobId, *, recover: int | None, on_state: Callable[[JobState], None],
+           say: Callable[[str], None], poll_s: float, reporter: Any = None) -> JobState:
+    """Follow a cluster job to its end from here (`job follow`, `job submit --wait`): lead its followers
+    when nobody does, recovering it from lost nodes at most `recover` times in all (None: what its record
+    says, else the cluster's default), else watch the leader."""
+    from gcpgpu.errors import Interrupted
+
+    found = record(clients, project, jid)
+    n = recoveries(clients, project, jid, found, recover)
+    if n:
+        used = len(found.get("history") or [])
+        say(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"
+            + (f" ({used} used)" if used else ""))
+
+    def follower() -> Any:  # when this command leads (nobody else follows the job): the recovering kind
+        return make(clients, project, jid, found, n, reporter=reporter, poll_s=poll_s, on_state=on_state)
+
+    try:
+        return lead_or_watch(clients, project, jid, follower, say, on_state, poll_s, bool(found.get("detached")))
+    except KeyboardInterrupt:
+        raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
+                          f"finishes a recovery left half done). What a recovery had created is named and labelled "
+                          f"for cluster {jid.cluster}: 'gcpgpu cluster down {jid.cluster}' removes it.") from None
 
 
 # -- the agent on each node --------------------------------------------------------------------

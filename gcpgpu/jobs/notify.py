@@ -35,6 +35,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .state import RUNNING, JobState, is_final
+
 TRIES = 5
 BACKOFF_S = 1.0  # then 2, 4, 8 s: about 15 s in all before a message is dropped
 TIMEOUT_S = 10.0
@@ -118,14 +120,14 @@ class Notifier:
 
 
 @contextlib.contextmanager
-def state_changes(urls: list[str], **common: Any) -> Iterator[Callable[[dict], None]]:
+def state_changes(urls: list[str], **common: Any) -> Iterator[Callable[[JobState], None]]:
     """A callback for a follower that sees whole states (a Vertex job's): RUNNING and the end (with its
     error as the cause) are told; other states are Vertex's own steps. Queued messages go out on exit."""
     notifier = Notifier(urls, **common)
 
-    def changed(state: dict) -> None:
-        if state["state"] in ("RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"):
-            notifier.send(state["state"], cause=state.get("error") if state["state"] != "RUNNING" else None)
+    def changed(state: JobState) -> None:
+        if state.state == RUNNING or is_final(state.state):
+            notifier.send(state.state, cause=state.error if state.state != RUNNING else None)
 
     try:
         yield changed

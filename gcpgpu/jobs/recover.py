@@ -45,6 +45,7 @@ from gcpgpu.trainer.argv import log_every
 from . import ahead, ids, journal
 from . import cluster as cluster_jobs
 from . import logs as job_logs
+from .state import CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
@@ -64,7 +65,7 @@ class Follower:
     """Follows one cluster job to its end, recovering it from lost nodes up to `recover` times."""
 
     def __init__(self, clients: Clients, project: str, jid: ids.JobId, recover: int, reporter: Reporter | None = None,
-                 poll_s: float = 15.0, on_state: Callable[[dict], None] | None = None) -> None:
+                 poll_s: float = 15.0, on_state: Callable[[JobState], None] | None = None) -> None:
         self.clients = clients
         self.project = project
         self.jid = jid
@@ -77,7 +78,7 @@ class Follower:
         self.leading: Callable[[], None] = lambda: None
         self.guard: Any = None  # restart.Guard while run() runs
 
-    def run(self) -> dict:
+    def run(self) -> JobState:
         """The job's final state; CloudError when it lost a node once more than it may recover."""
         from .restart import Guard
 
@@ -85,12 +86,12 @@ class Follower:
         try:
             return self.guard.final(self._run(), lambda h: steps_redone(self.clients, self.project, self.jid, h))
         except CloudError as e:
-            self.guard.event("FAILED", cause=str(e))
+            self.guard.event(FAILED, cause=str(e))
             raise
         finally:  # queued webhooks get a bounded moment to go out; none after Ctrl-C
             self.guard.close(0 if sys.exc_info()[0] is KeyboardInterrupt else 30)
 
-    def _run(self) -> dict:
+    def _run(self) -> JobState:
         last = None
         while True:
             self.leading()
@@ -100,21 +101,21 @@ class Follower:
                 last = None
                 continue
             state = cluster_jobs.status(self.clients, self.project, self.jid)
-            if state["state"] != last:
-                last = state["state"]
+            if state.state != last:
+                last = state.state
                 self.on_state(state)
                 self.guard.changed(state)
-            if state["state"] in ("SUCCEEDED", "CANCELLED"):
+            if state.state in (SUCCEEDED, CANCELLED):
                 return state
-            lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"] + self._gone(state)
-            if state["state"] == "FAILED" and not lost:
+            lost = [r for r in state.per_node if r["node_status"] != "RUNNING"] + self._gone(state)
+            if state.state == FAILED and not lost:
                 # The job's own failure: run again only what --max-restarts-on-errors says is worth it.
                 if self.guard.retry_failure(state):
                     last = None
                     continue
                 return state
             if lost:
-                used = state["recoveries"]
+                used = state.recoveries
                 causes = self._causes(lost)
                 what = ", ".join(f"{r['node']} ({causes[r['node']]})" for r in lost)
                 if any(causes[r["node"]] == RUN_LIMIT for r in lost):
@@ -122,57 +123,57 @@ class Follower:
                     # (a recovery would give the nodes a fresh full run).
                     self._stop_survivors()
                     raise CloudError(f"job {self.jid} stopped: node {what}; not recovered: the cap is the "
-                                     f"cluster's own; its checkpoints stay in {state.get('output_dir') or 'its --ckpt-dir'}")
+                                     f"cluster's own; its checkpoints stay in {state.output_dir or 'its --ckpt-dir'}")
                 if used >= self.recover:
                     self._stop_survivors()
                     limit = "recovery is off (--recover 0)" if self.recover == 0 else \
                         f"after {used} recover{'y' if used == 1 else 'ies'} (--recover {self.recover})"
                     raise CloudError(f"job {self.jid} lost node {what}; {limit}: giving up; its checkpoints stay in "
-                                     f"{state.get('output_dir') or 'its --ckpt-dir'}")
+                                     f"{state.output_dir or 'its --ckpt-dir'}")
                 self.recover_once(state, lost, causes)
                 last = None
                 continue
-            if state["state"] == "RUNNING" and (soon := ahead.due(state["per_node"])) is not None:
+            if state.state == RUNNING and (soon := ahead.due(state.per_node)) is not None:
                 return self._stop_ahead(state, soon)
-            if state["state"] == "RUNNING" and (acted := self.guard.check_stall(state)):
+            if state.state == RUNNING and (acted := self.guard.check_stall(state)):
                 if acted == "failed":
                     return cluster_jobs.status(self.clients, self.project, self.jid)
                 last = None
                 continue
             time.sleep(self.poll_s)
 
-    def _stop_ahead(self, state: dict, soon: ahead.Ahead) -> dict:
+    def _stop_ahead(self, state: JobState, soon: ahead.Ahead) -> JobState:
         """A node's known end is near (jobs/ahead.py): warn, and stop the job so its trainers save a
         checkpoint on SIGTERM while every node is still up; the job ends CANCELLED with that cause."""
-        where = state.get("output_dir") or "its --ckpt-dir"
+        where = state.output_dir or "its --ckpt-dir"
         self.report.step("ahead", f"Job {self.jid}: {soon.line()}: stopping the job now so its trainers "
                                   f"checkpoint (SIGTERM) to {where}")
         self._stop_survivors()
         from .restart import mark
 
-        mark(self, {"state": "CANCELLED", "cause": "stopped ahead", "node": soon.node,
+        mark(self, {"state": CANCELLED, "cause": "stopped ahead", "node": soon.node,
                     "error": f"stopped ahead: {soon.line()}; its checkpoint is in {where}: submit it again "
                              "with --resume once the nodes are back (or on other capacity)"})
         final = cluster_jobs.status(self.clients, self.project, self.jid)
         self.on_state(final)
         return final
 
-    def _gone(self, state: dict) -> list[dict]:
+    def _gone(self, state: JobState) -> list[dict]:
         """Ranks of the job whose node no longer exists (a VM whose termination action is DELETE)."""
-        present = {r["rank"] for r in state["per_node"]}
-        zone = state["per_node"][0]["zone"] if state["per_node"] else ""
+        present = {r["rank"] for r in state.per_node}
+        zone = state.per_node[0]["zone"] if state.per_node else ""
         return [{"node": node_name(self.jid.cluster or "", rank), "rank": rank, "node_status": "DELETED",
-                 "zone": zone, "state": "FAILED"} for rank in range(state["nnodes"]) if rank not in present]
+                 "zone": zone, "state": FAILED} for rank in range(state.nnodes) if rank not in present]
 
     # -- one recovery ---------------------------------------------------------------------------
-    def recover_once(self, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
+    def recover_once(self, state: JobState, lost: list[dict], causes: dict[str, str]) -> None:
         """One recovery, as one attempt holding the cluster's lease: every mutating step (stopping the
         survivors, deleting the lost nodes, `up`, re-delivering the job) first proves it still holds it."""
         self.session = Session(self.clients, self.project, self.report)
         with self.session.holding(self.jid.cluster or "", "recover", wait_for_lease=True):
             # Another follower may have recovered this loss while this one waited for the lease.
             record = cluster_jobs.record_of(self.clients, self.project, self.jid)
-            if int(record.get("attempt") or 0) != state["attempt"] or \
+            if int(record.get("attempt") or 0) != state.attempt or \
                     journal.read(self.clients, self.project, self.jid.cluster or "") is not None:
                 return
             self._recover(self.session, record, state, lost, causes)
@@ -188,23 +189,23 @@ class Follower:
                                        f"(attempt {pending['attempt']}), which its last follower left unfinished")
             self._complete(self.session, pending)
 
-    def _recover(self, s: Session, record: dict, state: dict, lost: list[dict], causes: dict[str, str]) -> None:
+    def _recover(self, s: Session, record: dict, state: JobState, lost: list[dict], causes: dict[str, str]) -> None:
         names = [r["node"] for r in lost]
-        attempt = state["attempt"] + 1
-        self.report.step("recover", f"Recovery {state['recoveries'] + 1}/{self.recover} of job {self.jid}: lost "
+        attempt = state.attempt + 1
+        self.report.step("recover", f"Recovery {state.recoveries + 1}/{self.recover} of job {self.jid}: lost "
                                     + ", ".join(f"{n} ({causes[n]})" for n in names))
         cause = ", ".join(sorted({causes[n] for n in names}))
         self._stop_survivors(s)
         last_step = self.last_step()
         if self.guard is not None:  # None when recover_once runs outside run()
-            self.guard.event("RECOVERING", node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
+            self.guard.event(RECOVERING, node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
         zone = lost[0]["zone"]
         found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
         # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.
         self._resubmit(s, record, {"lost": names, "zone": zone, "cause": cause, "last_step": last_step},
                        {"zone": zone, "lost": names, "lost_ids": [found[n] for n in names if n in found]})
 
-    def restart(self, state: dict, cause: str, node: str | None, extra: dict | None = None) -> None:
+    def restart(self, state: JobState, cause: str, node: str | None, extra: dict | None = None) -> None:
         """Run the job again on the same nodes from its last checkpoint (a retry after its own failure or
         a stall), as one attempt holding the cluster's lease, as a recovery does (and written down the
         same way, so a follower that dies half-way leaves it for the next one to finish)."""
@@ -288,9 +289,8 @@ class Follower:
         deadline = time.monotonic() + STOP_TIMEOUT_S
         with self.report.waiting("stopping the job on the nodes that are left") as update:
             while time.monotonic() < deadline:
-                rows = cluster_jobs.status(self.clients, self.project, self.jid)["per_node"]
-                busy = [r["node"] for r in rows if r["node_status"] == "RUNNING"
-                        and r["state"] not in cluster_jobs.NODE_TERMINAL]
+                rows = cluster_jobs.status(self.clients, self.project, self.jid).per_node
+                busy = [r["node"] for r in rows if r["node_status"] == "RUNNING" and not is_final(r["state"])]
                 if not busy:
                     return
                 update(f"waiting for {', '.join(busy)} to stop the job")

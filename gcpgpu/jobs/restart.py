@@ -26,6 +26,7 @@ from gcpgpu.gcp.operations import batch
 
 from . import cluster as cluster_jobs
 from . import notify, policy, stall
+from .state import FAILED, RUNNING, JobState, is_final
 
 STALLED = "stalled"
 
@@ -52,36 +53,36 @@ class Guard:
     def event(self, name: str, **details: Any) -> None:
         self.notifier.send(name, **details)
 
-    def changed(self, state: dict) -> None:
-        if self.watch is not None and state.get("attempt") != self.attempt:
+    def changed(self, state: JobState) -> None:
+        if self.watch is not None and state.attempt != self.attempt:
             self.watch.reset()  # a new attempt: its own clock, its own steps
-        self.attempt = state.get("attempt")
-        if state["state"] == "RUNNING":
-            self.event("RUNNING", attempt=state.get("attempt"))
+        self.attempt = state.attempt
+        if state.state == RUNNING:
+            self.event(RUNNING, attempt=state.attempt)
 
-    def final(self, state: dict, redone: Callable[[list[dict]], list[dict]] | None = None) -> dict:
+    def final(self, state: JobState, redone: Callable[[list[dict]], list[dict]] | None = None) -> JobState:
         """The job's end as the follower returns it; tells the webhooks (FAILED with its cause)."""
-        if state["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and self.notifier.urls:
-            history = state.get("history") or []
+        if is_final(state.state) and self.notifier.urls:
+            history = state.history
             steps = None
             if history and redone is not None:  # only now does the log say where each attempt resumed
                 with contextlib.suppress(CloudError):
                     counted = [h["steps_redone"] for h in redone(history) if h["steps_redone"] is not None]
                     steps = sum(counted) if counted else None
-            self.event(state["state"], attempt=state.get("attempt"), cause=state.get("cause") or state.get("error"),
-                       recoveries=state.get("recoveries"), restarts=restarts_used(history), steps_redone=steps)
+            self.event(state.state, attempt=state.attempt, cause=state.cause or state.error,
+                       recoveries=state.recoveries, restarts=restarts_used(history), steps_redone=steps)
         return state
 
     def close(self, wait_s: float = 30.0) -> None:
         self.notifier.close(wait_s)
 
     # -- the job's own failure -----------------------------------------------------------------
-    def retry_failure(self, state: dict) -> bool:
+    def retry_failure(self, state: JobState) -> bool:
         """Restart the job if its failure is retryable and a retry is left; True when it did."""
-        failed = sorted((r for r in state["per_node"] if r["state"] == "FAILED"),
+        failed = sorted((r for r in state.per_node if r["state"] == FAILED),
                         key=lambda r: (r.get("ended") or "", r["rank"]))
         row = policy.retryable(self.policy, failed)
-        used = restarts_used(state.get("history") or [])
+        used = restarts_used(state.history)
         if row is None or used >= self.max:
             if row is not None:
                 self.f.report.step("retry", f"Job {self.f.jid} failed (exit code {row['exit_code']} on "
@@ -89,34 +90,34 @@ class Guard:
             return False
         cause = f"exit code {row['exit_code']}"
         self.f.report.step("retry", f"Retry {used + 1}/{self.max} of job {self.f.jid}: {cause} on {row['node']}")
-        self.event("RETRYING", node=row["node"], cause=cause, attempt=state["attempt"] + 1)
+        self.event("RETRYING", node=row["node"], cause=cause, attempt=state.attempt + 1)
         self.f.restart(state, cause, row["node"])
         return True
 
     # -- stalls ----------------------------------------------------------------------------------
-    def check_stall(self, state: dict) -> str | None:
+    def check_stall(self, state: JobState) -> str | None:
         """None while the job makes progress; "retried" or "failed" once it has stalled."""
         if self.watch is None:
             return None
-        nodes = [r["node"] for r in sorted(state["per_node"], key=lambda r: r["rank"])]
+        nodes = [r["node"] for r in sorted(state.per_node, key=lambda r: r["rank"])]
         suspect = self.watch.poll(nodes)
         if suspect is None:
             return None
         timeout = int(self.watch.timeout_s)
         self.f.report.step("stall", f"Job {self.f.jid} stalled: no progress for {timeout}s; suspect node {suspect}")
-        self.event("STALLED", node=suspect, cause=f"no progress for {timeout}s", attempt=state["attempt"])
+        self.event("STALLED", node=suspect, cause=f"no progress for {timeout}s", attempt=state.attempt)
         captured = stall.capture(self.f.clients, self.f.project, self.f.jid)
         for node, what in sorted(captured.items()):
             self.f.report.step("capture", f"{node}: {what}")
-        used = restarts_used(state.get("history") or [])
+        used = restarts_used(state.history)
         if used < self.max:
             self.f.report.step("retry", f"Retry {used + 1}/{self.max} of job {self.f.jid}: stalled on {suspect}")
-            self.event("RETRYING", node=suspect, cause=STALLED, attempt=state["attempt"] + 1)
+            self.event("RETRYING", node=suspect, cause=STALLED, attempt=state.attempt + 1)
             self.f.restart(state, STALLED, suspect,
                            {"capture": "; ".join(f"{n}: {w}" for n, w in sorted(captured.items()))})
             return "retried"
         self.f._stop_survivors()
-        mark(self.f, {"state": "FAILED", "cause": STALLED, "node": suspect, "capture": captured,
+        mark(self.f, {"state": FAILED, "cause": STALLED, "node": suspect, "capture": captured,
                       "error": "stalled" + (f" again after {used} retr{'y' if used == 1 else 'ies'}" if used else "")
                                + f": no progress for {timeout}s; suspect node {suspect}"})
         return "failed"

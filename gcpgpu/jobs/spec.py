@@ -11,7 +11,7 @@ import contextlib
 import io
 import re
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gcpgpu import catalog, specfile, times
@@ -120,9 +120,12 @@ class JobSpec:
         return cls(**values)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ValidJob:
-    """A spec checked and completed: what the Vertex renderer and the cluster submitter consume."""
+    """A spec checked and completed: what the Vertex renderer and the cluster submitter consume.
+
+    Frozen: nothing changes a job once it is checked. What later steps decide (the default image, the
+    staged --workdir, the arguments fitted to the cluster's nodes) makes a new value (jobs/submit.py)."""
 
     spec: JobSpec
     target: str
@@ -137,8 +140,8 @@ class ValidJob:
     reservation: dict | None  # Vertex reservationAffinity, camelCase
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # defaults chosen for the target, said before submit
-    workdir_uri: str | None = None  # gs:// of the staged --workdir tarball (jobs/workdir.py), set before submit
-    image_pending: bool = False  # no --image: `image` names the repository only until default_image resolves it
+    workdir_uri: str | None = None  # gs:// of the staged --workdir tarball (jobs/workdir.py), decided before submit
+    image_pending: bool = False  # no --image: `image` names the repository only until the submit path resolves it
 
     @property
     def bundled_trainer(self) -> bool:
@@ -252,23 +255,24 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
     valid = ValidJob(spec=spec, target=target, name=name, machine=machine, nodes=nodes, image=image,
                      command=command, args=args, env=env, region=region, reservation=reservation,
                      warnings=warnings, image_pending=not spec.image)
-    fit_trainer_args(valid, world=(nodes or 1) * (machine.gpu_count if machine else 1),
-                     exact=nodes is not None and machine is not None)
-    return valid
+    fitted, notes = fit_trainer_args(valid, world=(nodes or 1) * (machine.gpu_count if machine else 1),
+                                     exact=nodes is not None and machine is not None)
+    return replace(valid, args=fitted, notes=notes) if notes else valid
 
 
-def fit_trainer_args(job: ValidJob, *, world: int, exact: bool) -> None:
+def fit_trainer_args(job: ValidJob, *, world: int, exact: bool) -> tuple[list[str], list[str]]:
     """Check the bundled trainer's arguments for `world` GPU processes (nodes x GPUs per node, what the cloud
-    runs); where the user gave no --batch-size and the trainer's default does not split over them, add one
-    that does to job.args and say so in job.notes. Calling it again with the same world changes nothing."""
+    runs); where the user gave no --batch-size and the trainer's default does not split over them, return
+    job.args with one that does and the note that says so, else (job.args, []). Fitting the fitted arguments
+    again for the same world adds nothing."""
     own = trainer_args(job.image, job.command, job.args)
     if own is None:
-        return
+        return job.args, []
     fitted = check_trainer_args(own, world=world, exact=exact, output_dir=job.spec.output_dir)
-    if fitted is not None:
-        batch, note = fitted
-        job.args = [*job.args, "--batch-size", str(batch)]
-        job.notes.append(note)
+    if fitted is None:
+        return job.args, []
+    batch, note = fitted
+    return [*job.args, "--batch-size", str(batch)], [note]
 
 
 def check_output_dir(value: str, target: str) -> None:

@@ -11,6 +11,8 @@ and not counted. Disks are not counted, as `cluster status` does not count them.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gcpgpu.cluster import cost
@@ -18,19 +20,25 @@ from gcpgpu.cluster.observe import observe_nodes
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.times import parse_timestamp
 
+from .state import JobState, Spent
 
-def job_spent(clients: Clients, project: str, state: dict, now: float | None = None) -> dict[str, Any]:
-    """uptime_s, node_hours and cost_usd (None without a catalog price) of a cluster job's `state`."""
+
+def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any],
+              now: float | None = None) -> dict[str, Any]:
+    """uptime_s, node_hours and cost_usd (None without a catalog price) of a cluster job's `state`
+    (a JobState, or its dict)."""
+    if not isinstance(state, JobState):
+        state = JobState.from_dict(state)
     now = time.time() if now is None else now
-    begin = parse_timestamp(state.get("created"))
+    begin = parse_timestamp(state.created)
     if begin is None:
         return {"uptime_s": None, "node_hours": None, "cost_usd": None}
-    end = parse_timestamp(state.get("ended")) or now
-    names = {r["node"] for r in state.get("per_node") or []}
-    nodes = [n for n in observe_nodes(clients, project, state.get("cluster") or "") if n.name in names]
+    end = parse_timestamp(state.ended) or now
+    names = {r["node"] for r in state.per_node}
+    nodes = [n for n in observe_nodes(clients, project, state.cluster or "") if n.name in names]
     seconds = 0.0
     since = {name: begin for name in names}  # when each node's current VM joined the job, as recorded
-    for entry in state.get("history") or []:
+    for entry in state.history:
         if entry.get("kind") == "retry":
             continue  # same nodes, still up
         at = parse_timestamp(entry.get("at")) or begin
@@ -44,12 +52,13 @@ def job_spent(clients: Clients, project: str, state: dict, now: float | None = N
         stop = end if run.running else min(end, run.started + run.seconds)
         seconds += max(0.0, stop - max(begin, run.started))
     provisioning = nodes[0].provisioning if nodes else "STANDARD"
-    price = cost.node_price(str(state.get("machine_type") or ""), provisioning)
+    price = cost.node_price(str(state.machine_type or ""), provisioning)
     return {"uptime_s": round(end - begin), "node_hours": round(seconds / 3600, 3),
             "cost_usd": None if price is None else round(price * seconds / 3600, 2)}
 
 
-def add_spent(clients: Clients, project: str, state: dict) -> None:
+def with_spent(clients: Clients, project: str, state: JobState) -> JobState:
     """`state` with job_spent's figures, and uptime and cost as `job status`'s table shows them."""
-    state.update(job_spent(clients, project, state))
-    state.update(uptime=cost.shown_uptime(state["uptime_s"]), cost=cost.shown_cost(state["cost_usd"]))
+    got = job_spent(clients, project, state)
+    return replace(state, spent=Spent(**got, uptime=cost.shown_uptime(got["uptime_s"]),
+                                      cost=cost.shown_cost(got["cost_usd"])))

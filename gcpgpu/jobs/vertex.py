@@ -10,10 +10,10 @@ from gcpgpu.resources import render
 
 from . import ids
 from .spec import ValidJob, job_env
+from .state import JobState
 from .usercode import container_call
 
 STRATEGY = {"standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
 LABEL_MANAGED = "gcpgpu-managed"
 LABEL_JOB = "gcpgpu-job"
 EMULATOR_LABEL = "gcpgpu-emulator"  # the emulator says whether it ran a job locally or simulated it
@@ -26,7 +26,7 @@ def build_request(job: ValidJob, project: str) -> dict:
     machine = job.machine
     assert machine is not None and job.nodes is not None and job.region is not None  # validate() made sure
     if job.image_pending:
-        raise RuntimeError("the default image is resolved (default_image.resolve) before the request is built")
+        raise RuntimeError("the default image is resolved (jobs/submit.py) before the request is built")
     pools = [{"replicas": 1}] + ([{"replicas": job.nodes - 1}] if job.nodes > 1 else [])
     env = job_env(job, machine, "vertex")
     command, args = container_call(job)
@@ -53,7 +53,7 @@ def build_request(job: ValidJob, project: str) -> dict:
     return {"parent": f"projects/{project}/locations/{job.region}", "customJob": yaml.safe_load(text)}
 
 
-def submit(clients: Clients, request: dict) -> tuple[ids.JobId, dict]:
+def submit(clients: Clients, request: dict) -> tuple[ids.JobId, JobState]:
     """Create the CustomJob; returns its id and its status."""
     from google.cloud import aiplatform_v1
     from google.protobuf import json_format
@@ -65,12 +65,12 @@ def submit(clients: Clients, request: dict) -> tuple[ids.JobId, dict]:
     return jid, describe(jid, created)
 
 
-def get(clients: Clients, project: str, jid: ids.JobId) -> dict:
+def get(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     job = clients.job_service(jid.location).get_custom_job(name=jid.resource_name(project))
     return describe(jid, job)
 
 
-def cancel(clients: Clients, project: str, jid: ids.JobId) -> dict:
+def cancel(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     """Ask Vertex AI to cancel; the job goes CANCELLING, then CANCELLED. Returns its status after asking."""
     from google.api_core import exceptions
 
@@ -89,7 +89,7 @@ def list_jobs(clients: Clients, project: str, region: str, state: str | None = N
         request={"parent": f"projects/{project}/locations/{region}", "filter": flt, "page_size": min(limit, 100)})
     rows = []
     for job in pager:
-        rows.append(describe(ids.vertex(job.name), job))
+        rows.append(describe(ids.vertex(job.name), job).to_dict())
         if len(rows) >= limit:
             break
     return rows
@@ -107,7 +107,7 @@ def _time(job: Any, name: str) -> str | None:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def describe(jid: ids.JobId, job: Any) -> dict:
+def describe(jid: ids.JobId, job: Any) -> JobState:
     """A CustomJob as gcpgpu shows it: short state, times, error, and one row per worker pool."""
     state = job.state.name.removeprefix("JOB_STATE_")
     pools = []
@@ -127,19 +127,19 @@ def describe(jid: ids.JobId, job: Any) -> dict:
         note = "run by the gcpgpu emulator as local processes on this machine"
     else:
         note = None
-    return {
-        "id": str(jid),
-        "target": "vertex",
-        "name": job.display_name,
-        "state": state,
-        "created": _time(job, "create_time"),
-        "started": _time(job, "start_time"),
-        "ended": _time(job, "end_time"),
-        "error": message,
-        "nodes": sum(p["replicas"] for p in pools),
-        "machine_type": pools[0]["machine_type"] if pools else None,
-        "strategy": job.job_spec.scheduling.strategy.name if "scheduling" in job.job_spec else None,
-        "pools": pools,
-        "resource": job.name,
-        "note": note,
-    }
+    return JobState(
+        id=str(jid),
+        target="vertex",
+        name=job.display_name,
+        state=state,
+        created=_time(job, "create_time"),
+        started=_time(job, "start_time"),
+        ended=_time(job, "end_time"),
+        error=message,
+        nodes=sum(p["replicas"] for p in pools),
+        machine_type=pools[0]["machine_type"] if pools else None,
+        strategy=job.job_spec.scheduling.strategy.name if "scheduling" in job.job_spec else None,
+        pools=pools,
+        resource=job.name,
+        note=note,
+    )

@@ -18,7 +18,6 @@ from gcpgpu.times import parse_timestamp
 
 from .query import PERIOD_S, Window
 
-ENDED = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED")
 MARGIN_S = 2 * PERIOD_S  # around a job's run in a report: the minute before it and the one after it ends, and more
 clock: Callable[[], float] = time.time  # what "now" is to the views (tests run it on the emulator's clock)
 
@@ -32,7 +31,9 @@ class JobSpan:
 
     @property
     def over(self) -> bool:
-        return self.state in ENDED
+        from gcpgpu.jobs.state import is_final
+
+        return is_final(self.state)
 
     def window(self, now: float, max_points: int = 240) -> Window | None:
         """The job's run with a margin either side (a tenth of its length, at least two minutes), up to now;
@@ -69,16 +70,10 @@ def read(clients: Any, project: str, text: str, region: str | None) -> JobSpan |
     jid = job_id(text, region)
     if jid is None:
         return None
+    from gcpgpu.jobs import route
+
     try:
-        if jid.target == "vertex":
-            from gcpgpu.jobs import vertex
-
-            state = vertex.get(clients, project, jid)
-        else:
-            from gcpgpu.jobs import cluster as cluster_jobs
-
-            state = cluster_jobs.status(clients, project, jid)
+        state = route.status(clients, project, jid)
     except (CloudError, exceptions.GoogleAPICallError):
         return None
-    return JobSpan(str(jid), str(state["state"]), parse_timestamp(state.get("started")),
-                   parse_timestamp(state.get("ended")))
+    return JobSpan(str(jid), state.state, parse_timestamp(state.started), parse_timestamp(state.ended))

@@ -28,6 +28,7 @@ from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import cluster as cluster_jobs
 from gcpgpu.jobs import follower, journal, notify
+from gcpgpu.jobs.state import ACTIVE
 from gcpgpu.times import format_duration
 
 GPU_WINDOW_S = 180.0  # the newest GPU point within this window counts (Ops Agent writes once a minute)
@@ -52,7 +53,7 @@ def job_running(clients: Clients, project: str, cluster: str) -> bool:
     found = follower.current_job(clients, project, cluster)
     if found is None:
         return False
-    return cluster_jobs.status(clients, project, found[0])["state"] in cluster_jobs.ACTIVE
+    return cluster_jobs.status(clients, project, found[0]).state in ACTIVE
 
 
 def gpus_busy(clients: Clients, project: str, cluster: str) -> bool:
@@ -152,12 +153,11 @@ def serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float
                 if found is not None and str(found[1]["id"]) not in done:
                     say(f"leading: following job {found[0]}")
                     f = follower.make(clients, project, found[0], found[1], reporter=Said(say), poll_s=poll_s,
-                                      on_state=lambda st: say(f"job {st['id']}: {st['state']} (attempt "
-                                                              f"{st.get('attempt')})"))
+                                      on_state=lambda st: say(f"job {st.id}: {st.state} (attempt {st.attempt})"))
                     f.leading = follower.guard(lead)
                     try:
                         final = f.run()
-                        say(f"job {found[0]} ended {final['state']}")
+                        say(f"job {found[0]} ended {final.state}")
                     except CloudError as e:
                         if isinstance(e, LeaseLost):
                             raise

@@ -1,0 +1,131 @@
+"""`job submit`'s one path: validate -> image -> workdir -> place -> submit.
+
+Each step returns a value and changes nothing it was given. The job is checked once (spec.validate,
+before any request; a frozen ValidJob); the default image (gcpgpu/image/default.py), the staged
+--workdir (workdir.py) and a cluster job's placement (cluster.place: its nodes, and the trainer's
+arguments fitted to them) are values of their own, and the job the target receives is made from them.
+A Vertex AI job's image is known from its region before anything is staged; a cluster job's region
+and GPUDirect flavour are its nodes', known once it is placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gcpgpu import catalog
+from gcpgpu.errors import UsageProblem
+from gcpgpu.settings import Settings
+
+from . import policy
+from .ids import JobId
+from .spec import JobSpec, ValidJob, validate
+
+# `job submit --detach`: the image the nodes run their follower from, given the job's image and its nodes
+# (None: the job's own image runs it). The image rules live with the image's, outside jobs/.
+FollowerImage = Callable[[str, list[Any]], str | None]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What `job submit` did: the job as it went (or, with --dry-run, would go) and what to print."""
+
+    job: ValidJob  # image, workdir and a cluster job's arguments decided
+    shown: dict[str, Any]  # --dry-run: the request (Vertex) or the job (cluster); else the job's summary
+    jid: JobId | None = None  # None with --dry-run
+    # Whether the submitting command follows the job: --wait and --recover do, and retries, stall
+    # detection and webhooks need a follower (the nodes' own after --detach).
+    follow: bool = False
+
+
+def submit(settings: Settings, spec: JobSpec, *, region: str | None = None, dry_run: bool = False,
+           recover: int | None = None, detach: bool = False, wait: bool = False,
+           say: Callable[[str], None] = lambda _line: None,
+           follower_image: FollowerImage | None = None) -> Submitted:
+    """Check `spec`, decide its image, stage its workdir, place it (cluster) and submit it (not with
+    `dry_run`). `region`: the job's own (job submit --region), else the global one. `say` tells
+    warnings, notes and what was decided on stderr."""
+    job = _validate(settings, spec, region)
+    if detach and (job.target != "cluster" or wait):
+        raise UsageProblem("--detach applies to --cluster jobs without --wait (Vertex AI follows its own jobs; "
+                           "after --detach, 'gcpgpu job follow JOB' watches)")
+    if recover is not None and job.target != "cluster":
+        raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
+                           "(see --restart)")
+    for warning in job.warnings:
+        say(f"warning: {warning}")
+    follow = (wait or recover is not None or bool(policy.record_fields(job.spec))) and not detach
+    if job.target == "vertex":
+        return replace(_vertex(settings, job, dry_run, say), follow=follow)
+    return replace(_cluster(settings, job, dry_run, say, recover, follower_image if detach else None, detach),
+                   follow=follow)
+
+
+def _validate(settings: Settings, spec: JobSpec, region: str | None) -> ValidJob:
+    project = settings.optional("project")
+    if spec.target == "vertex" or (spec.target == "cluster" and not spec.image):
+        project = settings.project  # needed for the request (or the default image): say how to set it now
+    return validate(spec, project=project, region=region or settings.optional("region"),
+                    zone=settings.optional("zone"))
+
+
+def _image(settings: Settings, job: ValidJob, region: str, machine: catalog.MachineType, dry_run: bool,
+           say: Callable[[str], None]) -> str:
+    """The job's image: its --image, else the one `container build` last pushed for the region and flavour."""
+    if not job.image_pending:
+        return job.image
+    from gcpgpu.image import default as default_image
+
+    return default_image.resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=say)
+
+
+def _workdir(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None]) -> str | None:
+    """gs:// of the job's packed --workdir, staged (listed only, with --dry-run); None without one."""
+    if not job.spec.workdir:
+        return None
+    from . import workdir
+
+    return workdir.stage(settings.clients, settings.project, job, dry_run=dry_run, say=say)
+
+
+def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None]) -> Submitted:
+    from . import vertex
+
+    assert job.machine is not None and job.region is not None  # validate() made sure
+    image = _image(settings, job, job.region, job.machine, dry_run, say)
+    job = replace(job, image=image, image_pending=False, workdir_uri=_workdir(settings, job, dry_run, say))
+    request = vertex.build_request(job, settings.project)
+    for note in job.notes:
+        say(f"note: {note}")
+    if dry_run:
+        return Submitted(job, request)
+    jid, state = vertex.submit(settings.clients, request)
+    return Submitted(job, state.to_dict(), jid)
+
+
+def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], recover: int | None,
+             follower_image: FollowerImage | None, detach: bool) -> Submitted:
+    from . import cluster as cluster_jobs
+    from . import usercode
+    from .spec import job_env
+
+    cluster = str(job.spec.cluster)
+    workdir_uri = _workdir(settings, job, dry_run, say)
+    # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
+    # so it refuses, and fits defaults, as submit does.
+    placed = cluster_jobs.place(settings.clients, settings.project, job, cluster)
+    image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
+    job = placed.apply(replace(job, image=image, image_pending=False, workdir_uri=workdir_uri))
+    agent = follower_image(job.image, placed.nodes) if follower_image is not None else None
+    for note in job.notes:
+        say(f"note: {note}")
+    if dry_run:
+        command, args = usercode.container_call(job)
+        return Submitted(job, {"target": "cluster", "cluster": cluster, "name": job.name, "nodes": len(placed.nodes),
+                               "machine_type": placed.machine.name, "image": cluster_jobs.image_of(job),
+                               "command": command, "args": args, "env": job_env(job, placed.machine, "vm"),
+                               **({"follower_image": agent} if agent else {})})
+    jid, summary = cluster_jobs.submit(settings.clients, settings.project, job, cluster, recover, placed,
+                                       detach=detach, agent=agent)
+    return Submitted(job, summary, jid)
