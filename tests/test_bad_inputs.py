@@ -380,10 +380,10 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
                 "autostop_notify: [\"mailto:me@example.com\"]\n"}, "--notify 'mailto:me@example.com' is not an"),
     ("autostop-notify-not-http", [*P, "cluster", "autostop", "c", "30m", "--notify", "hooks.example.com/x"], {},
      "--notify 'hooks.example.com/x' is not an http(s) URL"),
-    ("autostop-notify-pubsub", [*P, "cluster", "autostop", "c", "30m", "--notify",
-                                "pubsub:projects/my-proj/topics/t1"], {}, "Pub/Sub topics are not supported"),
     ("autostop-notify-userinfo", [*P, "cluster", "autostop", "c", "30m", "--notify", "https://me:s3cr3t@h.example.com/x"],
      {}, "--notify https://h.example.com/...: a user or token"),
+    ("autostop-notify-pubsub", [*P, "cluster", "autostop", "c", "30m", "--notify",
+                                "pubsub:projects/my-proj/topics/t1"], {}, "Pub/Sub topics are not supported"),
     ("autostop-notify-with-cancel", [*P, "cluster", "autostop", "c", "--cancel", "--notify", "https://h.example.com/x"],
      {}, "--cancel turns autostop off"),
 ]
