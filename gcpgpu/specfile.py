@@ -299,13 +299,35 @@ MAX_NOTIFY = 10
 PUBSUB = re.compile(r"^pubsub:projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/topics/[A-Za-z][-\w.~+%]{2,254}$")
 
 
+def webhook_host(url: str) -> str:
+    """scheme://host[:port] of a webhook URL: what a line may print of it. Its user, token, path and query
+    stay out (a webhook's path often is its secret)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(a webhook URL)"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "?"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme or '?'}://{host}" + (f":{port}" if port is not None else "")
+
+
 def check_notify(url: Any, where: str = "--notify") -> str:
-    """An http(s) webhook with a host; Pub/Sub topics are refused (the emulator has no Pub/Sub to test them on)."""
+    """An http(s) webhook with a host and no user:token@; Pub/Sub topics are refused (the emulator has no
+    Pub/Sub to test them on). No refusal prints a user or token."""
     text = str(url)
     if PUBSUB.match(text) or text.startswith("pubsub:"):
         raise UsageProblem(f"{where} {shown(text)}: Pub/Sub topics are not supported yet; give an "
                            "http(s) webhook URL (e.g. https://hooks.example.com/gcpgpu)")
     check_utf8(text, where)
+    authority = re.match(r"[A-Za-z][-+.A-Za-z0-9]*://([^/?#]*)", text)
+    if authority and "@" in authority.group(1):
+        raise UsageProblem(f"{where} {webhook_host(text)}/...: a user or token before the host (user:token@) is "
+                           "refused: gcpgpu sends no credentials and keeps the URL in plain text; give the webhook's "
+                           "URL without it")
     parts = urlsplit(text) if not any(c.isspace() or ord(c) < 32 for c in text) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageProblem(f"{where} {shown(text)} is not an http(s) URL; give a webhook such as "

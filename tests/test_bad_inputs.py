@@ -43,6 +43,19 @@ def _fifo(path: Path) -> None:
     os.mkfifo(path)
 
 
+def _folder_with_ignore(name: str, text: bytes = b"*.log\n", size: int = 0) -> Callable[[Path], None]:
+    """A --workdir folder (train.py) whose ignore file `name` holds `text`, made `size` bytes long (sparse)."""
+
+    def make(path: Path) -> None:
+        path.mkdir()
+        (path / "train.py").write_text("x = 1\n")
+        with (path / name).open("wb") as f:
+            f.write(text)
+            f.truncate(max(size, len(text)))
+
+    return make
+
+
 def _sparse_200mb(path: Path) -> None:
     with path.open("wb") as f:
         f.write(b"name: c\n")
@@ -280,6 +293,14 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
     ("job-workdir-empty-folder", [*CLUSTER_JOB, "--workdir", "{d}/empty"], {"empty": lambda p: p.mkdir()},
      "--workdir"),
     ("job-workdir-a-file", [*CLUSTER_JOB, "--workdir", "{d}/f.py"], {"f.py": "x = 1\n"}, "is not a folder"),
+    # -- ignore files: size-capped (a 2 GiB one was a MemoryError; issue 36)
+    ("job-workdir-gcpgpuignore-2gib", [*CLUSTER_JOB, "--workdir", "{d}/w"],
+     {"w": _folder_with_ignore(".gcpgpuignore", size=2 * 2**30)}, ".gcpgpuignore: 2147483648 bytes, over the 1 MiB cap"),
+    ("job-workdir-gitignore-2gib-vertex", [*VERTEX, "--image", "busybox", "--workdir", "{d}/w"],
+     {"w": _folder_with_ignore(".gitignore", size=2 * 2**30)}, ".gitignore: 2147483648 bytes, over the 1 MiB cap"),
+    ("context-gcpgpuignore-2gib", [*P, "--region", "us-central1", "container", "build", "--flavor", "none",
+                                   "--context", "{d}/w"],
+     {"w": _folder_with_ignore(".gcpgpuignore", size=2**20 + 1)}, "over the 1 MiB cap for an ignore file"),
     ("job-setup-no-target", [*SUBMIT, "--setup", "pip install x"], {}, "--setup"),
     ("job-mount-no-bucket", [*CLUSTER_JOB, "--mount", "gs://:/data"], {}, "names no bucket"),
     ("job-mount-not-gs", [*CLUSTER_JOB, "--mount", "/local:/data"], {}, "--mount '/local:/data'"),
@@ -328,6 +349,18 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
     ("job-notify-pubsub", [*CLUSTER_JOB, "--notify", "pubsub:projects/my-proj/topics/jobs"], {},
      "Pub/Sub topics are not supported"),
     ("job-notify-bad-port", [*VERTEX, "--notify", "http://127.0.0.1:99999/x"], {}, "bad port"),
+    # -- a user:token@ in a webhook: refused, and never printed (issue 36)
+    ("job-notify-userinfo", [*CLUSTER_JOB, "--notify", "https://me:s3cr3t@hooks.example.com/hook"], {},
+     "--notify https://hooks.example.com/...: a user or token before the host (user:token@) is refused"),
+    ("job-notify-token-only", [*VERTEX, "--notify", "http://s3cr3t@hooks.example.com:8080/x"], {},
+     "--notify http://hooks.example.com:8080/...: a user or token"),
+    ("job-notify-userinfo-bad-port", [*CLUSTER_JOB, "--notify", "https://me:s3cr3t@hooks.example.com:99999/x"], {},
+     "--notify https://hooks.example.com/...: a user or token"),
+    ("job-notify-userinfo-not-http", [*CLUSTER_JOB, "--notify", "ftp://me:s3cr3t@hooks.example.com/x"], {},
+     "a user or token before the host"),
+    ("file-job-notify-userinfo", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "cluster: c\nimage: busybox\nnotify: https://me:s3cr3t@hooks.example.com/x\n"},
+     "--notify https://hooks.example.com/...: a user or token"),
     ("job-stall-timeout-vertex", [*VERTEX, "--stall-timeout", "10m"], {}, "--stall-timeout applies to --cluster"),
     # -- a cluster's AUTOSTOPPED webhooks: checked as job submit's --notify (issue 26)
     ("up-notify-not-http", [*UP, *OK, "--autostop", "30m", "--notify", "ftp://hooks.example.com/x"], {},
@@ -336,6 +369,8 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
     ("up-notify-pubsub", [*UP, *OK, "--autostop", "30m", "--notify", "pubsub:projects/my-proj/topics/jobs"], {},
      "Pub/Sub topics are not supported"),
     ("up-notify-bad-port", [*UP, *OK, "--autostop", "30m", "--notify", "http://127.0.0.1:99999/x"], {}, "bad port"),
+    ("up-notify-userinfo", [*UP, *OK, "--autostop", "30m", "--notify", "https://me:s3cr3t@h.example.com/x"], {},
+     "--notify https://h.example.com/...: a user or token before the host (user:token@) is refused"),
     ("up-notify-too-many", [*UP, *OK, "--autostop", "30m", *["--notify", "https://h.example.com/x"] * 11], {},
      "--notify is given 11 times; 10 at most"),
     ("up-notify-without-autostop", [*UP, *OK, "--notify", "https://hooks.example.com/x"], {},
@@ -345,6 +380,8 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
                 "autostop_notify: [\"mailto:me@example.com\"]\n"}, "--notify 'mailto:me@example.com' is not an"),
     ("autostop-notify-not-http", [*P, "cluster", "autostop", "c", "30m", "--notify", "hooks.example.com/x"], {},
      "--notify 'hooks.example.com/x' is not an http(s) URL"),
+    ("autostop-notify-userinfo", [*P, "cluster", "autostop", "c", "30m", "--notify", "https://me:s3cr3t@h.example.com/x"],
+     {}, "--notify https://h.example.com/...: a user or token"),
     ("autostop-notify-pubsub", [*P, "cluster", "autostop", "c", "30m", "--notify",
                                 "pubsub:projects/my-proj/topics/t1"], {}, "Pub/Sub topics are not supported"),
     # -- durations: one grammar (gcpgpu/times.py), every one bounded; 400 nines is a line, never an overflow
@@ -408,6 +445,7 @@ def test_bad_input_is_refused_in_one_line_before_any_call(gcp, tmp_path, argv, f
     assert expect in lines[0], lines[0]
     assert len(lines[0]) < 400, lines[0]  # a refused value is quoted short, never echoed whole
     assert gcp.requests.all() == [], [r.path for r in gcp.requests.all()]
+    assert "s3cr3t" not in output  # a token given in a refused value is never printed back
 
 
 def test_the_table_covers_at_least_a_hundred_inputs_across_commands_and_spec_files():

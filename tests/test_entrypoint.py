@@ -7,6 +7,7 @@ container's / so plugins, devices and NICs can be present or missing per test.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import os
@@ -699,6 +700,36 @@ def test_a_missing_workdir_archive_is_one_line(entrypoint, user_env):
     assert result.code == 3
     assert result.stderr.strip().splitlines() == [
         f"gcpgpu-entrypoint: GCPGPU_WORKDIR: gs://stage/gone.tar.gz is not there ({user_env['GCPGPU_GCS_ROOT']}/stage/gone.tar.gz is missing)"]
+
+
+def _staged_by_digest(tmp_path: Path, files: dict[str, str]) -> tuple[str, Path]:
+    """A tarball staged under the name job submit gives it, workdir-<its SHA-256>.tar.gz: (gs:// URL, file)."""
+    scratch = _tarball(tmp_path / "scratch.tar.gz", files)
+    name = f"gcpgpu-staging/workdir-{hashlib.sha256(scratch.read_bytes()).hexdigest()}.tar.gz"
+    path = tmp_path / "gcs" / "stage" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch.replace(path)
+    return f"gs://stage/{name}", path
+
+
+def test_a_staged_archive_is_unpacked_only_when_its_bytes_are_what_its_name_states(entrypoint, user_env, tmp_path):
+    url, path = _staged_by_digest(tmp_path, {"train.py": "print('mine')\n"})
+    env = {**user_env, "GCPGPU_WORKDIR": url}
+    ok = entrypoint("bash", "-c", "cat train.py", env=env)
+    assert ok.code == 0, ok.stderr
+    assert ok.stdout == "print('mine')\n"
+
+    # Another job replaces the archive (the staging bucket is writable from every node of a cluster).
+    (tmp_path / "workdir" / "train.py").unlink()
+    _tarball(path, {"train.py": "print('theirs')\n"})
+    result = entrypoint("all_reduce_perf", env=env)
+    assert result.code == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"gcpgpu-entrypoint: GCPGPU_WORKDIR: refused {url}: its bytes are not what its name "
+                           "states (SHA-256 "), line
+    assert line.endswith("nothing unpacked (submit again to stage it anew)"), line
+    assert result.calls == []
+    assert not (tmp_path / "workdir" / "train.py").exists()
 
 
 def test_setup_runs_in_the_workdir_before_the_command_with_its_output_in_the_log(entrypoint, user_env, tmp_path):

@@ -207,6 +207,20 @@ def test_notifier_gives_up_on_a_client_error_without_blocking(monkeypatch):
     assert calls == ["RUNNING"] and n.dropped == 1 and n.sent == []
 
 
+@pytest.mark.parametrize("url", ["https://me:s3cr3t@hooks.example.com:8443/hook/s3cr3t?key=s3cr3t",
+                                 "https://s3cr3t@hooks.example.com:8443/s3cr3t"])
+def test_a_failed_delivery_names_only_the_scheme_and_host(monkeypatch, capsys, url):
+    """The failure line reaches Cloud Logging for detached jobs and autostop: no user, token, path or query."""
+    from gcpgpu.jobs import notify
+
+    monkeypatch.setattr(notify, "post", lambda url, body: None)
+    n = notify.Notifier([url], job="cluster:c:j")
+    n.send("FAILED", cause="exit 1")
+    n.close(5)
+    assert capsys.readouterr().err.splitlines() == [
+        "gcpgpu: could not deliver the FAILED notification to https://hooks.example.com:8443"]
+
+
 def test_vertex_job_tells_the_webhook_while_followed(gcp, webhook):
     url, hook = webhook
     gcp.vertex.timings.update(queued_s=0.0, pending_s=0.2, simulated_run_s=3.0)  # RUNNING for a few polls

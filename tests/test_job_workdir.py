@@ -9,7 +9,9 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -164,3 +166,126 @@ def test_one_tarball_named_by_its_content_serves_a_cluster_and_vertex(gcp, tmp_p
     [blob] = list(clients(gcp).storage().list_blobs("test-proj-gcpgpu-staging"))
     assert uris == {f"gs://test-proj-gcpgpu-staging/{blob.name}"}
     assert blob.name == f"gcpgpu-staging/workdir-{hashlib.sha256(blob.download_as_bytes()).hexdigest()}.tar.gz"
+
+
+# -- issue 36: staged code verified, paths kept under the folder, ignore files in bounded time -------------
+
+
+def test_a_staged_archive_another_job_changed_is_uploaded_again(gcp, tmp_path):
+    """The staging bucket is writable from every job: an object whose bytes no longer match its
+    content-addressed name is not 'already staged', it is uploaded again."""
+    _tree(tmp_path, {"train.py": "print(1)\n"})
+    first = _submit("--workdir", str(tmp_path), "--command", "python train.py", fmt="json")
+    assert first.exit_code == 0, first.output
+    [blob] = list(clients(gcp).storage().list_blobs("test-proj-gcpgpu-staging"))
+    # As a job would: it writes the object's file through its /gcs mount, not through the API.
+    gcp.storage.store.path("test-proj-gcpgpu-staging", blob.name).write_bytes(b"not your code")
+    again = _submit("--workdir", str(tmp_path), "--command", "python train.py", fmt="json")
+    assert again.exit_code == 0, again.output
+    assert "already staged" not in again.stderr
+    assert "does not hold what its name says" in again.stderr and "uploaded to gs://" in again.stderr
+    [blob] = list(clients(gcp).storage().list_blobs("test-proj-gcpgpu-staging"))
+    assert blob.name == f"gcpgpu-staging/workdir-{hashlib.sha256(blob.download_as_bytes()).hexdigest()}.tar.gz"
+    # Unchanged since: the next submit finds the same bytes (by their MD5) and uploads nothing.
+    third = _submit("--workdir", str(tmp_path), "--command", "python train.py", fmt="json")
+    assert third.exit_code == 0 and "already staged at" in third.stderr, third.output
+
+
+def test_a_tracked_file_whose_folder_became_a_link_out_is_left_out_and_named(gcp, tmp_path):
+    outside = tmp_path / "outside"
+    _tree(outside, {"f.py": "private\n"})
+    root = tmp_path / "w"
+    _tree(root, {"train.py": "x\n", "sub/f.py": "mine\n", "inside/g.py": "g\n"})
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    # git still lists sub/f.py (tracked) after sub/ is replaced by a link out of the folder.
+    for f in (root / "sub").iterdir():
+        f.unlink()
+    (root / "sub").rmdir()
+    (root / "sub").symlink_to(outside, target_is_directory=True)
+    (root / "alias").symlink_to(root / "inside", target_is_directory=True)  # a link that stays inside is fine
+    packed = pack.pack(root)
+    assert _names(packed) == ["inside/g.py", "train.py"]
+    assert packed.skipped == ("sub", "sub/f.py")  # the link itself (untracked) and the file git tracks under it
+    result = _submit("--workdir", str(root), "--command", "python train.py", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "workdir: left out 2 path(s) that lead out of the folder (links): sub, sub/f.py" in result.stderr
+    assert "private" not in result.output
+
+
+HOSTILE_PATTERNS = ["**/" * 20 + "x", "*a*a*a*a*a*a*a*a*a*a*a*a*b", "/" + "**/" * 20 + "*a*a*a*a*a*a*a*a*a*a*a*a*b"]
+PACK_CHILD = "import sys, pathlib; from gcpgpu.image import pack; print('\\n'.join(pack.list_files(pathlib.Path(sys.argv[1]))))"
+
+
+@pytest.mark.parametrize(("ignore_file", "git"), [(".gcpgpuignore", False), (".gitignore", False), (".gcpgpuignore", True)],
+                         ids=["gcpgpuignore", "gitignore-no-git", "gcpgpuignore-in-git"])
+def test_hostile_ignore_patterns_finish(tmp_path, ignore_file, git):
+    """The issue's patterns ran for 11+ minutes (regular expressions that backtrack): against long names and
+    deep paths they now finish. The guard is a child process with a generous timeout, not a clock. (Inside a
+    git work tree a .gitignore is git's to read, with git's own matcher.)"""
+    deep = "/".join(["d"] * 30)
+    _tree(tmp_path, {"a" * 60: "1\n", f"{deep}/{'a' * 40}": "2\n", f"{deep}/x": "3\n", f"{deep}/{'a' * 30}b": "4\n",
+                     "keep.py": "5\n", ignore_file: "\n".join(HOSTILE_PATTERNS) + "\n"})
+    if git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(pack.__file__).parents[2]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", PACK_CHILD, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == sorted([ignore_file, "a" * 60, f"{deep}/{'a' * 40}", "keep.py"])
+
+
+# Patterns git reads oddly or not at all ('[z-a]' matches 'z', an unclosed '[' matches nothing, '**' after a
+# literal prefix counts as a folder boundary): each is matched as `git check-ignore` matches it.
+GIT_PATTERNS = [
+    "a", "/a", "a/", "*", "**", "/**", "**/a", "**/**/a", "a/**", "k/**", "k/**/b", "k/**/**/b", "k/*/b", "x/**/a",
+    "*/a", "x/*", "?", "??", "[ab]", "[!ab]", "[^ab]", "[a-c]", "[z-a]", "[]", "[!]", "[\\]", "[]]", "[!]]",
+    "[]a]", "[a-]", "[[:alpha:]]", "[[:digit:]]*", "[[:foo:]]", "[[:alpha:]", "[:a]", "\\#x", "#x", "a\\", "a\\ ",
+    "a ", "!a", "*\n!a", "a*b", "a**b", "*.log", "/*.log", "d/*.log", "foo/**/baz", "foo/**", "**/foo", "*a*a*b",
+    "a?b", "a[-]b", "x/y", "x//y", "/x/", "q/**/t", "q/**/**/t", "**/r/**", "[!/]", "x[/]y", "\\[", "[\\-]",
+    "[a\\-c]", "*/", "**/", "*/*/", "[[:space:]]", "a[[:space:]]", ".*", "é", "?é", "[é]", "[[]", "[[]]", "[[:]]",
+    "[[::]]", "k-**/b", "k**/**", "k**\\/**", "q/r**/t", "foo\\/**",
+]
+GIT_PATHS = [
+    "a", "b", "ab", "abc", "z", "x/a", "x/y/a", "x/y/b", "k/b", "k/x/b", "k/x/y/b", "k-b/c", "kz", "foo/bar/baz",
+    "foo.log", "d/foo.log", "é", "aé", "]", "!", "[", "-", "a-b", "#x", "a b", "a ", "A", "Z9", "x/foo", "foo/x",
+    "abcb", "aaaaab", "aXbXc", "q/r/s/t", "q/rr/t", ".hidden", "d/.hidden", "b]", "a\\",
+]
+
+
+def test_ignore_patterns_match_as_git_check_ignore_does(tmp_path):
+    from gcpgpu.image.ignore import Rules, ignored
+
+    root = tmp_path / "t"
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    _tree(root, {p: "x\n" for p in GIT_PATHS})
+    differ = []
+    for pattern in GIT_PATTERNS:
+        (root / ".gitignore").write_text(pattern + "\n")
+        check = subprocess.run(["git", "-C", str(root), "check-ignore", "--no-index", "-z", "--stdin"],
+                               input="\0".join(GIT_PATHS).encode() + b"\0", capture_output=True, timeout=60)
+        assert check.returncode in (0, 1), check.stderr
+        theirs = {p.decode() for p in check.stdout.split(b"\0") if p}
+        rules = [Rules((pattern + "\n").encode())]
+        for path in GIT_PATHS:
+            parts = path.split("/")
+            ours = any(ignored(rules, "/".join(parts[:i]), True) for i in range(1, len(parts))) \
+                or ignored(rules, path, False)
+            if ours != (path in theirs):
+                differ.append((pattern, path, "git", path in theirs))
+    assert differ == []
+
+
+@pytest.mark.parametrize("name", [".gcpgpuignore", ".gitignore"])
+def test_an_ignore_file_over_the_cap_is_refused_in_one_line(tmp_path, name):
+    _tree(tmp_path, {"train.py": "x\n"})
+    with (tmp_path / name).open("wb") as f:
+        f.write(b"*.log\n")
+        f.truncate(2**20 + 1)  # one byte over (the issue's 2 GiB file: tests/test_bad_inputs.py, memory-capped)
+    with pytest.raises(UsageProblem) as e:
+        pack.pack(tmp_path)
+    assert str(e.value) == (f"{tmp_path / name}: {2**20 + 1} bytes, over the 1 MiB cap for an ignore file "
+                            "(gitignore patterns, one a line)")
+    (tmp_path / name).write_bytes(b"*.log\n".ljust(2**20, b"#"))  # at the cap: read
+    assert _names(pack.pack(tmp_path)) == [name, "train.py"]

@@ -1,8 +1,11 @@
 """A user's folder packed into one deterministic tar.gz: `job submit --workdir` stages it (jobs/workdir.py)
 and the image's entrypoint unpacks it into /workdir on every node or replica (node/workspace.py);
-`container build --context` bakes the same files into an image (image/user_layer.py). What is packed follows the folder's .gitignore files (git's own
-rules through `git ls-files` inside a git work tree, else a reader of the same syntax) and a
-.gcpgpuignore at its top (gitignore syntax), so data sets and checkpoints stay out.
+`container build --context` bakes the same files into an image (image/user_layer.py). What is packed
+follows the folder's .gitignore files (git's own rules through `git ls-files` inside a git work tree, else
+image/ignore.py, which matches as git does in bounded time) and a .gcpgpuignore at its top (gitignore
+syntax, image/ignore.py), so data sets and checkpoints stay out. Every path is resolved, each component,
+and kept only when it lies under the folder: a link out, or a tracked file under a folder that became a
+link out, is left out (and named: Packed.skipped).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import gzip
 import hashlib
 import io
 import os
-import re
 import subprocess
 import tarfile
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from typing import Any
 
 from gcpgpu import specfile
 from gcpgpu.errors import UsageProblem
+from gcpgpu.image.ignore import Rules, ignored, read
 
 MAX_PACKED = 100 * 2**20  # bytes: a folder of code; data belongs in a bucket (--mount)
 IGNORE_FILE = ".gcpgpuignore"
@@ -31,77 +34,7 @@ class Packed:
     data: bytes
     files: tuple[tuple[str, int], ...]  # (path inside /workdir, size in bytes), sorted
     sha256: str
-
-
-class _Rules:
-    """gitignore patterns of one file, matched against paths relative to the file's folder."""
-
-    def __init__(self, text: str, base: str = "") -> None:
-        self.base = base  # the folder holding the file, relative to the workdir ("" for its top)
-        self.rules: list[tuple[re.Pattern[str], bool, bool]] = []  # (pattern, negated, folders only)
-        for raw in text.splitlines():
-            line = raw.rstrip()
-            if not line or line.startswith("#"):
-                continue
-            negated = line.startswith("!")
-            line = line[1:] if negated else line
-            if line.startswith("\\"):
-                line = line[1:]
-            dir_only = line.endswith("/")
-            line = line.rstrip("/")
-            if not line:
-                continue
-            anchored = "/" in line
-            line = line.lstrip("/")
-            body = _translate(line)
-            self.rules.append((re.compile(("" if anchored else "(?:.*/)?") + body + "$"), negated, dir_only))
-
-    def verdict(self, rel: str, is_dir: bool) -> bool | None:
-        """True: ignored, False: re-included by a '!' rule, None: no rule speaks of `rel`."""
-        if self.base:
-            if not rel.startswith(self.base + "/"):
-                return None
-            rel = rel[len(self.base) + 1:]
-        found = None
-        for pattern, negated, dir_only in self.rules:
-            if (is_dir or not dir_only) and pattern.match(rel):
-                found = not negated
-        return found
-
-
-def _translate(pattern: str) -> str:
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 1:]:
-            end = pattern.index("]", i + 2 if pattern[i + 1:i + 2] in ("!", "]") else i + 1)
-            inner = pattern[i + 1:end]
-            out.append("[" + ("^" + inner[1:] if inner.startswith("!") else inner) + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "".join(out)
-
-
-def _ignored(rules: list[_Rules], rel: str, is_dir: bool) -> bool:
-    verdict = False
-    for r in rules:
-        v = r.verdict(rel, is_dir)
-        if v is not None:
-            verdict = v
-    return verdict
+    skipped: tuple[str, ...] = ()  # paths left out because they lead out of the folder (links), sorted
 
 
 def _git_files(root: Path) -> list[str] | None:
@@ -124,39 +57,47 @@ def _git_files(root: Path) -> list[str] | None:
 
 def list_files(root: Path) -> list[str]:
     """The workdir's files to pack (relative POSIX paths, sorted), ignore files applied."""
+    return select(root)[0]
+
+
+def select(root: Path) -> tuple[list[str], list[str]]:
+    """(the files to pack, the paths left out because they lead out of the folder), both relative POSIX
+    paths, sorted; ignore files applied."""
     root = root.resolve()
-    own = _Rules((root / IGNORE_FILE).read_text(errors="replace")) if (root / IGNORE_FILE).is_file() else None
+    own = Rules(read(root / IGNORE_FILE)) if (root / IGNORE_FILE).is_file() else None
     git = _git_files(root)
     picked: list[str] = []
     if git is not None:
         for rel in git:
             parts = rel.split("/")
-            if own is not None and any(_ignored([own], "/".join(parts[:i]), True) for i in range(1, len(parts))):
+            if own is not None and any(ignored([own], "/".join(parts[:i]), True) for i in range(1, len(parts))):
                 continue
-            if own is not None and _ignored([own], rel, False):
+            if own is not None and ignored([own], rel, False):
                 continue
             picked.append(rel)
     else:
-        rules: list[_Rules] = [own] if own is not None else []
+        rules: list[Rules] = [own] if own is not None else []
         for folder, dirs, files in os.walk(root):
             here = Path(folder).relative_to(root).as_posix()
             here = "" if here == "." else here
             if (Path(folder) / ".gitignore").is_file():
-                rules.append(_Rules((Path(folder) / ".gitignore").read_text(errors="replace"), here))
+                rules.append(Rules(read(Path(folder) / ".gitignore"), here))
             # gitignore rules on a folder hide everything under it; a later '!' cannot bring a file back.
             dirs[:] = sorted(d for d in dirs if d not in _ALWAYS_SKIPPED
-                             and not _ignored(rules, f"{here}/{d}".lstrip("/"), True))
-            picked += [f"{here}/{f}".lstrip("/") for f in files if not _ignored(rules, f"{here}/{f}".lstrip("/"), False)]
-    out = []
+                             and not ignored(rules, f"{here}/{d}".lstrip("/"), True))
+            picked += [f"{here}/{f}".lstrip("/") for f in files if not ignored(rules, f"{here}/{f}".lstrip("/"), False)]
+    out, outside = set(), set()
     for rel in picked:
-        path = root / rel
-        # A link is packed as the file it names, and only when that file lies inside the workdir.
-        if not path.is_file() or (path.is_symlink() and not path.resolve().is_relative_to(root)):
-            continue
         if rel.startswith("/") or ".." in rel.split("/"):
             continue
-        out.append(rel)
-    return sorted(set(out))
+        # Every component resolved, not just the last: a link is packed as the file it names, and only when
+        # that file lies inside the folder (git lists a tracked a/f.py even after a/ became a link elsewhere).
+        real = Path(os.path.realpath(root / rel))
+        if not real.is_relative_to(root):
+            outside.add(rel)
+        elif real.is_file():
+            out.add(rel)
+    return sorted(out), sorted(outside)
 
 
 class _Capped(io.RawIOBase):
@@ -179,7 +120,7 @@ def pack(root: str | Path, where: str = "--workdir") -> Packed:
     """The workdir as a deterministic tar.gz (sorted entries, mtime 0, uid/gid 0): the same files give the
     same bytes and so the same object name. Refused in one line over MAX_PACKED."""
     root = Path(root).resolve()
-    names = list_files(root)
+    names, outside = select(root)
     if not names:
         raise UsageProblem(f"{where} {str(root)!r}: every file is ignored (.gitignore, {IGNORE_FILE}); nothing to pack")
     sizes = [(rel, (root / rel).stat().st_size) for rel in names]
@@ -204,7 +145,7 @@ def pack(root: str | Path, where: str = "--workdir") -> Packed:
                            f"leave them out with {root / IGNORE_FILE} (gitignore syntax) and --mount data from a "
                            "bucket") from None
     data = sink.buf.getvalue()
-    return Packed(data=data, files=tuple(sizes), sha256=hashlib.sha256(data).hexdigest())
+    return Packed(data=data, files=tuple(sizes), sha256=hashlib.sha256(data).hexdigest(), skipped=tuple(outside))
 
 
 def mib(n: int) -> str:

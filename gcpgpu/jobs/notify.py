@@ -19,7 +19,7 @@ its own node goes:
      "idle_s": 1800, "nodes": ["c-0", "c-1"], "at": "2026-11-25T04:30:00Z"}
 
 The URLs are checked in gcpgpu/specfile.py (job and cluster alike) and never written to a log
-(a failed delivery names the host alone) or a message.
+(a failed delivery names scheme://host[:port] alone: specfile.webhook_host) or a message.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from gcpgpu.specfile import webhook_host
 
 from .state import RUNNING, JobState, is_final
 
@@ -115,8 +117,8 @@ class Notifier:
                 break
             delay *= 2
         self.dropped += 1
-        host = url.split("/")[2] if url.count("/") >= 2 else url  # the host only: a path may hold a token
-        print(f"gcpgpu: could not deliver the {body['event']} notification to {host}", file=sys.stderr)
+        # scheme://host[:port] only: a path, a query or a user:token@ may hold the webhook's secret.
+        print(f"gcpgpu: could not deliver the {body['event']} notification to {webhook_host(url)}", file=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,9 @@ sets identically on a cluster node's container and on a Vertex AI worker pool:
                                          bucket there) and unpacked into /workdir (GCPGPU_WORKDIR_DIR), which
                                          becomes the working directory of the setup and the command. An entry
                                          that would land outside it (absolute path, .., a link out, a device)
-                                         refuses the whole archive before anything is written.
+                                         refuses the whole archive before anything is written, and so do
+                                         bytes whose SHA-256 is not the one the name workdir-SHA.tar.gz states
+                                         (the staging bucket is writable by every job on a cluster).
   GCPGPU_MOUNTS='[{"source": "gs://B/P", "target": "/data", "ro": true}]'
                                          each target made a link to /gcs/B/P, unless it is a mount point already
                                          (a cluster node bind-mounts Cloud Storage FUSE there itself).
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import posixpath
@@ -45,12 +48,13 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import IO, Protocol
 
 EXIT_BAD_INPUT = 2  # the same codes as gcpgpu.node.launch: 2 a bad value, 3 what the replica cannot get or make
 EXIT_REFUSED = 3
@@ -61,6 +65,8 @@ TOKEN_PATH = "instance/service-accounts/default/token"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET = re.compile(r"^projects/[^/\s]+/secrets/[^/\s]+(?:/versions/[^/\s]+)?$")
 _TRANSIENT = (408, 429, 500, 502, 503, 504)
+_STAGED = re.compile(r"^workdir-([0-9a-f]{64})\.tar\.gz$")  # job submit's name: the SHA-256 of the bytes
+MAX_ARCHIVE = 100 * 2**20  # bytes: the packer's cap (gcpgpu.image.pack.MAX_PACKED); a bigger one was not packed
 
 
 class ReplicaError(Exception):
@@ -113,6 +119,39 @@ def _why_unsafe(member: tarfile.TarInfo) -> str | None:
     return None
 
 
+def _verified(archive: Path, source: str) -> IO[bytes] | None:
+    """A private copy of a staged archive whose name states its SHA-256 (workdir-SHA.tar.gz, as job submit
+    names it), checked against that digest; None for another name (an archive the image or a volume
+    brought). The copy is what gets unpacked: the staging bucket is writable by every job of the project,
+    so the object could change between the check and the unpacking."""
+    stated = _STAGED.match(archive.name)
+    if stated is None:
+        return None
+    copy = tempfile.SpooledTemporaryFile(max_size=16 * 2**20)
+    digest, size = hashlib.sha256(), 0
+    try:
+        with archive.open("rb") as f:
+            while chunk := f.read(2**20):
+                size += len(chunk)
+                if size > MAX_ARCHIVE:
+                    break
+                digest.update(chunk)
+                copy.write(chunk)
+    except OSError as e:
+        copy.close()
+        raise ReplicaError(f"GCPGPU_WORKDIR: could not read {source}: {e.strerror or e}") from None
+    actual = digest.hexdigest()
+    why = (f"over {MAX_ARCHIVE // 2**20} MiB, more than any packed workdir" if size > MAX_ARCHIVE
+           else None if actual == stated.group(1) else f"SHA-256 {actual[:16]}..., not {stated.group(1)[:16]}...")
+    if why:
+        copy.close()
+        raise ReplicaError(f"GCPGPU_WORKDIR: refused {source}: its bytes are not what its name states ({why}): it "
+                           "changed after job submit staged it; nothing unpacked (submit again to stage it anew)",
+                           EXIT_BAD_INPUT)
+    copy.seek(0)
+    return copy
+
+
 def unpack_workdir(environ: Mapping[str, str]) -> Path | None:
     """Unpack GCPGPU_WORKDIR's archive into the working folder and return it (None without a workdir)."""
     source = environ.get("GCPGPU_WORKDIR", "").strip()
@@ -128,8 +167,9 @@ def unpack_workdir(environ: Mapping[str, str]) -> Path | None:
                               f"{bucket_dir}")
     if not archive.is_file():
         raise ReplicaError(f"GCPGPU_WORKDIR: {source} is not there ({archive} is missing)")
+    copy = _verified(archive, source)
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with copy if copy is not None else archive.open("rb") as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
             members = tar.getmembers()
             for member in members:
                 why = _why_unsafe(member)
