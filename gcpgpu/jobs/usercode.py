@@ -143,8 +143,8 @@ def check_env_name(name: str, where: str) -> None:
         own = {"GCPGPU_WORKDIR": "--workdir", "GCPGPU_MOUNTS": "--mount", "GCPGPU_SETUP": "--setup",
                "GCPGPU_SECRETS": "--secret"}.get(name)
         raise UsageProblem(f"{where} {name} is gcpgpu's own variable, which a job may not set"
-                           + (f" (use {own})" if own else "") + "; GCPGPU_ names a job may set: "
-                           + ", ".join(sorted(USER_SETTABLE)))
+                           + (f" (use {own})" if own else "") + "; of GCPGPU_*, a job may set only "
+                           + ", ".join(sorted(n.removeprefix("GCPGPU_") for n in USER_SETTABLE)))
 
 
 def check_setup(spec: Any, target: str | None) -> None:

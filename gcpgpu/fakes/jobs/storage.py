@@ -125,7 +125,10 @@ class Storage:
             top = "its bucket" if bucket else "/" if value.startswith("/") else "the job's working folder"
             raise PathRefused(f"{what} {value!r}: its '..' climbs out of {top}")
         if bucket or value.startswith("/"):
-            return self.local(value, instance_id)
+            local = self.local(value, instance_id)
+            if what != "trainer argument":  # a path it writes: its folder is there, as a container's /tmp is
+                Path(local).parent.mkdir(parents=True, exist_ok=True)
+            return local
         _kept_under(cwd, cwd / value, value)
         return value  # the run's own folder, the trainer's working directory
 
