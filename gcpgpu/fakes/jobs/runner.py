@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -47,6 +48,15 @@ _DROP_ENV = (
     "CLOUD_ML_JOB_ID", "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR",
     "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT", "PYTEST_CURRENT_TEST",
 )  # fmt: skip
+# A job's variables that would make a process load code from wherever they point: the dynamic loader's,
+# glibc's, Python's (all but a few switches), and the caches torch.compile loads compiled kernels from. A
+# replica started without a sandbox (the bundled trainer: no `prepare`) runs as the emulator's own user on
+# this machine, so they are dropped from the job's environment there, with a line in its log saying which.
+# In the sandbox (usercmd.py) a job's command keeps them.
+_SAFE_PYTHON = ("PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE",
+                "PYTHONIOENCODING", "PYTHONUTF8")
+_LOADS_CODE = re.compile(r"LD_\w*|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|BASH_ENV|ENV|PYTHON\w*|TORCHINDUCTOR_CACHE_DIR"
+                         r"|TRITON_CACHE_DIR|TORCH_EXTENSIONS_DIR")
 # Keep what the captured log holds per run bounded (a long --follow demo must not grow forever).
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
@@ -307,7 +317,13 @@ class Runner:
             if replica.spec.prepare is not None:
                 argv, process_env, fds = replica.spec.prepare(dict(env))
             else:
-                argv, process_env, fds = replica.spec.argv, {**env, **replica.spec.env}, []
+                dropped = sorted(k for k in replica.spec.env if _LOADS_CODE.fullmatch(k) and k not in _SAFE_PYTHON)
+                if dropped:
+                    run.log(replica.spec.task, "stderr", f"gcpgpu emulator: {', '.join(dropped)} left out of the "
+                                                         "job's environment: this process runs outside any sandbox, "
+                                                         "where they would load code from where they point")
+                job_env = {k: v for k, v in replica.spec.env.items() if k not in dropped}
+                argv, process_env, fds = replica.spec.argv, {**env, **job_env}, []
             try:
                 popen = subprocess.Popen(
                     argv, env=process_env, cwd=run.workdir, stdin=subprocess.DEVNULL, pass_fds=fds,
