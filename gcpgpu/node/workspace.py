@@ -11,7 +11,9 @@ sets identically on a cluster node's container and on a Vertex AI worker pool:
                                          refuses the whole archive before anything is written.
   GCPGPU_MOUNTS='[{"source": "gs://B/P", "target": "/data", "ro": true}]'
                                          each target made a link to /gcs/B/P, unless it is a mount point already
-                                         (a cluster node bind-mounts Cloud Storage FUSE there itself).
+                                         (a cluster node bind-mounts Cloud Storage FUSE there itself). The folders
+                                         made for it (an output's, the target's parents) are made without following
+                                         links: a link a job planted in /gcs refuses the mount in one line.
   GCPGPU_USER=trainer                    the user that runs everything below (the image sets it): started as
                                          root, the entrypoint makes the mounts' links as root (/data needs it),
                                          then becomes this user (`become_user`) before it unpacks, sets up or

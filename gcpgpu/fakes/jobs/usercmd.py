@@ -97,7 +97,7 @@ class UserCommands:
             return NOT_ALLOWED
         if not self.bwrap:
             return NO_BWRAP
-        if "--bind-fd" not in _options(self.bwrap):
+        if "--bind-fd" not in _bwrap_help(self.bwrap):
             return OLD_BWRAP
         return None
 
@@ -141,7 +141,7 @@ class UserCommands:
             user += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
             for path in _root_only(_ROOT_ONLY_SCAN):
                 system += ["--ro-bind", "/dev/null", path]
-        if "--disable-userns" in _options(self.bwrap or "bwrap"):
+        if "--disable-userns" in _bwrap_help(self.bwrap or "bwrap"):
             user.append("--disable-userns")  # no nested namespace where it would hold capabilities again
         spaces = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent"]
         # The private /tmp first: a checkout or venv that lives under /tmp (a CI clone) is bound over it.
@@ -167,7 +167,7 @@ class UserCommands:
 
 
 @functools.cache
-def _options(bwrap: str) -> str:
+def _bwrap_help(bwrap: str) -> str:
     """bwrap's --help: which options this bubblewrap has (--bind-fd came in 0.5, --disable-userns in 0.8)."""
     try:
         return subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False).stdout
@@ -206,8 +206,8 @@ class Mount(NamedTuple):
 
 def parse_mounts(raw: str) -> list[Mount]:
     """The GCPGPU_MOUNTS entries to bind: each target onto its bucket folder. A mount this cannot place
-    safely (bad JSON, a reserved target, a '..' in its path, nothing to read) is left to the entrypoint,
-    which says what is wrong with it."""
+    safely (bad JSON, a reserved target, a '..' in its path) is left to the entrypoint, which says what is
+    wrong with it; so is a read-only one with nothing to read, found when the replica starts (`launch`)."""
     try:
         mounts = json.loads(raw) if raw.strip() else []
     except ValueError:
