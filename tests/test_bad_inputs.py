@@ -323,6 +323,17 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
      "also set with --env"),
     ("job-file-secrets-bad", [*SUBMIT, "-f", "{d}/j.yaml"],
      {"j.yaml": "cluster: c\nimage: busybox\nsecrets: {TOKEN: plain-value}\n"}, "projects/PROJECT/secrets"),
+    # -- gcpgpu's own GCPGPU_ variables (issue 36): --env GCPGPU_USER= ran user code as root, GCPGPU_MOUNTS and
+    # GCPGPU_WORKDIR skipped --mount's and --workdir's checks
+    ("job-env-gcpgpu-user", [*CLUSTER_JOB, "--env", "GCPGPU_USER="], {}, "--env GCPGPU_USER is gcpgpu's own"),
+    ("job-env-gcpgpu-mounts", [*VERTEX, "--env", 'GCPGPU_MOUNTS=[{"source": "gs://b/evil", "target": "/data"}]'],
+     {}, "--env GCPGPU_MOUNTS is gcpgpu's own variable, which a job may not set (use --mount)"),
+    ("job-env-gcpgpu-workdir", [*CLUSTER_JOB, "--env", "GCPGPU_WORKDIR=gs://b/w.tar.gz"], {}, "(use --workdir)"),
+    ("job-env-gcpgpu-python", [*CLUSTER_JOB, "--env", "GCPGPU_PYTHON=/gcs/b/evil"], {}, "--env GCPGPU_PYTHON"),
+    ("job-file-env-gcpgpu-user", [*SUBMIT, "-f", "{d}/j.yaml"],
+     {"j.yaml": "cluster: c\nimage: busybox\nenv:\n  GCPGPU_USER: ''\n"}, "env GCPGPU_USER is gcpgpu's own"),
+    ("job-secret-gcpgpu-setup", [*CLUSTER_JOB, "--secret", "GCPGPU_SETUP=projects/my-proj/secrets/x"], {},
+     "--secret GCPGPU_SETUP is gcpgpu's own variable"),
     # -- retries, stalls and webhooks (issue 26)
     ("job-stall-timeout-unparsable", [*CLUSTER_JOB, "--stall-timeout", "soon"], {}, "--stall-timeout 'soon'"),
     ("job-stall-timeout-too-short", [*CLUSTER_JOB, "--stall-timeout", "2s"], {}, "--stall-timeout 2s must be"),

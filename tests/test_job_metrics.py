@@ -99,7 +99,9 @@ def test_a_vertex_jobs_reporter_writes_for_its_numeric_job_id(gcp):
     first, second = (Replica(r.spec, Started()) for r in run.replicas)  # type: ignore[arg-type]
     argv = gcp.jobs.reporter_argv(run, first)
     assert argv is not None and argv[1:3] == ["-m", "gcpgpu.node.reporter"]
-    assert argv[3:] == ["--log-json", "/tmp/m.jsonl", "--job", job_id.rsplit(":", 1)[1], "--project", "test-proj",
+    # The trainer's --log-json is on that replica's own disk in the emulator's storage, never this machine's /tmp.
+    log_json = gcp.jobs.agent.storage.root / "nodes" / f"{name.rsplit('/', 1)[1]}-workerpool0-0" / "tmp" / "m.jsonl"
+    assert argv[3:] == ["--log-json", str(log_json), "--job", job_id.rsplit(":", 1)[1], "--project", "test-proj",
                         "--location", "us-central1", "--task-id", "0", "--emulator", gcp.address, "--pid", "4242"]
     assert gcp.jobs.reporter_argv(run, second) is None  # workerpool1-0 is rank 1
     assert cli("job", "cancel", job_id).exit_code == 0

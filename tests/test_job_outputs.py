@@ -97,3 +97,27 @@ def test_outputs_outlive_the_job_on_the_same_cluster(gcp):
     assert other.exit_code == 0, other.output
     assert (disk / "step_00000004" / ".metadata").is_file()
     assert not Path("/mnt/runs/exp2").exists()  # the emulator never writes to this machine's own /mnt
+
+
+@pytest.mark.slow
+def test_the_bundled_trainers_own_paths_land_on_the_emulated_node_never_on_this_machine(gcp, tmp_path):
+    # Issue 36: the trainer runs outside any sandbox, and wrote wherever --ckpt-dir or --log-json pointed here.
+    pytest.importorskip("torch")
+    host = tmp_path / "host"
+    host.mkdir()
+    train = ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps", "2",
+             "--batch-size", "4", "--seq-len", "32", "--log-every", "1", "--ckpt-dir", f"{host}/ck",
+             "--log-json", f"{host}/m.jsonl"]
+    nodes = gcp.jobs.agent.storage.root / "nodes"
+    assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    on_node = cli("job", "submit", "--cluster", "c", "--wait", "--", *train)
+    assert on_node.exit_code == 0, on_node.output
+    disk = nodes / gcp.compute.get("test-proj", "zones/us-central1-a/instances", "c-0")["id"] / str(host).lstrip("/")
+    assert (disk / "m.jsonl").is_file() and (disk / "ck" / "step_00000002" / ".metadata").is_file()
+
+    on_vertex = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--wait", "--", *train)
+    assert on_vertex.exit_code == 0, on_vertex.output
+    (replica,) = nodes.glob("*-workerpool0-0")  # a Vertex AI replica's own disk
+    assert (replica / str(host).lstrip("/") / "m.jsonl").is_file()
+    assert list(host.iterdir()) == []

@@ -2,21 +2,23 @@
 
 The script (not gcpgpu's trainer) is written here: a gloo all-reduce over two processes that reads
 /data/input.txt from a read-only mount and writes a result and a checkpoint to /out through a
-read-write mount, resuming from its checkpoint when GCPGPU_RESUME=1. Its folder is packed, uploaded
-and the data put with google-cloud-storage; the job gets the contract's GCPGPU_* variables through
---env (what `job submit --workdir/--mount/--setup` sets); results are read back with google-cloud-storage.
+read-write mount, resuming from its checkpoint when GCPGPU_RESUME=1. The data is put with
+google-cloud-storage; the job gets its folder, setup, mounts and secret through job submit's own flags
+(--env may not set gcpgpu's GCPGPU_* variables); results are read back with google-cloud-storage.
+
+The sandbox holds whoever runs the emulator (CI and this suite's machines run it as root): a job's
+command has no capability, cannot remount what it was given read-only, and a link a job planted in a
+bucket never binds a folder of this machine.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import io
 import json
 import os
 import re
+import shlex
 import shutil
-import tarfile
 import urllib.request
 from pathlib import Path
 
@@ -80,22 +82,15 @@ def gcs(gcp):
                           client_options={"api_endpoint": gcp.url})
 
 
-def put_workdir(gcs, tmp_path: Path) -> str:
-    """The user's folder, packed and uploaded content-addressed as `job submit --workdir` does."""
+def put_code(gcs, tmp_path: Path) -> Path:
+    """The user's folder (job submit --workdir packs and stages it), and the job's input data in its bucket."""
     src = tmp_path / "code"
     src.mkdir()
     (src / "train.py").write_text(TRAIN)
     (src / "requirements.txt").write_text("")
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(src.iterdir()):
-            tar.add(path, arcname=path.name)
-    blob = buf.getvalue()
-    name = f"gcpgpu-staging/workdir-{hashlib.sha256(blob).hexdigest()}.tar.gz"
     bucket = gcs.create_bucket(BUCKET)
-    bucket.blob(name).upload_from_string(blob)
     bucket.blob("inputs/input.txt").upload_from_string("one two three four five")
-    return f"gs://{BUCKET}/{name}"
+    return src
 
 
 def put_secret(gcp) -> str:
@@ -110,12 +105,10 @@ def put_secret(gcp) -> str:
     return "projects/test-proj/secrets/hf/versions/latest"
 
 
-def job_env(workdir: str) -> list[str]:
-    mounts = [{"source": f"gs://{BUCKET}/inputs", "target": "/data", "ro": True},
-              {"source": f"gs://{BUCKET}/outputs", "target": "/out", "ro": False}]
-    pairs = {"GCPGPU_WORKDIR": workdir, "GCPGPU_MOUNTS": json.dumps(mounts),
-             "GCPGPU_SETUP": "pip install -q --no-index -r requirements.txt && touch setup-done"}
-    return [arg for k, v in pairs.items() for arg in ("--env", f"{k}={v}")]
+def job_flags(src: Path) -> list[str]:
+    """What `job submit` turns into GCPGPU_WORKDIR, GCPGPU_SETUP and GCPGPU_MOUNTS."""
+    return ["--workdir", str(src), "--setup", "pip install -q --no-index -r requirements.txt && touch setup-done",
+            "--mount", f"gs://{BUCKET}/inputs:/data:ro", "--mount", f"gs://{BUCKET}/outputs:/out"]
 
 
 def results(gcs) -> dict[int, dict]:
@@ -141,12 +134,12 @@ def check(gcs) -> None:
 
 @needs_bwrap
 def test_users_script_runs_on_a_two_node_cluster_with_its_workdir_setup_mounts_and_secret(gcp, gcs, tmp_path):
-    workdir = put_workdir(gcs, tmp_path)
-    secret = ["--env", "GCPGPU_SECRETS=" + json.dumps({"HF_TOKEN": put_secret(gcp)})]
+    src = put_code(gcs, tmp_path)
+    secret = ["--secret", f"HF_TOKEN={put_secret(gcp)}"]
     assert cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
                "--yes").exit_code == 0
     result = cli("job", "submit", "--cluster", "c", "--image", "us-docker.pkg.dev/p/r/mine:1", "--wait",
-                 "--command", f"bash -c '{LAUNCH}'", *job_env(workdir), *secret)
+                 "--command", f"bash -c '{LAUNCH}'", *job_flags(src), *secret)
     assert result.exit_code == 0, result.output + cli("job", "logs", result.stdout.splitlines()[0]).output
     check(gcs)
     assert all(r["token_ok"] for r in results(gcs).values())  # read from Secret Manager inside the sandbox
@@ -159,9 +152,9 @@ def test_users_script_runs_on_a_two_node_cluster_with_its_workdir_setup_mounts_a
 
 @needs_bwrap
 def test_users_script_runs_as_a_two_replica_vertex_job(gcs, tmp_path):
-    workdir = put_workdir(gcs, tmp_path)
+    src = put_code(gcs, tmp_path)
     result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--wait",
-                 "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", f"bash -c '{LAUNCH}'", *job_env(workdir))
+                 "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", f"bash -c '{LAUNCH}'", *job_flags(src))
     assert result.exit_code == 0, result.output + cli("job", "logs", result.stdout.splitlines()[0]).output
     check(gcs)
 
@@ -195,11 +188,12 @@ def test_a_lost_node_takes_the_sandboxed_command_and_everything_it_started_with_
 
 @needs_bwrap
 def test_users_script_resumes_from_its_own_checkpoint_when_told_to(gcs, tmp_path):
-    workdir = put_workdir(gcs, tmp_path)
+    src = put_code(gcs, tmp_path)
     base = ["job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--wait",
-            "--image", "us-docker.pkg.dev/p/r/mine:1", "--command", f"bash -c '{LAUNCH}'", *job_env(workdir)]
-    assert cli(*base).exit_code == 0
-    again = cli(*base, "--env", "GCPGPU_RESUME=1", "--env", "GCPGPU_RESTART=1")
+            "--image", "us-docker.pkg.dev/p/r/mine:1", *job_flags(src)]
+    assert cli(*base, "--command", f"bash -c '{LAUNCH}'").exit_code == 0
+    # What a recovery sets (job submit's own: --env may not), exported here by the command itself.
+    again = cli(*base, "--command", f"bash -c 'export GCPGPU_RESUME=1 GCPGPU_RESTART=1; {LAUNCH}'")
     assert again.exit_code == 0, again.output
     assert {r["resumed_from"] for r in results(gcs).values()} == {1}
 
@@ -233,10 +227,15 @@ def test_a_sandboxed_command_dies_with_the_emulator_even_when_it_is_killed(tmp_p
     from gcpgpu.fakes.jobs.usercmd import UserCommands
 
     marker = "619.75"
-    argv, env = UserCommands(True, lambda: tmp_path / "gcs").argv_env(["sleep", marker], {}, tmp_path / "wd")
+    replica = UserCommands(True, lambda: tmp_path / "gcs").replica("t", ["sleep", marker], {}, tmp_path / "wd")
+    assert replica.prepare is not None
+    argv, env, fds = replica.prepare(dict(os.environ))
     parent = subprocess.Popen([sys.executable, "-c", "import json, subprocess, sys, time; "
-                               "subprocess.Popen(json.loads(sys.argv[1]), env=json.loads(sys.argv[2])); time.sleep(60)",
-                               json.dumps(argv), json.dumps({**os.environ, **env})])
+                               "subprocess.Popen(json.loads(sys.argv[1]), env=json.loads(sys.argv[2]), "
+                               "pass_fds=json.loads(sys.argv[3])); time.sleep(60)",
+                               json.dumps(argv), json.dumps(env), json.dumps(fds)], pass_fds=fds)
+    for fd in fds:
+        os.close(fd)
     try:
         wait_for(lambda: _sleepers(marker), 30, "the sandboxed sleep")
     finally:
@@ -294,3 +293,67 @@ def test_users_script_through_job_submits_own_flags_on_a_cluster_and_on_vertex(g
     assert on_vertex.exit_code == 0, on_vertex.output + cli("job", "logs", on_vertex.stdout.splitlines()[0]).output
     check(gcs)
     assert all(r["token_ok"] for r in results(gcs).values())
+
+
+IMAGE = "us-docker.pkg.dev/p/r/mine:1"
+VERTEX_JOB = ["job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--wait", "--image", IMAGE]
+
+
+def _logs(result) -> str:
+    return cli("job", "logs", result.stdout.splitlines()[0]).output
+
+
+@needs_bwrap
+def test_a_jobs_command_holds_no_capability_whoever_runs_the_emulator(gcp):
+    # Issue 36: run as root (as CI runs), bwrap kept every capability (CapEff 000001fffeffffff).
+    result = cli(*VERTEX_JOB, "--command", "grep ^Cap /proc/self/status")
+    logs = _logs(result)
+    assert result.exit_code == 0, result.output + logs
+    caps = dict(re.findall(r"(Cap\w+):\s+([0-9a-f]+)", logs))
+    assert {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} <= set(caps), logs
+    assert all(int(value, 16) == 0 for value in caps.values()), caps
+
+
+@needs_bwrap
+def test_a_jobs_command_cannot_remount_what_it_was_given_read_only(gcp, gcs):
+    from gcpgpu.fakes.jobs.usercmd import PKG_ROOT  # this checkout (or site-packages), bound read-only
+
+    gcs.create_bucket(BUCKET).blob("inputs/input.txt").upload_from_string("x")
+    marker = PKG_ROOT / ".pwned_by_job"
+    script = (f"mount -o remount,rw,bind {PKG_ROOT} && touch {marker}; "
+              "mount -o remount,rw,bind /data && touch /data/pwned; echo tried both")
+    try:
+        result = cli(*VERTEX_JOB, "--mount", f"gs://{BUCKET}/inputs:/data:ro", "--command",
+                     f"bash -c {shlex.quote(script)}")
+        logs = _logs(result)
+        assert result.exit_code == 0 and "tried both" in logs, result.output + logs
+        assert not marker.exists()
+        assert {b.name for b in gcs.bucket(BUCKET).list_blobs()} == {"inputs/input.txt"}
+    finally:
+        marker.unlink(missing_ok=True)  # the checkout stays clean even where the sandbox did not hold
+
+
+@needs_bwrap
+def test_a_link_a_job_planted_in_a_bucket_never_reaches_this_machines_folder(gcp, gcs, tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret.txt").write_text("s3cret")
+    gcs.create_bucket(BUCKET)
+    plant = cli(*VERTEX_JOB, "--command", f"ln -sfn {host} /gcs/{BUCKET}/evil")
+    assert plant.exit_code == 0, plant.output + _logs(plant)
+    assert (gcp.jobs.agent.storage.root / "gcs" / BUCKET / "evil").is_symlink()
+
+    # A sandboxed command mounting it: refused in one line, before anything runs.
+    reach = cli(*VERTEX_JOB, "--mount", f"gs://{BUCKET}/evil:/data", "--command",
+                "bash -c 'cat /data/secret.txt; touch /data/pwned'")
+    assert reach.exit_code != 0
+    status = json.loads(cli("job", "status", reach.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "FAILED"
+    assert f"GCPGPU_MOUNTS: gs://{BUCKET}/evil on /data: gs://{BUCKET}/evil is a link" in json.dumps(status)
+    assert "s3cret" not in _logs(reach)
+    # The bundled trainer, which runs outside any sandbox, writing through it: refused too.
+    trainer = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--wait", "--",
+                  "--model", "tiny", "--ckpt-dir", f"gs://{BUCKET}/evil/ck")
+    assert trainer.exit_code != 0
+    assert "leads out of the emulator's storage" in trainer.output + _logs(trainer)
+    assert sorted(os.listdir(host)) == ["secret.txt"]

@@ -5,7 +5,10 @@ node's Cloud Storage FUSE mounts, and GCPGPU_RESUME / GCPGPU_RESTART after a rec
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -13,6 +16,7 @@ from gcpgpu.cli import main
 from gcpgpu.resources import render
 from tests.test_node_scripts import lint
 
+REPO = Path(__file__).resolve().parents[1]
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
 IMAGE = "us-docker.pkg.dev/test-proj/repo/mine:1"
 USER = ["--setup", "pip install -r requirements.txt", "--mount", "gs://data-b/imagenet:/data:ro",
@@ -133,3 +137,23 @@ def test_a_command_line_with_variables_runs_under_a_shell_where_the_job_runs(gcp
                 "--command", "sh -c 'echo $HOME'", "--dry-run")
     spec = yaml.safe_load(plain.stdout)["customJob"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
     assert spec["command"] == ["sh", "-c", "echo $HOME"]  # already a shell: kept as written
+
+
+def test_gcpgpus_own_variables_are_refused_in_env_and_only_the_documented_ones_pass():
+    from gcpgpu.errors import UsageProblem
+    from gcpgpu.jobs.spec import parse_env
+    from gcpgpu.jobs.usercode import USER_SETTABLE, parse_secrets
+
+    # The ones a job may set are the ones containers/README.md lists for it, and no others.
+    doc = (REPO / "containers" / "README.md").read_text()
+    listed = doc[doc.index("refuses every `GCPGPU_` name"):].split("\n\n")[0]
+    assert set(re.findall(r"`(GCPGPU_\w+)`", listed)) - {"GCPGPU_USER", "GCPGPU_MOUNTS", "GCPGPU_WORKDIR"} \
+        == USER_SETTABLE
+    assert parse_env([f"{name}=1" for name in sorted(USER_SETTABLE)]) == dict.fromkeys(USER_SETTABLE, "1")
+    for name in ("GCPGPU_USER", "GCPGPU_MOUNTS", "GCPGPU_WORKDIR", "GCPGPU_SETUP", "GCPGPU_SECRETS",
+                 "GCPGPU_PYTHON", "GCPGPU_RESUME", "GCPGPU_SECRETMANAGER_URL", "GCPGPU_REPORTER_CMD"):
+        for parse, value in ((parse_env, [f"{name}="]), (parse_env, {name: "x"}),
+                             (parse_secrets, [f"{name}=projects/my-proj/secrets/s"])):
+            with pytest.raises(UsageProblem, match=f"{name} is gcpgpu's own variable, which a job may not set"):
+                parse(value)
+    assert parse_env(["GCPGPUX=1", "MY_GCPGPU_USER=2"]) == {"GCPGPUX": "1", "MY_GCPGPU_USER": "2"}

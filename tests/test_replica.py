@@ -132,3 +132,33 @@ def test_bad_secret_names_are_refused_before_any_request(secrets, words):
     with pytest.raises(ReplicaError) as e:
         replica.secret_names({"GCPGPU_SECRETS": secrets})
     assert e.value.exit_code == 2 and str(e.value).startswith(words)
+
+
+@pytest.mark.parametrize("source", ["gs://out-bkt/evil/runs/7", "gs://evil-bkt/runs/7"])
+def test_mount_folders_are_never_made_through_a_link_planted_in_gcs(tmp_path, source):
+    """A job wrote a link into a bucket (or in /gcs itself, as a bucket's name): making a --mount's output
+    folder must not create (nor, as root, hand to the job's user) a folder where it points."""
+    gcs = tmp_path / "gcs"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (gcs / "out-bkt").mkdir(parents=True)
+    (gcs / "out-bkt" / "evil").symlink_to(outside)
+    (gcs / "evil-bkt").symlink_to(outside)
+    mounts = json.dumps([{"source": source, "target": str(tmp_path / "top" / "out")}])
+    with pytest.raises(ReplicaError, match=r"is a link \(or a file\), not a folder: mount folders are made without "
+                                           "following links; refused") as refused:
+        replica.make_mounts({"GCPGPU_MOUNTS": mounts, "GCPGPU_GCS_ROOT": str(gcs)}, owner=(4242, 4242))
+    assert len(str(refused.value).splitlines()) == 1
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "top").exists()
+
+
+def test_a_mount_targets_folders_are_made_without_following_links_either(tmp_path):
+    (tmp_path / "gcs" / "b").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "top").symlink_to(outside)
+    mounts = json.dumps([{"source": "gs://b/out", "target": str(tmp_path / "top" / "sub" / "out")}])
+    with pytest.raises(ReplicaError, match=f"{tmp_path / 'top'} is a link"):
+        replica.make_mounts({"GCPGPU_MOUNTS": mounts, "GCPGPU_GCS_ROOT": str(tmp_path / "gcs")})
+    assert list(outside.iterdir()) == []

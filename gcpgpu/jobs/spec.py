@@ -71,6 +71,7 @@ def parse_env(pairs: Any, where: str = "--env") -> dict[str, str]:
         if not ENV_NAME.match(name):
             raise UsageProblem(f"{where} {name!r} is not an environment variable name (letters, digits, _; "
                                "not starting with a digit)")
+        usercode.check_env_name(name, where)
         out[name] = value
     return out
 

@@ -21,6 +21,17 @@ from gcpgpu.image.pack import check_folder
 # user's unpacked code (/workdir) or Vertex's own bucket mounts (/gcs).
 RESERVED = ("/workdir", "/gcs", "/usr", "/bin", "/lib", "/etc", "/proc", "/sys", "/dev", "/tmp")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The GCPGPU_* variables a job may set itself (--env, a spec file's env:, --secret), as the READMEs document
+# them for users: the machine and its NCCL profile (containers/README.md, gcpgpu/node/launch.py), Nsight
+# Systems (containers/README.md), the metrics reporter, the trainer on CPU and its process count
+# (gcpgpu/trainer/README.md). Every other GCPGPU_ name is gcpgpu's own: set by job submit from its flags
+# (GCPGPU_WORKDIR, _MOUNTS, _SETUP, _SECRETS, each checked there), by the image (GCPGPU_USER, whom the
+# entrypoint drops root for), by a recovery (GCPGPU_RESUME, _RESTART) or a test seam (GCPGPU_PYTHON...).
+USER_SETTABLE = frozenset({
+    "GCPGPU_MACHINE_TYPE", "GCPGPU_PLATFORM", "GCPGPU_NCCL_FLAVOR", "GCPGPU_SKIP_NCCL_CHECK", "GCPGPU_PROFILE",
+    "GCPGPU_PROFILE_STEPS", "GCPGPU_PROFILE_DIR", "GCPGPU_OUTPUT_DIR", "GCPGPU_METRICS", "GCPGPU_NPROC_PER_NODE",
+    "GCPGPU_TRAINER_ALLOW_CPU", "GCPGPU_TRAINER_MODULE",
+})  # fmt: skip
 # projects/PROJECT (id or number)/secrets/NAME[/versions/VERSION (a number or latest)]
 SECRET = re.compile(r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|\d{1,20})/secrets/([A-Za-z0-9_-]{1,255})"
                     r"(?:/versions/([1-9]\d{0,18}|latest))?$")
@@ -117,12 +128,23 @@ def parse_secrets(values: Any, where: str = "--secret") -> dict[str, str]:
         if not ENV_NAME.match(name):
             raise UsageProblem(f"{where} {specfile.shown(name)} is not an environment variable name (letters, "
                                "digits, _; not starting with a digit)")
+        check_env_name(name, where)
         match = SECRET.match(ref) if isinstance(ref, str) else None
         if not match:
             raise UsageProblem(f"{where} {name}={specfile.shown(ref, quote=False)} must name a secret as "
                                "projects/PROJECT/secrets/NAME[/versions/VERSION] (VERSION a number or latest)")
         out[name] = ref if match.group(3) else f"{ref}/versions/latest"
     return out
+
+
+def check_env_name(name: str, where: str) -> None:
+    """Refuse a GCPGPU_* name gcpgpu sets itself (USER_SETTABLE lists those a job may set), one line."""
+    if name.startswith("GCPGPU_") and name not in USER_SETTABLE:
+        own = {"GCPGPU_WORKDIR": "--workdir", "GCPGPU_MOUNTS": "--mount", "GCPGPU_SETUP": "--setup",
+               "GCPGPU_SECRETS": "--secret"}.get(name)
+        raise UsageProblem(f"{where} {name} is gcpgpu's own variable, which a job may not set"
+                           + (f" (use {own})" if own else "") + "; of GCPGPU_*, a job may set only "
+                           + ", ".join(sorted(n.removeprefix("GCPGPU_") for n in USER_SETTABLE)))
 
 
 def check_setup(spec: Any, target: str | None) -> None:

@@ -13,7 +13,9 @@ sets identically on a cluster node's container and on a Vertex AI worker pool:
                                          (the staging bucket is writable by every job on a cluster).
   GCPGPU_MOUNTS='[{"source": "gs://B/P", "target": "/data", "ro": true}]'
                                          each target made a link to /gcs/B/P, unless it is a mount point already
-                                         (a cluster node bind-mounts Cloud Storage FUSE there itself).
+                                         (a cluster node bind-mounts Cloud Storage FUSE there itself). The folders
+                                         made for it (an output's, the target's parents) are made without following
+                                         links: a link a job planted in /gcs refuses the mount in one line.
   GCPGPU_USER=trainer                    the user that runs everything below (the image sets it): started as
                                          root, the entrypoint makes the mounts' links as root (/data needs it),
                                          then becomes this user (`become_user`) before it unpacks, sets up or
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import json
 import os
@@ -193,15 +196,41 @@ def unpack_workdir(environ: Mapping[str, str]) -> Path | None:
 # -- data mounts -------------------------------------------------------------------------------------------
 
 
-def _make_dirs(path: Path, owner: tuple[int, int] | None) -> None:
-    """mkdir -p, the folders it made given to `owner` (uid, gid) when one is named (made as root for that user)."""
-    made, up = [], path
-    while not os.path.lexists(up) and up != up.parent:
-        made.append(up)
-        up = up.parent
-    path.mkdir(parents=True, exist_ok=True)
-    for folder in reversed(made) if owner else ():
-        os.chown(folder, *owner)
+# O_PATH: a folder the user may pass through but not list is walked all the same; O_NOFOLLOW | O_DIRECTORY:
+# a link (or a file) is ENOTDIR (ELOOP on some kernels), never followed.
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _make_dirs(path: Path, owner: tuple[int, int] | None, top: Path, what: str) -> None:
+    """mkdir -p of `path` below `top` (which must be there), one name at a time from an open folder and
+    never through a link: root makes these for the job's user, and a link a job planted (in /gcs, a
+    bucket every job may write) must not make it create, or hand over, a folder anywhere else. The
+    folders made here are given to `owner` (uid, gid) when one is named. A link or a file on the way
+    refuses the mount (ReplicaError, one line)."""
+    fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        parts = path.relative_to(top).parts
+        for i, part in enumerate(parts):
+            try:
+                try:
+                    step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    try:
+                        os.mkdir(part, dir_fd=fd)
+                        if owner:
+                            os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+                    except FileExistsError:
+                        pass
+                    step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise  # make_mounts says who may not write where
+                raise ReplicaError(f"{what}: {top.joinpath(*parts[: i + 1])} is a link (or a file), not a folder: "
+                                  "mount folders are made without following links; refused") from None
+            os.close(fd)
+            fd = step
+    finally:
+        os.close(fd)
 
 
 def make_mounts(environ: Mapping[str, str], owner: tuple[int, int] | None = None) -> list[str]:
@@ -236,7 +265,8 @@ def make_mounts(environ: Mapping[str, str], owner: tuple[int, int] | None = None
             if not local.is_dir():
                 if read_only:
                     raise ReplicaError(f"{what}: nothing at {source} to read ({local} is missing)")
-                _make_dirs(local, owner)  # an output folder the job will fill
+                _make_dirs(local, owner, bucket_dir.parent, what)  # an output folder the job will fill
+            _make_dirs(where.parent, owner, Path("/"), what)  # first: nothing below is done through a link
             if where.is_symlink():
                 if os.readlink(where) == str(local):  # made already (by root, before it became GCPGPU_USER)
                     notes.append(f"{where} -> {source}{' (read-only)' if read_only else ''}")
@@ -249,7 +279,6 @@ def make_mounts(environ: Mapping[str, str], owner: tuple[int, int] | None = None
                 where.rmdir()
             elif where.exists():
                 raise ReplicaError(f"{what}: {where} is a file in this image; choose another mount point")
-            _make_dirs(where.parent, owner)
             os.symlink(local, where)
         except OSError as e:
             raise ReplicaError(f"{what}: cannot make {where} point at {local}: {e.strerror or e} (this container's "

@@ -17,6 +17,10 @@ MODULE = "gcpgpu.trainer"
 # The gcpgpu training image (`gcpgpu container build` pushes it): its entrypoint runs
 # torchrun -m gcpgpu.trainer with the container's arguments.
 IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+# The trainer's options that name a file or folder it writes (flags, or keys of its --config file): the
+# emulator, which runs it outside any sandbox, keeps them on the emulated node's disk or in a bucket.
+OUTPUT_PATH_FLAGS = ("--ckpt-dir", "--log-json", "--tensorboard-dir", "--profile-dir")
+CONFIG_FLAG = "--config"
 # GCPGPU_METRICS values that turn the reporter off, in the image and in the emulator alike.
 METRICS_OFF = ("0", "false", "no", "off")
 

@@ -60,3 +60,20 @@ def test_it_imports_only_the_standard_library():
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert all(not isinstance(node, ast.ImportFrom) or node.level == 0 for node in ast.walk(tree))
     assert {m.split(".")[0] for m in imported} <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_the_output_path_flags_the_emulator_keeps_inside_are_every_path_the_trainer_writes():
+    # The emulator runs the trainer outside any sandbox and maps these (fakes/jobs/storage.py): a path
+    # option added to the trainer must be added here, or its files land wherever it points on the host.
+    from dataclasses import fields
+
+    from gcpgpu.trainer.config import TrainConfig, build_parser
+
+    options = {a.option_strings[0] for a in build_parser()._actions if a.option_strings}
+    written = {"--ckpt-dir", "--log-json", "--tensorboard-dir", "--profile-dir"}
+    read = {"--config", "--data"}
+    named_like_paths = {o for o in options if o.endswith(("-dir", "-json", "-path", "-file")) or o in read}
+    assert set(argv.OUTPUT_PATH_FLAGS) == written and named_like_paths == written | read
+    # ...and its --config file's keys for them are these flags' names (the emulator reads those too).
+    assert argv.CONFIG_FLAG == "--config"
+    assert {f.name for f in fields(TrainConfig)} >= {o[2:].replace("-", "_") for o in written}

@@ -43,7 +43,7 @@ from ..activity import Activity
 from ..core import ApiError
 from .node import NodeHealth
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
-from .storage import Storage
+from .storage import PathRefused, Storage
 from .usercmd import UserCommands, is_user_command
 
 if TYPE_CHECKING:
@@ -255,8 +255,12 @@ class ClusterAgent:
             return
         port = self.ports.setdefault((project, job_id), _free_port())
         # Output folders (gs:// buckets, node paths) as local folders that outlive the job, as on a node.
-        env = self.storage.localize_env({str(k): str(v) for k, v in (job.get("env") or {}).items()}, iid)
-        argv = [*argv[:3], *self.storage.localize_args(argv[3:], iid)]
+        try:
+            env = self.storage.localize_env({str(k): str(v) for k, v in (job.get("env") or {}).items()}, iid)
+            argv = [*argv[:3], *self.storage.localize_args(argv[3:], iid, self.runner.workdir(run_id))]
+        except PathRefused as e:
+            self._fail_at_once(iid, run_id, describe, str(e))
+            return
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    GCPGPU_TRAINER_ALLOW_CPU="1")
         if not job.get("command"):
@@ -278,19 +282,22 @@ class ClusterAgent:
         iid = inst["id"]
         why = self.user.refusal()
         if why is not None:
-            run = self.runner.record(run_id, describe)
-            run.log("", "stderr", f"gcpgpu emulator: {why}")
-            self.report(iid, state="FAILED", exit_code=-1, ended=_stamp(time.time()), message=why)
+            self._fail_at_once(iid, run_id, describe, why)
             return
         port = self.ports.setdefault((project, job_id), _free_port())
         env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         command = [*map(str, job.get("command") or []), *map(str, job.get("args") or [])]
-        argv, env = self.user.argv_env(command, env, self.runner.workdir(run_id) / "workdir")
-        run = self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)], on_change=self._on_change(iid),
-                                describe=describe)
+        replica = self.user.replica(inst["name"], command, env, self.runner.workdir(run_id) / "workdir")
+        run = self.runner.start(run_id, [replica], on_change=self._on_change(iid), describe=describe)
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id}'s "
                               f"command through the image's entrypoint in a sandbox, on 127.0.0.1:{port}, CPU only")
+
+    def _fail_at_once(self, iid: str, run_id: str, describe: Callable[[LogLine], dict], why: str) -> None:
+        """The node's job FAILED before anything ran, with `why` (one line) in its log and its state."""
+        run = self.runner.record(run_id, describe)
+        run.log("", "stderr", f"gcpgpu emulator: {why}")
+        self.report(iid, state="FAILED", exit_code=-1, ended=_stamp(time.time()), message=why)
 
     def _simulated_end(self, instance_id: str, run_id: str) -> None:
         with self._lock:

@@ -20,9 +20,9 @@ before the run is reported ended; a cancel stops it with the replicas; reset kil
 from __future__ import annotations
 
 import atexit
-import contextlib
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,6 +37,9 @@ from pathlib import Path
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 from gcpgpu.trainer.argv import trainer_args
 
+from .procs import descendants, kill_family, signal_group, start_time
+from .storage import PathRefused
+
 # Variables of the emulator's own process that must not leak into a job: a replica's rendezvous
 # comes from what the job is given, never from whatever launched the emulator.
 _DROP_ENV = (
@@ -45,6 +48,15 @@ _DROP_ENV = (
     "CLOUD_ML_JOB_ID", "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR",
     "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT", "PYTEST_CURRENT_TEST",
 )  # fmt: skip
+# A job's variables that would make a process load code from wherever they point: the dynamic loader's,
+# glibc's, Python's (all but a few switches), and the caches torch.compile loads compiled kernels from. A
+# replica started without a sandbox (the bundled trainer: no `prepare`) runs as the emulator's own user on
+# this machine, so they are dropped from the job's environment there, with a line in its log saying which.
+# In the sandbox (usercmd.py) a job's command keeps them.
+_SAFE_PYTHON = ("PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE",
+                "PYTHONIOENCODING", "PYTHONUTF8")
+_LOADS_CODE = re.compile(r"LD_\w*|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|BASH_ENV|ENV|PYTHON\w*|TORCHINDUCTOR_CACHE_DIR"
+                         r"|TRITON_CACHE_DIR|TORCH_EXTENSIONS_DIR")
 # Keep what the captured log holds per run bounded (a long --follow demo must not grow forever).
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
@@ -61,13 +73,25 @@ class MetricsTarget:
     name: str
 
 
+# What a replica's `prepare` gives the runner: the command line, the process's whole environment and the
+# file descriptors it inherits (the runner closes its own copies once the process has started).
+Launch = tuple[list[str], dict[str, str], list[int]]
+
+
 @dataclass(frozen=True)
 class ReplicaSpec:
-    """One process of a job: `task` names it in logs and status (workerpool0-0, or a node's name)."""
+    """One process of a job: `task` names it in logs and status (workerpool0-0, or a node's name).
+
+    `prepare`, when given, is asked right before the process starts, with the runner's environment for it
+    (this machine's less _DROP_ENV, without `env`), and says how to start it (a Launch): a sandboxed
+    command (usercmd.py) opens its mounts then, so nothing changes between their check and their use,
+    and hands `env` to the sandbox alone. A PathRefused it raises fails the run with its one line.
+    """
 
     task: str
     argv: list[str]
     env: dict[str, str]
+    prepare: Callable[[dict[str, str]], Launch] | None = None
 
 
 @dataclass(frozen=True)
@@ -249,7 +273,7 @@ class Runner:
         for run in runs:
             run._cancel.set()
             for pid in run.pids() + [r.popen.pid for r in run.sidecars if r.popen is not None]:
-                _signal_group(pid, signal.SIGKILL)
+                signal_group(pid, signal.SIGKILL)
 
     # -- the supervisor thread ---------------------------------------------------------------
     def _supervise(self, run: Run, delay_s: float, on_change: Callable[[Run], None] | None) -> None:
@@ -271,7 +295,7 @@ class Runner:
             self._watch(run)
         except Exception as e:  # e.g. the executable is missing: the job fails, saying why
             run.failure = run.failure or (run.replicas[0].spec.task if run.replicas else "?", -1,
-                                          f"{type(e).__name__}: {e}")
+                                          str(e) if isinstance(e, PathRefused) else f"{type(e).__name__}: {e}")
             self._stop(run, signal.SIGKILL)
             self._end_sidecars(run, grace_s=0.0)
             self._finish(run, "failed")
@@ -290,14 +314,28 @@ class Runner:
             # Replicas talk over loopback only: gloo binds the interface it is told, not the host's name.
             env.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
             env["PYTHONUNBUFFERED"] = "1"  # lines reach the log as they are printed
-            env.update(replica.spec.env)
-            popen = subprocess.Popen(
-                replica.spec.argv, env=env, cwd=run.workdir, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )
+            if replica.spec.prepare is not None:
+                argv, process_env, fds = replica.spec.prepare(dict(env))
+            else:
+                dropped = sorted(k for k in replica.spec.env if _LOADS_CODE.fullmatch(k) and k not in _SAFE_PYTHON)
+                if dropped:
+                    run.log(replica.spec.task, "stderr", f"gcpgpu emulator: {', '.join(dropped)} left out of the "
+                                                         "job's environment: this process runs outside any sandbox, "
+                                                         "where they would load code from where they point")
+                job_env = {k: v for k, v in replica.spec.env.items() if k not in dropped}
+                argv, process_env, fds = replica.spec.argv, {**env, **job_env}, []
+            try:
+                popen = subprocess.Popen(
+                    argv, env=process_env, cwd=run.workdir, stdin=subprocess.DEVNULL, pass_fds=fds,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                )
+            finally:
+                for fd in fds:
+                    os.close(fd)
             replica.popen, replica.started = popen, time.time()
             self._follow(run, replica)
-            self._start_sidecar(run, replica, env)
+            # A sandboxed command's environment stays in its sandbox: a helper beside it gets the runner's own.
+            self._start_sidecar(run, replica, env if replica.spec.prepare is not None else process_env)
 
     def _follow(self, run: Run, replica: Replica) -> None:
         popen = replica.popen
@@ -380,26 +418,26 @@ class Runner:
         for replica in run.replicas:
             if replica.popen is None:
                 continue
-            replica.family |= _descendants(replica.popen.pid)
+            replica.family |= descendants(replica.popen.pid)
             if replica.popen.poll() is None:
-                _signal_group(replica.popen.pid, sig)
+                signal_group(replica.popen.pid, sig)
             if sig == signal.SIGKILL:  # a dead host: whatever the replica started dies with it
-                _kill_family(replica.family)
+                kill_family(replica.family)
 
     @staticmethod
     def _end_family(run: Run, deadline: float) -> None:
         """Wait until `deadline` (monotonic) for what the replicas started to exit, then SIGKILL the rest,
         as a container's end or a host's loss ends every process in it."""
         family = set().union(*(r.family for r in run.replicas))
-        while any(_start_time(pid) == start for pid, start in family) and time.monotonic() < deadline:
+        while any(start_time(pid) == start for pid, start in family) and time.monotonic() < deadline:
             time.sleep(0.05)
-        _kill_family(family)
+        kill_family(family)
 
     @staticmethod
     def _signal_sidecars(run: Run, sig: int) -> None:
         for side in run.sidecars:
             if side.popen is not None and side.popen.poll() is None:
-                _signal_group(side.popen.pid, sig)
+                signal_group(side.popen.pid, sig)
 
     def _end_sidecars(self, run: Run, grace_s: float) -> None:
         """SIGTERM every sidecar still running and wait `grace_s` for it, then SIGKILL (at once when 0)."""
@@ -412,7 +450,7 @@ class Runner:
             try:
                 popen.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _signal_group(popen.pid, signal.SIGKILL)
+                signal_group(popen.pid, signal.SIGKILL)
                 popen.wait(5)
             side.returncode, side.ended = popen.returncode, time.time()
 
@@ -421,61 +459,6 @@ class Runner:
         run.state = state
         run.ended = time.time()
         run._done.set()
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    """`sig` to the process group of a replica (or sidecar) session. SIGKILL, a dead host, reaches
-    every process it started too, whatever session they moved to: torchrun starts its workers in
-    sessions of their own, which a group signal misses (they would go on training on a host that no
-    longer exists). A SIGTERM stays with the group: torchrun passes it on to its workers itself."""
-    family = _descendants(pid) if sig == signal.SIGKILL else set()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-    _kill_family(family)
-
-
-def _kill_family(family: set[tuple[int, int]]) -> None:
-    """SIGKILL each (pid, start time) that is still that process (a pid reused since is left alone)."""
-    for pid, start in family:
-        if _start_time(pid) == start:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _stat(pid: int | str) -> list[bytes] | None:
-    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2:].split()
-
-
-def _start_time(pid: int) -> int | None:
-    """When `pid` started (field 22 of its stat), None once it has exited (a zombie included)."""
-    fields = _stat(pid)
-    return int(fields[19]) if fields and fields[0] != b"Z" else None
-
-
-def _descendants(pid: int) -> set[tuple[int, int]]:
-    """Every live descendant of `pid` as (pid, start time), read from /proc before anything is
-    signalled (so none is reparented away first); empty where there is no /proc."""
-    parents: dict[int, list[tuple[int, int]]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if entry.isdigit() and (fields := _stat(entry)):
-            parents.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
-    out: set[tuple[int, int]] = set()
-    todo = [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child[0])
-    return out
 
 
 def trainer_argv(image: str, command: list[str], args: list[str]) -> list[str] | None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core import Clock, IdSource, proto_timestamp, stable_number
 from ..jobs.runner import MetricsTarget, Run, Runner
+from ..jobs.storage import PathRefused
 from . import local_run
 from .errors import VertexError, invalid_argument
 from .list_filter import parse_filter
@@ -174,6 +175,12 @@ class VertexBackend:
             self.jobs[name] = job
             plan = local_run.local_plan(job, self.user)
             describe = local_run.describer(job)
+            replicas = []
+            if isinstance(plan, local_run.LocalPlan):
+                try:
+                    replicas = local_run.replicas(job, plan, self.runner.workdir(name), self.storage, self.user)
+                except PathRefused as e:
+                    plan = local_run.Refusal(str(e))
             if isinstance(plan, local_run.Refusal):
                 job["_error"] = {"code": CODE_FAILED_PRECONDITION, "message": plan.message}
                 job["_phases"] = [[now, "JOB_STATE_QUEUED"], [now, "JOB_STATE_FAILED"]]
@@ -188,7 +195,6 @@ class VertexBackend:
                                       f"report RUNNING, then SUCCEEDED after {run_s:g} s.")
             else:
                 job["labels"] = {**(job.get("labels") or {}), EMULATOR_LABEL: "local-run"}
-                replicas = local_run.replicas(job, plan, self.runner.workdir(name), self.storage, self.user)
                 # Rank 0's trainer numbers go to this job's cloudml_job series, under its numeric id.
                 metrics = MetricsTarget(job["_project_id"], location, "job", job_id)
                 run = self.runner.start(name, replicas, delay_s=q + p, on_change=self._on_run_change(name),

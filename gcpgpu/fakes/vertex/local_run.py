@@ -95,7 +95,8 @@ def output_uri(job: dict) -> str | None:
 def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None = None,
              user: UserCommands | None = None) -> list[ReplicaSpec]:
     """One process per replica: CLUSTER_SPEC on loopback ports, AIP_* folders in the emulator's Cloud
-    Storage (`storage`: the job's gs:// output is objects there), else under `run_dir`."""
+    Storage (`storage`: the job's gs:// output is objects there), else under `run_dir`. The trainer's
+    path arguments are kept in the storage (PathRefused, one line, when one would leave it)."""
     pools = plan.pools
     hosts = {f"workerpool{i}": [f"127.0.0.1:{_free_port()}" for _ in range(n)] for i, n in enumerate(pools) if n}
     job_id = job["name"].rsplit("/", 1)[1]
@@ -129,10 +130,12 @@ def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None 
                     if out:
                         env[key] = f"{out.rstrip('/')}/{sub}/"
                 del env["GCPGPU_TRAINER_ALLOW_CPU"], env["GCPGPU_NPROC_PER_NODE"]
-                argv, env = user.argv_env(plan.argv[pool], env, run_dir / f"{task}-workdir")
-                replicas.append(ReplicaSpec(task, argv, env))
+                replicas.append(user.replica(task, plan.argv[pool], env, run_dir / f"{task}-workdir"))
                 continue
-            replicas.append(ReplicaSpec(task, plan.argv[pool], env))
+            argv = plan.argv[pool]
+            if storage is not None:  # the trainer runs outside any sandbox: its paths are the replica's own
+                argv = [*argv[:3], *storage.localize_args(argv[3:], f"{job_id}-{task}", run_dir)]
+            replicas.append(ReplicaSpec(task, argv, env))
     for sub in ("model", "checkpoints", "logs"):
         (local_base / sub).mkdir(parents=True, exist_ok=True)
     return replicas
