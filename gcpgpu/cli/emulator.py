@@ -55,6 +55,7 @@ def _announce(emu: Any, state_file: str | None) -> None:
         + (f" and {emu.info()['grpc']} (gRPC)" if emu.grpc_port else ""),
         "Everything is simulated in memory: no VM, GPU or network exists." + (
             f" State is kept in {state_file}." if state_file else ""),
+        _user_commands_line(emu),
         "",
         "Point gcpgpu at it:",
         f"  export GCPGPU_EMULATOR={address}      # or: gcpgpu --emulator {address} ...",
@@ -72,6 +73,19 @@ def _announce(emu: Any, state_file: str | None) -> None:
         "Stop with Ctrl-C (or SIGTERM).",
     ]
     click.echo("\n".join(lines), err=True)
+
+
+def _user_commands_line(emu: Any) -> str:
+    """Whether jobs' own commands run here: code that arrives over HTTP runs on this machine when they do."""
+    user = emu.user_commands
+    if not user.allowed:
+        return ("Jobs' own commands (--command, --workdir) do NOT run: such jobs fail at once. "
+                "Start with --run-user-commands to run them, each in a bubblewrap sandbox.")
+    why = user.refusal()
+    if why is not None:
+        return f"Jobs' own commands (--command, --workdir) cannot run: {why}."
+    return ("Jobs' own commands (--command, --workdir) RUN on this machine, each in a bubblewrap sandbox "
+            "(--run-user-commands).")
 
 
 def _address(settings: Settings) -> str:
@@ -126,7 +140,7 @@ def emulator() -> None:
               help="REST port on 127.0.0.1 (the one gcloud's api_endpoint_overrides names); 0 picks a free one.")
 @click.option("--state-file", type=click.Path(dir_okay=False), help="Load state from FILE at start, save it there on stop.")
 @click.option("--faults", "faults_file", type=click.Path(exists=True, dir_okay=False),
-              help="YAML/JSON file of fault settings (capacity, quotas, error_rate, latency_ms, operation_seconds, seed).")
+              help="YAML/JSON file of fault settings ('gcpgpu emulator faults --help' lists the keys).")
 @click.option("--seed", type=int, help="Seed for injected failures (deterministic runs).")
 @click.option("--latency-ms", type=click.FloatRange(0), help="Latency added to every API request.")
 @click.option("--operation-seconds", type=click.FloatRange(0), help="How long each operation takes to finish.")
@@ -169,7 +183,18 @@ def info_cmd(settings: Settings) -> None:
     emit(_control(_address(settings), "info"))
 
 
-@emulator.command()
+class _FaultsCommand(click.Command):
+    """Its --help ends with the keys the emulator accepts, read from the emulator's own Faults (imported only then)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from gcpgpu.fakes.core import Faults
+
+        with formatter.section("Keys (--set KEY=VALUE, or in --file)"):
+            formatter.write_text(", ".join(Faults.keys()))
+        super().format_epilog(ctx, formatter)
+
+
+@emulator.command(cls=_FaultsCommand)
 @click.option("--set", "pairs", multiple=True, metavar="KEY=VALUE",
               help="Change one fault setting, e.g. --set error_rate=0.3 or --set 'capacity={\"us-central1-a\": {\"a3-highgpu-8g\": 0}}'.")
 @click.option("--file", "faults_file", type=click.Path(exists=True, dir_okay=False), help="Apply settings from a YAML/JSON file.")

@@ -302,6 +302,12 @@ class Faults:
         }
 
     @classmethod
+    def keys(cls) -> list[str]:
+        """Every setting from_dict takes (faults files, `emulator faults --set`, PUT /_emulator/faults):
+        the fields, and `preempt` / `host_error`, which arm a loss."""
+        return sorted({*cls.__dataclass_fields__, "preempt", "host_error"})
+
+    @classmethod
     def from_dict(cls, data: dict) -> Faults:
         data = dict(data)
         # `preempt` and `host_error` add to what is armed (the short forms --set and faults files use).
@@ -311,11 +317,9 @@ class Faults:
         for key in ("gpu_fault", "slow_nic"):
             if key in data:
                 data[key] = [str(x).strip() for x in _as_list(data[key])]
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
+        unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"unknown fault setting(s): {', '.join(sorted(unknown))}; known: "
-                             f"{', '.join(sorted(known | {'preempt', 'host_error'}))}")
+            raise ValueError(f"unknown fault setting(s): {', '.join(sorted(unknown))}; known: {', '.join(cls.keys())}")
         faults = cls(**data)
         faults.preemptions += extra
         return faults

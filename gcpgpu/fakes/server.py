@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from .activity import Activity
@@ -27,6 +26,7 @@ from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
 from .events import VmEvents
 from .faults import FaultClock
+from .gate import guarded
 from .jobs import LocalJobs
 from .jobs.storage import Storage
 from .jobs.usercmd import UserCommands
@@ -97,21 +97,13 @@ def _json(status: int, body: Any) -> Response:
     return Response(json.dumps(body), status=status, mimetype="application/json")
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """Werkzeug logs every request to stderr; the emulator keeps its own request log instead."""
-
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
 class Emulator:
     """State (backends, faults, clock, request log) plus the servers that expose it."""
 
     def __init__(self, faults: Faults | None = None, state_file: str | os.PathLike | None = None,
                  run_user_commands: bool = False) -> None:
         self.state_file = Path(state_file) if state_file else None
-        self._http = None
-        self._http_thread: threading.Thread | None = None
+        self._http: Any = None
         self._grpc = None
         self.port: int | None = None
         self.grpc_port: int | None = None
@@ -324,13 +316,12 @@ class Emulator:
 
     # -- servers -------------------------------------------------------------------------
     def start(self, port: int = 0) -> Emulator:
-        """Serve on 127.0.0.1 in background threads; port 0 picks a free one."""
-        self._http = make_server(HOST, port, self.wsgi, threaded=True, request_handler=_QuietHandler)
-        self.port = self._http.server_port
-        # A short poll interval makes stop() return in about 50 ms instead of werkzeug's 0.5 s.
-        self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
-                                             name="emulator-http", daemon=True)
-        self._http_thread.start()
+        """Serve on 127.0.0.1 in background threads; port 0 picks a free one. Every request passes the
+        gate first (gate.py: loopback Host, own Origin, JSON bodies, a size cap)."""
+        from .http_server import HttpServer
+
+        self._http = HttpServer(guarded(self.wsgi, lambda: self.port), HOST, port)
+        self.port = self._http.port
         if GRPC_SERVICES or GRPC_SERVICE_FACTORIES:
             self._start_grpc()
         self.fault_clock.start()
@@ -350,8 +341,7 @@ class Emulator:
     def stop(self) -> None:
         self.fault_clock.stop()
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+            self._http.stop()
             self._http = None
         if self._grpc is not None:
             self._grpc.stop(grace=0.5)

@@ -33,6 +33,8 @@ _SCALAR = {"string": "TYPE_STRING", "boolean": "TYPE_BOOL", "integer": "TYPE_INT
 _FORMAT = {"int64": "TYPE_INT64", "uint64": "TYPE_UINT64", "uint32": "TYPE_UINT32", "int32": "TYPE_INT32",
            "double": "TYPE_DOUBLE", "float": "TYPE_FLOAT", "byte": "TYPE_BYTES"}
 _INTEGER = re.compile(r"-?\d+")
+# Characters in a resource's description: Compute refuses a longer one (the emulator stored 100 MB ones).
+MAX_DESCRIPTION = 2048
 
 
 @cache
@@ -88,6 +90,11 @@ def check_body(resource: str, method: str, body: Any) -> None:
     problems: list[tuple[str, str]] = []
     schemas = discovery()["schemas"]
     _check_object(schemas, schemas[ref], body, body_field(ref), problems)
+    description = body.get("description")
+    if isinstance(description, str) and len(description) > MAX_DESCRIPTION:
+        # Compute's 'Invalid value for field' shape; the value is quoted short, never echoed whole.
+        raise ApiError(400, "invalid", f"Invalid value for field 'resource.description': '{description[:40]}...'. "
+                                       f"Must be at most {MAX_DESCRIPTION} characters long (it has {len(description)}).")
     if problems:
         message = "\n".join(text for _path, text in problems)
         violations = [{"field": path, "description": text} for path, text in problems]

@@ -41,6 +41,7 @@ from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 
 from ..activity import Activity
 from ..core import ApiError
+from . import mounts
 from .node import NodeHealth
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
 from .storage import PathRefused, Storage
@@ -235,6 +236,11 @@ class ClusterAgent:
                 return
             self.report(iid, rxdm="up")
         describe = self._describer(project, zone, inst, str(job.get("id") or job_id), job.get("image", ""))
+        unmounted = mounts.cluster_failure(job, self.storage)
+        if unmounted is not None:  # the agent mounts every --mount bucket before the container starts
+            self.runner.record(run_id, describe).log("", "stderr", f"gcpgpu agent: {unmounted}")
+            self.report(iid, state="FAILED", ended=_stamp(time.time()), message=unmounted)
+            return
         argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
         if argv is None and is_user_command(list(job.get("command") or []), list(job.get("args") or [])) \
                 and nnodes >= 1:

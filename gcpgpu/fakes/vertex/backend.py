@@ -173,7 +173,7 @@ class VertexBackend:
             q, p = self.timings["queued_s"], self.timings["pending_s"]
             job["_phases"] = [[now, "JOB_STATE_QUEUED"], [now + q, "JOB_STATE_PENDING"]]
             self.jobs[name] = job
-            plan = local_run.local_plan(job, self.user)
+            plan = local_run.local_plan(job, self.user, self.storage)
             describe = local_run.describer(job)
             replicas = []
             if isinstance(plan, local_run.LocalPlan):

@@ -5,7 +5,8 @@ a `python -m gcpgpu.trainer` command) really runs: one local process per replica
 on loopback ports and AIP_* output directories under a local folder standing in for
 base_output_directory. A pool whose container runs any other command runs it through the image's
 entrypoint in a sandbox (jobs/usercmd.py), when the emulator's owner allowed users' commands; when
-not, `local_plan` gives a Refusal and the job fails with its line. Anything else (no command, an
+not, `local_plan` gives a Refusal and the job fails with its line (as it does for a GCPGPU_MOUNTS bucket
+that does not exist: jobs/mounts.py). Anything else (no command, an
 image that is not gcpgpu's, a Python package) cannot run here; `local_plan` says why, and the job
 is simulated.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..jobs import mounts
 from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
 from ..jobs.usercmd import is_user_command
 
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A job that must fail at once, with this one line (a user's command the emulator may not run)."""
+    """A job that must fail at once, with this one line (a user's command the emulator may not run, a
+    --mount of a bucket that does not exist)."""
 
     message: str
 
@@ -46,7 +49,8 @@ class LocalPlan:
     user: list[bool] | None = None  # per pool: a user's command (run through the entrypoint in a sandbox)
 
 
-def local_plan(job: dict, user: UserCommands | None = None) -> LocalPlan | Refusal | str:
+def local_plan(job: dict, user: UserCommands | None = None, storage: Storage | None = None
+               ) -> LocalPlan | Refusal | str:
     """The local processes for a job, a Refusal (it fails at once), or why it cannot run here (then it
     is simulated)."""
     pools = (job.get("jobSpec") or {}).get("workerPoolSpecs") or []
@@ -79,6 +83,9 @@ def local_plan(job: dict, user: UserCommands | None = None) -> LocalPlan | Refus
             users.append(False)
         argvs.append(argv)
         envs.append({e["name"]: str(e.get("value", "")) for e in container.get("env") or []})
+        unmounted = mounts.vertex_failure(envs[-1], storage) if storage is not None else None
+        if unmounted is not None:
+            return Refusal(unmounted)
         gpus = max(gpus, int((pool.get("machineSpec") or {}).get("acceleratorCount") or 0))
     if any(p for p in pools[2:]):
         return "worker pools 2 and 3 (parameter or reduction servers) are not run by the emulator"
