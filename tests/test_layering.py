@@ -35,6 +35,7 @@ FORBIDDEN = {
     "settings": BASE_ABOVE - {"gcp"},  # Settings.clients() builds the clients, lazily
     "specfile": BASE_ABOVE,
     "times": BASE_ABOVE,
+    "clock": BASE_ABOVE,
     "resources": BASE_ABOVE,
 }
 # The package root holds the shared base and nothing else; each new module finds a room.

@@ -10,6 +10,7 @@ import base64
 import calendar
 import hashlib
 import json
+import os
 import random
 import re
 import threading
@@ -95,32 +96,79 @@ def check_name(field_name: str, name: Any) -> None:
 
 
 class Clock:
-    """Wall-clock seconds; tests may advance a frozen clock by hand instead of sleeping."""
+    """The emulator's time: the wall clock unless a test sets it forward, stops it or runs it faster.
+
+    Published (publish(path)) it is the tool's clock too: gcpgpu.clock reads the file GCPGPU_CLOCK names,
+    so a lease, a poll or an idle minute of every process a test runs passes when this clock says."""
 
     def __init__(self) -> None:
-        self._offset = 0.0
-        self._frozen: float | None = None
+        self._lock = threading.RLock()
+        self._path: str | None = None
+        self.reset()
 
     def now(self) -> float:
-        return (self._frozen if self._frozen is not None else time.time()) + self._offset
+        base, at, rate = self._state
+        return at + (time.time() - base) * rate
 
     def advance(self, seconds: float) -> None:
-        self._offset += seconds
+        with self._lock:
+            self._set(self.now() + seconds, self._state[2])
 
     def freeze(self) -> None:
-        self._frozen = time.time()
+        """Stop the clock: it moves only when advanced."""
+        with self._lock:
+            self._set(self.now(), 0.0)
 
     def unfreeze(self) -> None:
-        self._frozen = None
+        with self._lock:
+            self._set(self.now(), 1.0)
+
+    def scale(self, rate: float) -> None:
+        """Run `rate` clock seconds per wall second from now on (0 stops it)."""
+        if not rate >= 0:
+            raise ValueError(f"clock rate {rate!r} is not a number of seconds per second >= 0")
+        with self._lock:
+            self._set(self.now(), float(rate))
 
     def reset(self) -> None:
-        """Back to the wall clock: unfrozen, nothing advanced."""
-        self._frozen = None
-        self._offset = 0.0
+        """Back to the wall clock: running, nothing advanced."""
+        now = time.time()
+        with self._lock:
+            self._state = (now, now, 1.0)
+            self._publish()
 
     @property
     def frozen(self) -> bool:
-        return self._frozen is not None
+        return self._state[2] == 0.0
+
+    @property
+    def rate(self) -> float:
+        return self._state[2]
+
+    def publish(self, path: str | os.PathLike) -> str:
+        """Keep `path` holding this clock for other processes (gcpgpu.clock's file); returns it."""
+        with self._lock:
+            self._path = str(path)
+            self._publish()
+        return self._path
+
+    @property
+    def published(self) -> str | None:
+        return self._path
+
+    def _set(self, at: float, rate: float) -> None:
+        with self._lock:
+            self._state = (time.time(), at, rate)
+            self._publish()
+
+    def _publish(self) -> None:
+        if self._path is None:
+            return
+        base, at, rate = self._state
+        tmp = f"{self._path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"base": base, "at": at, "rate": rate}, f)
+        os.replace(tmp, self._path)  # whole files only: a reader never sees half of one
 
 
 def rfc3339(ts: float) -> str:

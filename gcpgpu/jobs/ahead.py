@@ -13,12 +13,13 @@ LEAD_S is gcpgpu's own choice: long enough for a large model's checkpoint to rea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gcpgpu import clock as cloud_clock
+
 LEAD_S = 600.0
-clock: Callable[[], float] = time.time  # tests run it on the emulator's clock
+clock: Callable[[], float] = cloud_clock.now  # the emulator's, under test (gcpgpu.clock)
 
 
 @dataclass(frozen=True)

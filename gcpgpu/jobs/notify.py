@@ -35,6 +35,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gcpgpu import clock
+
 TRIES = 5
 BACKOFF_S = 1.0  # then 2, 4, 8 s: about 15 s in all before a message is dropped
 TIMEOUT_S = 10.0
@@ -109,7 +111,7 @@ class Notifier:
             if outcome:
                 self.sent.append({"url": url, **body})
                 return
-            if outcome is None or attempt == self.tries or self._stop.wait(delay):
+            if outcome is None or attempt == self.tries or clock.wait(self._stop, delay):
                 break
             delay *= 2
         self.dropped += 1

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gcpgpu import clock
 from gcpgpu.cluster.apply import NoCapacity, up
 from gcpgpu.cluster.cost import ended_by_run_limit
 from gcpgpu.cluster.kinds import NODES
@@ -139,7 +140,7 @@ class Follower:
                     return cluster_jobs.status(self.clients, self.project, self.jid)
                 last = None
                 continue
-            time.sleep(self.poll_s)
+            clock.sleep(self.poll_s)
 
     def _stop_ahead(self, state: dict, soon: ahead.Ahead) -> dict:
         """A node's known end is near (jobs/ahead.py): warn, and stop the job so its trainers save a
@@ -285,16 +286,16 @@ class Follower:
                                 fence=s.check_lease if s is not None else cluster_jobs.unfenced)
         except CloudError:
             return  # nothing of the job is left on the cluster
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        deadline = clock.monotonic() + STOP_TIMEOUT_S
         with self.report.waiting("stopping the job on the nodes that are left") as update:
-            while time.monotonic() < deadline:
+            while clock.monotonic() < deadline:
                 rows = cluster_jobs.status(self.clients, self.project, self.jid)["per_node"]
                 busy = [r["node"] for r in rows if r["node_status"] == "RUNNING"
                         and r["state"] not in cluster_jobs.NODE_TERMINAL]
                 if not busy:
                     return
                 update(f"waiting for {', '.join(busy)} to stop the job")
-                time.sleep(min(self.poll_s, 2.0))
+                clock.sleep(min(self.poll_s, 2.0))
         raise CloudError(f"job {self.jid}: node(s) did not stop it within {STOP_TIMEOUT_S:.0f}s; cancel it with "
                          f"'gcpgpu job cancel {self.jid}'")
 
