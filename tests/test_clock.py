@@ -13,7 +13,7 @@ import pytest
 from helpers import wait_for
 
 from gcpgpu import clock
-from gcpgpu.fakes.core import Clock
+from gcpgpu.fakes.clock import Clock
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Shared machinery of the emulator: errors in Google's wire shape, a clock, faults, a request log.
+"""Shared machinery of the emulator: errors in Google's wire shape, the clock (clock.py), faults, a request log.
 
 Backends hold state and raise ApiError; front ends (REST, gRPC) turn state and errors into wire
 formats. Nothing here knows about a particular API.
@@ -10,7 +10,6 @@ import base64
 import calendar
 import hashlib
 import json
-import os
 import random
 import re
 import threading
@@ -18,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .clock import Clock, ClockTimer  # noqa: F401 - the world's clock, kept in its own module
 
 # HTTP status -> the canonical status name Google puts next to the code.
 HTTP_STATUS_NAMES = {
@@ -93,82 +94,6 @@ def check_name(field_name: str, name: Any) -> None:
         raise required(field_name)
     if not RFC1035.match(name):
         raise invalid(field_name, name, f"Must be a match of regex '{RFC1035_PATTERN}'")
-
-
-class Clock:
-    """The emulator's time: the wall clock unless a test sets it forward, stops it or runs it faster.
-
-    Published (publish(path)) it is the tool's clock too: gcpgpu.clock reads the file GCPGPU_CLOCK names,
-    so a lease, a poll or an idle minute of every process a test runs passes when this clock says."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._path: str | None = None
-        self.reset()
-
-    def now(self) -> float:
-        base, at, rate = self._state
-        return at + (time.time() - base) * rate
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._set(self.now() + seconds, self._state[2])
-
-    def freeze(self) -> None:
-        """Stop the clock: it moves only when advanced."""
-        with self._lock:
-            self._set(self.now(), 0.0)
-
-    def unfreeze(self) -> None:
-        with self._lock:
-            self._set(self.now(), 1.0)
-
-    def scale(self, rate: float) -> None:
-        """Run `rate` clock seconds per wall second from now on (0 stops it)."""
-        if not rate >= 0:
-            raise ValueError(f"clock rate {rate!r} is not a number of seconds per second >= 0")
-        with self._lock:
-            self._set(self.now(), float(rate))
-
-    def reset(self) -> None:
-        """Back to the wall clock: running, nothing advanced."""
-        now = time.time()
-        with self._lock:
-            self._state = (now, now, 1.0)
-            self._publish()
-
-    @property
-    def frozen(self) -> bool:
-        return self._state[2] == 0.0
-
-    @property
-    def rate(self) -> float:
-        return self._state[2]
-
-    def publish(self, path: str | os.PathLike) -> str:
-        """Keep `path` holding this clock for other processes (gcpgpu.clock's file); returns it."""
-        with self._lock:
-            self._path = str(path)
-            self._publish()
-        return self._path
-
-    @property
-    def published(self) -> str | None:
-        return self._path
-
-    def _set(self, at: float, rate: float) -> None:
-        with self._lock:
-            self._state = (time.time(), at, rate)
-            self._publish()
-
-    def _publish(self) -> None:
-        if self._path is None:
-            return
-        base, at, rate = self._state
-        tmp = f"{self._path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"base": base, "at": at, "rate": rate}, f)
-        os.replace(tmp, self._path)  # whole files only: a reader never sees half of one
 
 
 def rfc3339(ts: float) -> str:
