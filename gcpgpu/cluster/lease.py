@@ -5,9 +5,10 @@ JSON {holder, who, op, since, expires}. Every write sends the fingerprint that w
 writers cannot both win: the loser's write (or its operation) ends in 412 CONDITION_NOT_MET and it
 reads again. The holder renews the expiry from a background thread every TTL/4 and deletes the item
 at the end; a holder that was killed stops renewing, and once `expires` has passed any run may take
-the lease over (with the same compare-and-swap). Why project metadata: every run that can create a
-cluster can read and write it, it exists before any of the cluster's resources does, and it is the
-one compute object with an optimistic lock over arbitrary keys.
+the lease over (with the same compare-and-swap). Its times are gcpgpu.clock's: this machine's, or under
+test the emulator's, so a test lets a lease lapse by setting that clock on. Why project metadata:
+every run that can create a cluster can read and write it, it exists before any of the cluster's
+resources does, and it is the one compute object with an optimistic lock over arbitrary keys.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Lease:
         self.since = clock.now()
         self.held = False
         self.lost: str | None = None  # set when a renewal finds the lease taken
-        self.expires = 0.0  # wall-clock expiry this run last wrote (the stored lease's own clock)
+        self.expires = 0.0  # expiry this run last wrote (gcpgpu.clock's time, as the stored lease holds it)
         self._next_expires = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
