@@ -1,13 +1,14 @@
 """Autostop judged on the cluster itself: the follower its nodes run stops (or deletes) an idle cluster.
 
 Idle time is counted GCPGPU_AUTOSTOP_SCALE times faster here (the node agents' test seam), so a
-`--autostop 1m` cluster goes after about two seconds of idleness instead of a minute.
+`--autostop 1m` cluster goes after about two seconds of idleness instead of a minute. Where a test shows
+that a cluster is NOT stopped, it sets the emulator's clock (the followers' too: gcpgpu.gcp.clock) past the
+autostop and waits for the leading follower's next rounds, rather than watching for a fixed time.
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -33,6 +34,18 @@ def fast(gcp, monkeypatch):
 def statuses(gcp, cluster: str) -> dict[str, str]:
     found = gcp.compute.list(PROJECT, "zones/us-central1-a/instances")
     return {i["name"]: i["status"] for i in found if i["name"].startswith(f"{cluster}-")}
+
+
+def rounds(gcp, seen: int | None = None, what: str = "ListTimeSeries") -> int:
+    """How many rounds the leading follower has made: it reads the GPUs' utilization (ListTimeSeries) each
+    autostop judgement, the nodes' guest attributes each look at a running job. With `seen`, first wait
+    until it has made two more than that (the first may have begun before the caller's change)."""
+    def count() -> int:
+        return len(gcp.requests.all(contains=what))
+
+    if seen is not None:
+        wait_for(lambda: count() >= seen + 2, timeout=60, what=f"two more rounds of the leading follower ({what})")
+    return count()
 
 
 def project_metadata_keys(gcp) -> list[str]:
@@ -89,21 +102,26 @@ def test_an_idle_cluster_tells_its_webhook_autostopped_once_before_it_deletes_it
 def test_a_cluster_running_a_job_is_not_stopped_until_the_job_ends(fast, webhook):
     gcp = fast
     url, hook = webhook
-    gcp.jobs.agent.simulated_run_s = 12.0
+    gcp.jobs.agent.simulated_run_s = 3600.0  # of the emulator's clock: the job ends when the test sets it so
     assert cli(*UP[:2], "busy", *UP[2:], "--autostop", "1m", "--notify", url).exit_code == 0
-    submitted = cli("job", "submit", "--cluster", "busy", "--image", "busybox")  # simulated: runs 12 s
+    submitted = cli("job", "submit", "--cluster", "busy", "--image", "busybox")  # simulated
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.splitlines()[0]
-    started = time.monotonic()
-    # Well past the scaled minute of autostop, the job still runs on RUNNING nodes.
-    while time.monotonic() - started < 8:
-        assert statuses(gcp, "busy") == {"busy-0": "RUNNING", "busy-1": "RUNNING"}
-        time.sleep(0.5)
+    wait_for(lambda: f"leading: following job {job_id}" in followers_log(gcp), timeout=60, what="a leader on the job")
+    # Four scaled minutes on (well past the autostop, within the leader's lease): the job still runs on
+    # RUNNING nodes after its follower has looked at it again, twice.
+    seen = rounds(gcp, what="getGuestAttributes")
+    gcp.clock.advance(8)
+    rounds(gcp, seen, what="getGuestAttributes")
+    assert statuses(gcp, "busy") == {"busy-0": "RUNNING", "busy-1": "RUNNING"}
     assert json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "RUNNING"
     # Once it has ended and the cluster has idled, it is stopped (not deleted: no --down).
     assert hook.got == []  # nothing said while the job ran
+    gcp.clock.advance(3600)  # the job's end, after an hour of busy GPUs
+    wait_for(lambda: json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "SUCCEEDED",
+             timeout=60, what="the job's end")
+    gcp.clock.advance(60)  # the Ops Agent's next sample, the first to show the GPUs idle
     wait_for(lambda: set(statuses(gcp, "busy").values()) == {"TERMINATED"}, timeout=120, what="the cluster stopped")
-    assert json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "SUCCEEDED"
     assert [(m["event"], m["action"], m["nodes"]) for m in hook.got] == [("AUTOSTOPPED", "stop", ["busy-0", "busy-1"])]
     assert "busy-placement" in str(leftovers(gcp))  # stopped, not torn down: `cluster up` starts it again
 
@@ -266,12 +284,13 @@ def test_busy_gpus_keep_a_cluster_without_a_job_running(fast):
     gcp = fast
     assert cli(*UP[:2], "gpu", *UP[2:], "--autostop", "1m").exit_code == 0
     iid = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "gpu-0")["id"]
-    gcp.activity.begin(str(iid), "someone-elses-work", at=time.time() - 300)  # minutes of GPU samples already
-    started = time.monotonic()
-    while time.monotonic() - started < 8:  # four scaled minutes
-        assert set(statuses(gcp, "gpu").values()) == {"RUNNING"}
-        time.sleep(0.5)
+    gcp.activity.begin(str(iid), "someone-elses-work", at=gcp.clock.now() - 300)  # minutes of GPU samples already
+    seen = rounds(gcp, rounds(gcp))  # the leader judges the cluster
+    gcp.clock.advance(8)  # four scaled minutes on, within the leader's lease
+    rounds(gcp, seen)  # judged again since: an idle cluster would have been stopped
+    assert set(statuses(gcp, "gpu").values()) == {"RUNNING"}
     gcp.activity.end(str(iid), "someone-elses-work")
+    gcp.clock.advance(60)  # the Ops Agent's next sample, the first to show the GPUs idle
     wait_for(lambda: set(statuses(gcp, "gpu").values()) == {"TERMINATED"}, timeout=180, what="the cluster stopped")
 
 

@@ -1,9 +1,10 @@
 """A run that stalls past its lease never undoes newer work (issue 23, item 2).
 
-`down` and `up` are real gcpgpu processes stopped with SIGSTOP at a phase, as Ctrl-Z or a sleeping
-laptop stops them, while another run takes the cluster over; SIGCONT then lets them go on. A
-recovery is stalled in-process the same way: its lease renewer stops and time passes while
-another run works.
+`down` and `up` are real gcpgpu processes stopped with SIGSTOP while they wait on an operation, as
+Ctrl-Z or a sleeping laptop stops them, while another run takes the cluster over; SIGCONT then lets them
+go on. A recovery is stalled in-process the same way: its lease renewer stops while another run works.
+No test waits a lease out: the leases run on the emulator's clock (gcpgpu.gcp.clock), which the test sets
+past them, and a process is stopped once the emulator has its request, never after a guessed delay.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import PROJECT, clients, leftovers, make_plan
+from helpers import PROJECT, clients, leftovers, make_plan, wait_for
 
 from gcpgpu.cluster import lease as lease_mod
 from gcpgpu.cluster.apply import Cluster
@@ -24,40 +25,36 @@ from gcpgpu.cluster.lease import LeaseLost
 from gcpgpu.cluster.observe import observe
 
 REPO = Path(__file__).resolve().parent.parent
-TTL = 6.0  # longer than any one lease write takes here, even under load
+# An operation that outlasts anything a test waits for: a run stopped while waiting on one is surely
+# stopped between two steps, and it ends only when the test sets the clock past it (and past the lease).
+SLOW_OP_S = 600.0
+PAST_IT = SLOW_OP_S + lease_mod.TTL_SECONDS
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX job control")
 
 
 @pytest.fixture(autouse=True)
-def short_lease(monkeypatch):
-    monkeypatch.setenv("GCPGPU_LEASE_TTL", str(TTL))
+def prompt_lease(monkeypatch):
     monkeypatch.setattr(lease_mod, "POLL_SECONDS", 0.1)
 
 
 def gcpgpu(gcp, *argv: str) -> subprocess.Popen:
-    env = {**os.environ, "GCPGPU_EMULATOR": gcp.address, "GCPGPU_LEASE_TTL": str(TTL),
+    env = {**os.environ, "GCPGPU_EMULATOR": gcp.address,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-c", "from gcpgpu.cli import main; main()", "--project", PROJECT,
                              *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
 
 
-def stop_at(proc: subprocess.Popen, text: str, timeout: float = 60.0, after_s: float = 0.0) -> list[str]:
-    """Read the run's progress lines until one contains `text`, then (`after_s` later) SIGSTOP it; the lines read."""
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    assert proc.stderr is not None
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if text in line:
-            time.sleep(after_s)
-            os.kill(proc.pid, signal.SIGSTOP)
-            return seen
-    proc.kill()
-    raise AssertionError(f"the run never printed {text!r}: {''.join(seen)}")
+def stop_when(proc: subprocess.Popen, sent: Callable[[], bool], what: str) -> None:
+    """SIGSTOP the run once the emulator has answered what `sent` looks for (the run then waits on its
+    operation, which only the clock ends)."""
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before {what}: {proc.communicate()[1]}")
+        return sent()
+
+    wait_for(ready, timeout=120, what=what)
+    os.kill(proc.pid, signal.SIGSTOP)
 
 
 def resume(proc: subprocess.Popen) -> tuple[int, str]:
@@ -70,13 +67,14 @@ def test_a_down_stalled_past_its_lease_leaves_a_newer_up_alone(gcp):
     """The probe's case: down stopped at its first instance DELETE, up of the same cluster meanwhile,
     then down resumes. Before the fence it went on to delete the new cluster's firewall rules."""
     Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2))
-    # The stop lands while down waits for its node deletions (sent right after the line, 1.5 s each):
-    # between two steps, as Ctrl-Z or a sleeping laptop would find it. (A stop between a request's lease
-    # check and its sending is the window no client-side fence closes: see README, fencing.)
-    gcp.faults.operation_seconds = 1.5
+    # The stop lands while down waits for its node deletions: between two steps, as Ctrl-Z or a sleeping
+    # laptop would find it. (A stop between a request's lease check and its sending is the window no
+    # client-side fence closes: see README, fencing.)
+    gcp.faults.operation_seconds = SLOW_OP_S
     down = gcpgpu(gcp, "cluster", "down", "c", "--yes")
-    stop_at(down, "Deleting 2 node(s)", after_s=0.5)
-    time.sleep(TTL + 1.5)  # past the stopped run's lease, and its deletions done
+    stop_when(down, lambda: len(gcp.requests.all(method="DELETE", contains="/instances/c-")) == 2,
+              "down's two node DELETEs")
+    gcp.clock.advance(PAST_IT)  # past the stopped run's lease, and its deletions done
     gcp.faults.operation_seconds = None
     nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2))  # takes the expired lease over, rebuilds
     assert [n.status for n in nodes] == ["RUNNING", "RUNNING"]
@@ -92,22 +90,23 @@ def test_a_down_stalled_past_its_lease_leaves_a_newer_up_alone(gcp):
 
 
 def test_an_up_stalled_past_its_lease_creates_nothing_after_a_newer_down(gcp):
-    """up stopped before its bulkInsert, a down meanwhile: the resumed up must neither create nodes
-    nor roll anything back, and what the down removed stays removed."""
-    gcp.faults.operation_seconds = 0.5
+    """up stopped before its bulkInsert (waiting for its placement policy and Cloud NAT, both sent), a down
+    meanwhile: the resumed up must neither create nodes nor roll anything back, and what the down removed
+    stays removed."""
+    gcp.faults.operation_seconds = SLOW_OP_S
     up = gcpgpu(gcp, "cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
                 "--zone", "us-central1-a", "--yes")
-    stop_at(up, "Creating 2 x a2-highgpu-1g")
-    time.sleep(TTL + 1.0)
+    stop_when(up, lambda: all(gcp.requests.all(method="POST", contains=f"/regions/us-central1/{kind}")
+                              for kind in ("resourcePolicies", "routers")), "up's placement policy and router")
+    gcp.clock.advance(PAST_IT)
     gcp.faults.operation_seconds = None
     Cluster(clients(gcp), PROJECT).down("c")
     assert leftovers(gcp) == {}
     inserts_before = len(gcp.requests.all(method="POST", contains="/instances/bulkInsert"))
 
-    rc, err = resume(up)
+    rc, err = resume(up)  # it has exited: every request it made has been answered
     assert rc == 1, err
     assert "lost the lease of cluster c" in err and "Removing what this attempt created" not in err, err
-    time.sleep(1.0)  # anything the resumed run might still send would have arrived
     assert leftovers(gcp) == {}
     assert len(gcp.requests.all(method="POST", contains="/instances/bulkInsert")) <= max(inserts_before, 1)
 
@@ -129,8 +128,9 @@ def test_a_recovery_stalled_past_its_lease_does_not_rebuild_a_cluster_taken_down
     class Stall(Reporter):
         def step(self, key: str, text: str) -> None:
             if key == "delete":  # about to delete the lost node: the process stalls here
-                follower[0].session.lease._stop.set()  # a stopped process renews nothing
-                time.sleep(TTL + 1.0)
+                lease = follower[0].session.lease
+                lease._stop.set()  # a stopped process renews nothing
+                gcp.clock.advance(lease.ttl + 1.0)  # ... while its lease lapses
                 Cluster(clients(gcp), PROJECT).down("c")  # the user, meanwhile
 
     f = recover.Follower(clients(gcp), PROJECT, jid, 3, Stall(), poll_s=0.2)
@@ -151,18 +151,18 @@ def test_a_renewal_acknowledged_after_its_own_expiry_does_not_prove_the_lease(gc
     lease = lease_mod.Lease(clients(gcp), PROJECT, "c", holder="stalled", op="down", ttl=60)
     lease.acquire()
     lease._stop.set()  # a stopped process renews nothing in the background
-    real_swap, real_time = lease._swap, lease_mod.time.time
-    later = {"by": 0.0}
+    real_swap = lease._swap
+    stalled = []
 
     def renew_then_stall(change):
         out = real_swap(change)
-        if not later["by"]:  # the first renewal is written ... then the process stops for two minutes,
+        if not stalled:  # the first renewal is written ... then the process stops for two minutes,
+            stalled.append(True)
             lease_mod.Lease(clients(gcp), PROJECT, "c", holder="newer", op="up")._swap(lambda current: None)
-            later["by"] = 120.0  # ... while a newer run took the lease over, finished and released it
+            gcp.clock.advance(120.0)  # ... while a newer run took the lease over, finished and released it
         return out
 
     monkeypatch.setattr(lease, "_swap", renew_then_stall)
-    monkeypatch.setattr(lease_mod.time, "time", lambda: real_time() + later["by"])
-    lease.expires = real_time() - 1  # due for a renewal at its next step
+    lease.expires = gcp.clock.now() - 1  # due for a renewal at its next step
     with pytest.raises(LeaseLost, match="lost the lease of cluster c"):
         lease.check()

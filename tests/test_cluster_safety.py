@@ -6,13 +6,13 @@ own Cluster (its own attempt id and lease), against one emulator.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 
 import pytest
 from click.testing import CliRunner
 from google.cloud import compute_v1
-from helpers import PROJECT, clients, leftovers, make_plan
+from helpers import PROJECT, clients, leftovers, make_plan, wait_for
 
 from gcpgpu.cli import main
 from gcpgpu.cluster import lease as lease_mod
@@ -53,6 +53,20 @@ class Hook(Reporter):
     def step(self, key: str, text: str) -> None:
         if key == self.key:
             self.fn()
+
+
+class Waiting(Reporter):
+    """Remembers what a run said while it waited (for the lease: "cluster c is busy: ...")."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    @contextlib.contextmanager
+    def waiting(self, text: str):
+        yield self.said.append
+
+    def busy(self) -> bool:
+        return any("is busy" in line for line in self.said)
 
 
 class Killed(BaseException):
@@ -154,7 +168,8 @@ def test_rerun_repairs_missing_and_duplicate_rank_labels_and_status_flags_them(g
     unlabel(gcp, "c-1", "gcpgpu-rank")
     label(gcp, "c-3", **{"gcpgpu-rank": "2"})
     gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", "c-0")
-    time.sleep(0.5)
+    wait_for(lambda: "c-0" not in [i["name"] for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")],
+             what="c-0 deleted")
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
     status = CliRunner().invoke(main, ["cluster", "status", "c"])
     assert status.exit_code == 0, status.output
@@ -231,8 +246,8 @@ def test_lease_is_renewed_while_held_and_released_at_the_end(gcp):
     lease = Lease(clients(gcp), PROJECT, "c", holder="h1", op="up")
     lease.acquire()
     first = lease_mod.current(clients(gcp), PROJECT, "c")["expires"]
-    time.sleep(1.2)  # TTL 2 s: renewed every 0.5 s
-    assert lease_mod.current(clients(gcp), PROJECT, "c")["expires"] > first
+    # TTL 2 s: renewed every 0.5 s
+    wait_for(lambda: lease_mod.current(clients(gcp), PROJECT, "c")["expires"] > first, what="a renewal")
     assert Lease(clients(gcp), PROJECT, "c", holder="h2", op="up").try_acquire()["holder"] == "h1"
     lease.release()
     assert lease_mod.current(clients(gcp), PROJECT, "c") is None
@@ -242,7 +257,7 @@ def test_lease_is_renewed_while_held_and_released_at_the_end(gcp):
 def test_two_takers_of_an_expired_lease_never_both_win(gcp):
     dead = Lease(clients(gcp), PROJECT, "c", holder="dead", op="up", ttl=0.2)
     dead.try_acquire()
-    time.sleep(0.3)
+    gcp.clock.advance(1.0)  # past its lease
     takers = [Lease(clients(gcp), PROJECT, "c", holder=f"t{i}", op="up") for i in range(4)]
     barrier = threading.Barrier(len(takers))
     results: list = [None] * len(takers)
@@ -298,14 +313,16 @@ def test_race_both_start_together_one_creates_both_end_with_the_cluster(gcp):
 @pytest.mark.parametrize("second_waits", [True, False])
 def test_race_second_starts_mid_bulkinsert(gcp, second_waits):
     p = make_plan(nodes=4)
-    b = Cluster(clients(gcp), PROJECT)
+    told = Waiting()
+    b = Cluster(clients(gcp), PROJECT, told)
     second: list = []
 
     def start_second() -> None:
         t = threading.Thread(target=lambda: second.append(_catch(lambda: b.up(p, wait_for_lease=second_waits))))
         t.start()
         second.append(t)
-        time.sleep(0.5)  # B is now blocked on (or refused by) the lease while A's bulkInsert runs
+        # B is now blocked on (or refused by) the lease while A's bulkInsert runs
+        wait_for(lambda: told.busy() or len(second) > 1, timeout=120, what="B finding the lease held")
 
     a = Cluster(clients(gcp), PROJECT, Hook("instances", start_second))
     nodes = a.up(p)
@@ -344,13 +361,14 @@ def test_race_first_killed_holding_the_lease_second_takes_over_and_completes(gcp
 def test_race_up_and_down_of_one_name_never_interleave(gcp):
     p = make_plan(nodes=2)
     down_result: list = []
-    d = Cluster(clients(gcp), PROJECT)
+    told = Waiting()
+    d = Cluster(clients(gcp), PROJECT, told)
 
     def start_down() -> None:
         t = threading.Thread(target=lambda: down_result.append(_catch(lambda: d.down("c"))))
         t.start()
         down_result.append(t)
-        time.sleep(0.3)
+        wait_for(told.busy, timeout=120, what="down waiting for the lease")
 
     nodes = Cluster(clients(gcp), PROJECT, Hook("instances", start_down)).up(p)
     assert len(nodes) == 2  # the up finished whole: down waited for it

@@ -35,6 +35,7 @@ FORBIDDEN = {
     "settings": BASE_ABOVE - {"gcp"},  # Settings.clients() builds the clients, lazily
     "specfile": BASE_ABOVE,
     "times": BASE_ABOVE,
+    "clock": BASE_ABOVE,
     "resources": BASE_ABOVE,
 }
 # One module a room may import from a room it otherwise must not: the image's name and repository

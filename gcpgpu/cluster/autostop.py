@@ -21,11 +21,11 @@ import contextlib
 import copy
 import json
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
 from gcpgpu.errors import CloudError
+from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call
 from gcpgpu.times import format_timestamp, parse_duration
@@ -112,9 +112,9 @@ class IdleClock:
         if not idle:
             self.reset()
             return 0.0
-        now = time.monotonic()
+        now = clock.monotonic()
         if self.since is None:
-            self.since, self.since_wall = now, time.time()
+            self.since, self.since_wall = now, clock.now()
         return (now - self.since) * float(os.environ.get(SCALE_ENV) or 1.0)
 
     def idle_since(self) -> str | None:

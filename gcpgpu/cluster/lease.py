@@ -5,9 +5,10 @@ JSON {holder, who, op, since, expires}. Every write sends the fingerprint that w
 writers cannot both win: the loser's write (or its operation) ends in 412 CONDITION_NOT_MET and it
 reads again. The holder renews the expiry from a background thread every TTL/4 and deletes the item
 at the end; a holder that was killed stops renewing, and once `expires` has passed any run may take
-the lease over (with the same compare-and-swap). Why project metadata: every run that can create a
-cluster can read and write it, it exists before any of the cluster's resources does, and it is the
-one compute object with an optimistic lock over arbitrary keys.
+the lease over (with the same compare-and-swap). Its times are gcpgpu.gcp.clock's: this machine's, or under
+test the emulator's, so a test lets a lease lapse by setting that clock on. Why project metadata:
+every run that can create a cluster can read and write it, it exists before any of the cluster's
+resources does, and it is the one compute object with an optimistic lock over arbitrary keys.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gcpgpu.errors import CloudError
+from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call, retrying, wait
 
@@ -51,7 +53,7 @@ def _is_conflict(exc: BaseException) -> bool:
 
 def describe(holder: dict[str, Any], now: float | None = None) -> str:
     """'up by ana@laptop pid 4242 since 10:02:11 UTC, lease expires in 95 s'."""
-    left = float(holder.get("expires", 0)) - (time.time() if now is None else now)
+    left = float(holder.get("expires", 0)) - (clock.now() if now is None else now)
     return (f"{holder.get('op', 'a run')} by {holder.get('who', '?')} since {_iso(float(holder.get('since', 0)))}, "
             f"lease expires in {max(0, round(left))} s")
 
@@ -66,10 +68,10 @@ class Lease:
         self.ttl = float(ttl if ttl is not None else os.environ.get("GCPGPU_LEASE_TTL", TTL_SECONDS))
         self.key = f"{KEY_PREFIX}{cluster}"
         self.who = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
-        self.since = time.time()
+        self.since = clock.now()
         self.held = False
         self.lost: str | None = None  # set when a renewal finds the lease taken
-        self.expires = 0.0  # wall-clock expiry this run last wrote (the stored lease's own clock)
+        self.expires = 0.0  # expiry this run last wrote (gcpgpu.gcp.clock's time, as the stored lease holds it)
         self._next_expires = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -132,7 +134,7 @@ class Lease:
 
     def _value(self) -> dict[str, Any]:
         value = {"holder": self.holder, "who": self.who, "op": self.op, "since": self.since,
-                 "expires": time.time() + self.ttl}
+                 "expires": clock.now() + self.ttl}
         self._next_expires = float(value["expires"])
         return value
 
@@ -147,7 +149,7 @@ class Lease:
 
         def change(current: dict[str, Any] | None) -> Any:
             blocker.clear()
-            if current and current.get("holder") != self.holder and float(current.get("expires", 0)) > time.time():
+            if current and current.get("holder") != self.holder and float(current.get("expires", 0)) > clock.now():
                 blocker.update(current)
                 return False
             if on_free is not None:
@@ -164,18 +166,18 @@ class Lease:
     def acquire(self, wait_for_it: bool = True, on_wait: Callable[[dict[str, Any]], None] | None = None,
                 timeout: float = 3600.0, on_free: Callable[[], None] | None = None) -> None:
         """Take the lease, waiting (calling on_wait with the holder each round) or raising LeaseHeld."""
-        deadline = time.monotonic() + timeout
+        deadline = clock.monotonic() + timeout
         while True:
             holder = self.try_acquire(on_free)
             if holder is None:
                 self._start_renewing()
                 return
-            if not wait_for_it or time.monotonic() > deadline:
+            if not wait_for_it or clock.monotonic() > deadline:
                 raise LeaseHeld(f"cluster {self.cluster} is busy: {describe(holder)}; try again later, or wait "
                                 "without --no-wait")
             if on_wait:
                 on_wait(holder)
-            time.sleep(POLL_SECONDS)
+            clock.sleep(POLL_SECONDS)
 
     def renew(self) -> bool:
         """Push the expiry forward if the lease is still ours; False (and `lost` set) if it is not.
@@ -212,7 +214,7 @@ class Lease:
 
     def _start_renewing(self) -> None:
         def loop() -> None:
-            while not self._stop.wait(self.ttl / 4):
+            while not clock.wait(self._stop, self.ttl / 4):
                 with contextlib.suppress(Exception):  # a failed renewal is retried next round
                     if not self.renew():
                         return
@@ -226,13 +228,13 @@ class Lease:
         Within the first half of the lease's life since the last renewal this asks nothing (the
         renewer keeps it fresh); later (the run stalled: Ctrl-Z, a sleeping laptop, a slow network)
         it renews now, and a lease that another run took over in the meantime stops the run."""
-        if self.held and not self.lost and time.time() > self.expires - self.ttl / 2:
+        if self.held and not self.lost and clock.now() > self.expires - self.ttl / 2:
             self.renew()
             # A renewal written before a stall and acknowledged after it proves nothing about now:
             # renew once more, which finds the other run's lease (or none) if one came meanwhile.
-            if not self.lost and time.time() >= self.expires:
+            if not self.lost and clock.now() >= self.expires:
                 self.renew()
-            if not self.lost and time.time() >= self.expires:
+            if not self.lost and clock.now() >= self.expires:
                 self.lost = "no run: this run's own renewals expire before they are acknowledged"
         if self.lost:
             raise LeaseLost(f"lost the lease of cluster {self.cluster} to {self.lost} while this run was "
@@ -253,6 +255,6 @@ def holding(lease: Lease, wait_for_it: bool, on_wait: Callable[[dict[str, Any]],
 def current(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
     """Who holds the cluster's lease now (None if nobody, or it expired)."""
     got = Lease(clients, project, cluster, holder="-", op="status")._read()[2]
-    if got and float(got.get("expires", 0)) > time.time():
+    if got and float(got.get("expires", 0)) > clock.now():
         return got
     return None

@@ -1,4 +1,4 @@
-"""Shared machinery of the emulator: errors in Google's wire shape, a clock, faults, a request log.
+"""Shared machinery of the emulator: errors in Google's wire shape, the clock (clock.py), faults, a request log.
 
 Backends hold state and raise ApiError; front ends (REST, gRPC) turn state and errors into wire
 formats. Nothing here knows about a particular API.
@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .clock import Clock, ClockTimer  # noqa: F401 - the world's clock, kept in its own module
 
 # HTTP status -> the canonical status name Google puts next to the code.
 HTTP_STATUS_NAMES = {
@@ -92,35 +94,6 @@ def check_name(field_name: str, name: Any) -> None:
         raise required(field_name)
     if not RFC1035.match(name):
         raise invalid(field_name, name, f"Must be a match of regex '{RFC1035_PATTERN}'")
-
-
-class Clock:
-    """Wall-clock seconds; tests may advance a frozen clock by hand instead of sleeping."""
-
-    def __init__(self) -> None:
-        self._offset = 0.0
-        self._frozen: float | None = None
-
-    def now(self) -> float:
-        return (self._frozen if self._frozen is not None else time.time()) + self._offset
-
-    def advance(self, seconds: float) -> None:
-        self._offset += seconds
-
-    def freeze(self) -> None:
-        self._frozen = time.time()
-
-    def unfreeze(self) -> None:
-        self._frozen = None
-
-    def reset(self) -> None:
-        """Back to the wall clock: unfrozen, nothing advanced."""
-        self._frozen = None
-        self._offset = 0.0
-
-    @property
-    def frozen(self) -> bool:
-        return self._frozen is not None
 
 
 def rfc3339(ts: float) -> str:

@@ -127,7 +127,7 @@ class Emulator:
         # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
         self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address)
         self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
-                              user=self.user_commands)
+                              user=self.user_commands, clock_file=lambda: self.clock.published)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
                                     user=self.user_commands)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
@@ -310,9 +310,29 @@ class Emulator:
                 self.requests.clear()
                 return _json(200, {"cleared": True})
             return _json(200, [r.__dict__ for r in self.requests.all()])
+        if what == "clock":
+            return self._clock_control(request)
         if what == "save" and request.method == "POST":
             return _json(200, {"saved": str(self.save())})
         return _json(404, ApiError(404, "notFound", f"no emulator control endpoint {request.path}").to_json())
+
+    def _clock_control(self, request: Request) -> Response:
+        """GET: the emulator's time; POST {"advance": SECONDS} and/or {"rate": R} sets it forward or runs it
+        R times as fast (0 stops it): what every process on its published clock (gcpgpu.gcp.clock) sees."""
+        if request.method == "POST":
+            try:
+                body = json.loads(request.get_data() or b"{}")
+                if not isinstance(body, dict) or not set(body) <= {"advance", "rate"}:
+                    raise ValueError('give {"advance": SECONDS} and/or {"rate": R}')
+                advance, rate = float(body.get("advance", 0)), body.get("rate")
+                if not advance >= 0:
+                    raise ValueError(f"advance {body['advance']!r}: the clock only moves forward")
+                if rate is not None:
+                    self.clock.scale(float(rate))
+                self.clock.advance(advance)
+            except (ValueError, TypeError) as e:
+                return _json(400, ApiError(400, "invalid", str(e)).to_json())
+        return _json(200, {"now": self.clock.now(), "rate": self.clock.rate, "published": self.clock.published})
 
     # -- servers -------------------------------------------------------------------------
     def start(self, port: int = 0) -> Emulator:

@@ -13,14 +13,14 @@ LEAD_S is gcpgpu's own choice: long enough for a large model's checkpoint to rea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gcpgpu.gcp import clock as cloud_clock
 from gcpgpu.times import parse_timestamp
 
 LEAD_S = 600.0
-clock: Callable[[], float] = time.time  # tests run it on the emulator's clock
+clock: Callable[[], float] = cloud_clock.now  # the emulator's, under test (gcpgpu.gcp.clock)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ runs and, while none does, to judge the cluster's autostop.
 from __future__ import annotations
 
 import inspect
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,6 +24,7 @@ from typing import Any
 
 from gcpgpu.cluster.lease import Lease, LeaseLost
 from gcpgpu.errors import CloudError
+from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 
 from . import cluster as cluster_jobs
@@ -44,7 +44,7 @@ def leadership(clients: Clients, project: str, cluster: str, who: str) -> Lease:
 def leader(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
     """Who leads `cluster`'s followers now (its lease, unexpired), or None."""
     got = leadership(clients, project, cluster, "status")._read()[2]
-    return got if got and float(got.get("expires", 0)) > time.time() else None
+    return got if got and float(got.get("expires", 0)) > clock.now() else None
 
 
 def lead(lease: Lease) -> bool:
@@ -149,13 +149,13 @@ def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Call
     lease = leadership(clients, project, jid.cluster or "", "job follow")
     last: tuple | None = None
     told = 0
-    leaderless_since = time.monotonic()
+    leaderless_since = clock.now()
     try:
         while True:
             holder = leader(clients, project, jid.cluster or "")
-            if holder is not None:
-                leaderless_since = time.monotonic()
-            patient = detached and time.monotonic() - leaderless_since < lease.ttl
+            if holder is not None:  # none leads from the moment its lease lapses
+                leaderless_since = max(leaderless_since, float(holder.get("expires", 0)))
+            patient = detached and clock.now() - leaderless_since < lease.ttl
             if holder is None and not patient and lead(lease):
                 f = follower()
                 f.leading = guard(lease)
@@ -173,7 +173,7 @@ def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Call
                 on_state(state)
             if settled(state, int(state.recover) if state.recover is not None else 0):
                 return state
-            time.sleep(poll_s)
+            clock.sleep(poll_s)
     finally:
         lease.release()
 

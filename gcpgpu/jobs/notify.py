@@ -35,6 +35,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gcpgpu.gcp import clock
 from gcpgpu.specfile import webhook_host
 
 from .state import RUNNING, JobState, is_final
@@ -113,7 +114,7 @@ class Notifier:
             if outcome:
                 self.sent.append({"url": url, **body})
                 return
-            if outcome is None or attempt == self.tries or self._stop.wait(delay):
+            if outcome is None or attempt == self.tries or clock.wait(self._stop, delay):
                 break
             delay *= 2
         self.dropped += 1

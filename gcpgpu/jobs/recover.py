@@ -39,6 +39,7 @@ from gcpgpu.cluster.names import node_name
 from gcpgpu.cluster.observe import observe_nodes, ranked_nodes
 from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.errors import CloudError
+from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.trainer.argv import log_every
 
@@ -140,7 +141,7 @@ class Follower:
                     return cluster_jobs.status(self.clients, self.project, self.jid)
                 last = None
                 continue
-            time.sleep(self.poll_s)
+            clock.sleep(self.poll_s)
 
     def _stop_ahead(self, state: JobState, soon: ahead.Ahead) -> JobState:
         """A node's known end is near (jobs/ahead.py): warn, and stop the job so its trainers save a
@@ -286,15 +287,15 @@ class Follower:
                                 fence=s.check_lease if s is not None else cluster_jobs.unfenced)
         except CloudError:
             return  # nothing of the job is left on the cluster
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        deadline = clock.monotonic() + STOP_TIMEOUT_S
         with self.report.waiting("stopping the job on the nodes that are left") as update:
-            while time.monotonic() < deadline:
+            while clock.monotonic() < deadline:
                 rows = cluster_jobs.status(self.clients, self.project, self.jid).per_node
                 busy = [r["node"] for r in rows if r["node_status"] == "RUNNING" and not is_final(r["state"])]
                 if not busy:
                     return
                 update(f"waiting for {', '.join(busy)} to stop the job")
-                time.sleep(min(self.poll_s, 2.0))
+                clock.sleep(min(self.poll_s, 2.0))
         raise CloudError(f"job {self.jid}: node(s) did not stop it within {STOP_TIMEOUT_S:.0f}s; cancel it with "
                          f"'gcpgpu job cancel {self.jid}'")
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from gcpgpu.cluster.observe import guest_attributes
 from gcpgpu.errors import CloudError
+from gcpgpu.gcp import clock as cloud_clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import batch
 from gcpgpu.times import parse_timestamp
@@ -38,7 +39,7 @@ class Watch:
     """Per node: the last step (trainer) and when its progress was last seen, from the job's log."""
 
     def __init__(self, clients: Clients, project: str, jid: ids.JobId, timeout_s: float, trainer: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = cloud_clock.monotonic) -> None:
         self.clients, self.project, self.timeout_s, self.trainer, self.clock = clients, project, timeout_s, trainer, clock
         self.flt = cluster_jobs.log_filter(project, jid)
         self._seen: set[str] = set()
@@ -107,7 +108,7 @@ def capture(clients: Clients, project: str, jid: ids.JobId, wait_s: float = CAPT
     except CloudError as e:
         return {"*": f"capture not requested: {e}"}
     said: dict[str, str] = {}
-    deadline = time.monotonic() + wait_s
+    deadline = cloud_clock.monotonic() + wait_s
     while True:
         for node, _job in mine:
             if node.name not in said:
@@ -117,9 +118,9 @@ def capture(clients: Clients, project: str, jid: ids.JobId, wait_s: float = CAPT
                     said[node.name] = {"py-spy": "py-spy stacks in the job's log",
                                        "absent": "py-spy absent from the image"}.get(attrs["dump"], attrs["dump"]) \
                         + (f"; NCCL flight recorder {trace}" if trace else "")
-        if len(said) == len(mine) or time.monotonic() >= deadline:
+        if len(said) == len(mine) or cloud_clock.monotonic() >= deadline:
             break
-        time.sleep(poll_s)
+        cloud_clock.sleep(poll_s)
     for node, _job in mine:
         said.setdefault(node.name, "no answer from its agent")
     return said

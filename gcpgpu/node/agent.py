@@ -25,6 +25,7 @@ from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
 from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.errors import CloudError
+from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import cluster as cluster_jobs
 from gcpgpu.jobs import follower, journal, notify
@@ -66,7 +67,7 @@ def gpus_busy(clients: Clients, project: str, cluster: str) -> bool:
 
     target = resolve(clients, project, "cluster", cluster)
     gpu = [m for m in metrics_for("cluster") if m.key == "gpu_util_pct"]
-    now = time.time()
+    now = clock.now()
     got = fetch(clients, target, gpu, Window(now - GPU_WINDOW_S, now, 60.0))
     for points in got.data.get("gpu_util_pct", {}).values():
         if points and max(points)[1] >= IDLE_GPU_PCT:  # (time, value): the newest point
@@ -170,7 +171,7 @@ def serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float
             say(str(e))
         except Exception as e:  # a passing error (the API, a race with a user's command): next round
             say(f"{type(e).__name__}: {e}")
-        time.sleep(poll_s)
+        clock.sleep(poll_s)
 
 
 def main(argv: list[str] | None = None) -> int:

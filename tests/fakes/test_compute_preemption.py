@@ -51,7 +51,8 @@ def test_a_spot_vm_set_to_delete_goes_away(gcp: Emulator, instances) -> None:
 def test_after_s_counts_from_the_start_of_a_job_on_the_node(gcp: Emulator, instances) -> None:
     insert(instances, spot("j-0"))
     gcp.faults.preempt("j-0", after_s=0.5)
-    time.sleep(0.6)  # no job runs on it: nothing happens
+    assert gcp.fault_clock.tick() == []  # armed now
+    gcp.clock.advance(0.6)  # past after_s, but no job runs on it: nothing happens
     assert gcp.fault_clock.tick() == []
     assert instances.get(project=PROJECT, zone=ZONE, instance="j-0").status == "RUNNING"
     inst = gcp.compute.get(PROJECT, f"zones/{ZONE}/instances", "j-0")

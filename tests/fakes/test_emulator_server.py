@@ -134,6 +134,23 @@ def test_control_endpoints(gcp: Emulator, instances) -> None:
     assert code == 404 and err["error"]["errors"][0]["reason"] == "notFound"
 
 
+def test_the_clock_endpoint_sets_the_time_every_process_on_the_published_clock_reads(gcp: Emulator) -> None:
+    """POST /_emulator/clock moves the emulator's clock, and the tool's (gcpgpu.gcp.clock, through the file
+    the `gcp` fixture names in GCPGPU_CLOCK) moves with it."""
+    from gcpgpu.gcp import clock
+
+    code, got = _call(gcp, "GET", "/_emulator/clock")
+    assert code == 200 and got["rate"] == 1.0 and got["published"] == os.environ["GCPGPU_CLOCK"]
+    assert abs(got["now"] - clock.now()) < 5
+    code, got = _call(gcp, "POST", "/_emulator/clock", {"advance": 3600, "rate": 0})
+    assert code == 200 and got["rate"] == 0.0
+    assert got["now"] == gcp.clock.now() == clock.now()  # stopped, an hour on: the tool reads the same
+    for bad in ({"advance": -1}, {"rate": -2}, {"rate": "fast"}, {"at": 0}, [1]):
+        code, err = _call(gcp, "POST", "/_emulator/clock", bad)
+        assert code == 400 and err["error"]["errors"][0]["reason"] == "invalid", bad
+    assert gcp.clock.now() == got["now"]  # a refused request changed nothing
+
+
 def test_save_endpoint_writes_the_state_file(tmp_path: Path) -> None:
     with Emulator(state_file=tmp_path / "s.json") as emu:
         code, body = _call(emu, "POST", "/_emulator/save")

@@ -54,12 +54,14 @@ class LocalJobs:
 
     def __init__(self, compute: ComputeBackend | None, activity: Activity | None = None,
                  events: VmEvents | None = None, storage: Storage | None = None,
-                 address: Callable[[], str | None] | None = None, user: UserCommands | None = None) -> None:
+                 address: Callable[[], str | None] | None = None, user: UserCommands | None = None,
+                 clock_file: Callable[[], str | None] = lambda: None) -> None:
         self.runner = Runner(sidecar=self.reporter_argv)
         self.agent = ClusterAgent(compute, self.runner, activity, events, storage, user)
         self._address = address
-        # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop).
-        self.node_agents = NodeAgents(compute, self.runner, self.address) if compute is not None else None
+        # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop),
+        # on the emulator's clock where it is published (clock_file: its path, gcpgpu.gcp.clock).
+        self.node_agents = NodeAgents(compute, self.runner, self.address, clock_file) if compute is not None else None
 
     def address(self) -> str | None:
         """HOST:PORT of the emulator, once it serves; else GCPGPU_EMULATOR (an in-process emulator's)."""

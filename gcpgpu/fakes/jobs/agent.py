@@ -16,7 +16,8 @@ A job runs locally when it runs the bundled trainer (see runner.trainer_argv): p
 entrypoint would start it with one process per GPU. Any other command runs through the image's
 entrypoint in a sandbox (usercmd.py) when the emulator's owner allowed users' commands, and FAILS at
 once with one line saying how to allow them otherwise. A job with no command whose image is not
-gcpgpu's is simulated: RUNNING, then SUCCEEDED after `simulated_run_s`, and its reports say so.
+gcpgpu's is simulated: RUNNING, then SUCCEEDED after `simulated_run_s` of the emulator's clock, and its
+reports say so.
 
 Guest attributes written per node: job-id, state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED),
 rank, started, ended, exit-code, message. Values stay under 256 bytes, as the real service allows.
@@ -254,10 +255,7 @@ class ClusterAgent:
             self.report(iid, state="RUNNING", started=_stamp(time.time()), message="simulated by the emulator")
             if self.activity is not None:
                 self.activity.begin(iid, run_id)
-            timer = threading.Timer(self.simulated_run_s, self._simulated_end, args=(iid, run_id))
-            timer.daemon = True
-            self._timers.append(timer)
-            timer.start()
+            self._timers.append(self._later(self.simulated_run_s, self._simulated_end, iid, run_id))
             return
         port = self.ports.setdefault((project, job_id), _free_port())
         # Output folders (gs:// buckets, node paths) as local folders that outlive the job, as on a node.
@@ -304,6 +302,16 @@ class ClusterAgent:
         run = self.runner.record(run_id, describe)
         run.log("", "stderr", f"gcpgpu emulator: {why}")
         self.report(iid, state="FAILED", exit_code=-1, ended=_stamp(time.time()), message=why)
+
+    def _later(self, seconds: float, fn: Callable[..., None], *args: Any) -> Any:
+        """fn(*args) once `seconds` have passed on the emulator's clock (a test sets it forward to end a
+        simulated job), or of wall time when there is no Compute to keep one."""
+        if self.compute is not None:
+            return self.compute.clock.call_later(seconds, fn, *args)
+        timer = threading.Timer(seconds, fn, args=args)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def _simulated_end(self, instance_id: str, run_id: str) -> None:
         with self._lock:

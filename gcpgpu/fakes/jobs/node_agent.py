@@ -35,10 +35,12 @@ RESTART_S = 2.0  # systemd's RestartSec, shortened
 class NodeAgents:
     """Starts and ends the node agents of emulated VMs."""
 
-    def __init__(self, compute: ComputeBackend, runner: Runner, address: Callable[[], str | None]) -> None:
+    def __init__(self, compute: ComputeBackend, runner: Runner, address: Callable[[], str | None],
+                 clock_file: Callable[[], str | None] = lambda: None) -> None:
         self.compute = compute
         self.runner = runner
         self.address = address
+        self.clock_file = clock_file  # the emulator's published clock, which the agents then keep (gcpgpu.gcp.clock)
         self.poll_s = 1.0  # the agents' --poll (15 s on a real node)
         self.runs: dict[str, tuple[str, str, str]] = {}  # instance id -> (run id, project, name)
         self._ended: dict[str, float] = {}  # instance id -> when its agent was seen ended
@@ -114,6 +116,9 @@ class NodeAgents:
                                     "message": line.text},
                     "severity": "ERROR" if line.stream == "stderr" else "INFO"}
 
-        self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, {"GCPGPU_EMULATOR": address})], describe=describe)
+        env = {"GCPGPU_EMULATOR": address}
+        if clock := self.clock_file():
+            env["GCPGPU_CLOCK"] = clock
+        self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)], describe=describe)
         self.runs[iid] = (run_id, project, inst["name"])
 
