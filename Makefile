@@ -26,10 +26,21 @@ $(STAMP): pyproject.toml setup.py containers/versions.env Makefile
 	touch $(STAMP)
 	@echo "gcpgpu is installed in $(BIN)/: run '. $(BIN)/activate' to put it on PATH in this shell"
 
-# SKIP_SKYPILOT=1 leaves out SkyPilot's provisioner run (its own venv, about a minute to build once).
+# Every part runs, whatever the one before it did: gcpgpu's pytest suite, then SkyPilot's provisioner run
+# (SKIP_SKYPILOT=1 leaves it out: its own venv, about a minute to build once). Both outcomes are printed
+# at the end, and the target fails if either part failed. (The sub-make is named through SKY_PART: a
+# recipe line that spells the MAKE variable itself runs even under `make -n`, pytest and all.)
+SKY_PART = $(MAKE) --no-print-directory conformance-skypilot
 test: install
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
-	@[ "$(SKIP_SKYPILOT)" = 1 ] || $(MAKE) --no-print-directory conformance-skypilot
+	@pytest_rc=0; $(BIN)/python -m pytest -q $(PYTEST_ARGS) || pytest_rc=$$?; \
+	sky_rc=0; sky="skipped (SKIP_SKYPILOT=1)"; \
+	if [ "$(SKIP_SKYPILOT)" != 1 ]; then \
+	  $(SKY_PART) || sky_rc=$$?; \
+	  sky=$$([ $$sky_rc = 0 ] && echo passed || echo FAILED); \
+	fi; \
+	echo "make test: pytest $$([ $$pytest_rc = 0 ] && echo passed || echo "FAILED (exit $$pytest_rc)");" \
+	     "SkyPilot conformance $$sky"; \
+	[ $$pytest_rc = 0 ] && [ $$sky_rc = 0 ]
 
 # SkyPilot's GCP provisioner against the emulator, in a venv of its own: SkyPilot pins click<8.2,
 # which gcpgpu's own tests cannot run under, so it cannot join the dev dependencies.

@@ -16,18 +16,10 @@ if list(getattr(sys.modules.get("tests"), "__path__", [])) != [_TESTS]:
     sys.modules["tests"] = types.ModuleType("tests")
     sys.modules["tests"].__path__ = [_TESTS]
 
+from helpers import LEAKY_ENV  # noqa: E402 - after the binding above
+
 # The emulator's fixtures (`gcp`: a running emulator, reset per test, GCPGPU_EMULATOR set).
 pytest_plugins = ["gcpgpu.fakes.pytest_plugin"]
-
-# Settings the developer's shell may carry that would change what a test resolves.
-_LEAKY_ENV = (
-    "GOOGLE_CLOUD_PROJECT",
-    "CLOUDSDK_CORE_PROJECT",
-    "CLOUDSDK_COMPUTE_REGION",
-    "CLOUDSDK_COMPUTE_ZONE",
-    "CLOUDSDK_ACTIVE_CONFIG_NAME",
-    "GCPGPU_EMULATOR",
-)
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +30,7 @@ def isolated_gcloud(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     # gcpgpu's own state (the images `container build` pushed, which `job submit` defaults to): per test.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))  # the emulator's record
-    for name in _LEAKY_ENV:
+    for name in LEAKY_ENV:
         monkeypatch.delenv(name, raising=False)
     return config_dir
 

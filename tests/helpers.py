@@ -21,6 +21,17 @@ from gcpgpu.gcp.clients import Clients
 
 PROJECT = "test-proj"
 
+# Settings the developer's shell may carry that would change what a test resolves (tests/conftest.py
+# removes them for every test; a session-wide fixture removes them itself).
+LEAKY_ENV = (
+    "GOOGLE_CLOUD_PROJECT",
+    "CLOUDSDK_CORE_PROJECT",
+    "CLOUDSDK_COMPUTE_REGION",
+    "CLOUDSDK_COMPUTE_ZONE",
+    "CLOUDSDK_ACTIVE_CONFIG_NAME",
+    "GCPGPU_EMULATOR",
+)
+
 
 def clients(gcp: Any) -> Clients:
     """gcpgpu's own Clients aimed at the running emulator `gcp`."""

@@ -414,12 +414,13 @@ def test_nsys_wraps_torchrun_only_when_asked(entrypoint, metadata, tmp_path):
     assert (out / "nsys" / "gcpgpu-node0.nsys-rep").read_text() == "fake report"
 
 
-def test_profile_steps_given_by_the_user_are_kept(entrypoint, metadata):
+def test_profile_steps_given_by_the_user_are_kept(entrypoint, metadata, tmp_path):
     metadata.machine("a2-highgpu-1g")
-    result = entrypoint("--profile-steps", "3:4", env={"GCPGPU_PROFILE": "1", "GCPGPU_PROFILE_DIR": "/tmp/gcpgpu-test-nsys"})
+    reports = tmp_path / "nsys-reports"  # not a fixed /tmp folder: two test runs at once would share it
+    result = entrypoint("--profile-steps", "3:4", env={"GCPGPU_PROFILE": "1", "GCPGPU_PROFILE_DIR": str(reports)})
     assert result.code == 0, result.stderr
     assert result.torchrun["argv"].count("--profile-steps") == 1
-    assert "stays in /tmp/gcpgpu-test-nsys" in result.stderr  # no output dir: said, not lost silently
+    assert f"stays in {reports}" in result.stderr  # no output dir: said, not lost silently
 
 
 def test_reports_go_to_gcs_with_gcloud_and_the_exit_status_is_the_trainers(entrypoint, metadata, tmp_path):
