@@ -135,6 +135,23 @@ def test_submit_stages_the_tarball_once_in_the_project_staging_bucket(gcp, tmp_p
     assert job["id"].startswith("vertex:")
 
 
+def test_a_cluster_that_is_not_there_is_said_before_the_workdir_is_uploaded(gcp, tmp_path):
+    _tree(tmp_path, {"train.py": "print(1)\n"})
+    result = CliRunner().invoke(main, [*GLOBAL, "job", "submit", "--cluster", "mien", "--image", IMAGE,
+                                       "--workdir", str(tmp_path), "--command", "python train.py"])
+    assert result.exit_code != 0
+    assert "mien" in result.output and "uploaded" not in result.output
+    assert [b.name for b in clients(gcp).storage().list_buckets()] == []
+
+
+def test_a_spec_files_cluster_key_names_the_cluster(gcp, tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"cluster: inj\nimage: {IMAGE}\ncommand: python train.py\n")
+    result = CliRunner().invoke(main, [*GLOBAL, "job", "submit", "-f", str(spec)])
+    assert result.exit_code != 0
+    assert "no cluster named inj" in result.output and "None" not in result.output
+
+
 @pytest.mark.parametrize("target", ["vertex", "cluster"])
 def test_a_workdir_over_the_cap_stops_submit_in_one_line_before_any_request(gcp, tmp_path, monkeypatch, target):
     """The issue's bad input through the CLI: exit 2, one line naming --workdir, its biggest entries and the

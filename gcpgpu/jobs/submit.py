@@ -111,10 +111,11 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
     from .spec import job_env
 
     cluster = str(job.spec.cluster)
-    workdir_uri = _workdir(settings, job, dry_run, say)
     # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
-    # so it refuses, and fits defaults, as submit does.
+    # so it refuses, and fits defaults, as submit does. First, so a cluster that is not there (a typo)
+    # is said before anything is uploaded.
     placed = cluster_jobs.place(settings.clients, settings.project, job, cluster)
+    workdir_uri = _workdir(settings, job, dry_run, say)
     image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
     job = placed.apply(replace(job, image=image, image_pending=False, workdir_uri=workdir_uri))
     agent = follower_image(job.image, placed.nodes) if follower_image is not None else None
