@@ -178,14 +178,14 @@ def test_a_mount_root_cannot_make_stops_before_becoming_the_user(base, run):
     assert result.stdout == ""
 
 
-def test_root_makes_no_folder_for_the_user_through_a_link_a_job_planted_in_gcs(base):
+def test_root_makes_no_folder_for_the_user_through_a_link_a_job_planted_in_gcs(base, run):
     # Issue 36: a job's link in a bucket made root create a folder elsewhere and hand it to the job's user.
     outside = base / "outside"  # stands in for any folder of the container (or the host behind /gcs)
     outside.mkdir(mode=0o755)
     (base / "gcs" / "out-bkt").mkdir(parents=True)
     (base / "gcs" / "out-bkt" / "evil").symlink_to(outside)
     mounts = [{"source": "gs://out-bkt/evil/runs", "target": str(base / "top" / "out")}]
-    result = _run(base, "bash", "-c", "echo ran", GCPGPU_USER="nobody", GCPGPU_MOUNTS=json.dumps(mounts))
+    result = run(base, "bash", "-c", "echo ran", GCPGPU_USER="nobody", GCPGPU_MOUNTS=json.dumps(mounts))
     assert result.returncode == 3
     (line,) = result.stderr.strip().splitlines()
     assert line == (f"gcpgpu-entrypoint: GCPGPU_MOUNTS: gs://out-bkt/evil/runs on {base / 'top' / 'out'}: "
