@@ -44,11 +44,11 @@ def _seconds(value: Any) -> float | None:
     return sum(float(number) * UNIT_S[unit] for number, unit in _PART.findall(text))
 
 
-def _shown(value: Any, quote: bool = True) -> str:
+def _shown(value: Any) -> str:
     # A spec file's int may be thousands of digits, more than Python turns into text by default.
     if isinstance(value, int) and abs(value) >= 10**80:
         return "(a number of more than 80 digits)"
-    return shown(value, quote)
+    return shown(value)
 
 
 def parse_duration(value: Any, where: str, *, at_most: float, at_least: float = 0,
@@ -61,7 +61,7 @@ def parse_duration(value: Any, where: str, *, at_most: float, at_least: float = 
     if not at_least <= seconds <= at_most:
         default = f"out of range: give between {format_duration(at_least)} and {format_duration(at_most)}"
         why = (too_short if seconds < at_least else too_long) or default
-        raise UsageProblem(f"{where} {_shown(value, quote=False)} is {why}")
+        raise UsageProblem(f"{where} {_shown(value)} is {why}")
     return int(seconds)
 
 

@@ -90,7 +90,13 @@ TWINS: dict[str, Twin] = {
     "mkdir -p myrun && echo 'print(\"hello from my code\")' > myrun/train.py": Twin(says="workdir: 2 files"),
     "mkdir -p mycode && echo 'print(\"hello from my image\")' > mycode/train.py":
         Twin(says="image: us-central1-docker.pkg.dev/my-project/gcpgpu/gcpgpu-trainer:none-ctx-"),
-    "gcpgpu/cli/        click commands, one module per group, loaded lazily": Twin(skip="folders, not commands"),
+    "gcpgpu/cli/        click commands, one module per group, loaded lazily: parse, call one function, print":
+        Twin(skip="folders, not commands"),
+    "gcpgpu/node/       what a node or the image starts: the launcher (preflight), your workspace (workdir,":
+        Twin(skip="folders, not commands"),
+    "gcpgpu/fakes/      one world of state, backends per API apart from front ends (REST, gRPC); data in":
+        Twin(skip="folders, not commands"),
+    "tests/             pytest, offline, CPU only; tests/bench/ holds the benchmarks": Twin(skip="folders, not commands"),
 }
 # Filters a command's output may be piped into; any other `|` in a block runs two commands at once.
 FILTERS = ("head", "tail", "grep", "jq", "less", "wc")

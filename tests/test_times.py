@@ -39,12 +39,12 @@ def test_a_number_past_any_float_is_out_of_range_not_an_overflow(value):
 
 def test_bounds_are_the_callers_and_so_are_their_words():
     assert parse_duration("30d", "--autostop", at_least=60, at_most=30 * DAY) == 30 * DAY  # bounds included
-    with pytest.raises(UsageProblem, match="^--autostop 31d is out of range: give between 1m and 30d$"):
+    with pytest.raises(UsageProblem, match="^--autostop '31d' is out of range: give between 1m and 30d$"):
         parse_duration("31d", "--autostop", at_least=60, at_most=30 * DAY)
     words = {"at_least": 60, "at_most": 42 * DAY, "too_short": "shorter than a minute", "too_long": "too long"}
-    with pytest.raises(UsageProblem, match="^--since 30s is shorter than a minute$"):
+    with pytest.raises(UsageProblem, match="^--since '30s' is shorter than a minute$"):
         parse_duration("30s", "--since", **words)
-    with pytest.raises(UsageProblem, match="^--since 7w is too long$"):
+    with pytest.raises(UsageProblem, match="^--since '7w' is too long$"):
         parse_duration("7w", "--since", **words)
     with pytest.raises(UsageProblem, match="^--start 'soon' must be a time$"):
         parse_duration("soon", "--start", at_most=DAY, malformed="must be a time")

@@ -27,15 +27,22 @@ from gcpgpu.times import format_duration, format_timestamp, parse_duration, pars
 DAY = 86400
 CALENDAR_DURATION_S = (1 * DAY, 90 * DAY)  # unverified (see above)
 CALENDAR_LEAD_S = 56 * DAY  # unverified
+CALENDAR_RULE = "a calendar-mode reservation lasts 1 to 90 days (e.g. --duration 7d)"
 POLL_SECONDS = 30.0
 _sleep = time.sleep  # tests put the emulator's clock forward here instead of sleeping
 
 
 def parse_window_length(value: Any, where: str = "--duration") -> int:
     """A calendar-mode window's length: 1 to 90 days, refused in one line before any API call (exit 2)."""
+    seconds = parse_duration(value, where, at_most=366 * DAY, too_long=f"out of range: {CALENDAR_RULE}")
+    check_window_length(seconds, where)
+    return seconds
+
+
+def check_window_length(seconds: int, where: str = "--duration") -> None:
     lo, hi = CALENDAR_DURATION_S
-    why = "out of range: a calendar-mode reservation lasts 1 to 90 days (e.g. --duration 7d)"
-    return parse_duration(value, where, at_least=lo, at_most=hi, too_short=why, too_long=why)
+    if not lo <= seconds <= hi:
+        raise UsageProblem(f"{where} {format_duration(seconds)} is out of range: {CALENDAR_RULE}")
 
 
 def parse_when(value: str, where: str, now: float) -> float:
@@ -58,10 +65,7 @@ def check_calendar_window(start: float, seconds: int, now: float, start_flag: st
     if start - now > CALENDAR_LEAD_S:
         raise UsageProblem(f"{start_flag} {format_timestamp(start)} is more than 8 weeks ahead; calendar mode "
                            "reserves at most 8 weeks in advance")
-    lo, hi = CALENDAR_DURATION_S
-    if not lo <= seconds <= hi:
-        raise UsageProblem(f"--duration {format_duration(seconds)} is out of range: a calendar-mode reservation lasts "
-                           "1 to 90 days (e.g. --duration 7d)")
+    check_window_length(seconds)
 
 
 def _zone(link: str) -> str:

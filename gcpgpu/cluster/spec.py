@@ -36,10 +36,13 @@ DEFAULT_TERMINATION = {"flex-start": "delete", "standard": "stop", "spot": "stop
 FLEX_WAIT_SECONDS = (90, 7200)
 DEFAULT_FLEX_WAIT = 3600
 FLEX_WAIT_RULE = "0 (only if capacity is there now) or between 90s and 2h"
-# Each duration field's widest bounds, checked as the flag or spec key is read; validate() narrows
-# what depends on other fields (the provisioning model's run duration, flex-wait's 0 or 90 s .. 2 h).
-DURATION_BOUNDS = {"max_run_duration": (30, 120 * 86400, None),
-                   "flex_wait": (0, FLEX_WAIT_SECONDS[1], f"out of range: give {FLEX_WAIT_RULE}")}
+RUN_RULE = "30s and 120d (Compute Engine's limits)"
+# Each duration field's bounds as the flag or spec key is read; validate() holds the exact ones, which
+# depend on other fields (the provisioning model's run duration, flex-wait's 0 or 90 s .. 2 h).
+DURATION_BOUNDS = {
+    "max_run_duration": (0, 365 * 86400, f"out of range: the run duration must be between {RUN_RULE}"),
+    "flex_wait": (0, FLEX_WAIT_SECONDS[1], f"out of range: give {FLEX_WAIT_RULE}"),
+}
 PROVISIONING = ("standard", "spot", "flex-start")
 DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # The boot image as Compute's sourceImage takes it: a full URL or a partial path to an image or an
@@ -238,7 +241,7 @@ class ClusterSpec:
             raise UsageProblem(f"{flag} {shown(seconds)} is not a duration; write e.g. 90m, 24h or 7d")
         lo, hi = MAX_RUN_SECONDS[self.provisioning]
         if not lo <= seconds <= hi:
-            allowed = "10m and 7d for flex-start VMs" if flex else "30s and 120d (Compute Engine's limits)"
+            allowed = "10m and 7d for flex-start VMs" if flex else RUN_RULE
             raise UsageProblem(f"{flag} {format_duration(seconds)} is out of range: the run duration must be "
                                f"between {allowed}")
         self.termination_action = self.termination_action or DEFAULT_TERMINATION[self.provisioning]

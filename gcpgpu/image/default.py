@@ -88,7 +88,7 @@ def registry_images(clients: Any, project: str, region: str, repo: str = DEFAULT
                 why = answer.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 why = answer.text[:200]
-            raise CloudError(f"Artifact Registry {region}-docker.pkg.dev/{project}/{repo}: {answer.status_code} {why}")
+            raise CloudError(f"Artifact Registry {repository(project, region, repo)}: {answer.status_code} {why}")
         data = answer.json()
         images += data.get("dockerImages", [])
         token = data.get("nextPageToken", "")
