@@ -1,7 +1,9 @@
 """The emulator as a process: one WSGI app (REST APIs + control endpoints), an optional gRPC server,
 a state file, and the same backends behind `mock_gcp()` (in-process) and `gcpgpu emulator start`.
 
-Everything binds 127.0.0.1: the emulator has no authentication and must never face a network.
+Everything binds 127.0.0.1: the emulator has no authentication and must never face a network. Every HTTP
+request passes gate.py first (a loopback Host, no foreign Origin, JSON bodies of bounded size), so no web
+page can drive it either; http_server.py serves it with a bounded number of threads.
 """
 
 from __future__ import annotations
