@@ -7,13 +7,15 @@ GCPGPU_RESTART=N, as a recovery's does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import threading
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
-from helpers import webhook_server
+from helpers import wait_for, webhook_server
 
 from gcpgpu.cli import main
 
@@ -245,11 +247,28 @@ def test_which_failures_are_retryable():
 def test_a_recovery_is_told_to_the_webhook(gcp, webhook):
     url, hook = webhook
     gcp.faults.preempt_grace_s = 0.2
-    gcp.jobs.agent.simulated_run_s = 4.0
+    gcp.jobs.agent.simulated_run_s = 3600.0  # of the emulator's clock, set on as the job is told RUNNING
     assert cli("cluster", "up", "s", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
                "--spot", "--yes").exit_code == 0
-    gcp.faults.preempt("s-1", after_s=0.5)
+    gcp.faults.preempt("s-1", after_s=10)
+
+    def told(n: int) -> bool:
+        return [m["event"] for m in hook.got].count("RUNNING") >= n
+
+    def clock_on() -> None:  # the loss once RUNNING is told, the end once the recovered job's RUNNING is
+        for n, seconds in ((1, 10), (2, 3600)):
+            with contextlib.suppress(AssertionError):  # not told: the job's own times still end it
+                wait_for(lambda n=n: told(n) or submitted.is_set(), timeout=120, what=f"RUNNING told {n} time(s)")
+            if submitted.is_set():
+                return
+            gcp.clock.advance(seconds)
+
+    submitted = threading.Event()
+    ticker = threading.Thread(target=clock_on, daemon=True)
+    ticker.start()
     result = cli("job", "submit", "--cluster", "s", "--image", "busybox", "--recover", "1", "--notify", url)
+    submitted.set()
+    ticker.join(30)  # nothing moves the clock once this test is over
     assert result.exit_code == 0, result.output
     events = [m["event"] for m in hook.got]
     assert events == ["RUNNING", "RECOVERING", "RUNNING", "SUCCEEDED"], events
