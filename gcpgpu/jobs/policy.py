@@ -18,7 +18,6 @@ from gcpgpu.specfile import check_urls  # --notify, checked as a cluster's autos
 
 MAX_RESTARTS = 100
 STALL_RANGE = (5, 7 * 86400)  # below a few seconds a log read's own delay looks like a stall
-RETRYING_STATES = ("RETRYING", "STALLED")
 
 
 def parse_exit_codes(value: Any, where: str = "--retry-on-exit-codes") -> list[int]:
