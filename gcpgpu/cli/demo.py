@@ -179,6 +179,12 @@ def main() -> None:
         (code / "train.py").write_text(USER_SCRIPT)
         (code / "requirements.txt").write_text("")
         if shutil.which("bwrap"):
+            # A job mounts only a bucket that exists, as on Google Cloud: make the one it writes to first.
+            from gcpgpu.gcp.clients import Clients
+
+            print(f"{DIM}(the bucket it writes to, gs://demo-project-runs, is made first: a job mounts only a "
+                  f"bucket that exists){RESET}", flush=True)
+            Clients(address, "demo-project").storage().create_bucket("demo-project-runs", location="US-CENTRAL1")
             own = capture([gcpgpu, "job", "submit", "--cluster", "demo", "--nodes", "2",
                            "--image", "us-docker.pkg.dev/demo-project/mine/train:1", "--workdir", str(code),
                            "--setup", "pip install -q --no-index -r requirements.txt",
