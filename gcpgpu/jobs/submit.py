@@ -80,13 +80,14 @@ def _image(settings: Settings, job: ValidJob, region: str, machine: catalog.Mach
     return default_image.resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=say)
 
 
-def _workdir(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None]) -> str | None:
+def _workdir(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None],
+             packed: Any = None) -> str | None:
     """gs:// of the job's packed --workdir, staged (listed only, with --dry-run); None without one."""
     if not job.spec.workdir:
         return None
     from . import workdir
 
-    return workdir.stage(settings.clients, settings.project, job, dry_run=dry_run, say=say)
+    return workdir.stage(settings.clients, settings.project, job, dry_run=dry_run, say=say, packed=packed)
 
 
 def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None]) -> Submitted:
@@ -111,11 +112,17 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
     from .spec import job_env
 
     cluster = str(job.spec.cluster)
+    # Pack --workdir first: a folder over the cap is bad input, said before any request is made.
+    packed = None
+    if job.spec.workdir:
+        from gcpgpu.image.pack import pack
+
+        packed = pack(job.spec.workdir)
     # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
-    # so it refuses, and fits defaults, as submit does. First, so a cluster that is not there (a typo)
-    # is said before anything is uploaded.
+    # so it refuses, and fits defaults, as submit does. Before the upload, so a cluster that is not
+    # there (a typo) is said before anything is uploaded.
     placed = cluster_jobs.place(settings.clients, settings.project, job, cluster)
-    workdir_uri = _workdir(settings, job, dry_run, say)
+    workdir_uri = _workdir(settings, job, dry_run, say, packed)
     image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
     job = placed.apply(replace(job, image=image, image_pending=False, workdir_uri=workdir_uri))
     agent = follower_image(job.image, placed.nodes) if follower_image is not None else None

@@ -68,9 +68,10 @@ def upload(clients: Any, project: str, region: str | None, packed: Packed,
     return uri(project, packed), True
 
 
-def stage(clients: Any, project: str, job: Any, *, dry_run: bool, say: Any) -> str:
-    """Pack job.spec.workdir and stage it (not under --dry-run, which lists what would go); its gs:// URI."""
-    packed = pack(job.spec.workdir)
+def stage(clients: Any, project: str, job: Any, *, dry_run: bool, say: Any, packed: Packed | None = None) -> str:
+    """Pack job.spec.workdir (unless `packed` already is it) and stage it (not under --dry-run, which lists
+    what would go); its gs:// URI."""
+    packed = packed if packed is not None else pack(job.spec.workdir)
     target = uri(project, packed)
     if packed.skipped:
         more = len(packed.skipped) - 5
