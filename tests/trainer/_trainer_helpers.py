@@ -57,7 +57,12 @@ def start(nproc: int, args: list[str], *, module: str = "gcpgpu.trainer", env: d
     return procs
 
 
-def wait(procs: list[subprocess.Popen], timeout: float = 120) -> list[Proc]:
+# How long a launch may take before it counts as hung: generous, so that a loaded machine (two copies of
+# the suite, other work) slows the tests down without failing them.
+HUNG_S = 600
+
+
+def wait(procs: list[subprocess.Popen], timeout: float = HUNG_S) -> list[Proc]:
     out = []
     for rank, p in enumerate(procs):
         try:
@@ -71,7 +76,7 @@ def wait(procs: list[subprocess.Popen], timeout: float = 120) -> list[Proc]:
 
 
 def run(nproc: int, args: list[str], *, module: str = "gcpgpu.trainer", env: dict[str, str] | None = None,
-        timeout: float = 120, check: bool = True) -> list[Proc]:
+        timeout: float = HUNG_S, check: bool = True) -> list[Proc]:
     """Run nproc ranks to the end; with check, fail the test showing the output of any rank that failed."""
     procs = wait(start(nproc, args, module=module, env=env), timeout)
     if check:

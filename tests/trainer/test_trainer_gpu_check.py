@@ -129,9 +129,10 @@ def test_each_mfu_is_shown_beside_the_50_percent_target_and_the_baseline():
 
 @pytest.mark.multiprocess
 def test_the_whole_check_runs_scaled_down_on_cpu(tmp_path):
-    """torchrun launches of every row, a SIGTERM'd run resumed bit-identically, and the all-reduce bench."""
+    """torchrun launches of every row, a SIGTERM'd run resumed bit-identically, and the all-reduce bench.
+    4 steps a run (the smoke's own default is 8): 2 timed after the 2 warm-up steps, the SIGTERM at step 2."""
     out = tmp_path / "gc.json"
-    proc = subprocess.run([sys.executable, "-m", "gcpgpu.trainer.gpu_check", "--cpu-smoke", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "gcpgpu.trainer.gpu_check", "--cpu-smoke", "--steps", "4", "--out", str(out)],
                           cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "kill-and-resume: ok: final loss" in proc.stdout and "(tolerance 0%)" in proc.stdout

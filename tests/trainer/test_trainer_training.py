@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import signal
 import time
 
@@ -12,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _trainer_helpers import TINY, free_port, losses, read_log, run, start, wait  # noqa: E402
+from _trainer_helpers import HUNG_S, TINY, free_port, losses, read_log, run, start, wait  # noqa: E402
 
 from gcpgpu.trainer.config import TrainConfig, check  # noqa: E402
 from gcpgpu.trainer.data import Batches, open_source  # noqa: E402
@@ -127,13 +128,12 @@ def test_ddp_and_fsdp_match_one_process(small_text, tmp_path):
     """Same global batch, same losses: 1 process vs 2 ranks of DDP (with accumulation), FSDP2 (with AC)
     and HSDP."""
     common = [*TINY, "--data", str(small_text), "--steps", "5", "--quiet"]
-    run(1, [*common, "--log-json", str(tmp_path / "one.jsonl")])
+    ref = train(tiny_cfg(small_text, steps=5)).losses  # the one process: here, without a process of its own
     run(2, [*common, "--parallel", "ddp", "--grad-accum", "2", "--log-json", str(tmp_path / "ddp.jsonl")])
     run(2, [*common, "--parallel", "fsdp", "--ac", "full", "--log-json", str(tmp_path / "fsdp.jsonl")])
     # HSDP: a 2 x 1 (replicate x shard) mesh, as two one-GPU nodes would get; with accumulation.
     run(2, [*common, "--parallel", "fsdp", "--fsdp-shard-size", "1", "--grad-accum", "2",
             "--log-json", str(tmp_path / "hsdp.jsonl")])
-    ref = losses(tmp_path / "one.jsonl")
     assert len(ref) == 5 and ref[4] < ref[0]
     for name in ("ddp", "fsdp", "hsdp"):
         got = losses(tmp_path / f"{name}.jsonl")
@@ -142,29 +142,40 @@ def test_ddp_and_fsdp_match_one_process(small_text, tmp_path):
             assert got[step] == pytest.approx(ref[step], rel=1e-5, abs=1e-6), (name, step, got, ref)
 
 
+# FSDP2 (bf16 policy) on 2 ranks for 7 steps: the two tests that stop such a run and resume it compare the
+# resumed losses with one uninterrupted run, made once.
+FSDP_7 = [*TINY, "--steps", "7", "--quiet", "--parallel", "fsdp", "--precision", "bf16"]
+
+
+@pytest.fixture(scope="module")
+def fsdp_straight(small_text, tmp_path_factory) -> dict[int, float]:
+    """The losses of an uninterrupted FSDP_7 run."""
+    log = tmp_path_factory.mktemp("fsdp-straight") / "straight.jsonl"
+    run(2, [*FSDP_7, "--data", str(small_text), "--log-json", str(log)])
+    return losses(log)
+
+
 @pytest.mark.multiprocess
-def test_sigterm_on_one_rank_stops_all_and_resume_is_bitwise_identical(small_text, tmp_path):
+def test_sigterm_on_one_rank_stops_all_and_resume_is_bitwise_identical(small_text, tmp_path, fsdp_straight):
     """FSDP2 (bf16 policy) on 2 ranks: rank 0 alone gets SIGTERM at step 3; both save and stop; resume."""
     pytest.importorskip("numpy", reason="multi-rank torch.distributed.checkpoint needs numpy")
-    common = [*TINY, "--data", str(small_text), "--steps", "7", "--quiet", "--parallel", "fsdp", "--precision", "bf16"]
-    run(2, [*common, "--log-json", str(tmp_path / "straight.jsonl")])
+    common = [*FSDP_7, "--data", str(small_text)]
     ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--log-json", str(tmp_path / "resumed.jsonl")]
     first = run(2, [*common, *ckpt], env={"GCPGPU_TRAINER_TEST_SIGTERM_AT": "0:3"}, check=False)
     assert [p.returncode for p in first] == [EXIT_STOPPED, EXIT_STOPPED], first[0].stderr + first[1].stderr
     assert "checkpoint saved" in first[0].stdout
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_00000004"]
     run(2, [*common, *ckpt, "--resume"])
-    straight, resumed = losses(tmp_path / "straight.jsonl"), losses(tmp_path / "resumed.jsonl")
-    assert resumed == straight  # every step, bit for bit (on CPU, where the kernels are deterministic)
+    assert losses(tmp_path / "resumed.jsonl") == fsdp_straight  # every step, bit for bit (on CPU, where the kernels are deterministic)
 
 
 @pytest.mark.multiprocess
 def test_external_sigterm_mid_run_then_resume_matches(small_text, tmp_path):
     """A real SIGTERM at an arbitrary moment (a spot preemption) on a single process, then --resume."""
-    common = [*TINY, "--data", str(small_text), "--steps", "150", "--quiet"]
+    common = [*TINY, "--data", str(small_text), "--steps", "60", "--quiet"]
     ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10", "--log-json", str(tmp_path / "resumed.jsonl")]
     procs = start(1, [*common, *ckpt])
-    deadline = time.time() + 120
+    deadline = time.time() + HUNG_S
     while time.time() < deadline:  # let it get a few steps in
         log = tmp_path / "resumed.jsonl"
         if log.exists() and len(log.read_text().splitlines()) >= 5:
@@ -173,47 +184,47 @@ def test_external_sigterm_mid_run_then_resume_matches(small_text, tmp_path):
     procs[0].send_signal(signal.SIGTERM)
     (first,) = wait(procs)
     assert first.returncode == EXIT_STOPPED, first.stderr
-    assert max(losses(tmp_path / "resumed.jsonl")) < 149  # it stopped early
+    assert max(losses(tmp_path / "resumed.jsonl")) < 59  # it stopped early
     run(1, [*common, *ckpt, "--resume"])
     run(1, [*common, "--log-json", str(tmp_path / "straight.jsonl")])
     assert losses(tmp_path / "resumed.jsonl") == losses(tmp_path / "straight.jsonl")
 
 
 @pytest.mark.multiprocess
-def test_a_save_killed_midway_is_ignored_by_resume_and_removed_by_the_next_save(small_text, tmp_path):
+def test_a_save_killed_midway_is_ignored_by_resume_and_removed_by_the_next_save(small_text, tmp_path, fsdp_straight):
     """2 ranks of FSDP save every 2 steps; rank 0 dies in the save of step 4 after both ranks wrote their
     shards but before DCP's .metadata (the commit): resume takes step 2, the half folder is removed."""
     pytest.importorskip("numpy", reason="multi-rank torch.distributed.checkpoint needs numpy")
-    common = [*TINY, "--data", str(small_text), "--steps", "7", "--quiet", "--parallel", "fsdp",
-              "--dist-timeout", "60"]
+    common = [*FSDP_7, "--data", str(small_text), "--dist-timeout", "60"]
     ckpt_dir = tmp_path / "ckpt"
     ckpt = ["--ckpt-dir", str(ckpt_dir), "--ckpt-every", "2", "--log-json", str(tmp_path / "resumed.jsonl")]
-    killed = run(2, [*common, *ckpt], env={"GCPGPU_TRAINER_TEST_DIE_IN_SAVE": "4"}, check=False, timeout=150)
+    killed = run(2, [*common, *ckpt], env={"GCPGPU_TRAINER_TEST_DIE_IN_SAVE": "4"}, check=False)
     assert killed[0].returncode == 3 and killed[1].returncode != 0, killed[1].stderr
     half = ckpt_dir / "step_00000004"
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_00000002", "step_00000004"]
     assert any(half.glob("*.distcp")) and not (half / ".metadata").exists()  # shards written, not committed
     assert (ckpt_dir / "step_00000002" / ".metadata").is_file()
 
-    run(2, [*common, *ckpt, "--resume"], timeout=150)
+    run(2, [*common, *ckpt, "--resume"])
     steps = [r["step"] for r in read_log(tmp_path / "resumed.jsonl") if "loss" in r]
     assert steps == [0, 1, 2, 3, 2, 3, 4, 5, 6]  # killed in step 4's save; resumed after step 2's
     # The half folder went with the next save; the newest two complete ones stay (--ckpt-keep 2).
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_00000006", "step_00000007"]
-    run(2, [*common, "--log-json", str(tmp_path / "straight.jsonl")], timeout=150)
-    assert losses(tmp_path / "resumed.jsonl") == losses(tmp_path / "straight.jsonl")
+    assert losses(tmp_path / "resumed.jsonl") == fsdp_straight
 
 
 @pytest.mark.multiprocess
 def test_dead_rank_brings_the_others_down_with_a_clear_message(small_text):
-    t0 = time.time()
     procs = run(2, [*TINY, "--data", str(small_text), "--steps", "20", "--parallel", "ddp", "--quiet",
-                    "--dist-timeout", "60"], env={"GCPGPU_TRAINER_TEST_DIE_AT": "1:2"}, check=False, timeout=150)
+                    "--dist-timeout", "60"], env={"GCPGPU_TRAINER_TEST_DIE_AT": "1:2"}, check=False)
     assert procs[1].returncode == 3  # the injected death
     assert procs[0].returncode == 1
     assert "another rank has probably died" in procs[0].stderr
     assert "Traceback" not in procs[0].stderr
-    assert time.time() - t0 < 120  # well before the 60 s collective timeout would matter on an idle machine
+    # Told by the closed connection, not after waiting out the 60 s collective timeout (the cause is in
+    # brackets; a wall-clock bound would say the same only on an idle machine).
+    assert re.search(r"connection (closed|reset) by peer", procs[0].stderr, re.I), procs[0].stderr
+    assert "timed out" not in procs[0].stderr.lower()
 
 
 @pytest.mark.multiprocess
