@@ -9,6 +9,10 @@ the lease over (with the same compare-and-swap). Its times are gcpgpu.gcp.clock'
 test the emulator's, so a test lets a lease lapse by setting that clock on. Why project metadata:
 every run that can create a cluster can read and write it, it exists before any of the cluster's
 resources does, and it is the one compute object with an optimistic lock over arbitrary keys.
+
+A lease taken by a program on one of the cluster's nodes (its follower: on_node) names that VM, and
+it ends with the VM: once Compute says the VM is no longer RUNNING (a Spot preemption's notice, a host
+error, a stop or delete) another run takes the lease over at once instead of waiting out its expiry.
 """
 
 from __future__ import annotations
@@ -41,6 +45,30 @@ class LeaseHeld(CloudError):
 class LeaseLost(CloudError):
     """This run's lease expired while it was stalled and another run may have worked since: it must
     touch nothing more (no roll-back either: a newer run may have adopted what it made)."""
+
+
+_NODE: dict[str, str] | None = None  # the VM this process runs on, when it is a node's program (on_node)
+
+
+def on_node(name: str, zone: str, instance_id: str) -> None:
+    """Say that this process runs on the VM `name` (its id `instance_id`): the leases it takes name it, so
+    they end when Compute says the VM is going (holder_gone)."""
+    global _NODE
+    _NODE = {"name": name, "zone": zone, "id": str(instance_id)}
+
+
+def holder_gone(clients: Clients, project: str, holder: dict[str, Any]) -> bool:
+    """Whether the lease `holder` was taken on a VM that Compute says is no longer RUNNING (or is gone,
+    or is another VM of the same name now). A holder not on a node, or a VM that cannot be read, is
+    not gone: its lease lapses at its expiry."""
+    node = holder.get("node")
+    if not isinstance(node, dict) or not node.get("name") or not node.get("zone"):
+        return False
+    try:
+        inst = clients.compute("InstancesClient").get(project=project, zone=node["zone"], instance=node["name"])
+    except Exception as e:
+        return getattr(e, "code", None) == 404  # deleted: gone; anything else says nothing
+    return inst.status != "RUNNING" or (bool(node.get("id")) and str(inst.id) != str(node["id"]))
 
 
 def _iso(t: float) -> str:
@@ -134,13 +162,14 @@ class Lease:
 
     def _value(self) -> dict[str, Any]:
         value = {"holder": self.holder, "who": self.who, "op": self.op, "since": self.since,
-                 "expires": clock.now() + self.ttl}
+                 "expires": clock.now() + self.ttl, **({"node": dict(_NODE)} if _NODE else {})}
         self._next_expires = float(value["expires"])
         return value
 
     # ------------------------------------------------------------------ acquire / renew / release
     def try_acquire(self, on_free: Callable[[], None] | None = None) -> dict[str, Any] | None:
-        """Take the lease if it is free, expired or ours; else return who holds it.
+        """Take the lease if it is free, expired, ours or its holder's VM is going (holder_gone); else
+        return who holds it.
 
         on_free() runs each time a read finds the lease free, right before the write that takes it: the
         last call is the one whose read the winning write was based on, so whatever on_free starts
@@ -149,7 +178,8 @@ class Lease:
 
         def change(current: dict[str, Any] | None) -> Any:
             blocker.clear()
-            if current and current.get("holder") != self.holder and float(current.get("expires", 0)) > clock.now():
+            if current and current.get("holder") != self.holder and float(current.get("expires", 0)) > clock.now() \
+                    and not holder_gone(self.clients, self.project, current):
                 blocker.update(current)
                 return False
             if on_free is not None:
@@ -253,8 +283,8 @@ def holding(lease: Lease, wait_for_it: bool, on_wait: Callable[[dict[str, Any]],
 
 
 def current(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
-    """Who holds the cluster's lease now (None if nobody, or it expired)."""
+    """Who holds the cluster's lease now (None if nobody, it expired, or its holder's VM is going)."""
     got = Lease(clients, project, cluster, holder="-", op="status")._read()[2]
-    if got and float(got.get("expires", 0)) > clock.now():
+    if got and float(got.get("expires", 0)) > clock.now() and not holder_gone(clients, project, got):
         return got
     return None

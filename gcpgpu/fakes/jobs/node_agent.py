@@ -30,6 +30,7 @@ LOG_NAME = "gcpgpu-node-agent"
 MODULE = "gcpgpu.node.agent"
 SCAN_S = 0.25
 RESTART_S = 2.0  # systemd's RestartSec, shortened
+STOP_GRACE_S = 30.0  # SIGTERM -> SIGKILL while the VM is STOPPING (it is TERMINATED by then on a preemption)
 
 
 class NodeAgents:
@@ -83,7 +84,11 @@ class NodeAgents:
         with self._lock:
             for iid, (run_id, _project, name) in list(self.runs.items()):
                 project_inst = live.get(iid)
-                if project_inst is None or project_inst[1].get("status") != "RUNNING":
+                status = project_inst[1].get("status") if project_inst is not None else None
+                if status == "STOPPING":  # shutting down: SIGTERM now (once), SIGKILL after the grace
+                    self.runner.lose(run_id, STOP_GRACE_S, f"node {name} is stopping")
+                    continue
+                if status != "RUNNING":
                     self.runner.lose(run_id, 0.0, f"node {name} is no longer RUNNING")
                     del self.runs[iid]
                     continue
