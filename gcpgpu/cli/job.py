@@ -18,19 +18,22 @@ from gcpgpu.jobs.state import (
     FAILED,
     PENDING,
     QUEUED,
+    RECOVERING,
+    RETRYING,
     RUNNING,
+    STALLED,
     SUCCEEDED,
     JobState,
 )
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
 
-STATE_CHOICES = (QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
+STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
                ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
-                  ("error", "ERROR"), ("cause", "CAUSE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
+                  ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
                   ("cost", "COST SO FAR"), ("output_dir", "OUTPUT DIR")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),

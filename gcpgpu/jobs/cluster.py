@@ -33,7 +33,6 @@ from .spec import ValidJob, fit_trainer_args, job_env
 from .state import (
     ACTIVE,
     CANCELLED,
-    CAUSE_FOLLOWER,
     FAILED,
     PENDING,
     RUNNING,
@@ -123,13 +122,14 @@ def image_of(job: ValidJob) -> str:
 
 def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover: int | None = None,
            placed: Placement | None = None, detach: bool = False,
-           follow: dict | None = None, agent: str | None = None) -> tuple[ids.JobId, dict]:
+           follow: dict | None = None, agent: str | None = None, followed: bool = False) -> tuple[ids.JobId, dict]:
     """Put the job on the cluster's first --nodes nodes (all by default); returns its id and plan.
     `recover` (submit --recover N) is kept in the job's record, so whoever follows it later knows N;
     so are `follow`, the follower's other settings (jobs/follower.py), and `detach`: the nodes run
     the follower themselves (gcpgpu/node/agent.py), from `agent` (gcpgpu's image, resolved by the caller
     as cluster autostop's is) where neither the job's image nor the node's own follower is one.
-    `placed`: what place() returned for this job, when the caller already read it."""
+    `placed`: what place() returned for this job, when the caller already read it. `followed`: the
+    caller follows the job from now on (--wait): its record says so until the caller leads."""
     placed = placed or place(clients, project, job, cluster)
     job = placed.apply(job)
     chosen, machine = placed.nodes, placed.machine
@@ -165,11 +165,35 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
         "follow": dict(follow or {}), "detached": detach, **({"agent_image": agent} if detach and agent else {}),
         **policy.record_fields(job.spec),  # retries, stall timeout, webhooks: read by whoever follows the job
     }
+    ended = _ended_before(clients, project, cluster, chosen)
     deliver(clients, project, record, chosen)
+    _open_record(clients, project, record, ended, followed)
     jid = ids.JobId("cluster", cluster=cluster, job=job_id)
     return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
                  "machine_type": machine.name, "master": f"{record['master_addr']}:{MASTER_PORT}", "image": image,
                  "provisioning": chosen[0].provisioning}
+
+
+def _ended_before(clients: Clients, project: str, cluster: str, chosen: list[Node]) -> dict[str, dict]:
+    """The ends of the jobs `chosen` held before this one, as their nodes report them (job id -> fields)."""
+    ended: dict[str, dict] = {}
+    for before in {str(j["id"]) for n in chosen if (j := _job_of(n)) is not None}:
+        try:
+            was = status(clients, project, ids.JobId("cluster", cluster=cluster, job=before))
+        except CloudError:
+            continue
+        if is_final(was.state):
+            ended[before] = {"state": was.state, "error": was.error, "ended": was.ended}
+    return ended
+
+
+def _open_record(clients: Clients, project: str, record: dict, ended: dict[str, dict], followed: bool) -> None:
+    """Open the job's record (PENDING; jobs/record.py), closing the jobs its nodes held before where
+    nobody did, with the ends their nodes reported (`ended`)."""
+    from . import record as records
+
+    opening = records.from_nodes(record, followed_s=records.FOLLOW_PROMISE_S if followed else 0.0)
+    records.update(clients, project, str(record["cluster"]), records.opened(opening, ended))
 
 
 def output_mounts(output_dir: str | None) -> tuple[list[str], list[str]]:
@@ -284,7 +308,8 @@ def _job_nodes(clients: Clients, project: str, jid: ids.JobId) -> list[tuple[Nod
 
 
 def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
-    """The job's state on each node, as the nodes' agents report it, and overall."""
+    """The job's state on each node, as the nodes' agents report it, and overall (what the nodes say:
+    the job's own state is its record's, jobs/record.py, which every view shows)."""
     mine = _job_nodes(clients, project, jid)
     reports = parallel(lambda pair: guest_attributes(clients, project, pair[0]), mine)
     rows = []
@@ -323,9 +348,6 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
         error = f"node {failed['node']} (rank {failed['rank']}) exited with status {failed['exit_code']}{said}"
     started = [r["started"] for r in rows if r["started"]]
     ended = [r["ended"] for r in rows if r["ended"]]
-    verdict = job.get("verdict") or {}  # the follower's, over what the stopped nodes report (jobs/restart.py)
-    if verdict and is_final(overall):
-        overall, error = verdict["state"], verdict.get("error") or error
     history = list(job.get("history") or [])
     recoveries = sum(1 for h in history if h.get("kind") != "retry")
     return JobState(
@@ -337,7 +359,6 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
         per_node=rows, nnodes=int(job.get("nnodes") or len(rows)), attempt=int(job.get("attempt") or 0),
         recover=job.get("recover"), recoveries=recoveries, history=history, restarts=len(history) - recoveries,
         output_dir=job.get("output_dir"),
-        **({"cause": verdict["cause"], "cause_from": CAUSE_FOLLOWER} if verdict.get("cause") else {}),
     )
 
 
@@ -369,32 +390,13 @@ def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = 
     batch(clients, project, put, mine)
 
 
-def cancel_job(clients: Clients, project: str, jid: ids.JobId) -> JobState:
-    """`job cancel`: ask every node to stop the job; its state right after asking."""
-    cancel(clients, project, jid)
-    return status(clients, project, jid)
-
-
-def list_jobs(clients: Clients, project: str) -> list[dict]:
-    """The job on each gcpgpu cluster's nodes (the latest one; earlier jobs leave no trace on the nodes)."""
-    insts = project_nodes(clients, project)
-    jobs: dict[tuple[str, str], tuple[dict, list[Node]]] = {}
-    for inst in insts:
+def current_jobs(clients: Clients, project: str) -> dict[str, list[str]]:
+    """The job ids each gcpgpu cluster's nodes hold now, by cluster (its earlier jobs: jobs/record.py)."""
+    out: dict[str, list[str]] = {}
+    for inst in project_nodes(clients, project):
         job = _job_of(inst)
-        if job is None:
-            continue
-        cluster = inst.labels.get(LABEL_CLUSTER, "?")
-        jobs.setdefault((cluster, str(job["id"])), (job, []))[1].append(inst)
-    rows = []
-    for (cluster, job_id), (job, insts_) in sorted(jobs.items()):
-        reports = parallel(lambda inst: guest_attributes(clients, project, inst), insts_)
-        states = []
-        for report in reports:
-            ok = not isinstance(report, BaseException) and report.get("job-id") == run_of(job)
-            states.append(report.get("state", UNKNOWN) if ok else UNKNOWN)  # type: ignore[union-attr]
-        verdict = job.get("verdict") or {}  # the follower's (stalled), over the stopped nodes' CANCELLED
-        rows.append({"id": f"cluster:{cluster}:{job_id}", "target": "cluster", "name": job.get("name"),
-                     "state": verdict.get("state") or aggregate(states), "nodes": len(insts_), "machine_type": job.get("machine_type"),
-                     "created": job.get("created") or job.get("submitted"),
-                     "recoveries": sum(1 for h in job.get("history") or [] if h.get("kind") != "retry")})
-    return rows
+        if job is not None:
+            ids_ = out.setdefault(inst.labels.get(LABEL_CLUSTER, "?"), [])
+            if str(job["id"]) not in ids_:
+                ids_.append(str(job["id"]))
+    return out

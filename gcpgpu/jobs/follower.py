@@ -19,19 +19,19 @@ from __future__ import annotations
 import inspect
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from gcpgpu.cluster.lease import Lease, LeaseLost
-from gcpgpu.errors import CloudError
+from gcpgpu.cluster.lease import Lease, LeaseLost, holder_gone
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 
 from . import cluster as cluster_jobs
 from . import ids, journal
-from .state import FAILED, RECOVERING, JobState, is_final
+from . import record as record_mod
+from .state import JobState
+from .view import job_status
 
-KEY_PREFIX = "gcpgpu-leader-"
+KEY_PREFIX = record_mod.LEADER_PREFIX
 
 
 def leadership(clients: Clients, project: str, cluster: str, who: str) -> Lease:
@@ -42,9 +42,11 @@ def leadership(clients: Clients, project: str, cluster: str, who: str) -> Lease:
 
 
 def leader(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
-    """Who leads `cluster`'s followers now (its lease, unexpired), or None."""
+    """Who leads `cluster`'s followers now (its lease, unexpired, its holder's VM not going), or None."""
     got = leadership(clients, project, cluster, "status")._read()[2]
-    return got if got and float(got.get("expires", 0)) > clock.now() else None
+    if got and float(got.get("expires", 0)) > clock.now() and not holder_gone(clients, project, got):
+        return got
+    return None
 
 
 def lead(lease: Lease) -> bool:
@@ -71,6 +73,7 @@ def forget(clients: Clients, project: str, cluster: str) -> None:
     """Remove what followers keep in project metadata for `cluster` (after `cluster down`)."""
     leadership(clients, project, cluster, "down")._swap(lambda _current: None)
     journal.put(clients, project, cluster, None)
+    record_mod.forget(clients, project, cluster)
 
 
 def follower_settings(record: dict, params: Any) -> dict[str, Any]:
@@ -114,38 +117,15 @@ def recoveries(clients: Clients, project: str, jid: ids.JobId, record: dict, rec
     return default_recover(clients, project, jid.cluster or "")
 
 
-def job_status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
-    """The job's status; RECOVERING (with the recovery in its history) while one is written down."""
-    pending = journal.read(clients, project, jid.cluster or "")
-    if pending is None or pending.get("id") != jid.job:
-        return cluster_jobs.status(clients, project, jid)
-    try:
-        state = cluster_jobs.status(clients, project, jid)
-    except CloudError:  # every node was replaced: only the written-down recovery knows the job
-        state = JobState(id=str(jid), target="cluster", name=pending.get("name"), cluster=jid.cluster,
-                         created=pending.get("created"), machine_type=pending.get("machine_type"),
-                         image=pending.get("image"), output_dir=pending.get("output_dir"))
-    history = list(pending.get("history") or [])
-    return replace(state, state=RECOVERING, attempt=int(pending["attempt"]), history=history,
-                   recoveries=len(history), nnodes=int(pending["nnodes"]), recover=pending.get("recover"),
-                   ended=None, error=None)
-
-
-def settled(state: JobState, recover: int) -> bool:
-    """Whether a watched job has ended for good: a loss its leader will still recover is not an end."""
-    if not is_final(state.state):
-        return False
-    lost = [r for r in state.per_node if r["node_status"] != "RUNNING"] or len(state.per_node) < state.nnodes
-    return not (state.state == FAILED and lost and state.recoveries < recover)
-
-
 def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Callable[[], Any],
                   say: Callable[[str], None], on_state: Callable[[JobState], None], poll_s: float,
                   detached: bool = False) -> JobState:
     """Follow the job to its end from here: lead its followers when nobody does (recovering it),
     else watch the leader (on the cluster's nodes, or another machine) work, ready to take over.
     A `detached` job's nodes lead: this takes over only once none has led for a lease's lifetime
-    (their followers take a moment to start, and one that died is replaced by another meanwhile)."""
+    (their followers take a moment to start, and one that died is replaced by another meanwhile),
+    counted from the last time a leader was seen alive: a leader whose VM went is no leader. It
+    returns the job's end as its record says it: the leader writes it once nothing remains to do."""
     lease = leadership(clients, project, jid.cluster or "", "job follow")
     last: tuple | None = None
     told = 0
@@ -153,8 +133,8 @@ def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Call
     try:
         while True:
             holder = leader(clients, project, jid.cluster or "")
-            if holder is not None:  # none leads from the moment its lease lapses
-                leaderless_since = max(leaderless_since, float(holder.get("expires", 0)))
+            if holder is not None:
+                leaderless_since = clock.now()
             patient = detached and clock.now() - leaderless_since < lease.ttl
             if holder is None and not patient and lead(lease):
                 f = follower()
@@ -165,13 +145,14 @@ def lead_or_watch(clients: Clients, project: str, jid: ids.JobId, follower: Call
                 say(f"{jid} is followed by {holder.get('who') if holder else 'its cluster'}: watching "
                     "(this command takes over if nobody follows it)")
             for h in state.history[told:]:
-                say(f"recovery {h.get('attempt')}: lost {', '.join(h.get('lost') or [])} ({h.get('cause')})")
+                say(f"retry {h.get('attempt')}: {h.get('cause')}" if h.get("kind") == "retry" else
+                    f"recovery {h.get('attempt')}: lost {', '.join(h.get('lost') or [])} ({h.get('cause')})")
             told = len(state.history)
             now = (state.state, state.attempt)
             if now != last:
                 last = now
                 on_state(state)
-            if settled(state, int(state.recover) if state.recover is not None else 0):
+            if state.final:
                 return state
             clock.sleep(poll_s)
     finally:

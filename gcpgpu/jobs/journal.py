@@ -31,7 +31,8 @@ def key(cluster: str) -> str:
     return f"{KEY_PREFIX}{cluster}"
 
 
-def _read(clients: Clients, project: str) -> tuple[str, list[dict[str, str]]]:
+def items(clients: Clients, project: str) -> tuple[str, list[dict[str, str]]]:
+    """The project's metadata: (fingerprint, [{key, value}]), one read (jobs/record.py reads it too)."""
     proj = retrying()(clients.compute("ProjectsClient").get)(project=project)
     md = proj.common_instance_metadata
     return md.fingerprint, [{"key": i.key, "value": i.value} for i in md.items]
@@ -39,8 +40,12 @@ def _read(clients: Clients, project: str) -> tuple[str, list[dict[str, str]]]:
 
 def read(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
     """The pending recovery of `cluster`'s job (the next attempt's record), or None."""
-    _fp, items = _read(clients, project)
-    raw = next((i["value"] for i in items if i["key"] == key(cluster)), None)
+    return pending_in(items(clients, project)[1], cluster)
+
+
+def pending_in(got: list[dict[str, str]], cluster: str) -> dict[str, Any] | None:
+    """The pending recovery of `cluster`'s job in project metadata items already read, or None."""
+    raw = next((i["value"] for i in got if i["key"] == key(cluster)), None)
     if not raw:
         return None
     try:
@@ -50,27 +55,38 @@ def read(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and "id" in value else None
 
 
-def put(clients: Clients, project: str, cluster: str, value: dict[str, Any] | None,
-        fence: Callable[[], None] = lambda: None) -> None:
-    """Write (or, with None, remove) the pending recovery; `fence()` right before each write (the lease)."""
+def swap(clients: Clients, project: str, item: str, change: Callable[[str | None], str | None | bool],
+         fence: Callable[[], None] = lambda: None, what: str = "the job's record") -> bool:
+    """Compare-and-swap one project metadata item: change(current value or None) gives the new value,
+    None to remove it, or False to leave it as it is. `fence()` runs right before each write. Returns
+    whether it wrote."""
     from google.cloud import compute_v1
 
     for _ in range(50):
-        fp, items = _read(clients, project)
-        rest = [i for i in items if i["key"] != key(cluster)]
-        if value is None and len(rest) == len(items):
-            return
-        if value is not None:
-            rest.append({"key": key(cluster), "value": json.dumps(value, sort_keys=True)})
+        fp, got = items(clients, project)
+        current = next((i["value"] for i in got if i["key"] == item), None)
+        new = change(current)
+        if new is False or (new is None and current is None) or new == current:
+            return False
+        rest = [i for i in got if i["key"] != item]
+        if new is not None:
+            rest.append({"key": item, "value": new})
         fence()
         body = compute_v1.Metadata(fingerprint=fp, items=[compute_v1.Items(**i) for i in rest])
         try:
             op = call(clients.compute("ProjectsClient").set_common_instance_metadata,
                       {"project": project, "metadata_resource": body})
             wait(clients, project, op)
-            return
+            return True
         except Exception as e:
             if getattr(e, "code", None) != 412:  # another writer won the race: read again
                 raise
         time.sleep(0.05)
-    raise CloudError(f"could not record the recovery of cluster {cluster}'s job: project metadata keeps changing")
+    raise CloudError(f"could not write {what}: project metadata keeps changing")
+
+
+def put(clients: Clients, project: str, cluster: str, value: dict[str, Any] | None,
+        fence: Callable[[], None] = lambda: None) -> None:
+    """Write (or, with None, remove) the pending recovery; `fence()` right before each write (the lease)."""
+    swap(clients, project, key(cluster), lambda _current: None if value is None else json.dumps(value, sort_keys=True),
+         fence, f"the recovery of cluster {cluster}'s job")

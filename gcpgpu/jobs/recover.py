@@ -33,7 +33,6 @@ from collections.abc import Callable
 from typing import Any
 
 from gcpgpu.cluster.apply import NoCapacity, up
-from gcpgpu.cluster.cost import ended_by_run_limit
 from gcpgpu.cluster.kinds import NODES
 from gcpgpu.cluster.names import node_name
 from gcpgpu.cluster.observe import observe_nodes, ranked_nodes
@@ -46,14 +45,19 @@ from gcpgpu.trainer.argv import log_every
 from . import ahead, ids, journal
 from . import cluster as cluster_jobs
 from . import logs as job_logs
+from . import record as record_mod
+from .loss import RUN_LIMIT, loss_causes
 from .state import CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
 STEP_LINE = re.compile(r"^step\s+(\d+) \| loss ")
 RESUMED = re.compile(r"resumed from \S+ at step (\d+)|no checkpoint in .*: starting from step (0)")
-CAUSES = {"compute.instances.preempted": "preempted", "compute.instances.hostError": "host error"}
-RUN_LIMIT = "its --max-run-duration ended"
+
+
+class GaveUp(CloudError):
+    """The follower gives the job up (a loss past --recover, the cluster's own cap, a cluster that did
+    not come back): the job's record says FAILED with this line."""
 
 
 def default_recover(clients: Clients, project: str, cluster: str) -> int:
@@ -80,39 +84,38 @@ class Follower:
         self.guard: Any = None  # restart.Guard while run() runs
 
     def run(self) -> JobState:
-        """The job's final state; CloudError when it lost a node once more than it may recover."""
+        """The job's end, as its record says it (this follower writes it); GaveUp (a CloudError, the job
+        written FAILED) when it lost a node once more than it may recover. A job whose record already
+        holds its end is not followed again."""
         from .restart import Guard
 
         self.guard = Guard(self)  # retries, stall detection, webhooks (the job's stored settings)
         try:
+            ended = self.guard.ended()
+            if ended is not None:
+                return ended
             return self.guard.final(self._run(), lambda h: steps_redone(self.clients, self.project, self.jid, h))
-        except CloudError as e:
-            self.guard.event(FAILED, cause=str(e))
+        except GaveUp as e:
+            self.guard.tell(FAILED, self.guard.attempt or 0, error=str(e), webhook={"cause": str(e)})
             raise
-        finally:  # queued webhooks get a bounded moment to go out; none after Ctrl-C
+        finally:  # queued webhooks get a bounded moment to go out; none after Ctrl-C (or the node going)
             self.guard.close(0 if sys.exc_info()[0] is KeyboardInterrupt else 30)
 
     def _run(self) -> JobState:
-        last = None
         while True:
             self.leading()
             pending = journal.read(self.clients, self.project, self.jid.cluster or "")
             if pending is not None and pending["id"] == self.jid.job:
                 self.resume(pending)  # a follower died mid-recovery: finish it from what the cloud shows
-                last = None
                 continue
             state = cluster_jobs.status(self.clients, self.project, self.jid)
-            if state.state != last:
-                last = state.state
-                self.on_state(state)
-                self.guard.changed(state)
+            self.guard.changed(state)
             if state.state in (SUCCEEDED, CANCELLED):
                 return state
             lost = [r for r in state.per_node if r["node_status"] != "RUNNING"] + self._gone(state)
             if state.state == FAILED and not lost:
                 # The job's own failure: run again only what --max-restarts-on-errors says is worth it.
                 if self.guard.retry_failure(state):
-                    last = None
                     continue
                 return state
             if lost:
@@ -123,23 +126,21 @@ class Follower:
                     # The cluster's own --max-run-duration: what the user asked for, not a loss to undo
                     # (a recovery would give the nodes a fresh full run).
                     self._stop_survivors()
-                    raise CloudError(f"job {self.jid} stopped: node {what}; not recovered: the cap is the "
-                                     f"cluster's own; its checkpoints stay in {state.output_dir or 'its --ckpt-dir'}")
+                    raise GaveUp(f"job {self.jid} stopped: node {what}; not recovered: the cap is the "
+                                 f"cluster's own; its checkpoints stay in {state.output_dir or 'its --ckpt-dir'}")
                 if used >= self.recover:
                     self._stop_survivors()
                     limit = "recovery is off (--recover 0)" if self.recover == 0 else \
                         f"after {used} recover{'y' if used == 1 else 'ies'} (--recover {self.recover})"
-                    raise CloudError(f"job {self.jid} lost node {what}; {limit}: giving up; its checkpoints stay in "
-                                     f"{state.output_dir or 'its --ckpt-dir'}")
+                    raise GaveUp(f"job {self.jid} lost node {what}; {limit}: giving up; its checkpoints stay in "
+                                 f"{state.output_dir or 'its --ckpt-dir'}")
                 self.recover_once(state, lost, causes)
-                last = None
                 continue
             if state.state == RUNNING and (soon := ahead.due(state.per_node)) is not None:
                 return self._stop_ahead(state, soon)
             if state.state == RUNNING and (acted := self.guard.check_stall(state)):
                 if acted == "failed":
                     return cluster_jobs.status(self.clients, self.project, self.jid)
-                last = None
                 continue
             clock.sleep(self.poll_s)
 
@@ -150,14 +151,10 @@ class Follower:
         self.report.step("ahead", f"Job {self.jid}: {soon.line()}: stopping the job now so its trainers "
                                   f"checkpoint (SIGTERM) to {where}")
         self._stop_survivors()
-        from .restart import mark
-
-        mark(self, {"state": CANCELLED, "cause": "stopped ahead", "node": soon.node,
-                    "error": f"stopped ahead: {soon.line()}; its checkpoint is in {where}: submit it again "
-                             "with --resume once the nodes are back (or on other capacity)"})
-        final = cluster_jobs.status(self.clients, self.project, self.jid)
-        self.on_state(final)
-        return final
+        self.guard.tell(CANCELLED, state.attempt, cause="stopped ahead", node=soon.node,
+                        error=f"stopped ahead: {soon.line()}; its checkpoint is in {where}: submit it again "
+                              "with --resume once the nodes are back (or on other capacity)")
+        return cluster_jobs.status(self.clients, self.project, self.jid)
 
     def _gone(self, state: JobState) -> list[dict]:
         """Ranks of the job whose node no longer exists (a VM whose termination action is DELETE)."""
@@ -169,7 +166,12 @@ class Follower:
     # -- one recovery ---------------------------------------------------------------------------
     def recover_once(self, state: JobState, lost: list[dict], causes: dict[str, str]) -> None:
         """One recovery, as one attempt holding the cluster's lease: every mutating step (stopping the
-        survivors, deleting the lost nodes, `up`, re-delivering the job) first proves it still holds it."""
+        survivors, deleting the lost nodes, `up`, re-delivering the job) first proves it still holds it.
+        The job is RECOVERING in its record from the moment the loss is seen."""
+        if self.guard is not None:  # None when recover_once runs outside run()
+            names = [r["node"] for r in lost]
+            self.guard.tell(RECOVERING, state.attempt + 1, node=", ".join(names),
+                            cause=", ".join(sorted({causes[n] for n in names})))
         self.session = Session(self.clients, self.project, self.report)
         with self.session.holding(self.jid.cluster or "", "recover", wait_for_lease=True):
             # Another follower may have recovered this loss while this one waited for the lease.
@@ -198,8 +200,8 @@ class Follower:
         cause = ", ".join(sorted({causes[n] for n in names}))
         self._stop_survivors(s)
         last_step = self.last_step()
-        if self.guard is not None:  # None when recover_once runs outside run()
-            self.guard.event(RECOVERING, node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
+        if self.guard is not None:  # the webhook's RECOVERING says where the job stopped (told once, by who wrote it)
+            self.guard.told(RECOVERING, node=", ".join(names), cause=cause, last_step=last_step, attempt=attempt)
         zone = lost[0]["zone"]
         found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
         # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.
@@ -238,6 +240,7 @@ class Follower:
                        history=history, recover=self.recover)
         pending["recovering"] = {**how, "spec": self._cluster_spec_raw()}
         journal.put(self.clients, self.project, self.jid.cluster or "", pending, s.check_lease)
+        record_mod.amend(self.clients, self.project, self.jid, attempt, history=history)
         self._complete(s, pending)
 
     def _complete(self, s: Session, pending: dict) -> None:
@@ -252,32 +255,15 @@ class Follower:
             self._rebuild(s, self._spec_now(how.get("spec")), how["lost"], how["zone"], how.get("lost_ids"))
             nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
         if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
-            raise CloudError(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
-                             f"see 'gcpgpu cluster status {self.jid.cluster}'")
+            raise GaveUp(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
+                         f"see 'gcpgpu cluster status {self.jid.cluster}'")
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record['attempt']} on {len(nodes)} node(s)"
                                      + (" with --resume" if "--resume" in record["args"] else ""))
         cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
         journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
 
     def _causes(self, lost: list[dict]) -> dict[str, str]:
-        """Why each node went: its zone's newest system operation on it (as Google's preemption-history
-        sample reads them). A node name is reused by every recovery, so an older VM's preemption must
-        not explain a newer VM's host error: the newest operation wins, and the VM's own id when known."""
-        ops = self.clients.compute("ZoneOperationsClient")
-        found = {n.name: n for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
-        ids = {name: n.id for name, n in found.items()}
-        out = {}
-        for row in lost:
-            link = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{row['zone']}/instances/{row['node']}"
-            out[row["node"]] = f"node {row['node_status'].lower()}" if row["node_status"] != "RUNNING" else "lost"
-            seen = [op for op in ops.list(request={"project": self.project, "zone": row["zone"],
-                                                    "filter": f'targetLink="{link}"'})
-                     if op.operation_type in CAUSES and (row["node"] not in ids or str(op.target_id) == ids[row["node"]])]
-            if seen:
-                out[row["node"]] = CAUSES[max(seen, key=lambda op: (op.insert_time, int(op.id or 0))).operation_type]
-            elif row["node"] in found and ended_by_run_limit(found[row["node"]]):
-                out[row["node"]] = RUN_LIMIT
-        return out
+        return loss_causes(self.clients, self.project, self.jid.cluster or "", lost)
 
     def _stop_survivors(self, s: Session | None = None) -> None:
         """Cancel the job on the nodes still RUNNING and wait until their agents report it stopped
@@ -296,8 +282,8 @@ class Follower:
                     return
                 update(f"waiting for {', '.join(busy)} to stop the job")
                 clock.sleep(min(self.poll_s, 2.0))
-        raise CloudError(f"job {self.jid}: node(s) did not stop it within {STOP_TIMEOUT_S:.0f}s; cancel it with "
-                         f"'gcpgpu job cancel {self.jid}'")
+        raise GaveUp(f"job {self.jid}: node(s) did not stop it within {STOP_TIMEOUT_S:.0f}s; cancel it with "
+                     f"'gcpgpu job cancel {self.jid}'")
 
     def _cluster_spec_raw(self) -> str:
         """The spec the cluster was brought up with, as its nodes carry it (metadata gcpgpu-spec)."""
@@ -305,8 +291,8 @@ class Follower:
             raw = node.metadata.get("gcpgpu-spec")
             if raw:
                 return raw
-        raise CloudError(f"cluster {self.jid.cluster}'s nodes do not carry their spec (made by an older gcpgpu): "
-                         f"bring it back with 'gcpgpu cluster up {self.jid.cluster} ...' and resubmit with --resume")
+        raise GaveUp(f"cluster {self.jid.cluster}'s nodes do not carry their spec (made by an older gcpgpu): "
+                     f"bring it back with 'gcpgpu cluster up {self.jid.cluster} ...' and resubmit with --resume")
 
     def _spec_now(self, written: str | None) -> Any:
         """The spec to bring the cluster back to: what its nodes carry now (an autostop set since the

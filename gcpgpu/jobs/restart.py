@@ -8,7 +8,9 @@ settings stored in the job's record (jobs/policy.py), decides the rest:
         last checkpoint (Follower.restart); else FAILED as it is
     RUNNING with no progress for --stall-timeout -> STALLED: capture stacks, stop the job, name the
         suspect node; a retry left: restart (cause "stalled"); else the job ends FAILED, cause "stalled"
-    every change of state -> one message to each --notify URL (jobs/notify.py)
+    every change of state -> written in the job's record (jobs/record.py) and, by the follower that
+        wrote it, one message to each --notify URL (jobs/notify.py): a follower that takes over from
+        another tells nothing the record already says
 
 Retries and recoveries are counted apart: each retry is a history entry of kind "retry".
 """
@@ -16,19 +18,18 @@ Retries and recoveries are counted apart: each retry is a history entry of kind 
 from __future__ import annotations
 
 import contextlib
-import json
-import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gcpgpu.errors import CloudError
-from gcpgpu.gcp.operations import batch
 
 from . import cluster as cluster_jobs
 from . import notify, policy, stall
-from .state import FAILED, RUNNING, JobState, is_final
+from . import record as record_mod
+from .state import FAILED, RETRYING, RUNNING, STALLED, JobState, is_final
 
-STALLED = "stalled"
+STALLED_CAUSE = "stalled"
 
 
 def restarts_used(history: list[dict]) -> int:
@@ -39,6 +40,7 @@ class Guard:
     def __init__(self, follower: Any) -> None:
         self.f = follower
         record = cluster_jobs.record_of(follower.clients, follower.project, follower.jid)
+        self.base = record  # the job's record on its nodes: a job record is made from it where there is none
         self.policy: dict = record.get("policy") or {}
         self.max = int(self.policy.get("max_restarts_on_errors") or 0)
         self.notifier = notify.Notifier(self.policy.get("notify") or [], job=str(follower.jid),
@@ -47,31 +49,70 @@ class Guard:
         self.watch = stall.Watch(follower.clients, follower.project, follower.jid, float(timeout),
                                  bool(record.get("bundled_trainer"))) if timeout else None
         self.attempt: int | None = None
-        self.verdict: dict | None = None
+        self.last: JobState | None = None  # what the nodes said last
+        self._deferred: str | None = None  # a state this follower wrote whose webhook waits for its details
 
-    # -- webhooks ------------------------------------------------------------------------------
-    def event(self, name: str, **details: Any) -> None:
-        self.notifier.send(name, **details)
+    # -- the job's record, and the webhooks ------------------------------------------------------
+    def tell(self, state: str, attempt: int, webhook: dict | None = None, defer: bool = False, **fields: Any) -> bool:
+        """Write the job's next state in its record; when this follower is the one that wrote it, show it
+        (on_state) and tell the webhooks (`webhook`: the message's details besides the record's node and
+        cause; `defer`: later, with told()). False when the record already said it."""
+        f = self.f
+        wrote = record_mod.advance(f.clients, f.project, f.jid, state, attempt, base=self.base, **fields)
+        if not wrote:
+            return False
+        shown = self.last or JobState(id=str(f.jid), target="cluster", cluster=f.jid.cluster)
+        f.on_state(replace(shown, state=state, attempt=attempt, node=fields.get("node"), cause=fields.get("cause")))
+        if defer:
+            self._deferred = state
+        else:
+            details = {k: fields[k] for k in ("node", "cause") if fields.get(k) is not None}
+            self.notifier.send(state, attempt=attempt, **{**details, **(webhook or {})})
+        return True
+
+    def told(self, state: str, **details: Any) -> None:
+        """Send the webhook of `state` that tell(defer=True) kept back, now that `details` are known."""
+        if self._deferred == state:
+            self._deferred = None
+            self.notifier.send(state, **details)
+
+    def ended(self) -> JobState | None:
+        """The job's end when its record already holds it (another follower wrote it), else None."""
+        from .view import job_status
+
+        seen = record_mod.read(self.f.clients, self.f.project, self.f.jid.cluster or "").of(self.f.jid.job)
+        if seen is None or not is_final(seen.get("state")):
+            return None
+        return job_status(self.f.clients, self.f.project, self.f.jid)
 
     def changed(self, state: JobState) -> None:
+        """What the nodes say now: RUNNING is written (and told) from their own `started`, so an attempt
+        that ended between two looks was RUNNING all the same."""
+        self.last = state
         if self.watch is not None and state.attempt != self.attempt:
             self.watch.reset()  # a new attempt: its own clock, its own steps
         self.attempt = state.attempt
-        if state.state == RUNNING:
-            self.event(RUNNING, attempt=state.attempt)
+        started = [r["started"] for r in state.per_node if r.get("started")]
+        if state.state == RUNNING or started:
+            self.tell(RUNNING, state.attempt, started=min(started) if started else None, recover=self.f.recover)
 
     def final(self, state: JobState, redone: Callable[[list[dict]], list[dict]] | None = None) -> JobState:
-        """The job's end as the follower returns it; tells the webhooks (FAILED with its cause)."""
-        if is_final(state.state) and self.notifier.urls:
+        """The job's end, written in its record (once: a verdict written before stands) and told to the
+        webhooks with its cause; the job as views show it then."""
+        from .view import job_status
+
+        self.last = state
+        if is_final(state.state):
             history = state.history
             steps = None
-            if history and redone is not None:  # only now does the log say where each attempt resumed
+            if history and redone is not None and self.notifier.urls:  # only now does the log say where each resumed
                 with contextlib.suppress(CloudError):
                     counted = [h["steps_redone"] for h in redone(history) if h["steps_redone"] is not None]
                     steps = sum(counted) if counted else None
-            self.event(state.state, attempt=state.attempt, cause=state.cause or state.error,
-                       recoveries=state.recoveries, restarts=restarts_used(history), steps_redone=steps)
-        return state
+            self.tell(state.state, state.attempt, error=state.error, cause=state.cause,
+                      webhook={"cause": state.cause or state.error, "recoveries": state.recoveries,
+                               "restarts": restarts_used(history), "steps_redone": steps})
+        return job_status(self.f.clients, self.f.project, self.f.jid)
 
     def close(self, wait_s: float = 30.0) -> None:
         self.notifier.close(wait_s)
@@ -90,7 +131,7 @@ class Guard:
             return False
         cause = f"exit code {row['exit_code']}"
         self.f.report.step("retry", f"Retry {used + 1}/{self.max} of job {self.f.jid}: {cause} on {row['node']}")
-        self.event("RETRYING", node=row["node"], cause=cause, attempt=state.attempt + 1)
+        self.tell(RETRYING, state.attempt + 1, node=row["node"], cause=cause)
         self.f.restart(state, cause, row["node"])
         return True
 
@@ -105,35 +146,19 @@ class Guard:
             return None
         timeout = int(self.watch.timeout_s)
         self.f.report.step("stall", f"Job {self.f.jid} stalled: no progress for {timeout}s; suspect node {suspect}")
-        self.event("STALLED", node=suspect, cause=f"no progress for {timeout}s", attempt=state.attempt)
+        self.tell(STALLED, state.attempt, node=suspect, cause=f"no progress for {timeout}s")
         captured = stall.capture(self.f.clients, self.f.project, self.f.jid)
         for node, what in sorted(captured.items()):
             self.f.report.step("capture", f"{node}: {what}")
         used = restarts_used(state.history)
         if used < self.max:
             self.f.report.step("retry", f"Retry {used + 1}/{self.max} of job {self.f.jid}: stalled on {suspect}")
-            self.event("RETRYING", node=suspect, cause=STALLED, attempt=state.attempt + 1)
-            self.f.restart(state, STALLED, suspect,
+            self.tell(RETRYING, state.attempt + 1, node=suspect, cause=STALLED_CAUSE)
+            self.f.restart(state, STALLED_CAUSE, suspect,
                            {"capture": "; ".join(f"{n}: {w}" for n, w in sorted(captured.items()))})
             return "retried"
         self.f._stop_survivors()
-        mark(self.f, {"state": FAILED, "cause": STALLED, "node": suspect, "capture": captured,
-                      "error": "stalled" + (f" again after {used} retr{'y' if used == 1 else 'ies'}" if used else "")
-                               + f": no progress for {timeout}s; suspect node {suspect}"})
+        self.tell(FAILED, state.attempt, cause=STALLED_CAUSE, node=suspect,
+                  error="stalled" + (f" again after {used} retr{'y' if used == 1 else 'ies'}" if used else "")
+                        + f": no progress for {timeout}s; suspect node {suspect}")
         return "failed"
-
-
-def mark(follower: Any, verdict: dict) -> None:
-    """Keep the follower's verdict on the job (FAILED, cause stalled) in its record on every node, so
-    `job status` from anywhere says it, not the CANCELLED its nodes report after being stopped."""
-    clients, project, jid = follower.clients, follower.project, follower.jid
-    record = cluster_jobs.record_of(clients, project, jid)
-    record["verdict"] = {**verdict, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-    def put(pair: tuple[Any, dict]) -> Any:
-        node, _job = pair
-        return cluster_jobs._set_metadata(clients, project, node,
-                                          {**node.metadata, "gcpgpu-job": json.dumps(record, sort_keys=True)},
-                                          cluster_jobs.unfenced)
-
-    batch(clients, project, put, cluster_jobs._job_nodes(clients, project, jid))

@@ -7,8 +7,8 @@ module. The CLI, the metrics' job span and anything else that acts on a job by i
 so a new target (a Slurm cluster, say) is one more entry in BACKENDS.
 
     vertex    jobs/vertex.py: Vertex AI's JobService
-    cluster   jobs/cluster.py on the cluster's nodes; its status from jobs/follower.py (RECOVERING while
-              a recovery is written down)
+    cluster   jobs/cluster.py on the cluster's nodes; its status, list and cancel from jobs/view.py,
+              as the job's record says (jobs/record.py)
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ def _vertex() -> Backend:
 
 
 def _cluster() -> Backend:
-    from . import cluster, follower
+    from . import cluster, follower, view
 
     def listed(clients: Clients, project: str, region: str | None, state: str | None, limit: int) -> list[dict]:
-        # A cluster's nodes hold its latest job only: the rows are few, and the state is filtered here.
-        return [r for r in cluster.list_jobs(clients, project) if not state or r["state"] == state]
+        # A cluster's last jobs (jobs/record.py's KEEP): the rows are few, and the state is filtered here.
+        return [r for r in view.list_jobs(clients, project) if not state or r["state"] == state]
 
-    return Backend(status=follower.job_status, cancel=cluster.cancel_job, log_filter=cluster.log_filter,
+    return Backend(status=view.job_status, cancel=view.cancel_job, log_filter=cluster.log_filter,
                    list_jobs=listed, follow=follower.follow)
 
 

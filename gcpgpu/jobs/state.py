@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-# Vertex AI's JobState names without their JOB_STATE_ prefix; a cluster job takes its nodes' agents'
-# (PENDING, RUNNING and the three ends), UNKNOWN where an agent has not reported it, and RECOVERING while
-# its follower brings it back from lost nodes.
+# Vertex AI's JobState names without their JOB_STATE_ prefix. A cluster job's are its record's
+# (jobs/record.py): PENDING, RUNNING, RECOVERING (a node was lost: its follower brings the job back),
+# RETRYING (the job failed and runs again from its checkpoint), STALLED (no progress: the follower acts),
+# and one of SUCCEEDED, FAILED, CANCELLED once nothing remains to do; UNKNOWN where no agent has reported.
 QUEUED = "QUEUED"
 PENDING = "PENDING"
 RUNNING = "RUNNING"
@@ -27,6 +28,8 @@ CANCELLED = "CANCELLED"
 EXPIRED = "EXPIRED"
 PARTIALLY_SUCCEEDED = "PARTIALLY_SUCCEEDED"
 RECOVERING = "RECOVERING"
+RETRYING = "RETRYING"
+STALLED = "STALLED"
 UNKNOWN = "UNKNOWN"
 
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED, PARTIALLY_SUCCEEDED})  # a cluster job ends in the first three
@@ -39,14 +42,15 @@ CAUSE_LOG = "log"  # the first error line of the job's log, read when the state 
 _HEAD = ("id", "target", "name", "state", "created", "started", "ended", "error", "nodes", "machine_type")
 _VERTEX = ("strategy", "pools", "resource", "note")
 _CLUSTER = ("cluster", "master", "image", "per_node", "nnodes", "attempt", "recover", "recoveries", "history",
-            "restarts", "output_dir")
+            "restarts", "output_dir", "node")
+_WHEN_SET = ("master", "restarts", "node")  # a cluster job's keys shown only when they have a value
 _SPENT = ("uptime_s", "node_hours", "cost_usd", "uptime", "cost")
 _REDONE = ("steps_redone", "steps_redone_max")
 
 
-def is_final(state: str) -> bool:
-    """Whether a job in `state` has ended for good (as its service or its nodes say; a cluster job's
-    follower may still recover a loss: follower.settled)."""
+def is_final(state: str | None) -> bool:
+    """Whether a job in `state` has ended for good: as Vertex AI says, or as a cluster job's record says
+    (written only when no recovery or retry remains; a node's own end is not the job's: jobs/record.py)."""
     return state in FINAL
 
 
@@ -90,6 +94,7 @@ class JobState:
     history: list[dict] = field(default_factory=list)  # each recovery or retry (the job's record)
     restarts: int | None = None  # retries; None when no node holds the job any more
     output_dir: str | None = None
+    node: str | None = None  # RECOVERING, RETRYING, STALLED: the node(s) it is about
     cause: str | None = None  # why it ended, in a word or the program's own line
     cause_from: str | None = None  # CAUSE_FOLLOWER | CAUSE_LOG: where `cause` came from; None without one
     # Added for `job status` (jobs/detail.py)
@@ -108,7 +113,7 @@ class JobState:
             out.update((key, getattr(self, key)) for key in _VERTEX)
         elif self.target == "cluster":
             out.update((key, getattr(self, key)) for key in _CLUSTER
-                       if key not in ("master", "restarts") or getattr(self, key) is not None)
+                       if key not in _WHEN_SET or getattr(self, key) is not None)
         if self.cause_from == CAUSE_FOLLOWER:
             out["cause"] = self.cause
         if self.spent is not None:

@@ -58,7 +58,7 @@ def submit(settings: Settings, spec: JobSpec, *, region: str | None = None, dry_
     follow = (wait or recover is not None or bool(policy.record_fields(job.spec))) and not detach
     if job.target == "vertex":
         return replace(_vertex(settings, job, dry_run, say), follow=follow)
-    return replace(_cluster(settings, job, dry_run, say, recover, follower_image if detach else None, detach),
+    return replace(_cluster(settings, job, dry_run, say, recover, follower_image if detach else None, detach, follow),
                    follow=follow)
 
 
@@ -106,7 +106,7 @@ def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str
 
 
 def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], recover: int | None,
-             follower_image: FollowerImage | None, detach: bool) -> Submitted:
+             follower_image: FollowerImage | None, detach: bool, follow: bool = False) -> Submitted:
     from . import cluster as cluster_jobs
     from . import usercode
     from .spec import job_env
@@ -135,5 +135,5 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
                                "command": command, "args": args, "env": job_env(job, placed.machine, "vm"),
                                **({"follower_image": agent} if agent else {})})
     jid, summary = cluster_jobs.submit(settings.clients, settings.project, job, cluster, recover, placed,
-                                       detach=detach, agent=agent)
+                                       detach=detach, agent=agent, followed=follow)
     return Submitted(job, summary, jid)

@@ -10,26 +10,31 @@ carries, and while no job runs judges the cluster's autostop (cluster/autostop.p
 job running and every GPU under the idle floor `gcpgpu metrics` uses; before it stops or deletes the
 cluster it tells the setting's webhooks AUTOSTOPPED (jobs/notify.py). The others wait to take over.
 It sits above cluster/, jobs/ and metrics/ because it uses all three.
+
+Its leases name its node (cluster/lease.py's on_node), so once Compute says the node is going another
+node's follower takes the lead at once; and when the node shuts down (a Spot preemption's notice
+reaches its services as SIGTERM) it hands what it holds over before it goes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
 
 from gcpgpu.cluster import autostop
+from gcpgpu.cluster import lease as leases
 from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
 from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
-from gcpgpu.errors import CloudError
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.jobs import cluster as cluster_jobs
 from gcpgpu.jobs import follower, journal, notify
-from gcpgpu.jobs.state import ACTIVE
+from gcpgpu.jobs.recover import GaveUp
+from gcpgpu.jobs.view import job_status
 from gcpgpu.times import format_duration
 
 GPU_WINDOW_S = 180.0  # the newest GPU point within this window counts (Ops Agent writes once a minute)
@@ -54,7 +59,7 @@ def job_running(clients: Clients, project: str, cluster: str) -> bool:
     found = follower.current_job(clients, project, cluster)
     if found is None:
         return False
-    return cluster_jobs.status(clients, project, found[0]).state in ACTIVE
+    return not job_status(clients, project, found[0]).final
 
 
 def gpus_busy(clients: Clients, project: str, cluster: str) -> bool:
@@ -141,6 +146,14 @@ def serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float
           say: Callable[[str], None]) -> int:
     """Lead when nobody does; follow the cluster's job; judge its autostop. Ends when the cluster is gone."""
     lead = follower.leadership(clients, project, cluster, f"node {node}")
+    try:
+        return _serve(clients, project, cluster, node, poll_s, say, lead)
+    finally:  # the node is going (SIGTERM) or the cluster is gone: the lead is another node's at once
+        lead.release()
+
+
+def _serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float, say: Callable[[str], None],
+           lead: Lease) -> int:
     done: set[str] = set()  # jobs this follower saw end (or gave up on)
     idle = autostop.IdleClock()
     while True:
@@ -159,9 +172,7 @@ def serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float
                     try:
                         final = f.run()
                         say(f"job {found[0]} ended {final.state}")
-                    except CloudError as e:
-                        if isinstance(e, LeaseLost):
-                            raise
+                    except GaveUp as e:  # written FAILED in the job's record
                         say(str(e))
                     done.add(str(found[1]["id"]))
                     idle.reset()
@@ -188,7 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} gcpgpu follower on {args.node}: {text}", flush=True)
 
-    return serve(clients, args.project, args.cluster, args.node, args.poll, say)
+    def going(_signum: int, _frame: object) -> None:  # systemd stops the service: the node shuts down
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, going)
+    mine = next((n for n in observe_nodes(clients, args.project, args.cluster) if n.name == args.node), None)
+    if mine is not None:  # this VM (the one RUNNING now under this name): the leases taken here name it
+        leases.on_node(mine.name, mine.zone, mine.id)
+    try:
+        return serve(clients, args.project, args.cluster, args.node, args.poll, say)
+    except KeyboardInterrupt:
+        say("the node is going: handed the lead over")
+        return 0
 
 
 if __name__ == "__main__":
