@@ -94,19 +94,21 @@ def _leader(items: list[dict[str, str]], cluster: str) -> dict | None:
     return got if isinstance(got, dict) and float(got.get("expires", 0)) > clock.now() else None
 
 
-def read(clients: Clients, project: str, cluster: str) -> Seen:
-    """The cluster's job records, its leader and its pending recovery: one read."""
-    items = journal.items(clients, project)[1]
+def _seen(items: list[dict[str, str]], cluster: str) -> Seen:
     return Seen(_parse(next((i["value"] for i in items if i["key"] == key(cluster)), None)),
                 _leader(items, cluster), journal.pending_in(items, cluster))
+
+
+def read(clients: Clients, project: str, cluster: str) -> Seen:
+    """The cluster's job records, its leader and its pending recovery: one read."""
+    return _seen(journal.items(clients, project)[1], cluster)
 
 
 def read_all(clients: Clients, project: str) -> dict[str, Seen]:
     """Every cluster's Seen that has job records, by cluster name: one read."""
     items = journal.items(clients, project)[1]
-    return {i["key"][len(KEY_PREFIX):]: Seen(_parse(i["value"]), _leader(items, i["key"][len(KEY_PREFIX):]),
-                                             journal.pending_in(items, i["key"][len(KEY_PREFIX):]))
-            for i in items if i["key"].startswith(KEY_PREFIX)}
+    clusters = [i["key"][len(KEY_PREFIX):] for i in items if i["key"].startswith(KEY_PREFIX)]
+    return {cluster: _seen(items, cluster) for cluster in clusters}
 
 
 def _compact(record: dict) -> dict:
