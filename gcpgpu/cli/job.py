@@ -62,8 +62,9 @@ def job() -> None:
 @click.option("--machine-type", help="GPU machine type (Vertex: required; cluster: must match the nodes).")
 @click.option("--nodes", type=int, help="Nodes (Vertex: replicas, default 1; cluster: default all its nodes).")
 @click.option("--image", metavar="URI", help="Container image. Default: the image 'gcpgpu container build' last "
-              "pushed for the project, region and GPUDirect flavour (recorded here; on another machine the newest "
-              "FLAVOR-* gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
+              "pushed for the project, region and GPUDirect flavour (recorded here; a --context DIR image only for "
+              "jobs from DIR: --workdir DIR, or submitted there; on another machine the newest FLAVOR-* "
+              "gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
 @click.option("--command", "command", metavar="CMD",
               help="Run CMD instead of the image's entrypoint (split like a shell, e.g. 'python -m gcpgpu.trainer').")
 @click.option("--name", help="Job name (lowercase letters, digits, dashes). Default: train.")
