@@ -172,9 +172,12 @@ def resolve(settings: Any, *, region: str, flavor: str, dry_run: bool, say: Any,
             return mine
         others = [f for f in context_folders(emulated=emulated, project=project, region=region, flavor=flavor)
                   if f != folder_key(origin)]
-        if others:
-            say(f"note: the --context image of {others[-1]} runs only jobs from that folder (submitted there, or "
-                f"with --workdir {others[-1]}); this job gets the gcpgpu image")
+        if len(others) == 1:
+            say(f"note: the --context image of {others[0]} runs only jobs from that folder (submitted there, or "
+                f"with --workdir {others[0]}); this job gets the gcpgpu image")
+        elif others:
+            say(f"note: the --context images of {', '.join(others)} run only jobs from their own folders (submitted "
+                "there, or with that --workdir); this job gets the gcpgpu image")
     found = remembered(emulated=emulated, project=project, region=region, flavor=flavor)
     if found:
         say(f"image: {found} (the last 'gcpgpu container build' here for {region}, flavour {flavor})")
