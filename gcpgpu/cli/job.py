@@ -317,6 +317,7 @@ def logs(settings: Settings, job_id: str, follow: bool) -> None:
     count = job_logs.stream(settings.clients, project, flt, show, follow=follow, finished=finished,
                             poll_s=_poll_s(settings) if settings.emulator else 5.0)
     if count == 0 and not follow:
+        route.status(settings.clients, project, jid)  # a job that does not exist is its one line, exit 1
         info(f"No log entries for {jid} yet (Cloud Logging can lag a minute behind).")
 
 
