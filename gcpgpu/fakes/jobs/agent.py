@@ -43,6 +43,7 @@ from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 from ..activity import Activity
 from ..core import ApiError
 from . import mounts
+from .lastwords import killed
 from .node import NodeHealth
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
 from .storage import PathRefused, Storage
@@ -340,6 +341,8 @@ class ClusterAgent:
                     code = replica.returncode if replica.returncode is not None else -1
                     state = {"succeeded": "SUCCEEDED", "cancelled": "CANCELLED"}.get(run.state, "FAILED")
                     message = (run.failure[2] if run.failure else "") or ("cancelled" if state == "CANCELLED" else "")
+                    if state == "FAILED":
+                        message = killed(run, replica) or message
                     self.report(instance_id, state=state, exit_code=code, ended=_stamp(run.ended or time.time()),
                                 message=message)
 

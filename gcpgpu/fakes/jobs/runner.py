@@ -37,6 +37,7 @@ from pathlib import Path
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 from gcpgpu.trainer.argv import trainer_args
 
+from .lastwords import banner
 from .procs import descendants, kill_family, signal_group, start_time
 from .storage import PathRefused
 
@@ -61,6 +62,7 @@ _LOADS_CODE = re.compile(r"LD_\w*|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|BASH_EN
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
 SIDECAR_STOP_S = 20.0  # the reporter's last write may take up to its 10 s timeout
+FAMILY_SCAN_S = 0.5  # how often a running replica's processes are listed (/proc), so its orphans can be killed
 
 
 @dataclass(frozen=True)
@@ -372,18 +374,29 @@ class Runner:
         for raw in iter(pipe.readline, b""):  # type: ignore[attr-defined]
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
             run.log(replica.spec.task, stream, text)
-            if stream == "stderr" and text.strip():
+            if stream == "stderr" and text.strip() and not banner(text):
                 replica.last_error = text.strip()
         pipe.close()  # type: ignore[attr-defined]
 
     def _watch(self, run: Run) -> None:
         stop_sent: float | None = None
+        scanned = float("-inf")
         while True:
+            if stop_sent is None and time.monotonic() - scanned >= FAMILY_SCAN_S:
+                scanned = time.monotonic()
+                for replica in run.replicas:  # known before the replica dies: its orphans cannot be found after
+                    if replica.returncode is None and replica.popen is not None:
+                        replica.family |= descendants(replica.popen.pid)
             for replica in run.replicas:
                 if replica.returncode is None and replica.popen is not None:
                     code = replica.popen.poll()
                     if code is not None:
                         replica.returncode, replica.ended = code, time.time()
+                        if stop_sent is None:
+                            # Its own end (not a stop the runner asked for): a container ends with its first
+                            # process, and every process left in it is killed (a torchrun killed for memory
+                            # leaves no worker training on, and no peer waiting for it).
+                            kill_family(replica.family)
                         if code != 0 and run.failure is None and not run._cancel.is_set():
                             for t in replica.readers:
                                 t.join(2)  # the failure message quotes the replica's last words
