@@ -80,6 +80,9 @@ def test_a_cluster_jobs_trainer_numbers_reach_monitoring(gcp, tmp_path):
     node = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "m-0")
     ((began, ended),) = gcp.activity.spans(node["id"])
     assert ended is not None and began < ended
+    # ... with the steps its trainer logged, which its made-up GPU and network series follow (issue 38).
+    ((_spans, (steps,)),) = gcp.activity.work_of([node["id"]])
+    assert [s for _t, s in steps][-1] == 3 and all(began <= t <= ended for t, _s in steps), steps
 
 
 def test_a_vertex_jobs_reporter_writes_for_its_numeric_job_id(gcp):

@@ -29,6 +29,7 @@ reporter (Run.metrics), which LocalJobs starts beside it when the trainer writes
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -276,7 +277,8 @@ class ClusterAgent:
         cluster = _cluster_of(inst, job)
         metrics = MetricsTarget(project, zone, "cluster", cluster) if rank == 0 and cluster else None
         run = self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)],
-                                on_change=self._on_change(iid), describe=describe, metrics=metrics)
+                                on_change=self._on_change(iid), describe=describe, metrics=metrics,
+                                on_line=self._stepper(run_id))
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id} "
                               f"locally on 127.0.0.1:{port}, CPU only, one process")
 
@@ -294,7 +296,8 @@ class ClusterAgent:
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         command = [*map(str, job.get("command") or []), *map(str, job.get("args") or [])]
         replica = self.user.replica(inst["name"], command, env, self.runner.workdir(run_id) / "workdir")
-        run = self.runner.start(run_id, [replica], on_change=self._on_change(iid), describe=describe)
+        run = self.runner.start(run_id, [replica], on_change=self._on_change(iid), describe=describe,
+                                on_line=self._stepper(run_id))
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id}'s "
                               f"command through the image's entrypoint in a sandbox, on 127.0.0.1:{port}, CPU only")
 
@@ -328,7 +331,7 @@ class ClusterAgent:
         def changed(run: Run) -> None:
             if self.activity is not None:  # the node was busy while the job's process ran, whoever stopped it
                 if run.state == "running":
-                    self.activity.begin(instance_id, run.id)
+                    self.activity.begin(instance_id, run.id, job=_job_key(run.id))
                 elif run.done:
                     self.activity.end(instance_id, run.id)
             with self._lock:
@@ -348,6 +351,18 @@ class ClusterAgent:
 
         return changed
 
+    def _stepper(self, run_id: str) -> Callable[[LogLine], None] | None:
+        """What tells Monitoring's ledger the steps a node's job logs (its nodes progress together)."""
+        if self.activity is None:
+            return None
+        activity, job = self.activity, _job_key(run_id)
+
+        def seen(line: LogLine) -> None:
+            if m := STEP_LINE.match(line.text):
+                activity.progress(job, int(m.group(1)))
+
+        return seen
+
     def _describer(self, project: str, zone: str, inst: dict, job_id: str, image: str) -> Callable[[LogLine], dict]:
         """Log entries as Docker's gcplogs driver writes a container's output (the agent runs it so)."""
         name = container_name(job_id)
@@ -364,6 +379,16 @@ class ClusterAgent:
             }
 
         return describe
+
+
+# A line that carries a step, at its start: the trainer's "step 9 | loss ...", a user's "Step 10/100 ...",
+# "step=10 ..." or a JSON line {"step": 10, ...}; a launcher's "[rank0]:" prefix allowed.
+STEP_LINE = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?[{\"']*\s*step[\"']?\s*[=:]?\s*(\d+)", re.IGNORECASE)
+
+
+def _job_key(run_id: str) -> str:
+    """The job attempt a node's run belongs to (its run id less the node): cluster/PROJECT/RUN."""
+    return run_id.rsplit("/", 1)[0]
 
 
 def _cluster_of(inst: dict, job: dict) -> str:

@@ -125,8 +125,10 @@ class Run:
     TERMINAL = ("succeeded", "failed", "cancelled")
 
     def __init__(self, run_id: str, replicas: list[ReplicaSpec], workdir: Path, seq: itertools.count,
-                 describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> None:
+                 describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None,
+                 on_line: Callable[[LogLine], None] | None = None) -> None:
         self.id = run_id
+        self.on_line = on_line  # told each line as it is captured (the job agent reads the steps a job makes)
         self.workdir = workdir
         # Turns a captured line into the Cloud Logging entry the real service would write for it.
         self.describe = describe
@@ -154,10 +156,16 @@ class Run:
         return self._done.wait(timeout)
 
     def log(self, task: str, stream: str, text: str) -> None:
+        line = LogLine(next(self._seq), time.time(), task, stream, text)
         with self._lock:
-            self.lines.append(LogLine(next(self._seq), time.time(), task, stream, text))
+            self.lines.append(line)
             if len(self.lines) > MAX_LINES:
                 del self.lines[: len(self.lines) - MAX_LINES]
+        if self.on_line is not None:
+            try:
+                self.on_line(line)
+            except Exception as e:  # a watcher's bug must not stop the job's output being read
+                print(f"gcpgpu emulator: job {self.id}: reading its line failed: {e}", file=sys.stderr)
 
     def log_lines(self) -> list[LogLine]:
         with self._lock:
@@ -215,9 +223,11 @@ class Runner:
 
     def start(self, run_id: str, replicas: list[ReplicaSpec], *, delay_s: float = 0.0,
               on_change: Callable[[Run], None] | None = None,
-              describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> Run:
-        """Start `replicas` after `delay_s` (the provisioning the cloud would do first), in the background."""
-        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe, metrics)
+              describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None,
+              on_line: Callable[[LogLine], None] | None = None) -> Run:
+        """Start `replicas` after `delay_s` (the provisioning the cloud would do first), in the background;
+        `on_line` is told each line of their output as it comes."""
+        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe, metrics, on_line)
         self._add(run)
         thread = threading.Thread(target=self._supervise, args=(run, delay_s, on_change),
                                   name=f"emulator-run-{run_id}", daemon=True)
