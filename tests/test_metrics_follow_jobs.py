@@ -122,7 +122,7 @@ def test_a_jobs_tail_says_no_data_yet_then_ended_and_never_shows_old_numbers_as_
                         client=Clients(emulator=gcp.address, project=PROJECT).monitoring())
     reporter.pending.add({"step": 90, "tokens_per_s": 5000.0, "world_size": 2, "mfu": 0.4})
     assert reporter.flush()  # an earlier job's throughput, still in the cluster's series
-    time.sleep(1.1)  # job start times are whole seconds
+    gcp.clock.advance(1.1)  # job start times are whole seconds: the job starts in a later second than that point
     submitted = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--command", "sleep 600")
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.splitlines()[0]

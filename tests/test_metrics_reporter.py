@@ -126,17 +126,20 @@ def test_a_broken_client_factory_is_soft_too(tmp_path):
 def test_the_background_thread_sends_while_training_goes_on(gcp, client, tmp_path):
     gcp.monitoring.min_point_spacing_s = 0.0  # this test writes faster than the real API allows
     log = tmp_path / "train.jsonl"
-    rep = Reporter(log, project=PROJECT, kind="cluster", name="demo", client=client, interval_s=0.2).start()
+    now = [1_000_000.0]  # the reporter's clock: each record comes a whole interval after the last write
+    rep = Reporter(log, project=PROJECT, kind="cluster", name="demo", client=client, interval_s=0.2,
+                   clock=lambda: now[0]).start()
     try:
         for step in range(1, 4):
+            now[0] += 1
             append(log, record(step))
             deadline = time.monotonic() + 10
             while step not in written(gcp, "step") and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert step in written(gcp, "step")
     finally:
-        append(log, record(9))
-        time.sleep(0.3)
+        now[0] += 1
+        append(log, record(9))  # perhaps after the thread's last poll: stop() still sends it
         rep.stop()
     assert written(gcp, "step")[-1] == 9.0  # stop() sends what was left
 
