@@ -182,3 +182,15 @@ def test_no_reporter_without_log_json_or_when_turned_off():
     argv = argv_for(["--log-json=t.jsonl"], {})
     assert argv is not None and argv[3:7] == ["--log-json", "t.jsonl", "--cluster", "c"]
     assert argv[-4:] == ["--emulator", "127.0.0.1:1", "--pid", "7"]
+
+
+@pytest.mark.slow
+def test_a_vertex_jobs_steps_are_what_its_made_up_metrics_follow(gcp):
+    """Issue 38: the emulator's series of a job's replicas follow the steps they log (as a cluster's nodes do)."""
+    pytest.importorskip("torch")
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--wait",
+                 "--env", "GCPGPU_METRICS=0", "--", "--model", "tiny", "--data", "synthetic", "--steps", "3",
+                 "--batch-size", "2", "--seq-len", "16", "--log-every", "1")
+    assert result.exit_code == 0, result.output
+    (job,) = gcp.vertex.started_jobs("test-proj")
+    assert [s for _t, s in job["steps"]][-1] == 2 and all(job["start"] <= t for t, _s in job["steps"]), job

@@ -10,6 +10,7 @@ advances the clock sees a job run for as long as it says.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 
@@ -19,6 +20,15 @@ MAX_STEP_POINTS = 4096  # per job: a long run's older progress is thinned, never
 STEP_SPACING_S = 1.0  # at most one recorded point per second (the rest only move the last one)
 
 Steps = tuple[tuple[float, int], ...]  # (time, step) a job's log reached, oldest first
+# A line that carries a step, at its start: the trainer's "step 9 | loss ...", a user's "Step 10/100 ...",
+# "step=10 ..." or a JSON line {"step": 10, ...}; a launcher's "[rank0]:" prefix allowed.
+_STEP_LINE = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?[{\"']*\s*step[\"']?\s*[=:]?\s*(\d+)", re.IGNORECASE)
+
+
+def step_in(text: str) -> int | None:
+    """The step a job's output line says it reached, or None."""
+    m = _STEP_LINE.match(text)
+    return int(m.group(1)) if m else None
 
 
 @dataclass
@@ -64,6 +74,11 @@ class Activity:
             if len(pts) > MAX_STEP_POINTS:
                 half = len(pts) // 2
                 pts[:half] = pts[:half:2]
+
+    def steps(self, job: str) -> Steps:
+        """The steps `job` logged."""
+        with self._lock:
+            return tuple(self._steps.get(job, ()))
 
     def work_of(self, instance_ids: list[str]) -> list[tuple[tuple[tuple[float, float | None], ...], tuple[Steps, ...]]]:
         """Per VM, its busy spans (as spans() gives them) and, for each, the steps its job logged (empty: none).

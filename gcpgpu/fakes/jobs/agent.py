@@ -29,7 +29,6 @@ reporter (Run.metrics), which LocalJobs starts beside it when the trainer writes
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import socket
 import subprocess
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 
-from ..activity import Activity
+from ..activity import Activity, step_in
 from ..core import ApiError
 from . import mounts
 from .lastwords import killed
@@ -358,8 +357,8 @@ class ClusterAgent:
         activity, job = self.activity, _job_key(run_id)
 
         def seen(line: LogLine) -> None:
-            if m := STEP_LINE.match(line.text):
-                activity.progress(job, int(m.group(1)))
+            if (step := step_in(line.text)) is not None:
+                activity.progress(job, step)
 
         return seen
 
@@ -379,11 +378,6 @@ class ClusterAgent:
             }
 
         return describe
-
-
-# A line that carries a step, at its start: the trainer's "step 9 | loss ...", a user's "Step 10/100 ...",
-# "step=10 ..." or a JSON line {"step": 10, ...}; a launcher's "[rank0]:" prefix allowed.
-STEP_LINE = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?[{\"']*\s*step[\"']?\s*[=:]?\s*(\d+)", re.IGNORECASE)
 
 
 def _job_key(run_id: str) -> str:

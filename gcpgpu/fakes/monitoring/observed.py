@@ -35,5 +35,6 @@ def vertex_jobs(vertex: Any, project: str) -> dict[str, dict]:
         machine = ((pools[0] or {}).get("machineSpec") or {}).get("machineType", "") if pools else ""
         if replicas:
             out[job["name"].rsplit("/", 1)[-1]] = {"project": project, "replicas": replicas, "machine_type": machine,
-                                                   "start": job["start"], "end": job["end"], "stragglers": {}}
+                                                   "start": job["start"], "end": job["end"], "stragglers": {},
+                                                   "steps": job.get("steps") or ()}
     return out

@@ -447,7 +447,9 @@ class Generator:
             for r in range(int(job["replicas"])):
                 task = f"workerpool0-{r}" if r == 0 else f"workerpool1-{r - 1}"
                 factor = job.get("stragglers", {}).get(task, 1.0)
-                vm = Vm(project, f"{job_id}{r}", task, "", job["machine_type"], {}, spans, spans)  # busy while it runs
+                # Busy while it runs, as its replicas' steps say where they logged any.
+                vm = Vm(project, f"{job_id}{r}", task, "", job["machine_type"], {}, spans, spans,
+                        (tuple(job.get("steps") or ()),))
                 labels = {"project_id": project, "job_id": job_id, "task_name": task}
                 if metric_type.startswith(VERTEX + "network/"):
                     kind = NET + ("sent_bytes_count" if "sent" in metric_type else "received_bytes_count")
