@@ -379,9 +379,11 @@ def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = 
 
 
 def cancel_job(clients: Clients, project: str, jid: ids.JobId) -> JobState:
-    """`job cancel`: ask every node to stop the job; its state right after asking."""
+    """`job cancel`: ask every node to stop the job; its state as they reported it when asked (the nodes
+    whose rank still ran are those the asking stops: read after, an agent may have stopped already)."""
+    state = status(clients, project, jid)
     cancel(clients, project, jid)
-    return status(clients, project, jid)
+    return state
 
 
 def list_jobs(clients: Clients, project: str) -> list[dict]:
