@@ -344,7 +344,7 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
             "exit_code": int(code) if code not in (None, "") and code.lstrip("-").isdigit() else None,
             "started": report.get("started") if ours else None, "ended": report.get("ended") if ours else None,
             "message": f"node is {inst.status}: lost while the job ran" if lost else
-            (report.get("message") or None) if ours else
+            _said(report.get("message")) if ours else
             ("no report from the node's job agent yet" if inst.status == "RUNNING" else f"node is {inst.status}"),
             "node_status": inst.status, "zone": inst.zone,
             "ends_at": inst.ends_at, "maintenance": inst.maintenance,  # known ends ahead (jobs/ahead.py)
@@ -352,7 +352,10 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     rows.sort(key=lambda r: r["rank"])
     job = newest
     overall = aggregate([r["state"] for r in rows])
-    failed = next((r for r in rows if r["state"] == FAILED), None)
+    # The node that failed first says why: a lost one (its agent went with it, no end is reported), else
+    # the earliest end, not the lowest rank (a survivor's peer error follows the node that set it off).
+    failed = min((r for r in rows if r["state"] == FAILED), default=None,
+                 key=lambda r: (r["node_status"] == "RUNNING", r["ended"] or "~", r["rank"]))
     error = None
     if failed:
         # A node's last words may be its launcher's banner (torchrun's "=====" report): never the error.
@@ -376,6 +379,12 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
         output_dir=job.get("output_dir"),
         **({"cause": verdict["cause"], "cause_from": CAUSE_FOLLOWER} if verdict.get("cause") else {}),
     )
+
+
+def _said(message: str | None) -> str | None:
+    """A node agent's message as the views show it: an older agent's last log line may be a launcher's
+    banner (torchrun's "=====" report), which says nothing."""
+    return None if not message or job_logs.launcher_noise(message) else message
 
 
 def aggregate(states: list[str]) -> str:
@@ -407,9 +416,11 @@ def cancel(clients: Clients, project: str, jid: ids.JobId, only_running: bool = 
 
 
 def cancel_job(clients: Clients, project: str, jid: ids.JobId) -> JobState:
-    """`job cancel`: ask every node to stop the job; its state right after asking."""
+    """`job cancel`: ask every node to stop the job; its state as they reported it when asked (the nodes
+    whose rank still ran are those the asking stops: read after, an agent may have stopped already)."""
+    state = status(clients, project, jid)
     cancel(clients, project, jid)
-    return status(clients, project, jid)
+    return state
 
 
 def list_jobs(clients: Clients, project: str) -> list[dict]:
