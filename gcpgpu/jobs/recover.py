@@ -46,7 +46,7 @@ from gcpgpu.trainer.argv import log_every
 from . import ahead, ids, journal
 from . import cluster as cluster_jobs
 from . import logs as job_logs
-from .state import CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
+from .state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
@@ -114,6 +114,10 @@ class Follower:
                 if self.guard.retry_failure(state):
                     last = None
                     continue
+                if any(r["state"] in ACTIVE for r in state.per_node):
+                    # The ranks left run on (or wait in a collective for the dead one) until stopped: now.
+                    self._stop_survivors()
+                    state = cluster_jobs.status(self.clients, self.project, self.jid)
                 return state
             if lost:
                 used = state.recoveries
