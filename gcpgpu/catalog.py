@@ -22,7 +22,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _GPU_KEYS = {
     "model", "memory_gib", "vertex_accelerator", "quota_metric", "spot_quota_metric",
-    "peak_bf16_tflops", "price_per_hour", "spot_price_per_hour",
+    "peak_bf16_tflops", "price_per_hour", "spot_price_per_hour", "nvlink_gbytes_per_s",
 }  # fmt: skip
 # Where a GPU's prices come from; absent: the catalog-wide `prices` entry (as_of, source).
 _PRICE_KEYS = {"price_source", "price_as_of", "price_verified"}
@@ -47,6 +47,7 @@ class GpuType:
     peak_bf16_tflops: float | None
     price_per_hour: float | None
     spot_price_per_hour: float | None
+    nvlink_gbytes_per_s: float | None = None  # NVLink bandwidth of one GPU, both directions; 0: none
     price_source: str = ""
     price_as_of: str = ""
     price_verified: bool = False

@@ -96,7 +96,8 @@ def test_job_submit_region_after_the_command_and_trainer_args_untouched(gcp):
     result = run(*common, "--project", PROJECT, "--region", "us-central1", "--", "--model", "tiny", "--format", "json")
     assert result.exit_code == 2
     assert "unrecognized arguments: --format json" in result.stderr
-    assert gcp.requests.all() == []
+    # --dry-run reads what submit reads (the registry's images, for the default image), and changes nothing.
+    assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in gcp.requests.all()] == [("GET", "dockerImages")]
 
 
 def test_every_command_carries_each_global_option_once():

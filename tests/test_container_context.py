@@ -185,17 +185,47 @@ def image_uri_of(output: str) -> str:
     return pool["containerSpec"]["imageUri"]
 
 
-def test_build_then_dry_run_submit_names_the_image_that_was_built(gcp, tmp_path):
+def test_build_then_dry_run_submit_names_the_image_that_was_built(gcp, tmp_path, monkeypatch):
     gcp.faults.operation_seconds = 0.3
-    built = invoke("container", "build", "-m", "a3-highgpu-8g", "--context", str(user_dir(tmp_path)))
+    code = user_dir(tmp_path)
+    built = invoke("container", "build", "-m", "a3-highgpu-8g", "--context", str(code))
     assert built.exit_code == 0, built.output
     image = built.output.strip().splitlines()[-1]
     before = len(gcp.requests.all())
+    monkeypatch.chdir(code)  # a job from the folder the image was built from
     result = invoke(*VERTEX, "--command", "python train.py", "--dry-run")
     assert result.exit_code == 0, result.output
     assert image_uri_of(result.output) == image
-    assert f"image: {image} (the last 'gcpgpu container build' here" in result.output
-    assert len(gcp.requests.all()) == before  # --dry-run asks nothing, not even the registry
+    assert f"image: {image} (the last 'gcpgpu container build --context {code.resolve()}' here" in result.output
+    assert len(gcp.requests.all()) == before  # the record answered: not even the registry is asked
+
+
+def test_a_context_image_is_the_default_only_for_jobs_from_its_folder(gcp, tmp_path, monkeypatch):
+    """Issue 36: after `container build --context mycode`, every later job of the region ran mycode's image.
+    It is the default for a job submitted from mycode or with --workdir mycode; any other job keeps
+    gcpgpu's image (the one it is built FROM, which the build pushed too), with one note saying why."""
+    gcp.faults.operation_seconds = 0.3
+    code = user_dir(tmp_path)
+    built = CliRunner().invoke(main, ["--format", "json", *GLOBAL, "container", "build", "-m", "a3-highgpu-8g",
+                                      "--context", str(code)])
+    assert built.exit_code == 0, built.output
+    image, bundled = json.loads(built.stdout)["image"], json.loads(built.stdout)["base"]  # FROM gcpgpu's, pushed too
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "run.py").write_text("print('another project')\n")
+    monkeypatch.chdir(elsewhere)
+    unrelated = invoke(*VERTEX, "--dry-run", "--", "--model", "tiny")
+    assert unrelated.exit_code == 0, unrelated.output
+    assert image_uri_of(unrelated.output) == bundled
+    assert (f"note: the --context image of {code.resolve()} runs only jobs from that folder (submitted there, or "
+            f"with --workdir {code.resolve()}); this job gets the gcpgpu image") in unrelated.output
+    other_workdir = invoke(*VERTEX, "--workdir", ".", "--command", "python run.py", "--dry-run")
+    assert image_uri_of(other_workdir.output) == bundled
+    by_workdir = invoke(*VERTEX, "--workdir", str(code), "--command", "python train.py", "--dry-run")
+    assert by_workdir.exit_code == 0, by_workdir.output
+    assert image_uri_of(by_workdir.output) == image
+    monkeypatch.chdir(code / "data")  # a folder inside is another folder: the rule is the folder itself
+    assert image_uri_of(invoke(*VERTEX, "--command", "python ../train.py", "--dry-run").output) == bundled
 
 
 def test_the_record_is_per_flavour_and_region(gcp, tmp_path):
@@ -211,25 +241,58 @@ def test_the_record_is_per_flavour_and_region(gcp, tmp_path):
     assert ":mine" not in elsewhere.output
 
 
-def test_dry_run_without_a_record_says_where_submit_will_look(gcp):
+def test_dry_run_without_a_record_names_the_image_submit_will_run(gcp):
+    """Issue 36: the dry-run printed `gcpgpu-trainer:tcpx-*` and "none there: it stops" where submit then
+    ran the registry's image. It looks the image up as submit does (a read: nothing changes)."""
+    image = f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-emulator"
     result = invoke(*VERTEX, "--dry-run")
     assert result.exit_code == 0, result.output
-    assert ("submit will run the newest tcpx-* image in Artifact Registry "
-            f"{REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer") in result.output
-    assert ":latest" not in result.output
-    assert gcp.requests.all() == []
+    assert f"image: {image} (the newest tcpx-* image in Artifact Registry)" in result.output
+    assert image_uri_of(result.output) == image
+    assert "*" not in image_uri_of(result.output) and ":latest" not in result.output
+    assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in gcp.requests.all()] == [("GET", "dockerImages")]
+    submitted = CliRunner().invoke(main, ["--format", "json", *GLOBAL, *VERTEX])
+    assert submitted.exit_code == 0, submitted.output
+    (job,) = gcp.vertex.jobs.values()
+    assert job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == image  # what the dry-run said
 
 
-def test_submit_without_a_record_runs_the_newest_image_in_the_registry(gcp, tmp_path, monkeypatch):
+def test_dry_run_says_when_submit_will_stop_or_the_registry_cannot_be_read(gcp, monkeypatch):
+    from gcpgpu.errors import CloudError
+    from gcpgpu.image import default as default_image
+
+    gcp.artifactregistry.seeded = False  # a project where 'container build' never ran
+    result = invoke(*VERTEX, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert (f"image: no gcpgpu image for flavour tcpx in {REGION}-docker.pkg.dev/{PROJECT}/gcpgpu: run 'gcpgpu "
+            "container build --flavor tcpx' (add --context DIR for your code), or pass --image URI; submit will "
+            "stop here") in result.output
+    assert invoke(*VERTEX).exit_code == 2  # as the dry-run said
+
+    def refuse(*args, **kwargs):
+        raise CloudError(f"Artifact Registry {REGION}-docker.pkg.dev/{PROJECT}/gcpgpu: 403 Permission denied")
+
+    monkeypatch.setattr(default_image, "registry_images", refuse)
+    result = invoke(*VERTEX, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert ("image: cannot list Artifact Registry us-central1-docker.pkg.dev/emu-test-project/gcpgpu/gcpgpu-trainer "
+            "from here (Artifact Registry us-central1-docker.pkg.dev/emu-test-project/gcpgpu: 403 Permission denied); "
+            "submit will run its newest tcpx-* image, or stop in one line if it has none") in result.output
+
+
+def test_submit_without_a_record_runs_the_newest_gcpgpu_image_in_the_registry(gcp, tmp_path, monkeypatch):
     gcp.faults.operation_seconds = 0.3
-    built = invoke("container", "build", "-m", "a3-highgpu-8g", "--context", str(user_dir(tmp_path)))
-    image = built.output.strip().splitlines()[-1]
+    built = CliRunner().invoke(main, ["--format", "json", *GLOBAL, "container", "build", "-m", "a3-highgpu-8g",
+                                      "--context", str(user_dir(tmp_path))])
+    assert built.exit_code == 0, built.output
+    base = json.loads(built.stdout)["base"]  # the gcpgpu image the --context one is built FROM, pushed too
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-machine"))  # no local record there
     result = CliRunner().invoke(main, ["--format", "json", *GLOBAL, *VERTEX])
     assert result.exit_code == 0, result.output
-    assert f"image: {image} (the newest tcpx-* image in Artifact Registry)" in result.output
+    # The newest gcpgpu image, not the newer --context one: that is another folder's code.
+    assert f"image: {base} (the newest tcpx-* image in Artifact Registry)" in result.output
     (job,) = gcp.vertex.jobs.values()
-    assert job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == image
+    assert job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == base
 
 
 def test_no_image_anywhere_stops_in_one_line(gcp):
@@ -248,13 +311,15 @@ def test_a_fresh_emulator_serves_a_trainer_image_per_flavour(gcp):
     assert f"image: {REGION}-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:tcpx-emulator" in result.output
 
 
-def test_build_then_cluster_dry_run_names_the_image_that_was_built(gcp, tmp_path):
+def test_build_then_cluster_dry_run_names_the_image_that_was_built(gcp, tmp_path, monkeypatch):
     gcp.faults.operation_seconds = 0.3
-    built = invoke("container", "build", "-m", "a2-highgpu-1g", "--context", str(user_dir(tmp_path)))
+    code = user_dir(tmp_path)
+    built = invoke("container", "build", "-m", "a2-highgpu-1g", "--context", str(code))
     assert built.exit_code == 0, built.output
     image = built.output.strip().splitlines()[-1]
     assert invoke("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone",
                   "us-central1-a", "--yes").exit_code == 0
+    monkeypatch.chdir(code)
     result = invoke("job", "submit", "--cluster", "c", "--command", "python train.py", "--dry-run")
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(result.stdout)["image"] == image
@@ -268,6 +333,7 @@ def test_a_local_build_pushed_to_google_is_what_a_dry_run_names_and_the_emulator
 
     monkeypatch.setenv("PATH", f"{stub_docker(tmp_path, engine=True)}:/usr/bin:/bin")
     code = user_dir(tmp_path)
+    monkeypatch.chdir(code)  # the job below is from the --context folder
     result = CliRunner().invoke(main, [*GLOBAL, "container", "build", "-m", "a2-highgpu-8g", "--context", str(code)])
     assert result.exit_code == 0, result.output
     image = result.output.strip().splitlines()[-1]
@@ -280,7 +346,7 @@ def test_a_local_build_pushed_to_google_is_what_a_dry_run_names_and_the_emulator
     assert dry.exit_code == 0, dry.output
     assert image_uri_of(dry.output) == image
     # The same project on the emulator has no record of that Google build.
-    assert default_image.remembered(emulated=True, project=PROJECT, region=REGION, flavor="none") is None
+    assert default_image.remembered(emulated=True, project=PROJECT, region=REGION, flavor="none", context=code) is None
 
 
 def test_a_registry_that_cannot_be_listed_means_building_the_base_too(gcp, tmp_path, monkeypatch):

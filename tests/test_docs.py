@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 DIFFERENCES = ROOT / "gcpgpu" / "data" / "differences.md"
@@ -67,23 +69,25 @@ TWINS: dict[str, Twin] = {
     "export GCPGPU_EMULATOR=127.0.0.1:8085": Twin(skip="test_readme_emulator_blocks_run_as_shown (on a free port)"),
     "gcpgpu cluster plan   demo --machine-type a3-highgpu-8g --nodes 4 --region us-central1": Twin(),
     "gcpgpu cluster up   demo --machine-type a3-highgpu-8g --nodes 4 --region us-central1 --yes": Twin(),
+    "gcpgpu cluster up flex --machine-type a3-highgpu-8g --nodes 2 --region us-central1 --flex-start 4h --flex-wait 1h "
+    "--yes": Twin(),
     "gcpgpu cluster up held --machine-type a3-highgpu-8g --nodes 2 --zone us-central1-a --reservation sold --yes":
         Twin(reservation=True),
     "gcpgpu cluster up  demo --machine-type a3-highgpu-8g --nodes 4 --region us-central1 --iap-ssh --yes":
         Twin(code=2, says="has no VM to log in to"),
     "gcpgpu cluster doctor demo": Twin(setup=SMALL_CLUSTER.format("demo")),
     "gcpgpu job submit --vertex --region us-central1 --machine-type a2-highgpu-1g --nodes 2 --wait -- --model tiny "
-    "--steps 20 --seq-len 64": Twin(says="SUCCEEDED"),
+    "--steps 10 --seq-len 32": Twin(says="SUCCEEDED"),
     "gcpgpu job submit --vertex --region us-central1 --machine-type a3-highgpu-8g --nodes 4 --spot -- --model 350m "
     "--parallel fsdp --precision bf16 --batch-size 32": Twin(gpu=True),
-    'JOB=$(gcpgpu job submit --cluster jobs -- --model tiny --steps 20 --seq-len 64)':
+    'JOB=$(gcpgpu job submit --cluster jobs -- --model tiny --steps 10 --seq-len 32)':
         Twin(setup=SMALL_CLUSTER.format("jobs"), says="SUCCEEDED"),
     "gcpgpu cluster up spot --machine-type a2-highgpu-1g --nodes 2 --spot --region us-central1 --yes":
         Twin(says="SUCCEEDED"),
-    "gcpgpu cluster up spot --machine-type a3-highgpu-8g --nodes 4 --spot --region us-central1 --yes": Twin(gpu=True),
+    "gcpgpu cluster up spot8 --machine-type a3-highgpu-8g --nodes 4 --spot --region us-central1 --yes": Twin(gpu=True),
     "gcpgpu cluster up away --machine-type a2-highgpu-1g --nodes 2 --spot --no-placement --max-run-duration 8h "
     "--autostop 30m --down --region us-central1 --yes": Twin(says="SUCCEEDED"),
-    "python -m gcpgpu.trainer --model tiny --steps 20 --seq-len 64": Twin(says="Memory per GPU: tiny"),
+    "python -m gcpgpu.trainer --model tiny --steps 10 --seq-len 32": Twin(says="Memory per GPU: tiny"),
     "python -m gcpgpu.trainer --model 124m --parallel fsdp --precision bf16 --data synthetic --steps 100 "
     "--batch-size 32": Twin(gpu=True),
     "gcpgpu nccl env --machine-type a3-megagpu-8g": Twin(says="gcpgpu-trainer:"),
@@ -153,6 +157,54 @@ def test_readme_code_blocks_are_safe_to_paste():
     assert wrong == []
 
 
+def _paragraph_before(number: int) -> str:
+    """The README's paragraph right above the code block that starts at line `number`, on one line."""
+    lines = (ROOT / "README.md").read_text().splitlines()[:number - 1]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    paragraph: list[str] = []
+    while lines and lines[-1].strip():
+        paragraph.insert(0, lines.pop().strip())
+    return " ".join(paragraph)
+
+
+def _gpu_sized(line: str) -> bool:
+    """A line that really runs the bundled trainer (not --dry-run) on a model bigger than tiny: on the
+    emulator its processes run on this machine's CPU for hours, and four of a 124m model need ~18 GiB."""
+    runs = re.search(r"gcpgpu job submit |gcpgpu\.trainer ", line) and "--dry-run" not in line
+    model = re.search(r"--model (\S+)", line)
+    return bool(runs and model and model.group(1) != "tiny")
+
+
+def test_gpu_sized_lines_are_marked_and_kept_out_of_the_emulator_blocks():
+    """Issue 36: the README's emulator blocks must run as written when pasted one after another. A block
+    that needs GPUs or what only Google Cloud holds (a reservation you bought) is introduced by a
+    paragraph that starts "On GPUs", holds no line an emulator block needs, and a block that runs on the
+    emulator holds no GPU-sized line; one cluster name is one kind of cluster everywhere, so pasting two
+    blocks never meets an earlier block's cluster of another machine type."""
+    wrong = []
+    kinds: dict[str, set[str]] = {}
+    for number, lines in readme_blocks():
+        for line in lines:
+            up = re.search(r"gcpgpu cluster up +(\S+) .*--machine-type (\S+)", line)
+            if up:
+                kinds.setdefault(up.group(1), set()).add(up.group(2) + (" --spot" if " --spot" in line else ""))
+        twin = _twin(lines)
+        if twin.skip:
+            continue
+        elsewhere = twin.gpu or twin.reservation
+        marked = _paragraph_before(number).startswith("On GPUs")
+        if elsewhere and not marked:
+            wrong.append(f"README.md:{number}: needs GPUs or Google Cloud; say so: 'On GPUs ...' before it")
+        if marked and not elsewhere:
+            wrong.append(f"README.md:{number}: said to need GPUs, but its twin runs it on the emulator as written")
+        wrong += [f"README.md:{number}: {line}: GPU-sized, in a block that runs on the emulator"
+                  for line in lines if _gpu_sized(line) and not elsewhere]
+    wrong += [f"cluster {name} is made as {' and as '.join(sorted(kind))}" for name, kind in kinds.items()
+              if len(kind) > 1]
+    assert wrong == []
+
+
 def test_make_install_says_how_to_put_gcpgpu_on_path():
     """Issue 24 item 8: after `make install`, `gcpgpu` was not on PATH and nothing said how to get it there."""
     if shutil.which("make") is None:
@@ -211,17 +263,23 @@ def test_readme_code_block_runs_on_the_emulator_and_reaches_nothing_else(lines, 
     nothing changed in HOME (issue 24: 'nothing run against the emulator may reach Google Cloud')."""
     from emulator_guard import Guard, watch_this_process
 
+    from gcpgpu.cli import main
+
     twin = _twin(lines)
     guard = Guard(tmp_path / "guard")
     # The emulator runs in this process and starts the trainers: they are watched through PYTHONPATH.
     monkeypatch.setenv("PYTHONPATH", guard.pythonpath(ROOT))
     monkeypatch.setenv("GCPGPU_GUARD_LOG", str(guard.log))
+    gcp.faults.update({"operation_seconds": 0})  # Cloud Build's 4 s per build: what a block shows is not its pace
     if twin.reservation:
         _reservation_sold(gcp)
-    script = [*twin.setup.splitlines(), *(_gpu_twin(lines) if twin.gpu else lines)]
+    script = _gpu_twin(lines) if twin.gpu else lines
     work = tmp_path / "work"
     work.mkdir()
     with watch_this_process() as here:
+        for line in twin.setup.splitlines():  # what a reader made before, made here (no process to start)
+            made = CliRunner().invoke(main, ["--project", "my-project", *shlex.split(line)[1:]])
+            assert made.exit_code == 0, made.output
         done = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(script)], cwd=work, capture_output=True,
                               text=True, timeout=600, env=guard.env(ROOT, GCPGPU_EMULATOR=gcp.address))
     output = done.stdout + done.stderr

@@ -8,13 +8,18 @@ and as cluster nodes. The two repros of issue 16: a --data file too short for on
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import threading
 
 import pytest
 from click.testing import CliRunner
+from helpers import wait_for
 
 from gcpgpu.cli import main
-from gcpgpu.jobs.logs import first_error_line
+from gcpgpu.fakes.jobs.procs import descendants
+from gcpgpu.jobs.logs import first_error, first_error_line
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
 SMALL = ["--model", "tiny", "--steps", "2", "--batch-size", "4", "--seq-len", "16", "--log-every", "1"]
@@ -69,6 +74,47 @@ def test_first_error_line_takes_an_exception_and_prefers_it_to_a_peers_note():
     assert first_error_line(lines) == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert first_error_line(lines[:2]).startswith("gcpgpu.trainer: rank 1: a collective failed")
     assert first_error_line(["all good", "gcpgpu.trainer: a worker failed: ChildFailedError"]) is None
+
+
+# Node c-1's worker killed for memory (torchrun's report of it), and node c-0's rank told by its collective.
+KILLED = [
+    ("c-0", "step      3 | loss 10.1 | lr 6.00e-06 | 196 tok/s/gpu | mfu n/a | 652.3 ms | data 2.3% | mem 571.6 MiB"),
+    ("c-0", "gcpgpu.trainer: rank 0: a collective failed: another rank has probably died or hung (see its log)"),
+    ("c-0", "RuntimeError: Connection closed by peer [127.0.0.1]:15245"),
+    ("c-1", "E1127 22:25:19.434000 28669 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+            "(exitcode: -9) local_rank: 0 (pid: 28750) of binary: /usr/bin/python"),
+    ("c-1", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"),
+    ("c-1", "======================================================"),
+    ("c-1", "gcpgpu.trainer FAILED"),
+    ("c-1", "Root Cause (first observed failure):"),
+    ("c-1", "[0]:"),
+    ("c-1", "  rank      : 1 (local_rank: 0)"),
+    ("c-1", "  exitcode  : -9 (pid: 28750)  (SIGKILL)"),
+    ("c-1", "  traceback : Signal 9 (SIGKILL) received by PID 28750"),
+    ("c-1", "======================================================"),
+]
+
+
+def test_a_worker_killed_by_sigkill_is_the_cause_with_its_rank_and_node():
+    """Issue 38: a rank killed for memory left CAUSE empty (it prints nothing; torchrun's report was all noise)
+    while the errors its death set off on the other ranks came first."""
+    assert first_error(KILLED) == "killed (out of memory?): rank 1 on c-1 got SIGKILL"
+    assert first_error_line(text for _node, text in KILLED) == "killed (out of memory?): rank 1 got SIGKILL"
+    # Without the kill, the peer's exception is what there is; the report's lines are never a cause.
+    assert first_error(KILLED[:5]) == "RuntimeError: Connection closed by peer [127.0.0.1]:15245"
+    assert first_error([p for p in KILLED if p[0] == "c-1" and "-9" not in p[1] and "Signal" not in p[1]]) is None
+
+
+def test_a_nodes_message_is_never_a_banner_and_the_first_node_to_fail_is_the_error():
+    from gcpgpu.jobs.logs import killed_node, launcher_noise
+
+    for text in ("======", "gcpgpu.trainer FAILED", "Failures:", "<NO_OTHER_FAILURES>",
+                 "E1127 22:25:19.434000 28669 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 1) of binary: x"):
+        assert launcher_noise(text), text
+    rows = [{"node": "c-0", "rank": 0, "state": "FAILED", "message": "gcpgpu.trainer: rank 0: a collective failed"},
+            {"node": "c-1", "rank": 1, "state": "FAILED", "message": "killed (out of memory?): SIGKILL"}]
+    assert killed_node(rows) == "killed (out of memory?): SIGKILL on c-1 (rank 1)"
+    assert killed_node(rows[:1]) is None
 
 
 SETUP_OUTPUT = """\
@@ -172,3 +218,62 @@ def test_cluster_job_with_uint32_data_and_no_vocab_size_names_the_option(cluster
     assert status["cause"].startswith("gcpgpu.trainer: error: --vocab-size: required with --data-dtype uint32")
     # The ERROR column names the node and its status, never torchrun's closing banner as if it were the error.
     assert status["error"].startswith("node ") and "====" not in status["error"], status["error"]
+
+
+def _node_runs(gcp) -> dict[str, object]:
+    """The emulated nodes' runs of the cluster's job, by node name."""
+    return {r.id.rsplit("/", 1)[1]: r for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["worker", "launcher"])
+def test_a_rank_killed_by_sigkill_is_named_with_its_node(gcp, cluster, victim):
+    """Issue 38: a rank killed for memory left CAUSE `-` and torchrun's "=====" banner as the MESSAGE. Killed here
+    as the OOM killer kills: the worker (torchrun reports it), or torchrun itself (the container's first process)."""
+    def kill_rank_1() -> None:
+        wait_for(lambda: "c-0" in (runs := _node_runs(gcp)) and "c-1" in runs
+                 and any(line.text.startswith("step") for line in runs["c-0"].log_lines()), 120, "training")
+        launcher = _node_runs(gcp)["c-1"].replicas[0].popen.pid
+        worker = wait_for(lambda: max((pid for pid, _ in descendants(launcher)), default=None), 30, "the worker")
+        if victim == "launcher":  # once the runner knows the worker (it lists the processes every half second)
+            wait_for(lambda: any(pid == worker for pid, _ in _node_runs(gcp)["c-1"].replicas[0].family), 30)
+        os.kill(launcher if victim == "launcher" else worker, signal.SIGKILL)
+
+    threading.Thread(target=kill_rank_1, daemon=True).start()
+    result = cli("job", "submit", "--cluster", cluster, "--wait", "--env", "GCPGPU_METRICS=0", "--",
+                 "--model", "tiny", "--data", "synthetic", "--steps", "100000", "--batch-size", "8", "--seq-len", "32",
+                 "--log-every", "1")
+    assert result.exit_code == 1, result.output
+    cause = ("killed (out of memory?): rank 1 on c-1 got SIGKILL" if victim == "worker" else
+             "killed (out of memory?): SIGKILL on c-1 (rank 1)")
+    assert f"ended FAILED: {cause}" in result.stderr.strip().splitlines()[-1], result.output
+    assert all(run.done for run in _node_runs(gcp).values())  # nothing of the job runs on
+    status = json.loads(cli("--format", "json", "job", "status", result.stdout.splitlines()[0]).stdout)
+    assert status["cause"] == cause and status["error"].startswith("node c-1 (rank 1) exited"), status
+    said = {row["node"]: row["message"] for row in status["per_node"]}
+    assert said["c-1"].startswith("killed (out of memory?)"), said
+    assert not any("==" in (m or "") for m in said.values()), said
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: the emulator "
+                    "cannot sandbox users' commands")
+def test_a_failed_rank_stops_the_others_at_once_and_cancel_says_what_it_stops(gcp, cluster):
+    """Issue 38: the other ranks ran on after the job was FAILED, and `job cancel` then said it had ended. Rank 1
+    fails at once here; rank 0 would wait ten minutes (as a rank blocked in a collective waits out its timeout)."""
+    command = "bash -c 'if [ $NODE_RANK = 1 ]; then echo \"ValueError: rank 1 gave up\" >&2; exit 3; fi; sleep 600'"
+    followed = cli("job", "submit", "--cluster", cluster, "--wait", "--command", command)
+    assert followed.exit_code == 1, followed.output
+    assert "ended FAILED: ValueError: rank 1 gave up" in followed.stderr.strip().splitlines()[-1], followed.output
+    assert all(run.done for run in _node_runs(gcp).values()), "rank 0 ran on after the job had failed"
+    status = json.loads(cli("--format", "json", "job", "status", followed.stdout.splitlines()[0]).stdout)
+    assert [r["state"] for r in status["per_node"]] == ["CANCELLED", "FAILED"], status["per_node"]
+
+    # Nobody follows this one: `job cancel` stops the rank still running, and says so.
+    alone = cli("job", "submit", "--cluster", cluster, "--command", command)
+    job_id = alone.stdout.splitlines()[0]
+    wait_for(lambda: json.loads(cli("--format", "json", "job", "status", job_id).stdout)["state"] == "FAILED", 60)
+    cancelled = cli("job", "cancel", job_id)
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stderr.strip() == f"Job {job_id} had already ended FAILED; stopping it on c-0, which still ran it."
+    wait_for(lambda: all(run.done for run in _node_runs(gcp).values()), 60, "rank 0 to stop")

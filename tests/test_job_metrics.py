@@ -80,6 +80,9 @@ def test_a_cluster_jobs_trainer_numbers_reach_monitoring(gcp, tmp_path):
     node = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "m-0")
     ((began, ended),) = gcp.activity.spans(node["id"])
     assert ended is not None and began < ended
+    # ... with the steps its trainer logged, which its made-up GPU and network series follow (issue 38).
+    ((_spans, (steps,)),) = gcp.activity.work_of([node["id"]])
+    assert [s for _t, s in steps][-1] == 3 and all(began <= t <= ended for t, _s in steps), steps
 
 
 def test_a_vertex_jobs_reporter_writes_for_its_numeric_job_id(gcp):
@@ -179,3 +182,15 @@ def test_no_reporter_without_log_json_or_when_turned_off():
     argv = argv_for(["--log-json=t.jsonl"], {})
     assert argv is not None and argv[3:7] == ["--log-json", "t.jsonl", "--cluster", "c"]
     assert argv[-4:] == ["--emulator", "127.0.0.1:1", "--pid", "7"]
+
+
+@pytest.mark.slow
+def test_a_vertex_jobs_steps_are_what_its_made_up_metrics_follow(gcp):
+    """Issue 38: the emulator's series of a job's replicas follow the steps they log (as a cluster's nodes do)."""
+    pytest.importorskip("torch")
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--wait",
+                 "--env", "GCPGPU_METRICS=0", "--", "--model", "tiny", "--data", "synthetic", "--steps", "3",
+                 "--batch-size", "2", "--seq-len", "16", "--log-every", "1")
+    assert result.exit_code == 0, result.output
+    (job,) = gcp.vertex.started_jobs("test-proj")
+    assert [s for _t, s in job["steps"]][-1] == 2 and all(job["start"] <= t for t, _s in job["steps"]), job

@@ -37,6 +37,12 @@ def test_agent_mounts_the_bucket_and_binds_node_paths(tmp_path):
     # A node path exists on the host and is bind-mounted (quoted: it holds a space).
     assert "install -d -m 0755 '/mnt/shared/run 1'" in script
     assert "--volume '/mnt/shared/run 1:/mnt/shared/run 1'" in script
+    # The node's local SSDs, where it has them, reach the container for the trainer's async checkpoints; the
+    # variable names the folder (gcpgpu/trainer/ckpt_local.py), before the job's own env that may override it.
+    ssd = script.index("if mountpoint -q /mnt/localssd; then\n  install -d -m 1777 /mnt/localssd/gcpgpu-ckpt")
+    assert ssd < script.index("--volume /mnt/localssd/gcpgpu-ckpt:/mnt/localssd/gcpgpu-ckpt") < script.index("fi", ssd)
+    assert "--env GCPGPU_CKPT_LOCAL_DIR=/mnt/localssd/gcpgpu-ckpt" in script
+    assert script.index("GCPGPU_CKPT_LOCAL_DIR") < script.index("--env NNODES=")
 
 
 def test_startup_script_sets_up_cloud_storage_fuse_for_checkpoints(tmp_path):

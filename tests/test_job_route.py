@@ -27,6 +27,23 @@ def test_a_job_of_an_unknown_target_is_one_line_and_exit_2(gcp, monkeypatch, com
     assert len(gcp.requests) == 0
 
 
+@pytest.mark.parametrize("command", [["status"], ["logs"], ["logs", "--follow"], ["cancel"], ["follow"]])
+def test_a_job_that_does_not_exist_is_one_line_and_exit_1(gcp, command):
+    """Issue 38: `job logs vertex:us-central1:42` (no such job) exited 0 with "No log entries ... yet". Every
+    verb says in one line that there is no such job, on each target, and prints nothing on stdout."""
+    up = CliRunner().invoke(main, [*GLOBAL, "cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1",
+                                   "--zone", "us-central1-a", "--yes"])
+    assert up.exit_code == 0, up.output
+    for job_id, said in (("vertex:us-central1:42", "no job vertex:us-central1:42 in project"),
+                         ("cluster:c:train-abc123", "job train-abc123 is not on cluster c"),
+                         ("cluster:gone:train-abc123", "no cluster named gone")):
+        result = CliRunner().invoke(main, [*GLOBAL, "job", command[0], job_id, *command[1:]])
+        assert result.exit_code == 1, (job_id, result.output)
+        line = result.stderr.strip()
+        assert line.startswith("Error: ") and "\n" not in line and said in line, (job_id, line)
+        assert result.stdout == ""
+
+
 def test_each_verb_goes_to_the_backend_of_the_job_s_target(monkeypatch):
     """A target is one entry in BACKENDS: its verbs get the call, with the job's id as parsed."""
     seen: list[tuple[str, str]] = []

@@ -160,7 +160,8 @@ def test_dry_run_json(gcp):
                                        "a2-highgpu-8g", "--dry-run", "--", *TRAINER])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["customJob"]["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == 1
-    assert len(gcp.requests) == 0
+    # Nothing sent but the registry's list (the default image is looked up as submit looks it up).
+    assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in gcp.requests.all()] == [("GET", "dockerImages")]
 
 
 BAD_INPUT = [

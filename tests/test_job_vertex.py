@@ -64,7 +64,9 @@ def test_list_and_cancel(gcp):
 
 def test_unknown_job_is_a_cloud_error(gcp):
     result = cli("job", "status", "vertex:us-central1:123456")
-    assert result.exit_code == 1 and "404" in result.output and "does not exist" in result.output
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: no job vertex:us-central1:123456 in project test-proj (see 'gcpgpu job "
+                                     "list --vertex --region us-central1')")
 
 
 def test_list_without_region_lists_cluster_jobs_only(gcp):

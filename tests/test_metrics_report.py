@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import struct
 
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from gcpgpu.cli import main
 from gcpgpu.fakes.monitoring.testing import emulated_cluster
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.metrics.query import Window
 from gcpgpu.node.reporter import Reporter
 
 PROJECT = "metrics-test"
@@ -172,7 +174,7 @@ def test_a_job_report_covers_the_jobs_run_not_the_last_hour(gcp, monkeypatch, tm
     result = CliRunner().invoke(main, ["metrics", "report", "--job", job_id, "-o", str(tmp_path / "job.png")])
     assert result.exit_code == 0, result.output
     assert f"Plotting job {job_id} from its start at" in result.stderr and "(SUCCEEDED)" in result.stderr
-    ((_target, panel_list, _slow, window),) = made
+    ((_target, panel_list, _slow, window, _job),) = made
     times = [t for p in panel_list for pts in p.lines.values() for t, _v in pts]
     assert panel_list and times
     run = max(times) - min(times)
@@ -184,3 +186,80 @@ def test_a_job_report_covers_the_jobs_run_not_the_last_hour(gcp, monkeypatch, tm
     hour = CliRunner().invoke(main, ["metrics", "report", "--job", job_id, "--since", "3h", "-o", str(tmp_path / "h.png")])
     assert hour.exit_code == 0, hour.output
     assert made[0][3].end - made[0][3].start == 3 * 3600
+
+
+def test_a_jobs_averages_and_stragglers_cover_its_run_not_the_idle_margins():
+    """Issue 38: a job report's averages took in the idle minutes either side of the run."""
+    from gcpgpu.metrics.report import JobRun, Panel, html_page, stragglers
+    from gcpgpu.metrics.sources import CLUSTER
+    from gcpgpu.metrics.target import Target
+
+    util = next(m for m in CLUSTER if m.key == "gpu_util_pct")
+    idle, busy = [(t * 60.0, 0.0) for t in range(1, 4)], [(t * 60.0, 90.0) for t in range(4, 8)]
+    after = [(t * 60.0, 0.0) for t in range(8, 11)]
+    slow = [(t, v * 0.5) for t, v in busy]
+    panel = Panel(util, "GPU utilization", "%", {"c-0": idle + busy + after, "c-1": idle + slow + after})
+    job = JobRun("cluster:c:train-abc123", "train", 3 * 60.0, 7 * 60.0)
+    page = html_page(Target("cluster", "c", "p"), [panel], stragglers([panel], job), Window(0, 660, 60), b"", job)
+    assert "<td>c-0</td><td>90.0</td>" in page and "<td>c-1</td><td>45.0</td>" in page, page
+    assert "<h1>job train (cluster:c:train-abc123)</h1>" in page and "Averages are over the job's run" in page
+    assert "c-1" in stragglers([panel], job)
+
+
+def test_a_users_lines_that_carry_a_step_are_its_steps():
+    from gcpgpu.metrics.steps import parse
+
+    lines = [(1.0, "c-0", "starting"), (2.0, "c-0", "step 1 loss=2.5 lr=0.001 epoch 0"),
+             (3.0, "c-1", "step 1 loss=2.5"), (4.0, "c-0", 'Step 2/10, loss: 2.25, lr: 0.001'),
+             (5.0, "c-0", '{"step": 3, "loss": 2.0, "lr": 0.001}'), (6.0, "c-0", "resumed at step 2")]
+    steps = parse(lines)
+    assert [s for _t, s, _v in steps.points] == [1, 2, 3]  # c-0's, the node that printed most
+    assert list(steps.fields) == ["loss", "lr"] and steps.series("loss") == [(1, 2.5), (2, 2.25), (3, 2.0)]
+
+
+@pytest.mark.slow
+def test_a_job_report_draws_its_steps_from_its_log_names_the_job_and_shades_its_run(gcp, monkeypatch, tmp_path):
+    """Issue 38: a short run was one point per training panel (the minute alignment), titled with the cluster,
+    "step time 0.0 s" for steps of tens of milliseconds."""
+    pytest.importorskip("torch")
+    import matplotlib.dates as mdates
+
+    import gcpgpu.metrics.report as report_module
+
+    cli = ["--project", "test-proj", "--region", "us-central1"]
+    up = CliRunner().invoke(main, [*cli, "cluster", "up", "m", "--machine-type", "a2-highgpu-1g", "--nodes", "1",
+                                   "--zone", "us-central1-a", "--yes"])
+    assert up.exit_code == 0, up.output
+    ran = CliRunner().invoke(main, [*cli, "job", "submit", "--cluster", "m", "--name", "short", "--wait", "--",
+                                    "--model", "tiny", "--data", "synthetic", "--steps", "8", "--batch-size", "2",
+                                    "--seq-len", "16", "--log-every", "1", "--log-json", "train.jsonl"])
+    assert ran.exit_code == 0, ran.output
+    job_id = ran.stdout.splitlines()[0]
+    status = CliRunner().invoke(main, [*cli, "--format", "json", "job", "status", job_id])
+    made = []
+    real = report_module.build_figure
+    monkeypatch.setattr(report_module, "build_figure", lambda *a: made.append((a, real(*a))) or made[-1][1])
+    result = CliRunner().invoke(main, [*cli, "metrics", "report", "--job", job_id, "-o", str(tmp_path / "job.html")])
+    assert result.exit_code == 0, result.output
+
+    ((target, panel_list, _slow, _window, job), fig), = made
+    assert job.name == "short" and fig.get_suptitle().startswith(f"job short ({job_id}): ")
+    by_title = {p.title: p for p in panel_list}
+    for title in ("loss", "training throughput", "step time", "data-wait share"):
+        (line,) = by_title[title].lines.values()
+        assert by_title[title].by_step and [s for s, _v in line] == list(range(8)), title  # every step, not a minute
+    step_ms = [v for _s, v in next(iter(by_title["step time"].lines.values()))]
+    assert by_title["step time"].unit == ("ms" if sorted(step_ms)[4] < 1000 else "s")
+    # The node panels (time on x) shade the job's run, from its start to its end.
+    run = json.loads(status.stdout)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        if "per step" in ax.get_title(loc="left"):
+            continue
+        (shade,) = [p for p in ax.patches if p.get_label() == "the job's run"]
+        x0, x1 = shade.get_x(), shade.get_x() + shade.get_width()
+        assert mdates.num2date(x0).strftime("%Y-%m-%dT%H:%M:%SZ") == run["started"]
+        assert mdates.num2date(x1).strftime("%Y-%m-%dT%H:%M:%SZ") == run["ended"]
+    page = (tmp_path / "job.html").read_text()
+    assert f"<h1>job short ({job_id})</h1>" in page and "step time " in page
+    assert f"{target.label}</h1>" not in page

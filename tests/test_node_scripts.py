@@ -147,7 +147,10 @@ with open(os.environ["STUB_LOG"], "a") as f:
 mode = os.environ.get("STUB_RXDM", "ok")
 if args[:1] == ["inspect"]:
     fmt, name = args[2], args[3]
-    print("0" if "ExitCode" in fmt else ("true" if name == "gcpgpu-rxdm" and mode == "ok" else "false"))
+    print(os.environ.get("STUB_EXIT", "0") if "ExitCode" in fmt else
+          ("true" if name == "gcpgpu-rxdm" and mode == "ok" else "false"))
+elif args[:1] == ["logs"] and args[-1].startswith("gcpgpu-job-"):
+    print(open(os.environ["STUB_JOB_LOG"]).read() if os.environ.get("STUB_JOB_LOG") else "", end="")
 elif args[:1] == ["logs"] and mode == "ok":
     seen = os.environ["STUB_LOG"] + ".logs"
     n = int(open(seen).read()) + 1 if os.path.exists(seen) else 1
@@ -220,6 +223,51 @@ def test_agent_fails_the_job_in_one_line_when_the_rxdm_dies(tmp_path, metadata):
     calls = docker_calls(tmp_path)
     assert not any(c[0] == "run" and "gcpgpu-job-train-abc123" in c for c in calls)  # the trainer never started
     assert calls[-1] == ["rm", "-f", "gcpgpu-rxdm"]
+
+
+# The end of a node's output when its worker was killed for memory: torchrun's report (torch 2.x).
+KILLED_WORKER = """\
+step     40 | loss 6.1 | lr 1.00e-03 | 9120 tok/s/gpu | mfu 41.0% | 233.1 ms | data 0.4% | mem 71.2 GiB
+E1127 22:25:19.434000 28669 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 0 (pid: 28750) of binary: /usr/bin/python
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+gcpgpu.trainer FAILED
+------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-27_22:25:19
+  host      : c-1
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 28750)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 28750
+======================================================
+"""
+
+
+@pytest.mark.parametrize(("log", "code", "said"), [
+    (KILLED_WORKER, "1", "killed (out of memory?): rank 1 got SIGKILL"),
+    (KILLED_WORKER.replace("-9 (pid: 28750)  (SIGKILL)", "1 (pid: 28750)").replace(
+        "Signal 9 (SIGKILL) received by PID 28750", "To enable traceback see: https://pytorch.org/docs").replace(
+        "E1127", "gcpgpu.trainer: rank 1: a collective failed: another rank has probably died\nE1127"),
+     "1", "gcpgpu.trainer: rank 1: a collective failed: another rank has probably died"),
+    ("step 3 | loss 6.1\n", "137", "killed (out of memory?): SIGKILL"),
+])
+def test_agent_says_why_the_container_failed_never_a_banner(tmp_path, metadata, log, code, said):
+    """Issue 38: a node's MESSAGE was torchrun's closing "=====" line; a rank killed for memory is said so."""
+    (tmp_path / "job.log").write_text(log)
+    env = {**stubs(tmp_path, metadata), "STUB_EXIT": code, "STUB_JOB_LOG": str(tmp_path / "job.log")}
+    script = tmp_path / "agent.sh"
+    script.write_text(agent_script(None))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert metadata.guest["gcpgpu/state"] == "FAILED" and metadata.guest["gcpgpu/exit-code"] == code
+    assert metadata.guest["gcpgpu/message"] == said
 
 
 def _node_report(tmp_path: Path, metadata: Metadata, flavor: str, gpus: int, nics: int, env: dict) -> dict[str, str]:

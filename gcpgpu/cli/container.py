@@ -85,7 +85,8 @@ def build(
     With --context DIR the image is yours: FROM the flavoured gcpgpu image (built
     too when the registry lacks it), pip install -r requirements, DIR at /workdir.
     'job submit' without --image runs the image this command last pushed for the
-    project, region and flavour (see containers/README.md).
+    project, region and flavour; a --context DIR image only for jobs from DIR
+    (--workdir DIR, or submitted there). See containers/README.md.
 
     \b
     Examples:

@@ -13,6 +13,7 @@ from gcpgpu.cli.autostop import detached_follower
 from gcpgpu.cli.job_policy import follower_options, policy_flags
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.jobs.state import (
+    ACTIVE,
     CANCELLED,
     CANCELLING,
     FAILED,
@@ -65,8 +66,9 @@ def job() -> None:
 @click.option("--machine-type", help="GPU machine type (Vertex: required; cluster: must match the nodes).")
 @click.option("--nodes", type=int, help="Nodes (Vertex: replicas, default 1; cluster: default all its nodes).")
 @click.option("--image", metavar="URI", help="Container image. Default: the image 'gcpgpu container build' last "
-              "pushed for the project, region and GPUDirect flavour (recorded here; on another machine the newest "
-              "FLAVOR-* gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
+              "pushed for the project, region and GPUDirect flavour (recorded here; a --context DIR image only for "
+              "jobs from DIR: --workdir DIR, or submitted there; on another machine the newest FLAVOR-* "
+              "gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
 @click.option("--command", "command", metavar="CMD",
               help="Run CMD instead of the image's entrypoint (split like a shell, e.g. 'python -m gcpgpu.trainer').")
 @click.option("--name", help="Job name (lowercase letters, digits, dashes). Default: train.")
@@ -320,6 +322,7 @@ def logs(settings: Settings, job_id: str, follow: bool) -> None:
     count = job_logs.stream(settings.clients, project, flt, show, follow=follow, finished=finished,
                             poll_s=_poll_s(settings) if settings.emulator else 5.0)
     if count == 0 and not follow:
+        route.status(settings.clients, project, jid)  # a job that does not exist is its one line, exit 1
         info(f"No log entries for {jid} yet (Cloud Logging can lag a minute behind).")
 
 
@@ -333,7 +336,10 @@ def cancel(settings: Settings, job_id: str, wait: bool) -> None:
 
     jid = ids.parse(job_id)
     state = route.cancel(settings.clients, settings.project, jid)
-    if state.final and state.state != CANCELLED:
+    still = [r["node"] for r in state.per_node if r["state"] in ACTIVE]
+    if state.final and state.state != CANCELLED and still:
+        info(f"Job {jid} had already ended {state.state}; stopping it on {', '.join(still)}, which still ran it.")
+    elif state.final and state.state != CANCELLED:
         info(f"Job {jid} had already ended {state.state}.")
     elif wait:
         from gcpgpu.jobs.follow import watch

@@ -83,7 +83,10 @@ def report(settings: Settings, cluster: str | None, job: str | None, since: str 
 
     One panel per metric, one line per node, stragglers in red and named. The HTML
     page adds each node's averages over the window and embeds the figure. A job's
-    report covers its run unless --since says otherwise.
+    report covers its run unless --since says otherwise, is titled with the job's
+    name, shades its run, averages over the run alone, and draws the training
+    panels per step from the job's own log (the trainer's step lines, or a
+    command's lines that carry a step).
     """
     from gcpgpu.metrics.query import Window, parse_since
     from gcpgpu.metrics.report import check_output, make_report
@@ -95,9 +98,11 @@ def report(settings: Settings, cluster: str | None, job: str | None, since: str 
     project = settings.project
     target = resolve(settings.clients, project, kind, name)
     window = Window.since(seconds) if seconds is not None else None
-    if window is None and job:
-        window = _job_window(settings, job)
-    summary = make_report(settings.clients, target, window or Window.since(3600), path)
+    run = None
+    if job:
+        span_window, run = _job_run(settings, job, explain=window is None)
+        window = window or span_window
+    summary = make_report(settings.clients, target, window or Window.since(3600), path, run)
     if settings.format != "table":
         emit(summary)
         return
@@ -105,21 +110,34 @@ def report(settings: Settings, cluster: str | None, job: str | None, since: str 
     info(f"Wrote {summary['output']} ({len(summary['panels'])} panel(s){slow}).")
 
 
-def _job_window(settings: Settings, job: str) -> Any:
-    """The job's run as a report window, saying so; None (the last hour) when its times are unknown."""
-    from gcpgpu.metrics import jobspan
+def _job_run(settings: Settings, job: str, explain: bool) -> tuple[Any, Any]:
+    """(the job's run as a report window, or None: the last hour; what the report shows of the job, or None
+    when its id says too little), saying which window when `explain` (no --since)."""
+    from gcpgpu.errors import CloudError
+    from gcpgpu.metrics import jobspan, steps
+    from gcpgpu.metrics.report import JobRun
 
     span = jobspan.read(settings.clients, settings.project, job, settings.optional("region"))
+    run = None
+    if span is not None:
+        try:
+            logged = steps.read(settings.clients, settings.project, jobspan.job_id(job, settings.optional("region")))
+        except CloudError as e:  # no permission on the log, say: the trainer's panels come from Monitoring
+            info(f"note: the job's log could not be read ({e}): training panels per minute, from Cloud Monitoring")
+            logged = None
+        run = JobRun(span.id, span.name, span.started, span.ended, logged)
     window = span.window(jobspan.clock()) if span is not None else None
+    if not explain:
+        return None, run
     if window is None:
         why = ("it has not started" if span is not None else
                "its start and end are unknown (give the id 'gcpgpu job submit' printed, or --region for a number)")
         info(f"note: plotting the last hour: {why}; --since chooses the window")
-        return None
+        return None, run
     ended = "" if span.ended is None else f" to its end at {_clock(span.ended)}"
     info(f"Plotting job {span.id} from its start at {_clock(span.started)}{ended} ({span.state}), with a margin "
          "either side; --since chooses another window")
-    return window
+    return window, run
 
 
 def _clock(epoch: float | None) -> str:

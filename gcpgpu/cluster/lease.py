@@ -39,7 +39,11 @@ POLL_SECONDS = 2.0
 
 
 class LeaseHeld(CloudError):
-    """Another run holds the cluster's lease (and the caller chose not to wait)."""
+    """Another run holds the cluster's lease (and the caller chose not to wait); `holder`: its lease."""
+
+    def __init__(self, message: str, holder: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.holder = dict(holder or {})
 
 
 class LeaseLost(CloudError):
@@ -204,7 +208,7 @@ class Lease:
                 return
             if not wait_for_it or clock.monotonic() > deadline:
                 raise LeaseHeld(f"cluster {self.cluster} is busy: {describe(holder)}; try again later, or wait "
-                                "without --no-wait")
+                                "without --no-wait", holder)
             if on_wait:
                 on_wait(holder)
             clock.sleep(POLL_SECONDS)

@@ -131,7 +131,7 @@ class Emulator:
         self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
                               user=self.user_commands, clock_file=lambda: self.clock.published)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
-                                    user=self.user_commands)
+                                    user=self.user_commands, activity=self.activity)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)

@@ -4,15 +4,23 @@ region and GPUDirect flavour; never a tag that nothing built.
 Found in this order:
   1. this machine's record: `container build` writes each image it pushed to
      $XDG_STATE_HOME/gcpgpu/images.json (default ~/.local/state/gcpgpu/images.json), keyed by project,
-     region and flavour. A state file, not configuration: it is what the tool last did, which the XDG
-     spec puts under XDG_STATE_HOME, not XDG_CONFIG_HOME. The emulator's builds go to
-     $XDG_CACHE_HOME/gcpgpu/emulator-images.json instead, so they never stand in for Google's.
+     region and flavour, and a `--context DIR` image also by DIR. A state file, not configuration: it is
+     what the tool last did, which the XDG spec puts under XDG_STATE_HOME, not XDG_CONFIG_HOME. The
+     emulator's builds go to $XDG_CACHE_HOME/gcpgpu/emulator-images.json instead, so they never stand in
+     for Google's.
+     A `--context DIR` image is the default only for jobs from DIR: a job whose --workdir is DIR, or,
+     without --workdir, one submitted from DIR (the current folder). Every other job keeps the gcpgpu
+     image (the last `container build` without --context), so building one project's code into an
+     image never changes what an unrelated job runs.
   2. on another machine, at submit: Artifact Registry's dockerImages.list on REGION-docker.pkg.dev/
      PROJECT/gcpgpu, the most recently uploaded gcpgpu-trainer image with a FLAVOR-* tag (the tags
-     `container build` gives; a custom --tag is found only through the record).
+     `container build` gives), --context images (FLAVOR-ctx-*) left out; a custom --tag is found only
+     through the record.
   3. neither: one line saying to run `gcpgpu container build` or to pass --image.
-`--dry-run` reads only the record (it makes no request) and otherwise says where submit will look.
-The nodes' follower (autostop, a detached job) runs from the image found the same way (follower_image).
+`--dry-run` looks the same way (the registry's list is a read; nothing changes), so its image is the one
+submit will run; when the registry cannot be read from here it says so and where submit will look.
+The nodes' follower (autostop, a detached job) runs from the gcpgpu image found the same way
+(follower_image; it reads only the record with --dry-run).
 """
 
 from __future__ import annotations
@@ -40,9 +48,19 @@ def state_file(emulated: bool = False, environ: Mapping[str, str] | None = None)
     return root / "gcpgpu" / name
 
 
-def _key(emulated: bool, project: str, region: str, flavor: str) -> str:
+CONTEXT_KEY = " context "  # between the flavour's key and a --context image's folder (no tag holds a space)
+CONTEXT_TAG = "-ctx-"  # in the tags container build gives --context images (user_layer.tag)
+
+
+def _key(emulated: bool, project: str, region: str, flavor: str, context: str | None = None) -> str:
     # The emulator's projects may share names with real ones: its builds never stand in for Google's.
-    return f"{'emulator' if emulated else 'google'}/{project}/{region}/{flavor}"
+    key = f"{'emulator' if emulated else 'google'}/{project}/{region}/{flavor}"
+    return key if context is None else f"{key}{CONTEXT_KEY}{folder_key(context)}"
+
+
+def folder_key(folder: str | os.PathLike[str]) -> str:
+    """A folder as the record names it: absolute, links resolved, so `mycode` and `./mycode/` are one."""
+    return os.path.realpath(os.fspath(folder))
 
 
 def _read(emulated: bool) -> dict[str, Any]:
@@ -53,11 +71,13 @@ def _read(emulated: bool) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def remember(*, emulated: bool, project: str, region: str, flavor: str, image: str) -> None:
-    """Record the image `container build` pushed, so the next `job submit` there runs it."""
+def remember(*, emulated: bool, project: str, region: str, flavor: str, image: str,
+             context: str | os.PathLike[str] | None = None) -> None:
+    """Record the image `container build` pushed, so the next `job submit` there runs it; with `context`
+    (its --context folder), only the next jobs from that folder."""
     path = state_file(emulated)
     data = _read(emulated)
-    data[_key(emulated, project, region, flavor)] = image
+    data[_key(emulated, project, region, flavor, None if context is None else os.fspath(context))] = image
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
@@ -67,9 +87,18 @@ def remember(*, emulated: bool, project: str, region: str, flavor: str, image: s
         pass  # a read-only home: submit then asks the registry, which holds the image anyway
 
 
-def remembered(*, emulated: bool, project: str, region: str, flavor: str) -> str | None:
-    image = _read(emulated).get(_key(emulated, project, region, flavor))
+def remembered(*, emulated: bool, project: str, region: str, flavor: str,
+               context: str | os.PathLike[str] | None = None) -> str | None:
+    """The image recorded for the flavour (with `context`: for jobs from that folder), None if none."""
+    image = _read(emulated).get(_key(emulated, project, region, flavor, None if context is None
+                                     else os.fspath(context)))
     return image if isinstance(image, str) and image else None
+
+
+def context_folders(*, emulated: bool, project: str, region: str, flavor: str) -> list[str]:
+    """The folders this machine built --context images from for the flavour (the record's)."""
+    prefix = _key(emulated, project, region, flavor) + CONTEXT_KEY
+    return sorted(k[len(prefix):] for k in _read(emulated) if k.startswith(prefix))
 
 
 def registry_images(clients: Any, project: str, region: str, repo: str = DEFAULT_REPO) -> list[dict[str, Any]] | None:
@@ -112,7 +141,7 @@ def newest_in_registry(clients: Any, project: str, region: str, flavor: str) -> 
         if _name(image) != IMAGE_NAME:
             continue
         for tag in image.get("tags", []):
-            if tag.startswith(f"{flavor}-"):
+            if tag.startswith(f"{flavor}-") and CONTEXT_TAG not in tag:  # another project's code: never a default
                 # RFC 3339 in one zone sorts as text; the tag breaks ties for a stable choice.
                 best = max(best or ("", ""), (image.get("uploadTime", ""), tag))
     return f"{image_path(project, region)}:{best[1]}" if best else None
@@ -130,33 +159,48 @@ def _session(clients: Any) -> tuple[Any, str]:
     return AuthorizedSession(credentials), "https://artifactregistry.googleapis.com"
 
 
-def resolve(settings: Any, *, region: str, flavor: str, dry_run: bool, say: Any) -> str:
-    """The default image for a job in `region` needing `flavor`; says on stderr where it came from."""
+def resolve(settings: Any, *, region: str, flavor: str, dry_run: bool, say: Any, origin: str | None = None) -> str:
+    """The default image for a job in `region` needing `flavor`, from folder `origin` (its --workdir, else
+    where it was submitted from); says on stderr where it came from (--dry-run too: it reads, as submit)."""
     project = settings.project
     emulated = settings.emulator is not None
+    if origin is not None:
+        mine = remembered(emulated=emulated, project=project, region=region, flavor=flavor, context=origin)
+        if mine:
+            say(f"image: {mine} (the last 'gcpgpu container build --context {folder_key(origin)}' here for {region}, "
+                f"flavour {flavor}: this job is from that folder)")
+            return mine
+        others = [f for f in context_folders(emulated=emulated, project=project, region=region, flavor=flavor)
+                  if f != folder_key(origin)]
+        if len(others) == 1:
+            say(f"note: the --context image of {others[0]} runs only jobs from that folder (submitted there, or "
+                f"with --workdir {others[0]}); this job gets the gcpgpu image")
+        elif others:
+            say(f"note: the --context images of {', '.join(others)} run only jobs from their own folders (submitted "
+                "there, or with that --workdir); this job gets the gcpgpu image")
     found = remembered(emulated=emulated, project=project, region=region, flavor=flavor)
     if found:
         say(f"image: {found} (the last 'gcpgpu container build' here for {region}, flavour {flavor})")
         return found
     where = image_path(project, region)
-    if dry_run:
-        say(f"image: no 'gcpgpu container build' for {region}, flavour {flavor} recorded on this machine; submit "
-            f"will run the newest {flavor}-* image in Artifact Registry {where} (none there: it stops and says so)")
+    try:
+        found = newest_in_registry(settings.clients, project, region, flavor)
+    except Exception as e:  # --dry-run only (below): no credentials here, no permission, no network
+        if not dry_run:
+            raise
+        why = e.message if isinstance(e, CloudError) else f"{type(e).__name__}: {e}"
+        say(f"image: cannot list Artifact Registry {where} from here ({why}); submit will run its newest "
+            f"{flavor}-* image, or stop in one line if it has none")
         return f"{where}:{flavor}-*"
-    found = newest_in_registry(settings.clients, project, region, flavor)
     if not found:
-        raise UsageProblem(f"no gcpgpu image for flavour {flavor} in {repository(project, region)}: run "
-                           f"'gcpgpu container build --flavor {flavor}' (add --context DIR for your code), or pass "
-                           "--image URI")
+        problem = (f"no gcpgpu image for flavour {flavor} in {repository(project, region)}: run "
+                   f"'gcpgpu container build --flavor {flavor}' (add --context DIR for your code), or pass --image URI")
+        if not dry_run:
+            raise UsageProblem(problem)
+        say(f"image: {problem}; submit will stop here")
+        return f"{where}:{flavor}-*"
     say(f"image: {found} (the newest {flavor}-* image in Artifact Registry)")
     return found
-
-
-def fill(settings: Any, job: Any, region: str, machine: Any, *, dry_run: bool, say: Any) -> None:
-    """Give a job submitted without --image its default image (nothing to do when it named one)."""
-    if job.image_pending:
-        job.image = resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=say)
-        job.image_pending = False
 
 
 def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bool, say: Any,

@@ -6,7 +6,7 @@ The steps (build.py holds each one's mechanics):
   3. pick the builder: the local Docker engine or Cloud Build (the emulator stands in for Cloud Build);
   4. with --context on Cloud Build, ask the registry whether the base image is there already;
   5. build (or, with --dry-run, return what would run), then remember the pushed image for `job submit`
-     (default.py).
+     (default.py): a --context image for the jobs from that folder only.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def build_image(settings: Any, req: BuildRequest, say: Callable[[str], None]) ->
             return Built(commands=commands)
         images.run_local(commands, context, say)
         if req.push:
-            _remember(settings, region, flavor, pushed)
+            _remember(settings, region, flavor, pushed, user)
         return Built({"image": pushed, "flavor": flavor, "built": "local", "pushed": req.push,
                       **({"base": image} if user_image else {})})
 
@@ -147,12 +147,13 @@ def build_image(settings: Any, req: BuildRequest, say: Callable[[str], None]) ->
         raise CloudError(f"Cloud Build {final['id']} ended {final['status']}" + (f": {detail}" if detail else "")
                          + f" (log: {final.get('logUrl', '-')})")
     built = (final.get("results", {}).get("images") or [{}])[-1]
-    _remember(settings, region, flavor, pushed)
+    _remember(settings, region, flavor, pushed, user)
     return Built({"image": pushed, **({"base": image} if user_image else {}), "digest": built.get("digest"),
                   "flavor": flavor, "built": "cloud-build", "build_id": final["id"], "log_url": final.get("logUrl"),
                   "emulated": clients.is_emulated})
 
 
-def _remember(settings: Any, region: str, flavor: str, image: str) -> None:
+def _remember(settings: Any, region: str, flavor: str, image: str, user: user_layer.UserContext | None) -> None:
+    """The next jobs' default image: a --context image only for jobs from its folder (default.py)."""
     default_image.remember(emulated=settings.emulator is not None, project=settings.project, region=region,
-                           flavor=flavor, image=image)
+                           flavor=flavor, image=image, context=None if user is None else user.root)

@@ -1,16 +1,19 @@
 """Jobs on a gcpgpu cluster's VMs: put on every node through instance metadata, run by the node's
 job agent, read back from the guest attributes the agent reports.
 
-submit: find the cluster's nodes (one aggregatedList) -> refuse if a job still runs there -> per
-        node, one setMetadata carrying the job (gcpgpu-job, gcpgpu-job-id), the node's rank and
-        the rendezvous (gcpgpu-node-rank, gcpgpu-nnodes, gcpgpu-master-addr: rank 0's internal IP,
-        gcpgpu-master-port, which the image's entrypoint reads) and the rendered agent script.
+submit: find the cluster's nodes (one aggregatedList) -> take the cluster's lease (the one `up`, `down`
+        and autostop hold: a cluster being stopped or deleted refuses the job) and read the nodes again
+        -> refuse if a job still runs there -> per node, one setMetadata carrying the job (gcpgpu-job,
+        gcpgpu-job-id), the node's rank and the rendezvous (gcpgpu-node-rank, gcpgpu-nnodes,
+        gcpgpu-master-addr: rank 0's internal IP, gcpgpu-master-port, which the image's entrypoint
+        reads) and the rendered agent script.
 status: per node, instances.getGuestAttributes (gcpgpu/state, exit-code, started, ended, message).
 cancel: setMetadata gcpgpu-job-cancel=JOB on the job's nodes; each agent stops its container.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -20,6 +23,7 @@ from typing import Any
 
 from gcpgpu import catalog, nccl
 from gcpgpu.cluster.autostop_setting import AGENT_KEY, agent_image
+from gcpgpu.cluster.lease import Lease, LeaseHeld, describe
 from gcpgpu.cluster.names import LABEL_CLUSTER
 from gcpgpu.cluster.observe import Node, guest_attributes, project_nodes, ranked_nodes
 from gcpgpu.errors import CloudError, UsageProblem
@@ -132,7 +136,42 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
     caller follows the job from now on (--wait): its record says so until the caller leads."""
     placed = placed or place(clients, project, job, cluster)
     job = placed.apply(job)
-    chosen, machine = placed.nodes, placed.machine
+    lease = _exclusive(clients, project, cluster)
+    try:
+        return _submit_held(clients, project, job, cluster, placed, lease.check, recover, detach, follow, agent,
+                            followed)
+    finally:
+        with contextlib.suppress(Exception):  # an unreleased lease expires; never hide the real error
+            lease.release()
+
+
+def _exclusive(clients: Clients, project: str, cluster: str) -> Lease:
+    """The cluster's lease, held while a job is checked and put on its nodes: an autostop (or `up`,
+    `down`, a recovery) holding it now refuses the job in one line, and one that comes later finds
+    the job on the nodes (it judges under the same lease), so it never deletes a job just accepted."""
+    lease = Lease(clients, project, cluster, holder=secrets.token_hex(6), op="job submit")
+    try:
+        lease.acquire(wait_for_it=False)
+    except LeaseHeld as e:
+        raise CloudError(f"cluster {cluster} is busy ({describe(e.holder)}): the job was not submitted; submit "
+                         f"it again once that is done ('gcpgpu cluster status {cluster}' shows the cluster)") from None
+    return lease
+
+
+def _submit_held(clients: Clients, project: str, job: ValidJob, cluster: str, placed: Placement, fence: Fence,
+                 recover: int | None, detach: bool, follow: dict | None, agent: str | None,
+                 followed: bool = False) -> tuple[ids.JobId, dict]:
+    """submit()'s checks and delivery, under the cluster's lease: the nodes are read again now, so a node
+    stopped or deleted since `placed` was read is said, not given the job."""
+    machine = placed.machine
+    now = {n.name: n for n in ranked_nodes(clients, project, cluster)}
+    if not now:
+        raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
+    gone = [n.name for n in placed.nodes if n.name not in now]
+    if gone:
+        raise CloudError(f"node(s) {', '.join(gone)} of cluster {cluster} are gone; see "
+                         f"'gcpgpu cluster status {cluster}'")
+    chosen = [now[n.name] for n in placed.nodes]
     want = len(chosen)
     not_running = [n.name for n in chosen if n.status != "RUNNING"]
     if not_running:
@@ -166,7 +205,7 @@ def submit(clients: Clients, project: str, job: ValidJob, cluster: str, recover:
         **policy.record_fields(job.spec),  # retries, stall timeout, webhooks: read by whoever follows the job
     }
     ended = _ended_before(clients, project, cluster, chosen)
-    deliver(clients, project, record, chosen)
+    deliver(clients, project, record, chosen, fence)
     _open_record(clients, project, record, ended, followed)
     jid = ids.JobId("cluster", cluster=cluster, job=job_id)
     return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
@@ -332,7 +371,7 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
             "exit_code": int(code) if code not in (None, "") and code.lstrip("-").isdigit() else None,
             "started": report.get("started") if ours else None, "ended": report.get("ended") if ours else None,
             "message": f"node is {inst.status}: lost while the job ran" if lost else
-            (report.get("message") or None) if ours else
+            _said(report.get("message")) if ours else
             ("no report from the node's job agent yet" if inst.status == "RUNNING" else f"node is {inst.status}"),
             "node_status": inst.status, "zone": inst.zone,
             "ends_at": inst.ends_at, "maintenance": inst.maintenance,  # known ends ahead (jobs/ahead.py)
@@ -340,7 +379,10 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     rows.sort(key=lambda r: r["rank"])
     job = newest
     overall = aggregate([r["state"] for r in rows])
-    failed = next((r for r in rows if r["state"] == FAILED), None)
+    # The node that failed first says why: a lost one (its agent went with it, no end is reported), else
+    # the earliest end, not the lowest rank (a survivor's peer error follows the node that set it off).
+    failed = min((r for r in rows if r["state"] == FAILED), default=None,
+                 key=lambda r: (r["node_status"] == "RUNNING", r["ended"] or "~", r["rank"]))
     error = None
     if failed:
         # A node's last words may be its launcher's banner (torchrun's "=====" report): never the error.
@@ -360,6 +402,12 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
         recover=job.get("recover"), recoveries=recoveries, history=history, restarts=len(history) - recoveries,
         output_dir=job.get("output_dir"),
     )
+
+
+def _said(message: str | None) -> str | None:
+    """A node agent's message as the views show it: an older agent's last log line may be a launcher's
+    banner (torchrun's "=====" report), which says nothing."""
+    return None if not message or job_logs.launcher_noise(message) else message
 
 
 def aggregate(states: list[str]) -> str:

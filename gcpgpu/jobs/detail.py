@@ -27,6 +27,9 @@ def with_cause(clients: Clients, project: str, state: JobState) -> JobState:
         cause = job_logs.failure_cause(clients, project, route.log_filter(project, jid))
     except CloudError:  # no permission on the log, say: the state alone still answers
         cause = None
+    if not (cause or "").startswith(job_logs.KILLED):
+        # A node whose container itself was killed left no report in the log; the peers' errors it set off did.
+        cause = job_logs.killed_node(state.per_node) or cause
     return replace(state, cause=cause, cause_from=CAUSE_LOG)
 
 

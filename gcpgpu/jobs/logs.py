@@ -86,7 +86,13 @@ def stream(clients: Clients, project: str, flt: str, show: Callable[[dict], None
 
 # What a launcher says after a worker failed: true, but never the cause.
 _LAUNCHER_NOISE = re.compile(r"ChildFailedError|a worker failed|^Root Cause|^Traceback \(most recent call last\)|"
-                             r"^=+$|^-+$|^\[\d+\]:$|^\s")
+                             r"^=+$|^-+$|^\[\d+\]:$|^\s|^Failures:$|^\S+ FAILED$|^<NO_OTHER_FAILURES>$|"
+                             r"^[EWI]\d{4} .*\] failed \(exitcode: -?\d+\)")
+# torchrun's report of a worker that died of SIGKILL (what the kernel's OOM killer sends): its table's
+# "rank : R" line, then "exitcode : -9" or the traceback line it writes for a signal.
+_TABLE_RANK = re.compile(r"^rank\s*:\s*(\d+)")
+_SIGKILLED = re.compile(r"^exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID")
+KILLED = "killed (out of memory?)"
 # torchrun and Vertex may prefix a worker's lines: "[rank0]: ", "[default0]:", "I1123 05:00:00.1 123 x.py:1] ".
 _PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)")
 _TRAINER_ERROR = re.compile(r"^gcpgpu\.trainer: (?:rank \d+: )?error: ")
@@ -106,23 +112,37 @@ def launcher_noise(line: str) -> bool:
 
 
 def first_error_line(lines: Iterable[str]) -> str | None:
-    """The first line of a job's output that names why it failed, or None.
+    """The first line of a job's output that names why it failed, or None (first_error, without where)."""
+    return first_error((None, raw) for raw in lines)
+
+
+def first_error(lines: Iterable[tuple[str | None, str]]) -> str | None:
+    """Why a job failed, from its output as (where, line) pairs (where: the node or task that wrote it), or None.
 
     The trainer's own one-line errors ('gcpgpu.trainer: error: ...') and Python exceptions
     ('ValueError: ...') count; what a launcher adds after a worker died (torchrun's
     ChildFailedError report, 'a worker failed') does not. A rank's note that a collective failed
-    because a peer died counts only when nothing else was said: the peer's own error is the cause. The
-    entrypoint's refusal (a failed --setup, code, mounts or secrets it could not bring) wins over both.
+    because a peer died counts only when nothing else was said: the peer's own error is the cause.
+    A worker torchrun reports killed by SIGKILL (the OOM killer's signal: it prints nothing itself) is
+    the cause, named with its rank and where it ran, over any of those, which its death sets off. The
+    entrypoint's refusal (a failed --setup, code, mounts or secrets it could not bring) wins over all.
     """
     peer = found = None
     after = 0  # lines read since `found`: a setup's refusal follows its output closely, so a page is enough
-    for raw in lines:
+    ranks: dict[str | None, str] = {}  # the rank torchrun's report names last, per writer
+    for where, raw in lines:
         for text in str(raw).splitlines():
             line = _PREFIX.sub("", text.rstrip())
             if found is not None:
                 after += 1
                 if after > PAGE:
                     return found  # stop reading a long log's later pages
+            if m := _TABLE_RANK.match(line.strip()):
+                ranks[where] = m.group(1)
+            if _SIGKILLED.search(line.strip()):
+                rank = ranks.get(where)
+                return (f"{KILLED}: {'rank ' + rank if rank else 'a worker'}" + (f" on {where}" if where else "")
+                        + " got SIGKILL")
             if not line or _LAUNCHER_NOISE.search(line):
                 continue
             if _ENTRYPOINT_REFUSAL.match(line):
@@ -135,8 +155,17 @@ def first_error_line(lines: Iterable[str]) -> str | None:
 
 
 def failure_cause(clients: Clients, project: str, flt: str) -> str | None:
-    """The first error line in a failed job's log (entries.list), or None when the log has none."""
-    return first_error_line(message(entry) for entry in entries(clients, project, flt))
+    """Why a failed job failed, from its log (entries.list; first_error), or None when the log does not say."""
+    return first_error((tag(entry), message(entry)) for entry in entries(clients, project, flt))
+
+
+def killed_node(per_node: Iterable[dict]) -> str | None:
+    """A cluster job's cause when a node's container itself died of SIGKILL (exit -9, Docker's 137), as its
+    agent reports it (its log then holds no report of it), or None."""
+    for row in per_node:
+        if row.get("state") == "FAILED" and str(row.get("message") or "").startswith(KILLED):
+            return f"{row['message']} on {row['node']} (rank {row['rank']})"
+    return None
 
 
 # The trainer's progress as it prints it (rank 0): "step      9 | loss 10.8485 | lr 4.22e-04 | 226 tok/s/gpu | ...".

@@ -47,7 +47,7 @@ from . import cluster as cluster_jobs
 from . import logs as job_logs
 from . import record as record_mod
 from .loss import RUN_LIMIT, loss_causes
-from .state import CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
+from .state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
@@ -117,6 +117,10 @@ class Follower:
                 # The job's own failure: run again only what --max-restarts-on-errors says is worth it.
                 if self.guard.retry_failure(state):
                     continue
+                if any(r["state"] in ACTIVE for r in state.per_node):
+                    # The ranks left run on (or wait in a collective for the dead one) until stopped: now.
+                    self._stop_survivors()
+                    state = cluster_jobs.status(self.clients, self.project, self.jid)
                 return state
             if lost:
                 used = state.recoveries

@@ -10,6 +10,7 @@ and GPUDirect flavour are its nodes', known once it is placed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -72,12 +73,25 @@ def _validate(settings: Settings, spec: JobSpec, region: str | None) -> ValidJob
 
 def _image(settings: Settings, job: ValidJob, region: str, machine: catalog.MachineType, dry_run: bool,
            say: Callable[[str], None]) -> str:
-    """The job's image: its --image, else the one `container build` last pushed for the region and flavour."""
+    """The job's image: its --image, else the one `container build` last pushed for the region and flavour
+    (a --context image only for a job from that folder)."""
     if not job.image_pending:
         return job.image
     from gcpgpu.image import default as default_image
 
-    return default_image.resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=say)
+    return default_image.resolve(settings, region=region, flavor=machine.gpudirect, dry_run=dry_run, say=say,
+                                 origin=_origin(job))
+
+
+def _origin(job: ValidJob) -> str | None:
+    """The folder the job is from (a `container build --context` image of it is the job's default): its
+    --workdir, else the folder it is submitted from (None when that folder is gone)."""
+    if job.spec.workdir:
+        return job.spec.workdir
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _workdir(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None],

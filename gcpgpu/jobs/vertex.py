@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.resources import render
 
@@ -66,7 +67,14 @@ def submit(clients: Clients, request: dict) -> tuple[ids.JobId, JobState]:
 
 
 def get(clients: Clients, project: str, jid: ids.JobId) -> JobState:
-    job = clients.job_service(jid.location).get_custom_job(name=jid.resource_name(project))
+    """The job's state; a job Vertex AI does not know is one line naming it (CloudError, exit 1)."""
+    from google.api_core import exceptions
+
+    try:
+        job = clients.job_service(jid.location).get_custom_job(name=jid.resource_name(project))
+    except exceptions.NotFound:
+        raise CloudError(f"no job {jid} in project {jid.project or project} (see 'gcpgpu job list --vertex "
+                         f"--region {jid.location}')") from None
     return describe(jid, job)
 
 
@@ -79,6 +87,8 @@ def cancel(clients: Clients, project: str, jid: ids.JobId) -> JobState:
         service.cancel_custom_job(name=jid.resource_name(project))
     except exceptions.FailedPrecondition:
         pass  # already finished: the status says how
+    except exceptions.NotFound:
+        pass  # no such job: get() says so in one line
     return get(clients, project, jid)
 
 

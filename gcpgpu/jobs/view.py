@@ -31,9 +31,11 @@ def job_status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
 
 
 def cancel_job(clients: Clients, project: str, jid: ids.JobId) -> JobState:
-    """`job cancel`: ask every node to stop the job; the job right after asking, as views show it."""
+    """`job cancel`: ask every node to stop the job; the job as views showed it when asked (the nodes
+    whose rank still ran are those the asking stops: read after, an agent may have stopped already)."""
+    state = job_status(clients, project, jid)
     cluster_jobs.cancel(clients, project, jid)
-    return job_status(clients, project, jid)
+    return state
 
 
 def list_jobs(clients: Clients, project: str) -> list[dict]:

@@ -3,9 +3,10 @@
 A value is the newest point of its series within the tail's window, and that point may be minutes
 old: Compute writes once a minute (up to four minutes late), the trainer's reporter only while the
 trainer runs. Watching a job (`metrics tail --job`), a node's point from before the job started is
-not the job's (no data yet, rather than the idle node's 0 %), and once the job has ended a point
-from its run is its last, not a live one. The trainer's numbers, whoever is watched, are stale
-when the reporter has been silent for a few minutes (the job ended, or stalled).
+not the job's (no data yet, rather than the idle node's 0 %), and once the job has ended the views
+show its last numbers, from its run (of_run), said to be its last, not live ones. The trainer's
+numbers, whoever is watched, are stale when the reporter has been silent for a few minutes (the job
+ended, or stalled).
 """
 
 from __future__ import annotations
@@ -18,6 +19,27 @@ TRAINER_STALE_S = 180.0  # the reporter writes every 10 s or more while the trai
 NOT_YET = "no data yet"
 ENDED = "job ended"
 STALE = "stale"
+
+
+def of_run(data: dict[str, dict], period: float, job: JobSpan | None) -> dict[str, dict]:
+    """Once the watched job has ended: only the points of its run (its last numbers, not the idle minutes
+    after it, nor an earlier job's): those whose period lies within it, else (a run shorter than a period)
+    those whose period overlaps it. Else `data` as it is."""
+    if job is None or not job.over or job.started is None or job.ended is None:
+        return data
+    started, ended = job.started, job.ended
+
+    def during(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        within = [(t, v) for t, v in pts if t - period >= started - 1 and t <= ended]
+        return within or [(t, v) for t, v in pts if t > started and t - period < ended]
+
+    return {key: {row: during(pts) for row, pts in rows.items()} for key, rows in data.items()}
+
+
+def held(reason: str) -> bool:
+    """Whether a value with this reason is left out (None) rather than shown with it: an ended job's last
+    numbers are shown."""
+    return reason != ENDED
 
 
 def node_value(t: float, period: float, job: JobSpan | None) -> str | None:
@@ -67,7 +89,7 @@ def note(reason: str, t: float, job: JobSpan | None, last: str = "", now: float 
         return f"{NOT_YET}{since}"
     if reason == ENDED:
         at = f" {clock(job.ended)}" if job is not None and job.ended else ""
-        return f"{ENDED}{at}" + (f"; last {last}" if last else "")
+        return f"{ENDED}{at}: its last numbers"
     # `t` ends the minute the last report fell in: "over N min" never overstates how fresh it was.
     silent = f" for over {int((now - t) // 60)} min" if now is not None else ""
     return f"trainer silent{silent}" + (f"; last {last}" if last else "")

@@ -28,6 +28,7 @@ class JobSpan:
     state: str
     started: float | None  # epoch seconds; None until it runs
     ended: float | None
+    name: str | None = None  # the job's own name (job submit --name)
 
     @property
     def over(self) -> bool:
@@ -76,4 +77,4 @@ def read(clients: Any, project: str, text: str, region: str | None) -> JobSpan |
         state = route.status(clients, project, jid)
     except (CloudError, exceptions.GoogleAPICallError):
         return None
-    return JobSpan(str(jid), state.state, parse_timestamp(state.started), parse_timestamp(state.ended))
+    return JobSpan(str(jid), state.state, parse_timestamp(state.started), parse_timestamp(state.ended), state.name)

@@ -3,6 +3,10 @@
 One panel per metric, one line per node, the stragglers in red and named in the legend; the HTML
 adds a table of each node's averages over the window and embeds the figure, so it is one file to
 mail or attach to a bug. The same calls as the tail: one ListTimeSeries per metric type.
+
+A job's report (--job) is titled with the job's name, shades its run on every time axis, averages
+only over its run (not the idle margins either side), and draws its training panels per step from
+its own log (steps.py) where the log has them, in milliseconds where steps are that short.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from gcpgpu.errors import UsageProblem
 
 from .query import JOB_KEY, Fetched, Window, fetch
 from .sources import Metric, report_metrics_for
+from .steps import Steps
 from .target import Target
 from .view import STRAGGLER_SHARE
 
@@ -43,15 +48,45 @@ class Panel:
     title: str
     unit: str
     lines: dict[str, list[tuple[float, float]]]  # line name -> points, oldest first
+    by_step: bool = False  # points are (step, value) from the job's log, not (time, value)
 
 
-def panels(target: Target, fetched: Fetched, metrics: list[Metric]) -> list[Panel]:
-    """The plotted series: per node (a node's GPUs joined), or the job's one line for trainer metrics."""
+@dataclass(frozen=True)
+class JobRun:
+    """What a job's report adds: its name and id, its run (shaded; what averages cover) and its steps."""
+
+    id: str
+    name: str | None
+    started: float | None
+    ended: float | None
+    steps: Steps | None = None
+
+    @property
+    def label(self) -> str:
+        return f"job {self.name} ({self.id})" if self.name else f"job {self.id}"
+
+    def during(self, pts: list[tuple[float, float]], period: float) -> list[tuple[float, float]]:
+        """The points whose period overlaps the run (each stamped at its period's end)."""
+        if self.started is None:
+            return pts
+        end = float("inf") if self.ended is None else self.ended
+        return [(t, v) for t, v in pts if t > self.started and t - period < end]
+
+
+def _during(job: JobRun | None, panel: Panel, period: float) -> list[list[tuple[float, float]]]:
+    """Each line's points that count for averages: within the job's run (all of a per-step panel's)."""
+    return [pts if job is None or panel.by_step else job.during(pts, period) for pts in panel.lines.values()]
+
+
+def panels(target: Target, fetched: Fetched, metrics: list[Metric], job: JobRun | None = None) -> list[Panel]:
+    """The plotted series: per node (a node's GPUs joined), or the job's one line for trainer metrics (per step
+    from its log, when `job` has steps)."""
     machine = target.machine
     out = []
+    logged = job is not None and job.steps is not None and bool(job.steps.points)
     for metric in metrics:
         rows = fetched.data.get(metric.key, {})
-        if not rows:
+        if not rows or (metric.job_level and logged):
             continue
         lines: dict[str, list[tuple[float, float]]] = {}
         title, unit = metric.title, metric.unit
@@ -79,8 +114,32 @@ def panels(target: Target, fetched: Fetched, metrics: list[Metric]) -> list[Pane
         if metric.key == "mfu":
             lines = {n: [(t, v * 100) for t, v in pts] for n, pts in lines.items()}
             unit = "%"
+        if metric.key == "step_time_s" and _short([v for pts in lines.values() for _t, v in pts]):
+            lines = {n: [(t, v * 1e3) for t, v in pts] for n, pts in lines.items()}
+            unit = "ms"
         out.append(Panel(metric, title, unit, {n: p for n, p in sorted(lines.items()) if p}))
+    if logged:
+        out += _step_panels(job, target.name)  # type: ignore[arg-type]
     return [p for p in out if p.lines]
+
+
+def _short(seconds: list[float]) -> bool:
+    """Whether steps this long are read in milliseconds (under a second, typically)."""
+    return bool(seconds) and statistics.median(seconds) < 1.0
+
+
+def _step_panels(job: JobRun, fallback: str) -> list[Panel]:
+    """The job's training panels per step, from its log: one line, named for the job."""
+    steps = job.steps
+    assert steps is not None
+    out = []
+    for key, (title, unit) in steps.fields.items():
+        pts = [(float(step), v) for step, v in steps.series(key)]
+        if key == "step_time_ms" and not _short([v / 1e3 for _s, v in pts]):
+            pts, unit = [(s, v / 1e3) for s, v in pts], "s"
+        metric = Metric(key, title, "", "trainer", "", "", unit=unit, job_level=True)
+        out.append(Panel(metric, title, unit, {job.name or fallback: pts} if pts else {}, by_step=True))
+    return out
 
 
 def _per_member(target: Target, rows: dict, summed: bool) -> dict[str, list[tuple[float, float]]]:
@@ -94,13 +153,16 @@ def _per_member(target: Target, rows: dict, summed: bool) -> dict[str, list[tupl
             for name, bucket in per_member.items()}
 
 
-def stragglers(panel_list: list[Panel]) -> dict[str, str]:
-    """Nodes whose average over the window is well below the median node's, with the reason."""
+def stragglers(panel_list: list[Panel], job: JobRun | None = None, period: float = 60.0) -> dict[str, str]:
+    """Nodes whose average (over the job's run, for a job) is well below the median node's, with the reason."""
     found: dict[str, str] = {}
     for panel in panel_list:
         if panel.metric.key not in ("gpu_util_pct", "net_sent_gbps", "net_recv_gbps") or len(panel.lines) < 2:
             continue
-        means = {n: statistics.fmean(v for _t, v in pts) for n, pts in panel.lines.items()}
+        means = {n: statistics.fmean(v for _t, v in pts) for n, pts in zip(panel.lines, _during(job, panel, period),
+                                                                             strict=True) if pts}
+        if len(means) < 2:
+            continue
         median = statistics.median(means.values())
         for name, mean in means.items():
             if median > 0 and mean < STRAGGLER_SHARE * median:
@@ -116,8 +178,10 @@ def _fmt(v: float) -> str:
     return f"{v:.1f}"
 
 
-def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window) -> Any:
-    """All panels in one matplotlib Figure, two columns, each with the whole window on its time axis.
+def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window,
+                 job: JobRun | None = None) -> Any:
+    """All panels in one matplotlib Figure, two columns, each with the whole window on its time axis
+    (a job's per-step panels: its steps), the job's run shaded.
 
     Readable at any window: concise date ticks (distinct labels, from seconds to weeks), every
     sample marked while a line has few of them (a new cluster's single point shows), and y
@@ -134,7 +198,7 @@ def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], 
     FigureCanvasAgg(fig)
     start = dt.datetime.fromtimestamp(window.start, dt.timezone.utc)
     end = dt.datetime.fromtimestamp(window.end, dt.timezone.utc)
-    fig.suptitle(f"{target.label}: {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+    fig.suptitle(f"{job.label if job else target.label}: {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
                  + (f"; stragglers: {', '.join(sorted(slow))}" if slow else ""), fontsize=12,
                  color="#b00020" if slow else "black")
     if not panel_list:
@@ -144,7 +208,7 @@ def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], 
     for i, panel in enumerate(panel_list):
         ax = fig.add_subplot(rows, cols, i + 1)
         for j, (name, pts) in enumerate(panel.lines.items()):
-            times = [dt.datetime.fromtimestamp(t, dt.timezone.utc) for t, _v in pts]
+            times: list[Any] = [x if panel.by_step else dt.datetime.fromtimestamp(x, dt.timezone.utc) for x, _v in pts]
             values = [v for _t, v in pts]
             marker = "o" if len(pts) <= MARKED_POINTS else None  # a lone sample is a dot, not nothing
             if name in slow:
@@ -153,17 +217,14 @@ def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], 
             else:
                 ax.plot(times, values, color=_MUTED[j % len(_MUTED)], linewidth=1.0, alpha=0.8, marker=marker,
                         markersize=3.5, label=name if len(panel.lines) <= 8 else None)
-        ax.set_title(panel.title, fontsize=10, loc="left")
+        ax.set_title(panel.title + (" (per step, from the job's log)" if panel.by_step else ""), fontsize=10,
+                     loc="left")
         ax.set_ylabel(panel.unit, fontsize=8)
         ax.tick_params(labelsize=7)
-        locator = AutoDateLocator(tz=dt.timezone.utc, minticks=3, maxticks=8)
-        ax.xaxis.set_major_locator(locator)
-        # Seconds ticks read 05:41:30, not a bare "30" that repeats every minute.
-        ax.xaxis.set_major_formatter(ConciseDateFormatter(
-            locator, tz=dt.timezone.utc, formats=["%Y", "%b", "%d", "%H:%M", "%H:%M", "%H:%M:%S"]))
-        # The requested window, as the title says, not just where data is; a sliver more on the right
-        # so a point stamped "now" shows whole.
-        ax.set_xlim(start, end + (end - start) * 0.015)
+        if panel.by_step:
+            ax.set_xlabel("step", fontsize=8)
+        else:
+            _time_axis(ax, start, end, job, AutoDateLocator, ConciseDateFormatter)
         ax.set_ylim(*y_limits([v for pts in panel.lines.values() for _t, v in pts], panel.unit.startswith("%")))
         if max((abs(v) for pts in panel.lines.values() for _t, v in pts), default=0) >= 1e4:
             ax.yaxis.set_major_formatter(EngFormatter(sep=""))  # 5M, not 5 with "1e6" over the title
@@ -175,6 +236,23 @@ def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], 
 
 
 MARKED_POINTS = 30  # lines with at most this many samples show each one as a marker
+RUN_SHADE = "#f2c14e"
+
+
+def _time_axis(ax: Any, start: dt.datetime, end: dt.datetime, job: JobRun | None, locator_cls: Any,
+               formatter_cls: Any) -> None:
+    locator = locator_cls(tz=dt.timezone.utc, minticks=3, maxticks=8)
+    ax.xaxis.set_major_locator(locator)
+    # Seconds ticks read 05:41:30, not a bare "30" that repeats every minute.
+    ax.xaxis.set_major_formatter(formatter_cls(
+        locator, tz=dt.timezone.utc, formats=["%Y", "%b", "%d", "%H:%M", "%H:%M", "%H:%M:%S"]))
+    if job is not None and job.started is not None:  # the job's run, behind the lines
+        ran = dt.datetime.fromtimestamp(job.ended, dt.timezone.utc) if job.ended is not None else end
+        ax.axvspan(dt.datetime.fromtimestamp(job.started, dt.timezone.utc), ran, color=RUN_SHADE, alpha=0.18,
+                   zorder=0, label="the job's run")
+    # The requested window, as the title says, not just where data is; a sliver more on the right
+    # so a point stamped "now" shows whole.
+    ax.set_xlim(start, end + (end - start) * 0.015)
 
 
 def y_limits(values: list[float], percent: bool) -> tuple[float, float]:
@@ -189,16 +267,19 @@ def y_limits(values: list[float], percent: bool) -> tuple[float, float]:
     return bottom, hi + max(pad, (hi - bottom) * 0.08)  # the margin is of the span shown
 
 
-def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window) -> bytes:
+def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window,
+               job: JobRun | None = None) -> bytes:
     """The figure of build_figure as PNG bytes."""
-    fig = build_figure(target, panel_list, slow, window)
+    fig = build_figure(target, panel_list, slow, window, *([job] if job is not None else []))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()
 
 
-def html_page(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window, png: bytes) -> str:
-    """One self-contained HTML file: a summary table of each node's averages and the figure."""
+def html_page(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window, png: bytes,
+              job: JobRun | None = None) -> str:
+    """One self-contained HTML file: a summary table of each node's averages (over the job's run, for a
+    job) and the figure."""
     names = sorted({n for p in panel_list for n in p.lines if not p.metric.job_level})
     shown = [p for p in panel_list if not p.metric.job_level]
     head = "".join(f"<th>{html.escape(p.title)}<br><small>{html.escape(p.unit)}</small></th>" for p in shown)
@@ -207,18 +288,20 @@ def html_page(target: Target, panel_list: list[Panel], slow: dict[str, str], win
         cells = []
         for p in shown:
             pts = p.lines.get(name)
+            pts = job.during(pts, window.period) if job is not None and pts else pts
             cells.append(f"<td>{_fmt(statistics.fmean(v for _t, v in pts))}</td>" if pts else "<td class=na>n/a</td>")
         flag = f"<td class=slow>straggler: {html.escape(slow[name])}</td>" if name in slow else "<td></td>"
         body.append(f"<tr{' class=slowrow' if name in slow else ''}><td>{html.escape(name)}</td>{''.join(cells)}{flag}</tr>")
-    trainer = [p for p in panel_list if p.metric.job_level]
-    trainer_line = ", ".join(
-        f"{html.escape(p.title)} {_fmt(statistics.fmean(v for _t, v in next(iter(p.lines.values()))))} {html.escape(p.unit)}"
-        for p in trainer)
+    trainer = [(p, pts) for p in panel_list if p.metric.job_level and (pts := _during(job, p, window.period)[0])]
+    trainer_line = ", ".join(f"{html.escape(p.title)} {_fmt(statistics.fmean(v for _t, v in pts))} "
+                             f"{html.escape(p.unit)}".rstrip() for p, pts in trainer)
     start = dt.datetime.fromtimestamp(window.start, dt.timezone.utc)
     end = dt.datetime.fromtimestamp(window.end, dt.timezone.utc)
     image = base64.b64encode(png).decode()
+    label = job.label if job is not None else target.label
+    over = " Averages are over the job's run (shaded), not the margins either side." if job is not None else ""
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>gcpgpu metrics: {html.escape(target.label)}</title>
+<html><head><meta charset="utf-8"><title>gcpgpu metrics: {html.escape(label)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
@@ -227,8 +310,8 @@ th:first-child, td:first-child {{ text-align: left; }}
 .slowrow td {{ color: #b00020; font-weight: 600; }} .na {{ color: #999; }} .slow {{ text-align: left; }}
 img {{ max-width: 100%; }}
 </style></head><body>
-<h1>{html.escape(target.label)}</h1>
-<p>{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, one point per {window.period / 60:g} min.
+<h1>{html.escape(label)}</h1>
+<p>{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, one point per {window.period / 60:g} min.{over}
 {('Stragglers: <b>' + html.escape(', '.join(sorted(slow))) + '</b>.') if slow else 'No stragglers.'}
 {('Trainer averages: ' + trainer_line + '.') if trainer_line else 'No trainer metrics (start gcpgpu.node.reporter beside the trainer).'}</p>
 <table><tr><th>{'node' if target.kind == 'cluster' else 'task'}</th>{head}<th></th></tr>
@@ -240,16 +323,16 @@ img {{ max-width: 100%; }}
 """
 
 
-def make_report(clients: Any, target: Target, window: Window, output: Path) -> dict[str, Any]:
+def make_report(clients: Any, target: Target, window: Window, output: Path, job: JobRun | None = None) -> dict[str, Any]:
     """Fetch the window's series, plot them, write `output` (.png or .html); returns a summary."""
     metrics = list(report_metrics_for(target.kind))
     fetched = fetch(clients, target, metrics, window)
-    panel_list = panels(target, fetched, metrics)
-    slow = stragglers(panel_list)
-    png = figure_png(target, panel_list, slow, window)
+    panel_list = panels(target, fetched, metrics, job)
+    slow = stragglers(panel_list, job, window.period)
+    png = figure_png(target, panel_list, slow, window, job)
     if output.suffix.lower() == ".png":
         output.write_bytes(png)
     else:
-        output.write_text(html_page(target, panel_list, slow, window, png), encoding="utf-8")
+        output.write_text(html_page(target, panel_list, slow, window, png, job), encoding="utf-8")
     return {"output": str(output), "panels": [p.title for p in panel_list], "stragglers": sorted(slow),
             "api_calls": fetched.calls, "bytes": output.stat().st_size}

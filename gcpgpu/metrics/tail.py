@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from . import focus, jobspan
-from .query import Window, fetch
+from .query import PERIOD_S, Window, fetch
 from .sources import metrics_for
 from .target import Target, resolve
 from .view import FIELDS, Snapshot, build, records, table
@@ -56,9 +56,13 @@ class Tail:
             self.span = jobspan.read(self.clients, self.project, self.job, self.region) or self.span
             self.span_read_at = now
         metrics = metrics_for(self.kind)
+        window = Window.recent(now)
+        if self.span is not None and self.span.over and self.span.ended is not None:
+            # An ended job's last minutes, however long ago it ended (its numbers are its last, not gone).
+            window = Window.recent(min(now, self.span.ended + PERIOD_S))
         if focus.focused(self.target, self.all_rows):
-            return focus.refresh(self.clients, self.target, metrics, Window.recent(now), self.per_gpu, now, self.span)
-        fetched = fetch(self.clients, self.target, metrics, Window.recent(now), self.per_gpu, latest_only=True)
+            return focus.refresh(self.clients, self.target, metrics, window, self.per_gpu, now, self.span)
+        fetched = fetch(self.clients, self.target, metrics, window, self.per_gpu, latest_only=True)
         return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span)
 
     def new_hints(self, snapshot: Snapshot) -> list[str]:

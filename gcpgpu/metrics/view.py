@@ -82,9 +82,7 @@ def _latest(points: list[tuple[float, float]] | None) -> float | None:
 
 
 def _combine(values: list[float], summed: bool) -> float | None:
-    if not values:
-        return None
-    return sum(values) if summed else statistics.fmean(values)
+    return None if not values else sum(values) if summed else statistics.fmean(values)
 
 
 def _by_time(series: Iterable[list[tuple[float, float]]], summed: bool) -> list[tuple[float, float]]:
@@ -112,9 +110,9 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
     GPUs were fetched and their own median would be the slow ones'; or with these node rows' median
     (focus.py: the GPU rows of the nodes shown, against every node of the cluster).
 
-    Values that are not live (freshness.py: before the watched job started, from its run once it
-    has ended, a silent trainer's) are held back: None, with the reason in the row's note."""
-    data = fetched.data
+    Values that are not live (freshness.py: before the watched job started, a silent trainer's) are held
+    back: None, with the reason in the row's note; an ended job's last numbers are shown, said so."""
+    data = freshness.of_run(fetched.data, fetched.window.period, job)
     by_key = {m.key: m for m in metrics}
     # Members: discovered VMs, plus Vertex tasks (or late VMs) that appear only in the data.
     for metric in metrics:
@@ -190,7 +188,7 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
                           if cols else None) for i in range(len(cols[0]) if cols else 0)]
     if "tokens_per_s" in by_key and total.values.get("tokens_per_s") is None:
         missing["trainer"] = [total.name]
-    _hold_trainer(total, data, [m for m in metrics if m.job_level], fetched.window.period,
+    _hold_trainer(total, fetched.data, [m for m in metrics if m.job_level], fetched.window.period,
                   fetched.window.end if now is None else now, job)
 
     rows: list[Row] = []
@@ -217,22 +215,25 @@ def _hold(row: Row, hist: dict[str, list[tuple[float, float]] | None], period: f
             continue
         t = max(pts)[0]
         reason = freshness.node_value(t, period, job)
-        if reason:
+        if reason and freshness.held(reason):
             row.values[key] = None
             for held in (key, *_DERIVED.get(key, ())):
                 row.held[held] = reason
+        if reason:
             row.note = row.note or freshness.note(reason, t, job)
 
 
 def _hold_trainer(total: Row, data: dict, metrics: Sequence[Metric], period: float, now: float,
                   job: JobSpan | None) -> None:
-    """Hold back the trainer's numbers when they are not live (freshness.trainer_value), saying what they were."""
+    """Hold back the trainer's numbers when they are not live (freshness.trainer_value), saying what they were
+    (an ended job's are shown, as its last). `data`: all the window's points, before and after the job's."""
     newest = {m.key: max(pts) for m in metrics if (pts := data.get(m.key, {}).get(JOB_KEY))}
     if not newest:
         return
     t = max(p[0] for p in newest.values())
     reason = freshness.trainer_value(t, period, now, job)
-    if not reason:
+    if not reason or not freshness.held(reason):  # live, or an ended job's last numbers (said so)
+        total.note = freshness.note(reason, t, job) if reason else total.note
         return
     last = ", ".join(f"{_cell(total.values.get(k), fmt)} {label}" for k, label, fmt in
                      (("tokens_per_s", "tok/s", "human"), ("mfu", "MFU", "ratio")) if total.values.get(k) is not None)

@@ -19,7 +19,7 @@ MODULE = "gcpgpu.trainer"
 IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
 # The trainer's options that name a file or folder it writes (flags, or keys of its --config file): the
 # emulator, which runs it outside any sandbox, keeps them on the emulated node's disk or in a bucket.
-OUTPUT_PATH_FLAGS = ("--ckpt-dir", "--log-json", "--tensorboard-dir", "--profile-dir")
+OUTPUT_PATH_FLAGS = ("--ckpt-dir", "--ckpt-local-dir", "--log-json", "--tensorboard-dir", "--profile-dir")
 CONFIG_FLAG = "--config"
 # GCPGPU_METRICS values that turn the reporter off, in the image and in the emulator alike.
 METRICS_OFF = ("0", "false", "no", "off")

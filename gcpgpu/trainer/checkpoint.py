@@ -9,6 +9,9 @@ ignores half-written ones; the next save removes them.
 
 Saved: model and optimizer (sharded as they are trained, re-shardable on load), the loss scaler, the
 data position, and each rank's RNG states.
+
+This module writes synchronously (--ckpt-mode sync) and reads; checkpointer.py saves off the critical path
+(--ckpt-mode async) into a local folder first and uploads with the same rule: `.metadata` last.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +29,26 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 _NAME = re.compile(r"^step_(\d{8})$")
-_COMMIT = ".metadata"  # DCP's metadata file: written last, so its presence marks a complete checkpoint
+COMMIT = ".metadata"  # DCP's metadata file: written last, so its presence marks a complete checkpoint
 # Test hook: "STEP" makes rank 0 die abruptly (os._exit) during the save of that step, after the shard
 # files are written and before `.metadata` is: a run killed mid-save.
 DIE_IN_SAVE_ENV = "GCPGPU_TRAINER_TEST_DIE_IN_SAVE"
+# Test hook: "SECONDS" makes each rank's write into --ckpt-dir that much slower per save, in both modes (a
+# bucket's upload, on a machine whose --ckpt-dir is a local folder).
+SLOW_CKPT_DIR_ENV = "GCPGPU_TRAINER_TEST_SLOW_CKPT_DIR"
 
 
-def _barrier() -> None:
+def barrier(group=None) -> None:
     if dist.is_initialized():
-        dist.barrier()
+        dist.barrier(group=group)
+
+
+def slow_ckpt_dir_s() -> float:
+    return float(os.environ.get(SLOW_CKPT_DIR_ENV) or 0)
+
+
+def folder(root: str | Path, step: int) -> Path:
+    return Path(root) / f"step_{step:08d}"
 
 
 def latest(ckpt_dir: str | Path) -> Path | None:
@@ -46,17 +61,46 @@ def latest(ckpt_dir: str | Path) -> Path | None:
 
 
 def _complete(folder: Path) -> bool:
-    return (folder / _COMMIT).is_file()
+    return (folder / COMMIT).is_file()
 
 
-def _writer(path: Path, step: int) -> dcp.FileSystemWriter:
+def fastest_copy(path: Path, local_dir: Path | None) -> Path:
+    """Where to read the complete checkpoint `path` (in --ckpt-dir) from: its local copy when that is the
+    same save, whole (the same `.metadata` bytes, which hold DCP's id of the save, and every file of `path`
+    at its size), else `path` itself."""
+    local = local_dir / path.name if local_dir else None
+    try:
+        if local is None or (local / COMMIT).read_bytes() != (path / COMMIT).read_bytes():
+            return path
+        sizes = {f.name: f.stat().st_size for f in local.iterdir() if f.is_file()}
+        whole = all(sizes.get(f.name) == f.stat().st_size for f in path.iterdir() if f.is_file())
+    except OSError:
+        return path
+    return local if whole else path
+
+
+class _TestWriter(dcp.FileSystemWriter):
+    """DCP's writer with the test hooks: slower (slow_s per save), or dying before the commit."""
+
+    def __init__(self, path: Path, slow_s: float, die: bool) -> None:
+        super().__init__(path, sync_files=True)
+        self.slow_s, self.die = slow_s, die
+
+    def write_data(self, plan, planner):
+        time.sleep(self.slow_s)  # the emulated bucket's latency, injected by a test or the bench
+        return super().write_data(plan, planner)
+
+    def finish(self, metadata, results) -> None:
+        if self.die:
+            os._exit(3)  # after every rank's shards, before the commit mark
+        super().finish(metadata, results)
+
+
+def writer(path: Path, step: int, slow_s: float = 0.0) -> dcp.FileSystemWriter:
     """DCP's own file writer (shard files synced to storage before `.metadata` is written)."""
-    if os.environ.get(DIE_IN_SAVE_ENV) == str(step):
-        class _DiesBeforeCommit(dcp.FileSystemWriter):
-            def finish(self, metadata, results) -> None:
-                os._exit(3)  # after every rank's shards, before the commit mark
-
-        return _DiesBeforeCommit(path, sync_files=True)
+    die = os.environ.get(DIE_IN_SAVE_ENV) == str(step)
+    if die or slow_s:
+        return _TestWriter(path, slow_s, die)
     return dcp.FileSystemWriter(path, sync_files=True)
 
 
@@ -67,47 +111,51 @@ def _rng_state(device_type: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def save(ckpt_dir: str | Path, step: int, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-         scaler: torch.amp.GradScaler, data_state: dict, rank: int, device_type: str, keep: int) -> Path:
-    """Save the state after `step` steps on every rank (a collective); returns the checkpoint folder."""
-    root = Path(ckpt_dir)
-    final = root / f"step_{step:08d}"
-    if rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        _remove(final)  # a half-written save of this step by a run that was killed, or an older copy
-    _barrier()
+def state_dict(step: int, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               data_state: dict, rank: int, device_type: str) -> dict[str, Any]:
+    """What a checkpoint holds, as DCP takes it (model and optimizer as they are sharded)."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {
+    return {
         "model": model_sd,
         "optim": optim_sd,
         "train": {"step": step, "data": data_state, "scaler": scaler.state_dict() if scaler.is_enabled() else {}},
         # Per-rank keys: RNG streams differ by rank and DCP would otherwise keep only rank 0's copy.
         f"rng_rank{rank}": _rng_state(device_type),
     }
+
+
+def save(ckpt_dir: str | Path, step: int, state: dict[str, Any], *, rank: int, keep: int) -> Path:
+    """Save `state` (state_dict()) after `step` steps on every rank (a collective); returns the checkpoint folder."""
+    root = Path(ckpt_dir)
+    final = folder(root, step)
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        remove(final)  # a half-written save of this step by a run that was killed, or an older copy
+    barrier()
     # Every rank writes its shards; rank 0 then writes `.metadata` (the commit) and dcp.save returns
     # on every rank only after that.
-    dcp.save(state, storage_writer=_writer(final, step))
+    dcp.save(state, storage_writer=writer(final, step, slow_ckpt_dir_s()))
     if rank == 0:
-        _prune(root, keep, just_saved=final)
-    _barrier()
+        prune(root, keep, just_saved=final)
+    barrier()
     return final
 
 
-def _remove(folder: Path) -> None:
+def remove(folder: Path) -> None:
     """Uncommit first, then delete: a kill midway leaves an incomplete folder, never a damaged complete one."""
-    (folder / _COMMIT).unlink(missing_ok=True)
+    (folder / COMMIT).unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _prune(root: Path, keep: int, just_saved: Path) -> None:
+def prune(root: Path, keep: int, just_saved: Path) -> None:
     """Keep the newest `keep` complete checkpoints; remove older ones and every incomplete folder
     (half-written by a killed run; the legacy step_N.tmp folders too)."""
     folders = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and p != just_saved]
     complete = sorted([p for p in folders if _NAME.match(p.name) and _complete(p)] + [just_saved])
     for old in complete[:-keep]:
-        _remove(old)
+        remove(old)
     for half in (p for p in folders if not (_NAME.match(p.name) and _complete(p))):
-        _remove(half)
+        remove(half)
 
 
 def load(path: str | Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

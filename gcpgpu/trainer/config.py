@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gcpgpu.trainer.ckpt_local import MODES as CKPT_MODES
+from gcpgpu.trainer.ckpt_local import vertex_checkpoint_dir
 from gcpgpu.trainer.sizes import SIZES
 
 PARALLELS = ("auto", "none", "ddp", "fsdp")  # auto: ddp when more than one process runs, else none
@@ -91,6 +93,8 @@ class TrainConfig:
     ckpt_dir: str | None = None
     ckpt_every: int = 0
     ckpt_keep: int = 2
+    ckpt_mode: str = "auto"  # async where a local disk exists, else sync (ckpt_local.py)
+    ckpt_local_dir: str | None = None
     resume: bool = False
     profile_steps: str | None = None
     profile_dir: str = "profile"
@@ -218,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ckpt-dir", help="folder for torch.distributed.checkpoint saves (shared by all nodes)")
     g.add_argument("--ckpt-every", type=int, help="save every N steps (0 = only at the end and on SIGTERM)")
     g.add_argument("--ckpt-keep", type=int, help="how many recent checkpoints to keep (default 2)")
+    g.add_argument("--ckpt-mode", help="async (save to a local disk, upload in the background), sync (write to "
+                   "--ckpt-dir while the steps wait) or auto (default: async where a local disk exists)")
+    g.add_argument("--ckpt-local-dir", help="the node's own folder for async saves (default $GCPGPU_CKPT_LOCAL_DIR, "
+                   "else /mnt/localssd/gcpgpu-ckpt on local SSDs)")
     _bool(g, "resume", "continue from the latest checkpoint in --ckpt-dir (fresh start if there is none)")
     g = p.add_argument_group("measurement and profiling")
     g.add_argument("--log-json", help="JSON-lines metrics file written by rank 0")
@@ -265,14 +273,6 @@ def parse_bytes(text: str) -> int:
     return int(value)
 
 
-def tensorboard_dir(cfg_dir: str | None, environ: dict[str, str] | None = None) -> str | None:
-    """--tensorboard-dir, else Vertex's AIP_TENSORBOARD_LOG_DIR read through its /gcs/ mount."""
-    d = cfg_dir or (os.environ if environ is None else environ).get("AIP_TENSORBOARD_LOG_DIR")
-    if not d:
-        return None
-    return "/gcs/" + d[len("gs://"):] if d.startswith("gs://") else d
-
-
 def _load_file(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
@@ -299,14 +299,6 @@ def _load_file(path: str) -> dict[str, Any]:
             raise ConfigError(f"--config: unknown option {key!r} in {path}")
         out[name] = value
     return out
-
-
-def vertex_checkpoint_dir(environ: dict[str, str] | None = None) -> str | None:
-    """Vertex's AIP_CHECKPOINT_DIR as a local path: gs://bucket/x is mounted at /gcs/bucket/x (Cloud Storage FUSE)."""
-    d = (os.environ if environ is None else environ).get("AIP_CHECKPOINT_DIR")
-    if not d:
-        return None
-    return "/gcs/" + d[len("gs://"):] if d.startswith("gs://") else d
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
@@ -397,8 +389,11 @@ def check(cfg: TrainConfig) -> None:
             raise ConfigError(f"--profile-steps: expected A:B with 0 <= A <= B (e.g. 10:15), got {cfg.profile_steps!r}")
         if int(parts[1]) >= cfg.steps:
             raise ConfigError(f"--profile-steps: step {parts[1]} is past the last step {cfg.steps - 1}; use B < --steps")
-    if (cfg.resume or cfg.ckpt_every) and not cfg.ckpt_dir:
-        raise ConfigError("--resume/--ckpt-every: need --ckpt-dir to know where checkpoints live")
+    _choice("--ckpt-mode", cfg.ckpt_mode, CKPT_MODES)
+    for opt, given in (("--resume", cfg.resume), ("--ckpt-every", cfg.ckpt_every),
+                       ("--ckpt-local-dir", cfg.ckpt_local_dir), ("--ckpt-mode", cfg.ckpt_mode != "auto")):
+        if given and not cfg.ckpt_dir:
+            raise ConfigError(f"{opt}: needs --ckpt-dir to know where checkpoints live")
     if cfg.ddp_comm_hook != "none" and cfg.parallel not in ("ddp", "auto"):
         raise ConfigError(f"--ddp-comm-hook: only applies to --parallel ddp, not {cfg.parallel}")
     if cfg.data != "synthetic":

@@ -27,6 +27,10 @@ class RunResult:
     step_times: list[float] = field(default_factory=list)
     val_loss: float | None = None  # the last validation loss (--eval-every)
     val_losses: dict[int, float] = field(default_factory=dict)  # step index -> validation loss
+    ckpt_mode: str | None = None  # sync or async; None without --ckpt-dir
+    resumed: dict | None = None  # the --log-json record of the checkpoint --resume started from
+    checkpoints: list[dict] = field(default_factory=list)  # each complete save's record (checkpointer.SaveRecord)
+    ckpt_incomplete: bool = False  # the last save had not reached --ckpt-dir when a SIGTERM's grace ran out
 
 
 def write_summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str | None) -> None:
@@ -47,6 +51,10 @@ def write_summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str |
                 f"peak memory {mem_s}")
     if r.val_loss is not None:
         line += f"; validation loss {r.val_loss:.4f}"
+    blocked, saved = (sum(c[k] for c in r.checkpoints) for k in ("blocked_s", "save_s"))
+    if r.checkpoints:
+        line += (f"; {len(r.checkpoints)} checkpoints ({r.ckpt_mode}) blocked the steps {blocked:.2f} s "
+                 f"and took {saved:.2f} s to save")
     print(line, flush=True)
     if jlog_path:
         JsonLog(jlog_path, True).write({
@@ -55,4 +63,5 @@ def write_summary(env: DistEnv, cfg: TrainConfig, r: RunResult, jlog_path: str |
             "data_wait_frac": r.data_wait_frac, "peak_mem_bytes": r.peak_mem_bytes, "peak_mem_kind": r.peak_mem_kind,
             "planned_mem_bytes": r.planned_mem_bytes, "stopped": r.stopped, "val_loss": r.val_loss,
             "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "seq_len": cfg.seq_len,
-            **r.mem_detail})
+            "ckpt_mode": r.ckpt_mode, "checkpoints": len(r.checkpoints), "ckpt_blocked_s": blocked,
+            "ckpt_save_s": saved, **r.mem_detail})

@@ -5,14 +5,23 @@
 
 from __future__ import annotations
 
+import os
 from importlib.util import find_spec
 
-from gcpgpu.trainer.config import ConfigError, tensorboard_dir
+from gcpgpu.trainer.config import ConfigError
 
 # What a logged step's record (train.py) becomes, as TensorBoard tag: record key.
 TAGS = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm", "val/loss": "val_loss",
         "perf/tokens_per_s_per_gpu": "tokens_per_s", "perf/mfu": "mfu", "perf/step_time_s": "step_time_s",
         "memory/peak_gib": "peak_mem_gib"}
+
+
+def tensorboard_dir(cfg_dir: str | None, environ: dict[str, str] | None = None) -> str | None:
+    """--tensorboard-dir, else Vertex's AIP_TENSORBOARD_LOG_DIR read through its /gcs/ mount."""
+    d = cfg_dir or (os.environ if environ is None else environ).get("AIP_TENSORBOARD_LOG_DIR")
+    if not d:
+        return None
+    return "/gcs/" + d[len("gs://"):] if d.startswith("gs://") else d
 
 
 def available() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import signal
@@ -12,7 +13,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from gcpgpu.trainer import autobatch, checkpoint, tb
+from gcpgpu.trainer import autobatch, checkpoint, ckpt_local, tb
+from gcpgpu.trainer.checkpointer import Checkpointer, SaveRecord
 from gcpgpu.trainer.config import (
     ALLOW_CPU_ENV,
     PROG,
@@ -51,6 +53,9 @@ EXIT_PEER_FAILED = 1
 SIGTERM_AT_ENV = "GCPGPU_TRAINER_TEST_SIGTERM_AT"
 # Test hook: "RANK:STEP" makes that rank die abruptly (os._exit) when STEP starts.
 DIE_AT_ENV = "GCPGPU_TRAINER_TEST_DIE_AT"
+# After a SIGTERM, how long a pending checkpoint may still take to reach --ckpt-dir: a GCE Spot VM gives 30 s
+# of notice and the cluster job agent stops the container 25 s after its SIGTERM (docker --stop-timeout).
+STOP_GRACE_S = 20.0
 
 
 class StopFlag:
@@ -58,6 +63,7 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.requested = False
+        self.at: float | None = None  # time.monotonic() of the first SIGTERM this rank got
         self._previous = None
 
     def install(self) -> None:
@@ -69,6 +75,7 @@ class StopFlag:
 
     def _handle(self, signum, frame) -> None:
         self.requested = True  # only a flag: the step in flight finishes, then every rank saves together
+        self.at = self.at or time.monotonic()
 
     def agreed(self) -> bool:
         """True on every rank if any rank was signalled (a CPU all-reduce: gloo, no GPU sync).
@@ -182,18 +189,28 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     # fp16 overflows where bf16 does not: scale the loss up, skip steps whose gradients hit inf/nan.
     scaler = torch.amp.GradScaler(device_type, init_scale=cfg.fp16_init_scale, enabled=cfg.precision == "fp16")
 
-    # ---- resume ----
+    # ---- checkpoints (sync or async, ckpt_local.py) and resume ----
+    ckpt = None
+    if cfg.ckpt_dir:
+        place = ckpt_local.resolve(cfg.ckpt_mode, cfg.ckpt_dir, cfg.ckpt_local_dir)
+        ckpt = Checkpointer(cfg.ckpt_dir, place, rank=env.rank, local_rank=env.local_rank, keep=cfg.ckpt_keep,
+                            device_type=device_type, dist_timeout=cfg.dist_timeout)
+        result.ckpt_mode = place.mode
+        _say(env, cfg, f"{PROG}: checkpoints {place.why}")
     start_step = 0
     if cfg.resume:
-        path = checkpoint.latest(cfg.ckpt_dir)
+        path = checkpoint.latest(cfg.ckpt_dir)  # the newest step complete in --ckpt-dir: only those count
         if path is None:
             _say(env, cfg, f"no checkpoint in {cfg.ckpt_dir}: starting from step 0")
         else:
-            state = checkpoint.load(path, model=model, optimizer=optimizer, scaler=scaler,
+            copy = checkpoint.fastest_copy(path, place.local_dir)
+            state = checkpoint.load(copy, model=model, optimizer=optimizer, scaler=scaler,
                                     data_state=batches.state_dict(), rank=env.rank, device_type=device_type)
             batches.load_state_dict(state["data"])
             start_step = int(state["step"])
-            _say(env, cfg, f"resumed from {path} at step {start_step}")
+            result.resumed = {"kind": "resume", "ckpt_step": start_step, "path": str(path), "read_from": str(copy)}
+            _say(env, cfg, f"resumed from {path} at step {start_step}"
+                           + (f" (read from its local copy {copy})" if copy != path else ""))
 
     # ---- measurement ----
     device_name = torch.cuda.get_device_name(device) if device_type == "cuda" else None
@@ -213,6 +230,8 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
         f"data {source.description} | peak {'%.0f TFLOP/s bf16' % (peak / 1e12) if peak else 'unknown: no MFU'}"
         + (" (fp8 MFU is against the bf16 peak)" if fp8 and peak else "")))
     jlog = JsonLog(cfg.log_json, env.is_main)
+    if result.resumed:
+        jlog.write(result.resumed)
     scalars = tb.Scalars(tb.resolve(cfg.tensorboard_dir)[0], env.is_main)
     window = SpeedWindow()
     ranges = Ranges(nvtx=device_type == "cuda")
@@ -317,22 +336,29 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                     + (" | overflow: step skipped" if record.get("skipped") else "")))
                 last_logged = step
 
-            if cfg.ckpt_dir and ((cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps or stopping):
-                t_save = time.perf_counter()
-                path = checkpoint.save(cfg.ckpt_dir, step, model=model, optimizer=optimizer, scaler=scaler,
-                                       data_state=batches.state_dict(), rank=env.rank, device_type=device_type,
-                                       keep=cfg.ckpt_keep)
-                _say(env, cfg, f"saved checkpoint {path} in {time.perf_counter() - t_save:.1f} s")
+            if ckpt and ((cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps or stopping):
+                blocked = ckpt.save(step, functools.partial(
+                    checkpoint.state_dict, step, model=model, optimizer=optimizer, scaler=scaler,
+                    data_state=batches.state_dict(), rank=env.rank, device_type=device_type))
                 if last_logged != step:  # a save between log steps: keep its time out of the next interval
-                    t_last += time.perf_counter() - t_save
+                    t_last += blocked
+            if ckpt:
+                _report_saves(env, cfg, ckpt.collect(), jlog, result)
             if last_logged == step:
                 t_last, data_time = time.perf_counter(), 0.0  # logging and saving stay out of step times
             if stopping:
                 result.stopped = True
+                if ckpt:
+                    _finish_saves(env, cfg, ckpt, stop, jlog, result)
                 _say(env, cfg, f"{PROG}: SIGTERM: stopped after step {step - 1}"
-                      + (", checkpoint saved; rerun with --resume to continue" if cfg.ckpt_dir else ""), always=True)
+                      + (", checkpoint saved; rerun with --resume to continue"
+                         if cfg.ckpt_dir and not result.ckpt_incomplete else ""), always=True)
                 break
+        if ckpt and not result.stopped:
+            _finish_saves(env, cfg, ckpt, stop, jlog, result)  # the last step's save, at the end of the run
     finally:
+        if ckpt:
+            ckpt.close()
         stop.uninstall()
         jlog.close()
         scalars.close()
@@ -351,6 +377,31 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
         result.mfu = mfu(result.tokens_per_s_per_gpu, fpt, peak)
     write_summary(env, cfg, result, jlog_path=cfg.log_json)
     return result
+
+
+def _report_saves(env: DistEnv, cfg: TrainConfig, records: list[SaveRecord], jlog: JsonLog,
+                  result: RunResult) -> None:
+    for record in records:
+        _say(env, cfg, record.line())
+        jlog.write(record.log())
+        result.checkpoints.append(record.log())
+
+
+def _finish_saves(env: DistEnv, cfg: TrainConfig, ckpt: Checkpointer, stop: StopFlag, jlog: JsonLog,
+                  result: RunResult) -> None:
+    """The last checkpoint reaches --ckpt-dir before the run ends; after a SIGTERM, only until STOP_GRACE_S
+    after the signal, so the process still leaves before the VM or container is stopped."""
+    if not ckpt.pending:
+        return
+    t0 = time.perf_counter()
+    timeout = max(0.0, (stop.at or time.monotonic()) + STOP_GRACE_S - time.monotonic()) if result.stopped else None
+    result.ckpt_incomplete = not ckpt.wait(timeout)
+    if result.ckpt_incomplete:
+        _say(env, cfg, f"{PROG}: the last checkpoint did not reach {cfg.ckpt_dir} within {STOP_GRACE_S:.0f} s of "
+                       "the SIGTERM; --resume takes the newest complete one", always=True)
+        return
+    _say(env, cfg, f"waited {time.perf_counter() - t0:.2f} s at the end for the last checkpoint's upload")
+    _report_saves(env, cfg, ckpt.collect(), jlog, result)
 
 
 def resolve_batch(cfg: TrainConfig, env: DistEnv, device_type: str, vocab_size: int) -> str | None:
@@ -402,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
               f"(see its log); exiting. [{type(e).__name__}: {first[:300]}]", file=sys.stderr, flush=True)
         # Skip interpreter teardown: destroying a group whose peer is gone can block.
         os._exit(EXIT_PEER_FAILED)
+    if result.ckpt_incomplete:  # its upload thread may still hold the checkpoint group: no orderly teardown
+        sys.stdout.flush()
+        os._exit(EXIT_STOPPED)
     # Free the model's reference cycles (FSDP state) while the interpreter is whole, then the groups:
     # left to interpreter teardown, gloo's threads can abort the process after a successful run.
     gc.collect()

@@ -56,3 +56,27 @@ def test_a_lost_host_kills_workers_that_left_the_replicas_session(tmp_path, grac
         assert run.state == "failed"
     finally:
         runner.reset()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+def test_a_replica_whose_first_process_dies_takes_its_workers_with_it(tmp_path):
+    """Issue 38: torchrun killed (SIGKILL, as the OOM killer does) left its worker training on in a session of
+    its own, and the job's other nodes with it, for as long as the job lasted. A container ends with its first
+    process: whatever it started is killed then."""
+    runner = Runner(root=tmp_path)
+    try:
+        run = runner.start("job-1", [ReplicaSpec("node-0", [sys.executable, "-c", LAUNCHER], {})])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(line.text.strip().isdigit() for line in run.log_lines()):
+            time.sleep(0.05)
+        worker = int(next(line.text for line in run.log_lines() if line.text.strip().isdigit()))
+        while time.monotonic() < deadline and worker not in {pid for pid, _start in run.replicas[0].family}:
+            time.sleep(0.05)  # the runner lists a replica's processes every half second: until it has seen it
+        os.kill(run.replicas[0].popen.pid, 9)
+        assert run.wait(30) and run.state == "failed" and run.failure[1] == -9
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(worker):
+            time.sleep(0.05)
+        assert not _alive(worker), "the worker outlived its launcher"
+    finally:
+        runner.reset()

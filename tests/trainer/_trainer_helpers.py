@@ -34,8 +34,8 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                         "CLUSTER_SPEC", "AIP_CHECKPOINT_DIR", "GCPGPU_TRAINER_ALLOW_CPU",
-                        "GCPGPU_NPROC_PER_NODE", "GCPGPU_TRAINER_TEST_SIGTERM_AT", "GCPGPU_TRAINER_TEST_DIE_AT",
-                        "GCPGPU_TRAINER_TEST_DIE_IN_SAVE")}
+                        "GCPGPU_NPROC_PER_NODE", "GCPGPU_CKPT_LOCAL_DIR")
+           and not k.startswith("GCPGPU_TRAINER_TEST_")}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"  # 2 ranks on 2 cores; also the same thread count for every run compared
     env.update(extra or {})
@@ -85,9 +85,9 @@ def run(nproc: int, args: list[str], *, module: str = "gcpgpu.trainer", env: dic
     return procs
 
 
-def read_log(path: Path) -> list[dict]:
-    """Per-step records of a --log-json file (summary lines left out)."""
-    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") != "summary"]
+def read_log(path: Path, kind: str | None = None) -> list[dict]:
+    """Per-step records of a --log-json file, or its records of one kind ("summary", "checkpoint")."""
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == kind]
 
 
 def losses(path: Path) -> dict[int, float]:

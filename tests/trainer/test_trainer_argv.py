@@ -70,7 +70,7 @@ def test_the_output_path_flags_the_emulator_keeps_inside_are_every_path_the_trai
     from gcpgpu.trainer.config import TrainConfig, build_parser
 
     options = {a.option_strings[0] for a in build_parser()._actions if a.option_strings}
-    written = {"--ckpt-dir", "--log-json", "--tensorboard-dir", "--profile-dir"}
+    written = {"--ckpt-dir", "--ckpt-local-dir", "--log-json", "--tensorboard-dir", "--profile-dir"}
     read = {"--config", "--data"}
     named_like_paths = {o for o in options if o.endswith(("-dir", "-json", "-path", "-file")) or o in read}
     assert set(argv.OUTPUT_PATH_FLAGS) == written and named_like_paths == written | read

@@ -59,6 +59,10 @@ def error_lines(stderr: str) -> list[str]:
     (["--val-fraction", "1.5"], None, "--val-fraction"),
     (["--eval-every", "5", "--data", "synthetic", "--val-fraction", "0.00001"], None, "--val-fraction"),
     (["--compile-scope", "layer"], None, "--compile-scope"),
+    # Issue 40's checkpoint options.
+    (["--ckpt-dir", "ck", "--ckpt-mode", "fast"], None, "--ckpt-mode: unknown value 'fast'; choose one of auto, sync"),
+    (["--ckpt-mode", "async"], None, "--ckpt-mode: needs --ckpt-dir"),
+    (["--ckpt-local-dir", "/mnt/x"], None, "--ckpt-local-dir: needs --ckpt-dir"),
     (["--compile", "--compile-scope", "model", "--parallel", "fsdp"], None, "--compile-scope model"),
 ])
 def test_bad_option_fails_fast_with_one_line(args, env, option):

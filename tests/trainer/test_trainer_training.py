@@ -155,25 +155,38 @@ def fsdp_straight(small_text, tmp_path_factory) -> dict[int, float]:
     return losses(log)
 
 
+def ckpt_mode(mode: str, tmp_path) -> list[str]:
+    """The trainer's flags for a checkpoint mode; async saves into a local folder of the test's own."""
+    return ["--ckpt-mode", mode] + (["--ckpt-local-dir", str(tmp_path / "local")] if mode == "async" else [])
+
+
 @pytest.mark.multiprocess
-def test_sigterm_on_one_rank_stops_all_and_resume_is_bitwise_identical(small_text, tmp_path, fsdp_straight):
-    """FSDP2 (bf16 policy) on 2 ranks: rank 0 alone gets SIGTERM at step 3; both save and stop; resume."""
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_sigterm_on_one_rank_stops_all_and_resume_is_bitwise_identical(small_text, tmp_path, fsdp_straight, mode):
+    """FSDP2 (bf16 policy) on 2 ranks: rank 0 alone gets SIGTERM at step 3; both save and stop; resume.
+    Async: the trainer waits for the upload before it exits, so the stop's checkpoint is complete."""
     pytest.importorskip("numpy", reason="multi-rank torch.distributed.checkpoint needs numpy")
-    common = [*FSDP_7, "--data", str(small_text)]
+    common = [*FSDP_7, "--data", str(small_text), *ckpt_mode(mode, tmp_path)]
     ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--log-json", str(tmp_path / "resumed.jsonl")]
     first = run(2, [*common, *ckpt], env={"GCPGPU_TRAINER_TEST_SIGTERM_AT": "0:3"}, check=False)
     assert [p.returncode for p in first] == [EXIT_STOPPED, EXIT_STOPPED], first[0].stderr + first[1].stderr
     assert "checkpoint saved" in first[0].stdout
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_00000004"]
+    assert (tmp_path / "ckpt" / "step_00000004" / ".metadata").is_file()
     run(2, [*common, *ckpt, "--resume"])
+    (resume,) = read_log(tmp_path / "resumed.jsonl", "resume")
+    local_copy = resume["read_from"] != resume["path"] == str(tmp_path / "ckpt" / "step_00000004")
+    assert local_copy == (mode == "async")  # async left a local copy of the same save: resume reads it
     assert losses(tmp_path / "resumed.jsonl") == fsdp_straight  # every step, bit for bit (on CPU, where the kernels are deterministic)
 
 
 @pytest.mark.multiprocess
-def test_external_sigterm_mid_run_then_resume_matches(small_text, tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_external_sigterm_mid_run_then_resume_matches(small_text, tmp_path, mode):
     """A real SIGTERM at an arbitrary moment (a spot preemption) on a single process, then --resume."""
     common = [*TINY, "--data", str(small_text), "--steps", "60", "--quiet"]
-    ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10", "--log-json", str(tmp_path / "resumed.jsonl")]
+    ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "10", "--log-json", str(tmp_path / "resumed.jsonl"),
+            *ckpt_mode(mode, tmp_path)]
     procs = start(1, [*common, *ckpt])
     deadline = time.time() + HUNG_S
     while time.time() < deadline:  # let it get a few steps in
@@ -211,6 +224,35 @@ def test_a_save_killed_midway_is_ignored_by_resume_and_removed_by_the_next_save(
     # The half folder went with the next save; the newest two complete ones stay (--ckpt-keep 2).
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_00000006", "step_00000007"]
     assert losses(tmp_path / "resumed.jsonl") == fsdp_straight
+
+
+@pytest.mark.multiprocess
+def test_a_run_killed_mid_upload_resumes_from_the_newest_step_complete_in_the_ckpt_dir(small_text, tmp_path,
+                                                                                      fsdp_straight):
+    """Async, 2 ranks of FSDP saving every 2 steps: rank 0 dies in the background upload of step 4, after its
+    shards reached --ckpt-dir and before `.metadata`. Step 4 is complete on the local disk, half in
+    --ckpt-dir: resume takes step 2 (read from its local copy), never step 4."""
+    pytest.importorskip("numpy", reason="multi-rank torch.distributed.checkpoint needs numpy")
+    ckpt_dir, local_root = tmp_path / "ckpt", tmp_path / "local"
+    common = [*FSDP_7, "--data", str(small_text), "--dist-timeout", "60", "--ckpt-dir", str(ckpt_dir),
+              "--ckpt-every", "2", *ckpt_mode("async", tmp_path)]
+    killed = run(2, [*common, "--log-json", str(tmp_path / "killed.jsonl")],
+                 env={"GCPGPU_TRAINER_TEST_DIE_IN_UPLOAD": "4"}, check=False)
+    assert killed[0].returncode == 3 and killed[1].returncode != 0, killed[1].stderr
+    (local,) = local_root.iterdir()  # this --ckpt-dir's folder on the "node"
+    assert (local / "step_00000004" / ".metadata").is_file()  # complete on the local disk...
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_00000002", "step_00000004"]
+    half = ckpt_dir / "step_00000004"
+    assert (half / "__0_0.distcp").is_file() and not (half / ".metadata").exists()  # ...half uploaded
+
+    run(2, [*common, "--resume", "--log-json", str(tmp_path / "resumed.jsonl")])
+    (resume,) = read_log(tmp_path / "resumed.jsonl", "resume")
+    assert resume == {"kind": "resume", "ckpt_step": 2, "path": str(ckpt_dir / "step_00000002"),
+                      "read_from": str(local / "step_00000002")}
+    assert losses(tmp_path / "resumed.jsonl") == {k: v for k, v in fsdp_straight.items() if k >= 2}
+    # The half upload went with the next save of step 4; both places keep the newest two (--ckpt-keep 2).
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_00000006", "step_00000007"]
+    assert sorted(p.name for p in local.iterdir()) == ["step_00000006", "step_00000007"]
 
 
 @pytest.mark.multiprocess

@@ -11,9 +11,9 @@ from _trainer_helpers import REPO, TINY, run
 
 torch = pytest.importorskip("torch")
 
-from gcpgpu.trainer.config import tensorboard_dir  # noqa: E402
 from gcpgpu.trainer.data import TokenSource, split  # noqa: E402
 from gcpgpu.trainer.evaluate import should_eval  # noqa: E402
+from gcpgpu.trainer.tb import tensorboard_dir  # noqa: E402
 
 needs_tensorboard = pytest.mark.skipif(find_spec("tensorboard") is None,
                                        reason="tensorboard is a dev dependency; not installed here")

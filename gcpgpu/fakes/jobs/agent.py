@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 
-from ..activity import Activity
+from ..activity import Activity, step_in
 from ..core import ApiError
 from . import mounts
+from .lastwords import killed
 from .node import NodeHealth
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
 from .storage import PathRefused, Storage
@@ -275,7 +276,8 @@ class ClusterAgent:
         cluster = _cluster_of(inst, job)
         metrics = MetricsTarget(project, zone, "cluster", cluster) if rank == 0 and cluster else None
         run = self.runner.start(run_id, [ReplicaSpec(inst["name"], argv, env)],
-                                on_change=self._on_change(iid), describe=describe, metrics=metrics)
+                                on_change=self._on_change(iid), describe=describe, metrics=metrics,
+                                on_line=self._stepper(run_id))
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id} "
                               f"locally on 127.0.0.1:{port}, CPU only, one process")
 
@@ -293,7 +295,8 @@ class ClusterAgent:
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         command = [*map(str, job.get("command") or []), *map(str, job.get("args") or [])]
         replica = self.user.replica(inst["name"], command, env, self.runner.workdir(run_id) / "workdir")
-        run = self.runner.start(run_id, [replica], on_change=self._on_change(iid), describe=describe)
+        run = self.runner.start(run_id, [replica], on_change=self._on_change(iid), describe=describe,
+                                on_line=self._stepper(run_id))
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id}'s "
                               f"command through the image's entrypoint in a sandbox, on 127.0.0.1:{port}, CPU only")
 
@@ -327,7 +330,7 @@ class ClusterAgent:
         def changed(run: Run) -> None:
             if self.activity is not None:  # the node was busy while the job's process ran, whoever stopped it
                 if run.state == "running":
-                    self.activity.begin(instance_id, run.id)
+                    self.activity.begin(instance_id, run.id, job=_job_key(run.id))
                 elif run.done:
                     self.activity.end(instance_id, run.id)
             with self._lock:
@@ -340,10 +343,24 @@ class ClusterAgent:
                     code = replica.returncode if replica.returncode is not None else -1
                     state = {"succeeded": "SUCCEEDED", "cancelled": "CANCELLED"}.get(run.state, "FAILED")
                     message = (run.failure[2] if run.failure else "") or ("cancelled" if state == "CANCELLED" else "")
+                    if state == "FAILED":
+                        message = killed(run, replica) or message
                     self.report(instance_id, state=state, exit_code=code, ended=_stamp(run.ended or time.time()),
                                 message=message)
 
         return changed
+
+    def _stepper(self, run_id: str) -> Callable[[LogLine], None] | None:
+        """What tells Monitoring's ledger the steps a node's job logs (its nodes progress together)."""
+        if self.activity is None:
+            return None
+        activity, job = self.activity, _job_key(run_id)
+
+        def seen(line: LogLine) -> None:
+            if (step := step_in(line.text)) is not None:
+                activity.progress(job, step)
+
+        return seen
 
     def _describer(self, project: str, zone: str, inst: dict, job_id: str, image: str) -> Callable[[LogLine], dict]:
         """Log entries as Docker's gcplogs driver writes a container's output (the agent runs it so)."""
@@ -361,6 +378,11 @@ class ClusterAgent:
             }
 
         return describe
+
+
+def _job_key(run_id: str) -> str:
+    """The job attempt a node's run belongs to (its run id less the node): cluster/PROJECT/RUN."""
+    return run_id.rsplit("/", 1)[0]
 
 
 def _cluster_of(inst: dict, job: dict) -> str:

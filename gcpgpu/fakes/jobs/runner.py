@@ -37,6 +37,7 @@ from pathlib import Path
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 from gcpgpu.trainer.argv import trainer_args
 
+from .lastwords import banner
 from .procs import descendants, kill_family, signal_group, start_time
 from .storage import PathRefused
 
@@ -61,6 +62,7 @@ _LOADS_CODE = re.compile(r"LD_\w*|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|BASH_EN
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
 SIDECAR_STOP_S = 20.0  # the reporter's last write may take up to its 10 s timeout
+FAMILY_SCAN_S = 0.5  # how often a running replica's processes are listed (/proc), so its orphans can be killed
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,10 @@ class Run:
     TERMINAL = ("succeeded", "failed", "cancelled")
 
     def __init__(self, run_id: str, replicas: list[ReplicaSpec], workdir: Path, seq: itertools.count,
-                 describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> None:
+                 describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None,
+                 on_line: Callable[[LogLine], None] | None = None) -> None:
         self.id = run_id
+        self.on_line = on_line  # told each line as it is captured (the job agent reads the steps a job makes)
         self.workdir = workdir
         # Turns a captured line into the Cloud Logging entry the real service would write for it.
         self.describe = describe
@@ -152,10 +156,16 @@ class Run:
         return self._done.wait(timeout)
 
     def log(self, task: str, stream: str, text: str) -> None:
+        line = LogLine(next(self._seq), time.time(), task, stream, text)
         with self._lock:
-            self.lines.append(LogLine(next(self._seq), time.time(), task, stream, text))
+            self.lines.append(line)
             if len(self.lines) > MAX_LINES:
                 del self.lines[: len(self.lines) - MAX_LINES]
+        if self.on_line is not None:
+            try:
+                self.on_line(line)
+            except Exception as e:  # a watcher's bug must not stop the job's output being read
+                print(f"gcpgpu emulator: job {self.id}: reading its line failed: {e}", file=sys.stderr)
 
     def log_lines(self) -> list[LogLine]:
         with self._lock:
@@ -213,9 +223,11 @@ class Runner:
 
     def start(self, run_id: str, replicas: list[ReplicaSpec], *, delay_s: float = 0.0,
               on_change: Callable[[Run], None] | None = None,
-              describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None) -> Run:
-        """Start `replicas` after `delay_s` (the provisioning the cloud would do first), in the background."""
-        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe, metrics)
+              describe: Callable[[LogLine], dict] | None = None, metrics: MetricsTarget | None = None,
+              on_line: Callable[[LogLine], None] | None = None) -> Run:
+        """Start `replicas` after `delay_s` (the provisioning the cloud would do first), in the background;
+        `on_line` is told each line of their output as it comes."""
+        run = Run(run_id, replicas, self.workdir(run_id), self._seq, describe, metrics, on_line)
         self._add(run)
         thread = threading.Thread(target=self._supervise, args=(run, delay_s, on_change),
                                   name=f"emulator-run-{run_id}", daemon=True)
@@ -372,18 +384,29 @@ class Runner:
         for raw in iter(pipe.readline, b""):  # type: ignore[attr-defined]
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
             run.log(replica.spec.task, stream, text)
-            if stream == "stderr" and text.strip():
+            if stream == "stderr" and text.strip() and not banner(text):
                 replica.last_error = text.strip()
         pipe.close()  # type: ignore[attr-defined]
 
     def _watch(self, run: Run) -> None:
         stop_sent: float | None = None
+        scanned = float("-inf")
         while True:
+            if stop_sent is None and time.monotonic() - scanned >= FAMILY_SCAN_S:
+                scanned = time.monotonic()
+                for replica in run.replicas:  # known before the replica dies: its orphans cannot be found after
+                    if replica.returncode is None and replica.popen is not None:
+                        replica.family |= descendants(replica.popen.pid)
             for replica in run.replicas:
                 if replica.returncode is None and replica.popen is not None:
                     code = replica.popen.poll()
                     if code is not None:
                         replica.returncode, replica.ended = code, time.time()
+                        if stop_sent is None:
+                            # Its own end (not a stop the runner asked for): a container ends with its first
+                            # process, and every process left in it is killed (a torchrun killed for memory
+                            # leaves no worker training on, and no peer waiting for it).
+                            kill_family(replica.family)
                         if code != 0 and run.failure is None and not run._cancel.is_set():
                             for t in replica.readers:
                                 t.join(2)  # the failure message quotes the replica's last words

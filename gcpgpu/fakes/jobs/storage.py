@@ -18,8 +18,8 @@ relative path is taken from the node's / as the container's working directory is
 a link a job planted (`ln -s /home/me /gcs/b/evil`, from a sandboxed command) is followed only while
 it stays inside the buckets (or that node's disk); one that leads out refuses the job (PathRefused,
 one line). The bundled trainer runs outside any sandbox, so its own path arguments are mapped the
-same way (localize_args): --ckpt-dir, --log-json, --tensorboard-dir and --profile-dir (in its flags
-or its --config file), and any argument naming a bucket. An absolute node path lands on that node's
+same way (localize_args): --ckpt-dir, --ckpt-local-dir, --log-json, --tensorboard-dir and --profile-dir
+(in its flags or its --config file), and any argument naming a bucket. An absolute node path lands on that node's
 disk, never on this machine's; a relative one stays in the run's own folder (its working directory);
 a '..' that climbs out of either is refused. What the trainer only reads (--data, --config) may be
 a path of this machine, as before.

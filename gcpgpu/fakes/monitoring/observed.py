@@ -15,13 +15,13 @@ from .synthetic import Vm
 
 def vms(compute: Any, activity: Activity, project: str, ids: set[str] | None = None) -> list[Vm]:
     """The project's VMs that have run (those of `ids` only, when given), with their RUNNING spans and
-    the spans a job ran on them."""
+    the spans a job ran on them, with the steps each job logged."""
     if compute is None:
         return []
     history = compute.running_history(project, ids)
-    busy = activity.spans_of([h["id"] for h in history])
-    return [Vm(project, h["id"], h["name"], h["zone"], h["machineType"], h["labels"], h["spans"], b)
-            for h, b in zip(history, busy, strict=True)]
+    work = activity.work_of([h["id"] for h in history])
+    return [Vm(project, h["id"], h["name"], h["zone"], h["machineType"], h["labels"], h["spans"], busy, steps)
+            for h, (busy, steps) in zip(history, work, strict=True)]
 
 
 def vertex_jobs(vertex: Any, project: str) -> dict[str, dict]:
@@ -35,5 +35,6 @@ def vertex_jobs(vertex: Any, project: str) -> dict[str, dict]:
         machine = ((pools[0] or {}).get("machineSpec") or {}).get("machineType", "") if pools else ""
         if replicas:
             out[job["name"].rsplit("/", 1)[-1]] = {"project": project, "replicas": replicas, "machine_type": machine,
-                                                   "start": job["start"], "end": job["end"], "stragglers": {}}
+                                                   "start": job["start"], "end": job["end"], "stragglers": {},
+                                                   "steps": job.get("steps") or ()}
     return out

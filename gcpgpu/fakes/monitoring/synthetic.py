@@ -3,11 +3,13 @@
 No GPU exists here, so the emulator invents what Cloud Monitoring would hold for a VM, following
 what runs on it (fakes/activity.py, written by the job agent): while a job runs, network counters
 at a share of the machine's bandwidth, busy GPUs (Ops Agent utilization, memory per memory_state,
-DCGM profiling rates) and CPUs; the rest of a RUNNING VM's time, idle ones. Vertex AI's training
-metrics follow its jobs. The same
-seed, VM and time give the same value in every process. Samples come every 60 s from the moment the
-VM is RUNNING, as the agents' default collection interval does; values drift slowly (a 7-minute
-wave) so a sparkline has something to show, plus a little per-sample noise.
+DCGM profiling rates) and CPUs, each in proportion to the steps the job made in the sample's period
+against its own usual pace (a job that logs no step counts as busy all its run); the rest of a
+RUNNING VM's time, idle ones: no steps, no traffic. Every rate stays within the machine's limits:
+its own network bandwidth (per machine type in machines.yaml), NVLink only between a machine's GPUs
+(none on a one-GPU machine). Vertex AI's training metrics follow its jobs. The same seed, VM and
+time give the same value in every process. Samples come every 60 s from the moment the VM is
+RUNNING, as the agents' default collection interval does, with a little per-sample noise.
 
 A straggler knob makes one VM (or one of its GPUs) slow: its GPU utilization, profiling rates and
 network throughput are scaled down by the given factor.
@@ -30,11 +32,12 @@ from .catalog import AGENT, BUILTIN, COMPUTE, NET, VERTEX
 Samples = tuple["np.ndarray", "np.ndarray", "np.ndarray"]  # start times, end times, values
 Batch = tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]  # indexes, start times, end times, values[row]
 SAMPLE_S = 60.0
-WAVE_S = 420.0
 
 IDLE_BPS = 2.0e3  # bytes/s an idle VM still moves (metadata server, agents' uploads)
 IDLE_MEMORY = 0.006  # share of GPU memory NVML reports used with no process (driver reservations)
 VM_OWN = (COMPUTE + "cpu/utilization", COMPUTE + "uptime", COMPUTE + "uptime_total")
+NVLINK_SHARE = 0.3  # of a GPU's NVLink bandwidth a data-parallel step keeps busy, averaged over a sample
+GAUGE_WINDOW_S = 10.0  # a gauge (NVML, DCGM) reads the last moments: the steps made in these seconds
 PIPES = {"tensor": 0.62, "fp16": 0.35, "fp32": 0.12, "fp64": 0.01}
 
 
@@ -55,6 +58,16 @@ def machine_facts(machine_type: str) -> tuple[int, float, str, float, bool]:
     gbps = float(m.get("max_net_gbps", fam.get("max_net_gbps", 16)))
     nics = int(m.get("gpu_nics", fam.get("gpu_nics", 0)) or 0)
     return int(m.get("gpu_count", 0)), float(gpu.get("memory_gib", 0)) * 2**30, f"NVIDIA {gpu.get('model', 'GPU')}", gbps, nics > 0
+
+
+def nvlink_bytes(machine_type: str) -> float:
+    """A GPU's NVLink bandwidth in bytes/s, both directions together; 0 where its GPUs have no peer on
+    NVLink (a one-GPU machine, or GPUs without NVLink such as the L4)."""
+    cat = _catalog()
+    m = cat["machine_types"].get(machine_type) or {}
+    if int(m.get("gpu_count", 0)) < 2:
+        return 0.0
+    return float(cat["gpus"].get(m.get("gpu"), {}).get("nvlink_gbytes_per_s") or 0) * 1e9
 
 
 def _mix(seed: int | np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -100,6 +113,7 @@ class Vm:
     labels: dict[str, str]
     running: tuple[tuple[float, float | None], ...]  # [start, end) spans in RUNNING state
     busy: tuple[tuple[float, float | None], ...] = ()  # [start, end) spans a job ran on it (fakes/activity.py)
+    steps: tuple[tuple[tuple[float, int], ...], ...] = ()  # per busy span, the (time, step)s its job logged
 
 
 @dataclass
@@ -168,8 +182,34 @@ def _busy_at(busy: tuple[tuple[float, float | None], ...], t: np.ndarray) -> np.
     return out
 
 
-def _wave(seed: int, t: np.ndarray) -> np.ndarray:
-    return np.sin(2 * math.pi * t / WAVE_S + (seed % 628) / 100.0)
+@lru_cache(maxsize=256)
+def _pace(steps: tuple[tuple[float, int], ...]) -> tuple[np.ndarray, np.ndarray, float]:
+    """(times, steps, usual steps/s) of a job's progress: its usual pace is the 90th percentile of its rates
+    between the points recorded (a second or more apart), so a job at its usual speed is fully busy."""
+    made = np.asarray(steps, dtype=float)
+    ts, ss = made[:, 0], made[:, 1]
+    dt, ds = np.diff(ts), np.diff(ss)
+    rates = ds[dt > 0] / dt[dt > 0]
+    return ts, ss, float(np.percentile(rates, 90)) if len(rates) else 0.0
+
+
+def _load(busy: tuple[tuple[float, float | None], ...], steps: tuple, t: np.ndarray, window: float,
+          instant: bool = False) -> np.ndarray:
+    """For each sample ending at t, how busy the VM was over (t - window, t], 0 to 1: the steps its job made
+    then against its usual pace, or where the job logs no steps the share of the window it ran (`instant`:
+    whether it ran at t, as a gauge reads the moment)."""
+    out = np.zeros(len(t))
+    for i, (b0, b1) in enumerate(busy):
+        hi = t if b1 is None else np.minimum(t, b1)
+        lo = np.minimum(np.maximum(t - window, b0), hi)
+        made = steps[i] if i < len(steps) else ()
+        if len(made) < 2:
+            out += ((t >= b0) & (t < (np.inf if b1 is None else b1))) if instant else (hi - lo) / window
+            continue
+        ts, ss, pace = _pace(made)
+        if pace > 0:
+            out += np.clip(np.interp(hi, ts, ss) - np.interp(lo, ts, ss), 0.0, None) / window / pace
+    return np.clip(out, 0.0, 1.0)
 
 
 class Generator:
@@ -187,17 +227,19 @@ class Generator:
 
     def _times(self, vm: Vm, start: float, end: float, delta: bool = False,
                period: float = SAMPLE_S) -> tuple[np.ndarray, ...]:
-        """(sample indexes, times, slow wave, busy) of a VM's samples: computed once per VM and query.
+        """(sample indexes, times, busy, load) of a VM's samples: computed once per VM and query.
 
         busy: for a gauge, whether a job ran at the sample's instant; for a DELTA counter, the share of
-        the minute it counts.
+        the minute it counts. load: how busy the job kept it (_load): over the minute a counter counts, over
+        the last moments a gauge reads.
         """
-        key = (vm.id, vm.running, vm.busy, start, end, delta, period)
+        key = (vm.id, vm.running, vm.busy, vm.steps, start, end, delta, period)
         cached = self._time_cache.get(key)
         if cached is None:
             k, t = _sample_times(vm.running, start, min(end, self.now), period)
-            # The whole job speeds up and slows down together (synchronous training): one phase for all VMs.
-            cached = (k, t, _wave(self.seed, t), (_busy_share if delta else _busy_at)(vm.busy, t))
+            cached = (k, t, (_busy_share if delta else _busy_at)(vm.busy, t),
+                      _load(vm.busy, vm.steps, t, SAMPLE_S) if delta else
+                      _load(vm.busy, vm.steps, t, GAUGE_WINDOW_S, instant=True))
             self._time_cache[key] = cached
         return cached
 
@@ -246,10 +288,10 @@ class Generator:
             spec = item.gpu if item.gpu is not None else item.net
             if spec is not None:
                 vm = spec[0]
-                per_vm.setdefault((item.gpu is None, item.metric_type, vm.running, vm.busy), []).append(i)
+                per_vm.setdefault((item.gpu is None, item.metric_type, vm.running, vm.busy, vm.steps), []).append(i)
             elif item.sample is not None:
                 rows.append((None, None, [i], None))
-        for (net, metric_type, _running, _busy), indexes in per_vm.items():
+        for (net, metric_type, _running, _busy, _steps), indexes in per_vm.items():
             specs = [items[i].net if net else items[i].gpu for i in indexes]
             rows.append((net, metric_type, indexes, specs))
         return rows
@@ -301,12 +343,13 @@ class Generator:
 
     def _net_batch(self, specs: list[tuple], start: float, end: float) -> Samples:
         """Samples of NIC counters of VMs with the same running and busy spans: a row of values each."""
-        k, t, w, busy = self._times(specs[0][0], start, end, delta=True)
+        k, t, _busy, load = self._times(specs[0][0], start, end, delta=True)
         rate = np.array([s[1] for s in specs])[:, None]
         per_sample = np.array([s[2] for s in specs])[:, None]
         seeds = np.array([s[3] for s in specs], dtype=np.uint64)
-        # A job's all-reduce traffic while one runs; an idle VM only talks to the metadata server and agents.
-        bps = (rate * (1 + 0.12 * w + 0.03 * _mix(seeds, k)) * busy
+        # A job's all-reduce traffic, bytes in proportion to its steps; an idle VM only talks to the
+        # metadata server and agents.
+        bps = (rate * (1 + 0.03 * _mix(seeds, k)) * load
                + IDLE_BPS * (1 + 0.3 * _mix(seeds + np.uint64(1), k)))
         values = np.floor(bps * per_sample)  # DELTA: what was counted in the last minute
         return t - SAMPLE_S, t, values
@@ -317,10 +360,9 @@ class Generator:
         first = vm.running[0][0] if vm.running else 0.0
 
         def sample(start: float, end: float) -> Samples:
-            k, t, w, busy = self._times(vm, start, end)
+            k, t, _busy, load = self._times(vm, start, end)
             if metric_type.endswith("cpu/utilization"):  # a fraction: data loaders and NCCL threads while training
-                busy_level = 0.32 * factor * (1 + 0.1 * w)
-                return t, t, np.clip(0.012 + 0.004 * _mix(seed, k) + busy_level * busy, 0.0, 1.0)
+                return t, t, np.clip(0.012 + 0.004 * _mix(seed, k) + 0.32 * factor * load, 0.0, 1.0)
             if metric_type.endswith("uptime"):  # DELTA: seconds it ran in the last minute
                 return t - SAMPLE_S, t, np.full(len(t), SAMPLE_S)
             return t, t, np.floor(t - first)  # uptime_total: seconds since it started
@@ -341,7 +383,7 @@ class Generator:
         """Samples of several GPU series of VMs with the same running and busy spans: a row of values
         each, sharing their sample times and wave."""
         vm = specs[0][0]
-        k, t, w, busy = self._times(vm, start, end, period=period or self.knobs.agent_interval_s)
+        k, t, busy, load = self._times(vm, start, end, period=period or self.knobs.agent_interval_s)
         name = metric_type.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
         fixed = self._fixed(metric_type, name, specs)
         mix = _mix(fixed["seeds"], k)
@@ -355,8 +397,8 @@ class Generator:
         else:
             # Everything else follows the GPU's utilization u (percent), scaled into its own unit.
             scales, factors = fixed["scales"], fixed["factors"]
-            # Busy while a job's process runs on the VM (the share of each sample's minute), 0 when idle.
-            busy_pct = (94.0 + 2.5 * w[None, :] + 1.5 * mix) * factors[:, None] * busy[None, :]
+            # As busy as the job's steps kept it over the sample's period (fully at its usual pace), 0 when idle.
+            busy_pct = (94.0 + 1.5 * mix) * factors[:, None] * load[None, :]
             values = np.clip(busy_pct, 0.0, 100.0) * scales[:, None]
             if name.endswith("traffic_rate"):
                 values = np.floor(values)
@@ -380,9 +422,11 @@ class Generator:
             out["free_rows"] = np.array([e.get("memory_state") == "free" for _vm, _g, e, _f, _m in specs])[:, None]
         else:
             base = {"utilization": 1.0, "sm_utilization": 0.0086, "sm_occupancy": 0.0041, "dram_utilization": 0.0048,
-                    "nvlink_traffic_rate": 140e9 / 100, "pcie_traffic_rate": 6e9 / 100}.get(name, 1.0)
+                    "pcie_traffic_rate": 6e9 / 100}.get(name, 1.0)
+            # NVLink per direction: a share of half the GPU's NVLink bandwidth; none without an NVLink peer.
             out["scales"] = np.array([PIPES.get(extra.get("pipe", ""), 0.0) / 100 if name == "pipe_utilization"
-                                      else base for _vm, _g, extra, _f, _m in specs])
+                                      else nvlink_bytes(v.machine_type) / 2 * NVLINK_SHARE / 100
+                                      if name == "nvlink_traffic_rate" else base for v, _g, extra, _f, _m in specs])
             out["factors"] = np.array([f for _vm, _g, _e, f, _m in specs])
         if len(self._fixed_cache) >= 256:  # batches made afresh each call (a Vertex task's) must not pile up
             self._fixed_cache.clear()
@@ -403,7 +447,9 @@ class Generator:
             for r in range(int(job["replicas"])):
                 task = f"workerpool0-{r}" if r == 0 else f"workerpool1-{r - 1}"
                 factor = job.get("stragglers", {}).get(task, 1.0)
-                vm = Vm(project, f"{job_id}{r}", task, "", job["machine_type"], {}, spans, spans)  # busy while it runs
+                # Busy while it runs, as its replicas' steps say where they logged any.
+                vm = Vm(project, f"{job_id}{r}", task, "", job["machine_type"], {}, spans, spans,
+                        (tuple(job.get("steps") or ()),))
                 labels = {"project_id": project, "job_id": job_id, "task_name": task}
                 if metric_type.startswith(VERTEX + "network/"):
                     kind = NET + ("sent_bytes_count" if "sent" in metric_type else "received_bytes_count")

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..activity import step_in
 from ..core import Clock, IdSource, proto_timestamp, stable_number
 from ..jobs.runner import MetricsTarget, Run, Runner
 from ..jobs.storage import PathRefused
@@ -62,8 +63,10 @@ class VertexBackend:
     """Custom jobs per project and location, their state machine, and the local runs behind them."""
 
     def __init__(self, regions: dict[str, list[str]], clock: Clock, ids: IdSource, runner: Runner,
-                 compute: Any = None, storage: Any = None, user: Any = None) -> None:
+                 compute: Any = None, storage: Any = None, user: Any = None, activity: Any = None) -> None:
         self.regions = regions
+        # The world's ledger of what runs (fakes/activity.py): a local run's steps, which its metrics follow.
+        self.activity = activity
         self.clock = clock
         self.ids = ids
         self.runner = runner
@@ -198,7 +201,7 @@ class VertexBackend:
                 # Rank 0's trainer numbers go to this job's cloudml_job series, under its numeric id.
                 metrics = MetricsTarget(job["_project_id"], location, "job", job_id)
                 run = self.runner.start(name, replicas, delay_s=q + p, on_change=self._on_run_change(name),
-                                        describe=describe, metrics=metrics)
+                                        describe=describe, metrics=metrics, on_line=self._stepper(name))
                 gpus = plan.gpus_per_replica
                 out = local_run.output_uri(job)
                 outputs = (f"outputs under {out} are objects in the emulator's Cloud Storage" if out and self.storage
@@ -318,9 +321,22 @@ class VertexBackend:
         except VertexError:
             return False
 
+    def _stepper(self, name: str) -> Callable[[Any], None] | None:
+        """What records the steps a local run's replicas log, under the job's name."""
+        if self.activity is None:
+            return None
+        activity = self.activity
+
+        def seen(line: Any) -> None:
+            if (step := step_in(line.text)) is not None:
+                activity.progress(name, step)
+
+        return seen
+
     def started_jobs(self, project: str) -> list[dict]:
         """Jobs of project id `project` with a RUNNING phase, for readers outside Vertex AI (Monitoring's
-        cloudml_job metrics): name, jobSpec as submitted, start, and end (the next other phase, or None)."""
+        cloudml_job metrics): name, jobSpec as submitted, start, end (the next other phase, or None) and
+        the steps its replicas logged."""
         with self._lock:
             jobs = [(name, job.get("jobSpec"), list(job.get("_phases") or [])) for name, job in self.jobs.items()
                     if job.get("_project_id") == project]
@@ -330,7 +346,8 @@ class VertexBackend:
             if start is None:
                 continue
             end = next((float(t) for t, state in phases if float(t) > start and state != "JOB_STATE_RUNNING"), None)
-            out.append({"name": name, "jobSpec": spec, "start": start, "end": end})
+            steps = self.activity.steps(name) if self.activity is not None else ()
+            out.append({"name": name, "jobSpec": spec, "start": start, "end": end, "steps": steps})
         return out
 
     # -- local runs -------------------------------------------------------------------------
