@@ -4,6 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The suite runs on two pytest-xdist workers: much of it waits on subprocesses (gcloud, trainers, emulated
+# nodes), so two workers overlap those waits even on two cores; every test is independent of the others
+# (each has its own emulator state). --durations prints the 60 slowest, so each run says where time goes.
+TEST_WORKERS ?= 2
 # TORCH_VERSION and the rest of the image's PyTorch pairing, declared once.
 include containers/versions.env
 
@@ -32,7 +36,7 @@ $(STAMP): pyproject.toml setup.py containers/versions.env Makefile
 # recipe line that spells the MAKE variable itself runs even under `make -n`, pytest and all.)
 SKY_PART = $(MAKE) --no-print-directory conformance-skypilot
 test: install
-	@pytest_rc=0; $(BIN)/python -m pytest -q $(PYTEST_ARGS) || pytest_rc=$$?; \
+	@pytest_rc=0; $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=60 $(PYTEST_ARGS) || pytest_rc=$$?; \
 	sky_rc=0; sky="skipped (SKIP_SKYPILOT=1)"; \
 	if [ "$(SKIP_SKYPILOT)" != 1 ]; then \
 	  $(SKY_PART) || sky_rc=$$?; \
