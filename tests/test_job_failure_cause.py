@@ -117,6 +117,26 @@ def test_a_nodes_message_is_never_a_banner_and_the_first_node_to_fail_is_the_err
     assert killed_node(rows[:1]) is None
 
 
+def test_the_error_names_the_node_that_failed_itself_over_a_peer_that_ended_in_the_same_second():
+    """CI: rank 1 was killed and rank 0's collective failed within the same (whole) second; ERROR named c-0."""
+    from gcpgpu.jobs.cluster import first_failed
+
+    def row(node, rank, message, ended="2026-11-28T01:00:05Z", status="RUNNING", state="FAILED"):
+        return {"node": node, "rank": rank, "state": state, "message": message, "ended": ended, "node_status": status}
+
+    peer = row("c-0", 0, "gcpgpu.trainer: rank 0: a collective failed: another rank has probably died")
+    killed = row("c-1", 1, "killed (out of memory?): rank 1 got SIGKILL")
+    assert first_failed([peer, killed])["node"] == "c-1"
+    # A peer error still names its node when nothing else failed, and a lost node comes before either.
+    assert first_failed([peer, row("c-1", 1, None, ended=None, state="RUNNING")])["node"] == "c-0"
+    lost = row("c-2", 2, "node is TERMINATED: lost while the job ran", ended=None, status="TERMINATED")
+    assert first_failed([peer, killed, lost])["node"] == "c-2"
+    # Otherwise the earliest end, then the lowest rank.
+    early = row("c-1", 1, "RuntimeError: boom", ended="2026-11-28T01:00:01Z")
+    assert first_failed([row("c-0", 0, "ValueError: x"), early])["node"] == "c-1"
+    assert first_failed([row("c-1", 1, "ValueError: x"), row("c-0", 0, "ValueError: y")])["node"] == "c-0"
+
+
 SETUP_OUTPUT = """\
 gcpgpu-entrypoint: workdir: gs://b/gcpgpu-staging/workdir-0a.tar.gz unpacked into /workdir
 gcpgpu-entrypoint: setup: pip install -r requirements.txt

@@ -379,10 +379,7 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     rows.sort(key=lambda r: r["rank"])
     job = newest
     overall = aggregate([r["state"] for r in rows])
-    # The node that failed first says why: a lost one (its agent went with it, no end is reported), else
-    # the earliest end, not the lowest rank (a survivor's peer error follows the node that set it off).
-    failed = min((r for r in rows if r["state"] == FAILED), default=None,
-                 key=lambda r: (r["node_status"] == "RUNNING", r["ended"] or "~", r["rank"]))
+    failed = first_failed(rows)
     error = None
     if failed:
         # A node's last words may be its launcher's banner (torchrun's "=====" report): never the error.
@@ -402,6 +399,15 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
         recover=job.get("recover"), recoveries=recoveries, history=history, restarts=len(history) - recoveries,
         output_dir=job.get("output_dir"),
     )
+
+
+def first_failed(rows: list[dict]) -> dict | None:
+    """The node that failed first, which says why: a lost one (its agent went with it, no end is reported), else
+    one that says why it failed itself over one that says only that a peer died (ends are whole seconds, so a
+    survivor's peer error can tie with the node that set it off), then the earliest end, then the lowest rank."""
+    return min((r for r in rows if r["state"] == FAILED), default=None,
+               key=lambda r: (r["node_status"] == "RUNNING", job_logs.peer_failure(r["message"]),
+                              r["ended"] or "~", r["rank"]))
 
 
 def _said(message: str | None) -> str | None:

@@ -159,6 +159,12 @@ def failure_cause(clients: Clients, project: str, flt: str) -> str | None:
     return first_error((tag(entry), message(entry)) for entry in entries(clients, project, flt))
 
 
+def peer_failure(message: str | None) -> bool:
+    """True when a node's last words say only that a peer died (the trainer's collective error): it follows the
+    node that set it off and is never the one to name."""
+    return bool(message) and bool(_PEER_FAILED.match(_PREFIX.sub("", str(message))))
+
+
 def killed_node(per_node: Iterable[dict]) -> str | None:
     """A cluster job's cause when a node's container itself died of SIGKILL (exit -9, Docker's 137), as its
     agent reports it (its log then holds no report of it), or None."""

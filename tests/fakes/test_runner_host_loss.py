@@ -32,6 +32,14 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _worker(run) -> int:
+    """The pid the launcher printed once it started its worker (waits for that line)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(line.text.strip().isdigit() for line in run.log_lines()):
+        time.sleep(0.05)
+    return int(next(line.text for line in run.log_lines() if line.text.strip().isdigit()))
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
 @pytest.mark.parametrize("grace_s", [0.0, 0.5], ids=["host-error", "preemption-notice"])
 def test_a_lost_host_kills_workers_that_left_the_replicas_session(tmp_path, grace_s):
@@ -40,10 +48,7 @@ def test_a_lost_host_kills_workers_that_left_the_replicas_session(tmp_path, grac
     runner = Runner(root=tmp_path)
     try:
         run = runner.start("job-1", [ReplicaSpec("node-0", [sys.executable, "-c", LAUNCHER], {})])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(line.text.strip().isdigit() for line in run.log_lines()):
-            time.sleep(0.05)
-        worker = int(next(line.text for line in run.log_lines() if line.text.strip().isdigit()))
+        worker = _worker(run)
         assert _alive(worker)
         assert os.getsid(worker) != os.getsid(run.replicas[0].popen.pid)  # out of the replica's session
 
@@ -67,9 +72,7 @@ def test_a_replica_whose_first_process_dies_takes_its_workers_with_it(tmp_path):
     try:
         run = runner.start("job-1", [ReplicaSpec("node-0", [sys.executable, "-c", LAUNCHER], {})])
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(line.text.strip().isdigit() for line in run.log_lines()):
-            time.sleep(0.05)
-        worker = int(next(line.text for line in run.log_lines() if line.text.strip().isdigit()))
+        worker = _worker(run)
         while time.monotonic() < deadline and worker not in {pid for pid, _start in run.replicas[0].family}:
             time.sleep(0.05)  # the runner lists a replica's processes every half second: until it has seen it
         os.kill(run.replicas[0].popen.pid, 9)
