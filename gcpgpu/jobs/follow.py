@@ -34,6 +34,11 @@ def watch(clients: Clients, project: str, jid: JobId, on_state: OnState, poll_s:
             last = state.state
             on_state(state)
         if is_final(state.state):
+            from gcpgpu.gcp import clock
+
+            from . import goodput
+
+            goodput.publish(clients, project, state, clock.now())  # Vertex's end: nobody else writes its goodput
             return with_cause(clients, project, state)
         time.sleep(poll_s)
 

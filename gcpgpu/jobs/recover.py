@@ -48,11 +48,11 @@ from . import logs as job_logs
 from . import record as record_mod
 from .loss import RUN_LIMIT, loss_causes
 from .state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
+from .steplines import resumed_at
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
 STEP_LINE = re.compile(r"^step\s+(\d+) \| loss ")
-RESUMED = re.compile(r"resumed from \S+ at step (\d+)|no checkpoint in .*: starting from step (0)")
 
 
 class GaveUp(CloudError):
@@ -264,6 +264,11 @@ class Follower:
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record['attempt']} on {len(nodes)} node(s)"
                                      + (" with --resume" if "--resume" in record["args"] else ""))
         cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
+        if record.get("history"):  # when the attempt reached its nodes: where goodput's recovery ends
+            history = [*record["history"][:-1], {**record["history"][-1], "delivered": time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+            record_mod.amend(self.clients, self.project, self.jid, int(record["attempt"]), s.check_lease,
+                             history=history)
         journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
 
     def _causes(self, lost: list[dict]) -> dict[str, str]:
@@ -363,7 +368,7 @@ def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[d
     if not history:
         return history
     follower = Follower(clients, project, jid, 0)
-    resumed = [int(m.group(1) or m.group(2)) for text in follower._messages() if (m := RESUMED.search(text))]
+    resumed = [at for text in follower._messages() if (at := resumed_at(text)) is not None]
     out = []
     for i, entry in enumerate(history):
         entry = dict(entry)
