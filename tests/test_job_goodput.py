@@ -106,3 +106,103 @@ def test_the_series_written_to_monitoring_name_the_job_and_each_part():
     labels = by[("node_s", None)]["resource"]["labels"]
     assert labels["namespace"] == NAMESPACE["cluster"] == goodput.NAMESPACE["cluster"] and labels["job"] == "c"
     assert {s["metric"]["labels"]["job_id"] for s in series} == {"train-abc123"}
+
+
+# -- on the emulator -------------------------------------------------------------------------------------------
+GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
+STEPS = 40
+
+
+def cli(*argv: str, fmt: str | None = None):
+    from click.testing import CliRunner
+
+    from gcpgpu.cli import main
+
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def trainer(run: str) -> list[str]:
+    return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
+            str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
+            "--log-every", "1", "--ckpt-every", "10"]
+
+
+def check_adds_up(got: dict) -> None:
+    assert set(got) == {"percent", "productive_s", "node_s", "lost_s"}
+    assert set(got["lost_s"]) == set(goodput.PARTS)
+    assert got["node_s"] > 0 and 0 < got["percent"] <= 100
+    assert abs(total(got) - got["node_s"]) <= 0.05 * got["node_s"], got
+
+
+def written(gcp, job: str) -> dict[str, float]:
+    """The goodput series Cloud Monitoring holds for `job` (an id's last part): figure -> value."""
+    from gcpgpu.gcp.clients import Clients
+
+    client = Clients(emulator=gcp.address, project="test-proj").monitoring()
+    now = int(gcp.clock.now()) + 60
+    out = {}
+    for figure in ("goodput", "node_s", "lost_s"):
+        for ts in client.list_time_series(request={
+                "name": "projects/test-proj", "filter": f'metric.type = "{goodput.METRIC}{figure}" AND '
+                f'metric.labels.job_id = "{job}"', "interval": {"start_time": {"seconds": now - 3600},
+                                                                "end_time": {"seconds": now}}}):
+            out[figure + (f":{ts.metric.labels['part']}" if "part" in ts.metric.labels else "")] = \
+                ts.points[0].value.double_value
+    return out
+
+
+@pytest.mark.slow
+def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
+    import json
+    import threading
+    import time
+
+    pytest.importorskip("torch")
+    gcp.faults.preempt_grace_s = 3.0
+    up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+             "--spot", "--yes")
+    assert up.exit_code == 0, up.output
+    bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
+
+    def preempt_mid_run() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (bucket / "run" / "checkpoints" / "step_00000020").is_dir():
+            time.sleep(0.05)
+        gcp.faults.preempt("c-1")
+
+    threading.Thread(target=preempt_mid_run, daemon=True).start()
+    run = cli("job", "submit", "--cluster", "c", "--output-dir", "gs://bkt/run", "--wait",
+              "--env", "GCPGPU_METRICS=0", "--", *trainer("run"))
+    assert run.exit_code == 0, run.output
+    job_id = run.stdout.splitlines()[0]
+    status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and status["recoveries"] == 1
+    assert status["history"][0]["delivered"] >= status["history"][0]["at"]
+    got = status["goodput"]
+    check_adds_up(got)
+    lost = got["lost_s"]
+    assert lost["recovery"] > 0 and lost["checkpoint"] > 0 and lost["startup"] > 0
+    if status["steps_redone"]:  # the preemption's own checkpoint may leave nothing to redo
+        assert lost["redone"] > 0
+    table = cli("job", "status", job_id).output
+    assert "GOODPUT" in table and f"{got['percent']:.1f}%" in table and "lost: recovery" in table
+    # The leader that wrote the end wrote its goodput to Cloud Monitoring too.
+    seen = written(gcp, job_id.rsplit(":", 1)[1])
+    assert seen["goodput"] == pytest.approx(got["percent"], abs=2)
+    assert seen["lost_s:recovery"] > 0 and seen["node_s"] > 0
+
+
+@pytest.mark.slow
+def test_a_vertex_job_has_its_goodput_and_its_parts_add_up(gcp):
+    import json
+
+    pytest.importorskip("torch")
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--wait",
+                 "--", *trainer("v")[:-2])
+    assert result.exit_code == 0, result.output
+    job_id = result.stdout.splitlines()[0]
+    status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    got = status["goodput"]
+    check_adds_up(got)
+    assert got["productive_s"] > 0 and got["lost_s"]["recovery"] == got["lost_s"]["redone"] == 0
+    assert written(gcp, job_id.rsplit(":", 1)[1])["goodput"] == pytest.approx(got["percent"], abs=2)
