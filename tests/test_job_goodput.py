@@ -159,6 +159,7 @@ def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
 
     pytest.importorskip("torch")
     gcp.faults.preempt_grace_s = 3.0
+    gcp.jobs.agent.pull_s = 1.0  # a node's first pull of the image; it holds it after
     up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
              "--spot", "--yes")
     assert up.exit_code == 0, up.output
@@ -182,10 +183,15 @@ def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
     check_adds_up(got)
     lost = got["lost_s"]
     assert lost["recovery"] > 0 and lost["checkpoint"] > 0 and lost["startup"] > 0
+    # Both nodes pulled for the first attempt; for the second only the new c-1 did (c-0 holds the image).
+    assert status["history"][0]["pull_s"] == pytest.approx(2.0)
+    assert {r["node"]: r["pull_s"] for r in status["per_node"]} == {"c-0": 0.0, "c-1": pytest.approx(1.0)}
+    assert lost["image_pull"] == pytest.approx(3.0)
     if status["steps_redone"]:  # the preemption's own checkpoint may leave nothing to redo
         assert lost["redone"] > 0
     table = cli("job", "status", job_id).output
     assert "GOODPUT" in table and f"{got['percent']:.1f}%" in table and "lost: recovery" in table
+    assert "PULL S" in table and "lost: image pull" in table
     # The leader that wrote the end wrote its goodput to Cloud Monitoring too.
     seen = written(gcp, job_id.rsplit(":", 1)[1])
     assert seen["goodput"] == pytest.approx(got["percent"], abs=2)

@@ -255,7 +255,7 @@ def status(settings: Settings, job_id: str) -> None:
                            ("accelerators", "ACCELERATORS"), ("image", "IMAGE")])
     else:
         emit(state.per_node, [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
-                              ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
+                              ("started", "STARTED"), ("ended", "ENDED"), ("pull_s", "PULL S"), ("message", "MESSAGE")])
         if state.history:
             emit(state.history, HISTORY_COLUMNS, title="Recoveries and retries")
     if state.goodput and state.goodput.get("node_s"):

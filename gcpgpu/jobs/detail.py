@@ -59,9 +59,10 @@ def with_goodput(clients: Clients, project: str, state: JobState) -> JobState:
     """`state` with its goodput (jobs/goodput.py); a log that cannot be read leaves it out (None)."""
     from gcpgpu.gcp import clock
 
-    from . import goodput
+    from . import goodput, ids
 
     try:
-        return replace(state, goodput=goodput.of_job(clients, project, state, clock.now()))
+        flt = route.log_filter(project, ids.parse(state.id))
+        return replace(state, goodput=goodput.of_job(clients, project, state, clock.now(), flt))
     except CloudError:
         return state

@@ -38,7 +38,8 @@ def watch(clients: Clients, project: str, jid: JobId, on_state: OnState, poll_s:
 
             from . import goodput
 
-            goodput.publish(clients, project, state, clock.now())  # Vertex's end: nobody else writes its goodput
+            # Vertex's end: nobody else writes its goodput
+            goodput.publish(clients, project, state, clock.now(), route.log_filter(project, jid))
             return with_cause(clients, project, state)
         time.sleep(poll_s)
 

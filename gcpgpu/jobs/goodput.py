@@ -204,11 +204,11 @@ def timeline(state: Any, entries: Iterable[tuple[float | None, str, str]], now: 
     return Timeline(int(state.nnodes or state.nodes or 1), created, end, attempts, lines, pull, state.final)
 
 
-def of_job(clients: Any, project: str, state: Any, now: float) -> dict[str, Any] | None:
-    """The goodput of the job `state` shows, its steps read from its log (one read, every page)."""
-    from . import ids, logs, route
+def of_job(clients: Any, project: str, state: Any, now: float, flt: str) -> dict[str, Any] | None:
+    """The goodput of the job `state` shows, its steps read from its log (`flt`: route.log_filter's; one
+    read, every page)."""
+    from . import logs
 
-    flt = route.log_filter(project, ids.parse(state.id))
     entries = ((_when(e.get("timestamp")), logs.tag(e), logs.message(e)) for e in logs.entries(clients, project, flt))
     tl = timeline(state, entries, now)
     return None if tl is None else split(tl)
@@ -227,14 +227,14 @@ def series(project: str, jid: Any, got: dict[str, Any], now: float) -> list[dict
             for key, v, labels in values if v is not None]
 
 
-def publish(clients: Any, project: str, state: Any, now: float) -> dict[str, Any] | None:
+def publish(clients: Any, project: str, state: Any, now: float, flt: str) -> dict[str, Any] | None:
     """Write the job's goodput to Cloud Monitoring (its end's figures, by whoever saw it end). Soft, as
     the trainer's reporter is: a log or Monitoring that fails is logged and the job's end goes on.
     Returns what it wrote (None: nothing)."""
     from . import ids
 
     try:
-        got = of_job(clients, project, state, now)
+        got = of_job(clients, project, state, now, flt)
         if got is None:
             return None
         out = series(project, ids.parse(state.id), got, now)

@@ -209,7 +209,8 @@ class Follower:
         zone = lost[0]["zone"]
         found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
         # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.
-        self._resubmit(s, record, {"lost": names, "zone": zone, "cause": cause, "last_step": last_step},
+        self._resubmit(s, record, {"lost": names, "zone": zone, "cause": cause, "last_step": last_step,
+                                   "pull_s": _pulled(state)},
                        {"zone": zone, "lost": names, "lost_ids": [found[n] for n in names if n in found]})
 
     def restart(self, state: JobState, cause: str, node: str | None, extra: dict | None = None) -> None:
@@ -224,7 +225,7 @@ class Follower:
             nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
             zone = nodes[0].zone if nodes else ""
             self._resubmit(s, record, {"kind": "retry", "lost": [], "node": node, "zone": zone, "cause": cause,
-                                       "last_step": self.last_step(), **(extra or {})},
+                                       "last_step": self.last_step(), "pull_s": _pulled(state), **(extra or {})},
                            {"zone": zone, "lost": [], "lost_ids": []})
 
     def _resubmit(self, s: Session, record: dict, entry: dict, how: dict) -> None:
@@ -355,6 +356,11 @@ class Follower:
     def _messages(self) -> list[str]:
         flt = cluster_jobs.log_filter(self.project, self.jid)
         return [job_logs.message(e) for e in job_logs.entries(self.clients, self.project, flt)]
+
+
+def _pulled(state: JobState) -> float:
+    """Node-seconds the attempt that ends now spent pulling its image (goodput's image_pull keeps it)."""
+    return round(sum(float(r.get("pull_s") or 0) for r in state.per_node), 3)
 
 
 def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[dict]) -> list[dict]:

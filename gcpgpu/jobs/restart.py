@@ -116,7 +116,8 @@ class Guard:
                                        "restarts": restarts_used(history), "steps_redone": steps})
         shown = job_status(self.f.clients, self.f.project, self.f.jid)
         if wrote:  # the job's goodput, written once, by the follower that wrote its end
-            goodput.publish(self.f.clients, self.f.project, shown, clock.now())
+            goodput.publish(self.f.clients, self.f.project, shown, clock.now(),
+                            cluster_jobs.log_filter(self.f.project, self.f.jid))
         return shown
 
     def close(self, wait_s: float = 30.0) -> None:
