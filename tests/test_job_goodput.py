@@ -42,10 +42,10 @@ def test_a_preempted_job_s_parts_add_up_to_its_node_time_and_each_lands_where_it
     assert got["node_s"] == 2 * 95
     assert total(got) == pytest.approx(got["node_s"], abs=0.5)
     lost = got["lost_s"]
-    # Steps 20..29 ran twice (10 s), and the step in flight past the last line (1 s): on 2 nodes.
-    assert lost["redone"] == pytest.approx(2 * 11)
-    # The loss seen (45) -> back on the nodes (60), and the last line (39) + that step -> the loss seen.
-    assert lost["recovery"] == pytest.approx(2 * (15 + 5))
+    # Steps 20..29 ran twice (10 s); each step logs a line, so none ran unlogged past the last: on 2 nodes.
+    assert lost["redone"] == pytest.approx(2 * 10)
+    # The loss seen (45) -> back on the nodes (60), and the last line (39) -> the loss seen.
+    assert lost["recovery"] == pytest.approx(2 * (15 + 6))
     assert lost["checkpoint"] == pytest.approx(2 * (0.5 + 0.5 + 1.0))
     # Start-up: 0->10 and 60->72 less one step each, and the exit after the last step (91 -> 95) less the
     # last save (1 s): 9 + 11 + 3 s on 2 nodes, of which the nodes' pull (6 node-s) is image_pull.
@@ -81,10 +81,24 @@ def test_a_stalled_attempt_s_silence_is_stalled_not_recovery():
     lines = [(10.0 + i, step(i)) for i in range(10)]
     lines += [(200.0, "resumed from gs://b/c/step_00000005 at step 5")] + [(201.0 + i - 5, step(i)) for i in range(5, 10)]
     got = goodput.split(Timeline(1, 0.0, 210.0, [Attempt(0.0, 150.0, "stalled"), Attempt(160.0, 210.0)], lines))
-    assert got["lost_s"]["stalled"] == pytest.approx(150 - 19 - 1)  # after step 9's line and the one in flight
+    assert got["lost_s"]["stalled"] == pytest.approx(150 - 19)  # after step 9's line
     assert got["lost_s"]["recovery"] == pytest.approx(10)
-    assert got["lost_s"]["redone"] == pytest.approx(5 + 1)
+    assert got["lost_s"]["redone"] == pytest.approx(5)
     assert total(got) == pytest.approx(got["node_s"])
+
+
+def test_a_lost_attempt_s_unlogged_steps_are_redone_unless_its_successor_resumed_past_them():
+    def lost_after(resumed: int) -> dict:
+        lines = [(10.0 + i, step(i)) for i in range(0, 20, 5)]  # steps 0, 5, 10, 15 at 10, 15, 20, 25
+        lines += [(60.0, f"resumed from gs://b/c/step_{resumed:08d} at step {resumed}"), (61.0, step(resumed))]
+        return goodput.split(Timeline(1, 0.0, 62.0, [Attempt(0.0, 40.0, "preempted", log_every=5),
+                                                     Attempt(50.0, 62.0)], lines))
+
+    # Resumed at 16: steps 16..19 may have run after step 15's line and were lost (4 x 1 s).
+    assert lost_after(16)["lost_s"]["redone"] == pytest.approx(4)
+    # Resumed at 18: steps 16 and 17 ran and were kept (the checkpoint says so); 18 and 19 at most were lost.
+    assert lost_after(18)["lost_s"]["redone"] == pytest.approx(2)
+    assert lost_after(18)["productive_s"] == pytest.approx(lost_after(16)["productive_s"] + 2)
 
 
 def test_a_running_job_s_last_silence_past_a_step_is_stalled():

@@ -8,8 +8,8 @@ what it held, or waited for. It splits into productive time and seven kinds of l
     startup     from an attempt being put on its nodes to its first step, less the pull and that step's
                 own compute; and, on the last attempt, from its last step to the job's end (shut-down)
     checkpoint  the steps blocked by checkpoints (the trainer's "steps blocked" per save)
-    redone      steps run again after a resume (those at or past the step it resumed from, and the
-                unlogged steps after the lost attempt's last step line)
+    redone      steps run again after a resume (those at or past the step it resumed from, and up to
+                --log-every - 1 unlogged steps after the lost attempt's last step line)
     stalled     from a stalled attempt's last step to the follower stopping it
     recovery    from a loss or failure being seen (the record's history) to the next attempt on its nodes,
                 and from a lost attempt's last step to the loss being seen
@@ -129,19 +129,24 @@ def split(tl: Timeline) -> dict[str, Any]:
         tail_save = min(in_tail, tail)
         wall["checkpoint"] += tail_save
         tail -= tail_save
+        nxt = per[k + 1] if not last else None
+        again = None if nxt is None else nxt.resumed if nxt.resumed is not None else nxt.first[1] if nxt.count else None
+        # Steps past the last line: the next attempt's checkpoint proves those before it ran (kept); up to
+        # log_every - 1 of them may have run unlogged (an upper bound, as steps_redone_max is).
+        kept = max(0, (again or 0) - (s_last + 1))
         if last and tl.ended:
             tail_compute = 0.0
             wall["startup"] += tail  # shut-down: the exit after the last save
         else:
-            tail_compute = min(tail, a.log_every * st.step_s)
+            tail_compute = min(tail, max(a.log_every - 1 if nxt else a.log_every, kept) * st.step_s)
             wall["stalled" if (last or a.cause == STALLED_CAUSE) else "recovery"] += tail - tail_compute
         redone = 0.0  # of compute
-        if not last:
-            nxt = per[k + 1]
-            again = nxt.resumed if nxt.resumed is not None else nxt.first[1] if nxt.count else None
+        if nxt is not None:
             if again is not None:
                 redone = min(compute, max(0, s_last + 1 - max(again, base)) * st.step_s)
-            wall["redone"] += tail_compute  # steps past the last line, lost with the attempt
+            kept_s = min(tail_compute, kept * st.step_s)
+            compute += kept_s
+            wall["redone"] += tail_compute - kept_s  # the unlogged steps lost with the attempt
         else:
             compute += tail_compute  # a running job's steps in flight
         good = compute - redone
