@@ -43,6 +43,8 @@ def _spec_options(fn: Callable) -> Callable:
         click.option("--no-placement", is_flag=True, default=None, help="No compact placement policy."),
         click.option("--gpus", type=int, help="Check: GPUs per node you expect (the machine type fixes it)."),
         click.option("--image", help="Boot image path (default: the family's, see gcpgpu/data/machines.yaml `nodes`)."),
+        click.option("--prepull", metavar="IMAGE|none",
+                     help="Image the nodes pull while they boot, so jobs start warm (default: gcpgpu's image)."),
         click.option("--boot-disk-gb", type=int, help="Boot disk size in GB (default 200)."),
         click.option("--boot-disk-type", help="Boot disk type (default: the family's, e.g. pd-ssd on A3 High/Mega, hyperdisk-balanced on A3 Ultra/A4)."),
         click.option("--service-account", help="Service account e-mail for the nodes (default: the project's)."),
@@ -87,6 +89,7 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "placement": "none" if kw.get("no_placement") else None,
         "gpus": kw.get("gpus"),
         "image": kw.get("image"),
+        "prepull": kw.get("prepull"),
         "boot_disk_gb": kw.get("boot_disk_gb"),
         "boot_disk_type": kw.get("boot_disk_type"),
         "service_account": kw.get("service_account"),
@@ -197,10 +200,11 @@ def cluster() -> None:
 def plan(settings: Settings, **kw: Any) -> None:
     """Show what `cluster up` would create, and its hourly cost, without touching the cloud."""
     from gcpgpu.cluster.plan import plan as make_plan
-    from gcpgpu.image.default import fill_follower_image
+    from gcpgpu.image.default import fill_follower_image, fill_prepull
 
     spec = _build_spec(settings, kw)
     fill_follower_image(settings, spec, dry_run=True, say=info)
+    fill_prepull(settings, spec, dry_run=True, say=info)
     p = make_plan(spec, settings.project)
     if settings.format != "table":
         emit(p.to_dict())
@@ -234,13 +238,14 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.plan import plan as make_plan
-    from gcpgpu.image.default import fill_follower_image
+    from gcpgpu.image.default import fill_follower_image, fill_prepull
 
     spec = _build_spec(settings, kw)
     if wait_for_start and not spec.reservation:
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
     fill_follower_image(settings, spec, dry_run=dry_run, say=info)  # before any change: none built stops here
+    fill_prepull(settings, spec, dry_run=dry_run, say=info)
     p = make_plan(spec, project)
     if dry_run:
         if settings.format != "table":

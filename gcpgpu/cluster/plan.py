@@ -384,7 +384,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
                      gpu_nics=gpu_nics, project=project, region=region, driver=setup.driver, flavor=mt.gpudirect,
                      installer_image=host.installer_image if host else "",
                      installer_args=host.installer_args if host else (),
-                     ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds)
+                     ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds,
+                     prepull="" if spec.prepull in (None, "none") else spec.prepull)
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",

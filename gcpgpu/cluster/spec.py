@@ -71,6 +71,9 @@ class ClusterSpec:
     # The image the nodes' follower runs from (gcpgpu's training image): `cluster up --autostop` puts
     # the one `container build` last pushed here, so a node a recovery re-creates from this spec gets it too.
     agent_image: str | None = None
+    # The image jobs will run, pulled while the nodes boot (and by a node a recovery re-creates) so a job
+    # starts without a cold pull: `cluster up` fills in gcpgpu's image; "none" turns it off (--prepull).
+    prepull: str | None = None
     flex_wait: int | None = None  # seconds a flex-start request waits for capacity (default 1 h)
     reservation: str | None = None
     create_reservation: bool = False
@@ -206,10 +209,14 @@ class ClusterSpec:
 
         from .autostop import parse
 
-        if self.agent_image is not None and (not isinstance(self.agent_image, str) or len(self.agent_image) > 300
-                                             or not re.fullmatch(r"[a-z0-9][\w.:/@-]*/[\w.:@-]+", self.agent_image)):
-            raise UsageProblem(f"agent_image {shown(self.agent_image)} must be a container image like "
-                               "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:TAG")
+        for key in ("agent_image", "prepull"):
+            value = getattr(self, key)
+            if value is not None and value != "none" and (
+                    not isinstance(value, str) or len(value) > 300
+                    or not re.fullmatch(r"[a-z0-9][\w.:/@-]*/[\w.:@-]+", value)):
+                raise UsageProblem(f"{key} {shown(value)} must be a container image like "
+                                   "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:TAG"
+                                   + (" (or none)" if key == "prepull" else ""))
         self.autostop_notify = check_urls(self.autostop_notify)
         if self.autostop is not None:
             self.autostop = parse(self.autostop)

@@ -20,7 +20,8 @@ Found in this order:
 `--dry-run` looks the same way (the registry's list is a read; nothing changes), so its image is the one
 submit will run; when the registry cannot be read from here it says so and where submit will look.
 The nodes' follower (autostop, a detached job) runs from the gcpgpu image found the same way
-(follower_image; it reads only the record with --dry-run).
+(follower_image; it reads only the record with --dry-run), and `cluster up` has its nodes pull that image
+while they boot (fill_prepull), so the first job finds it there.
 """
 
 from __future__ import annotations
@@ -229,3 +230,30 @@ def fill_follower_image(settings: Any, spec: Any, *, dry_run: bool, say: Any) ->
     """Give a ClusterSpec with autostop the image its follower runs from (a spec file's agent_image stands)."""
     if spec.autostop is not None and not spec.agent_image:
         spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run, say=say)
+
+
+def fill_prepull(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:
+    """Give a ClusterSpec the image its nodes pull while they boot: --prepull stands ("none": nothing);
+    else the follower's image, or the gcpgpu image jobs get by default (a plan or --dry-run reads only the
+    record). None found: no pull ahead, one line, and each job pulls its image as it starts."""
+    if spec.prepull is not None:
+        return
+    from gcpgpu import catalog
+
+    region = str(spec.region)
+    flavor = catalog.get_machine_type(spec.machine_type).gpudirect
+    found = spec.agent_image or remembered(emulated=settings.emulator is not None, project=settings.project,
+                                           region=region, flavor=flavor)
+    if found is None and not dry_run:
+        try:
+            found = newest_in_registry(settings.clients, settings.project, region, flavor)
+        except CloudError as e:
+            say(f"note: cannot list Artifact Registry {image_path(settings.project, region)} ({e.message}): "
+                "the nodes pull no image ahead of the jobs")
+            return
+    if found is None:
+        if not dry_run:
+            say(f"note: no gcpgpu {flavor}-* image in {repository(settings.project, region)} to pull ahead of the "
+                "jobs (each job pulls its image as it starts; --prepull IMAGE names one)")
+        return
+    spec.prepull = found

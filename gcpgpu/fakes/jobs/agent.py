@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 
 from ..activity import Activity, step_in
-from ..core import ApiError
+from ..core import ApiError, parse_rfc3339
 from . import mounts
 from .lastwords import killed
 from .node import NodeHealth
@@ -235,7 +235,7 @@ class ClusterAgent:
             # The agent pulls the job's image first (templates/job_agent.sh.j2): a node's first pull of it
             # takes pull_s, on the emulator's clock; a node that holds it (an earlier job's) none.
             image = str(job.get("image") or "")
-            took = 0.0 if image in self.images.get(iid, set()) else self.pull_s
+            took = 0.0 if image in self.images.get(iid, set()) else self._left_to_pull(inst, image)
             self.images.setdefault(iid, set()).add(image)
             if took > 0:
                 self._timers.append(self._later(took, self._pulled, project, zone, inst, job, job_id, rank, nnodes,
@@ -334,6 +334,19 @@ class ClusterAgent:
         run = self.runner.record(run_id, describe)
         run.log("", "stderr", f"gcpgpu emulator: {why}")
         self.report(iid, state="FAILED", exit_code=-1, ended=_stamp(time.time()), message=why)
+
+    def _left_to_pull(self, inst: dict, image: str) -> float:
+        """What is left of a node's pull of `image`: pull_s, less the time since it booted where its startup
+        script pulls that image ahead of the jobs (templates/startup.sh.j2, the spec's prepull)."""
+        items = {i.get("key"): i.get("value") or "" for i in (inst.get("metadata") or {}).get("items", [])}
+        try:
+            ahead = json.loads(items.get("gcpgpu-spec") or "{}").get("prepull")
+        except ValueError:
+            ahead = None
+        if ahead != image or not inst.get("lastStartTimestamp") or self.compute is None:
+            return self.pull_s
+        booted = self.compute.now() - parse_rfc3339(inst["lastStartTimestamp"])
+        return max(0.0, self.pull_s - max(0.0, booted))
 
     def _later(self, seconds: float, fn: Callable[..., None], *args: Any) -> Any:
         """fn(*args) once `seconds` have passed on the emulator's clock (a test sets it forward to end a
