@@ -271,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     if ngpu == 0 and not args.cpu_smoke:
         print(f"{PROG}: no NVIDIA GPU visible to torch {torch_version}; nothing to measure", flush=True)
         return 0
-    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV, MIN_TORCH, _release
+    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV, MIN_TORCH
+    from gcpgpu.trainer.launch_checks import _release
 
     args.accept_torch = args.accept_torch and _release(torch_version) < _release(MIN_TORCH)  # only when it is older
     if args.accept_torch:
