@@ -220,8 +220,10 @@ def plan_memory(
         raise ValueError("gpus, batch_size, seq_len and grad_accum must all be at least 1")
     if parallel == "none" and gpus > 1:
         raise ValueError(f"parallel 'none' runs on one GPU, not {gpus}; use ddp or fsdp")
-    if tp < 1 or gpus % tp or size.n_head % tp:
-        raise ValueError(f"tp {tp} must divide the {gpus} GPUs and the model's {size.n_head} heads")
+    if tp < 1 or gpus % tp:
+        raise ValueError(f"tp {tp} must divide the {gpus} GPUs")
+    if size.n_head % tp:
+        raise ValueError(f"tp {tp} must divide the model's {size.n_head} heads")
     if tp > 1 and parallel != "fsdp":
         raise ValueError(f"tp {tp} composes with fsdp only, not {parallel}")
     dp = gpus // tp
