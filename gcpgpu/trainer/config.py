@@ -430,6 +430,9 @@ def _check_tp(cfg: TrainConfig) -> None:
                           "logits); use auto or 0")
     if cfg.compile and cfg.compile_scope == "model":
         raise ConfigError("--compile-scope model: --tp runs FSDP2, which shards per block; use --compile-scope block")
+    if cfg.precision == "fp8":
+        # torchao's Float8Linear needs its own float8 TP styles, which the trainer does not apply.
+        raise ConfigError("--precision fp8: not with --tp yet; use bf16 with --tp, or fp8 without it")
 
 
 def resolve_auto(cfg: TrainConfig, world_size: int) -> TrainConfig:

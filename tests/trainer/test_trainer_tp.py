@@ -54,6 +54,7 @@ def test_tp2_over_fsdp2_trains_like_one_process_and_resumes_on_its_mesh(small_te
     (TrainConfig(model="tiny", tp=2, seq_len=63), {}, "--seq-len: 63 does not split over --tp 2"),
     (TrainConfig(model="tiny", tp=2, loss_chunk=512), {}, "--loss-chunk: with --tp"),
     (TrainConfig(model="tiny", tp=0), {}, "--tp: must be a whole number of at least 1"),
+    (TrainConfig(model="tiny", tp=2, precision="fp8", compile=True), {}, "--precision fp8: not with --tp"),
     (TrainConfig(model="tiny", tp=2), {"world_size": 3, "local_world_size": 3},
      "--tp: 2 does not divide the 3 GPUs (processes) per node"),
     (TrainConfig(model="tiny", tp=2, batch_size=6), {"world_size": 8, "local_world_size": 8},
