@@ -71,9 +71,24 @@ def test_report_makes_one_call_per_metric_type(env, tmp_path):
     env.requests.clear()
     assert report("-o", str(tmp_path / "r.png")).exit_code == 0
     monitoring = env.requests.all(api="monitoring")
-    # 11 node metrics (GPU memory used and free apart) + 5 trainer ones
-    assert len(monitoring) == 16 and len({r.path for r in monitoring}) == 1
+    # 11 node metrics (GPU memory used and free apart) + 5 trainer ones + the jobs' goodput
+    assert len(monitoring) == 17 and len({r.path for r in monitoring}) == 1
     assert len(env.requests.all(api="compute")) == 1
+
+
+def test_a_report_draws_the_goodput_its_jobs_ended_with(env, tmp_path):
+    from gcpgpu.jobs import goodput, ids
+
+    got = {"percent": 81.5, "productive_s": 815.0, "node_s": 1000.0,
+           "lost_s": dict.fromkeys(goodput.PARTS, 0.0) | {"recovery": 185.0}}
+    client = Clients(emulator=env.address, project=PROJECT).monitoring()
+    client.create_time_series(request={"name": f"projects/{PROJECT}", "time_series": goodput.series(
+        PROJECT, ids.parse("cluster:demo:train-abc123"), got, env.clock.now() - 600)})
+    out = tmp_path / "demo.html"
+    result = CliRunner().invoke(main, ["--format", "json", "metrics", "report", "--cluster", "demo", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "goodput (share of node-time that trained)" in json.loads(result.stdout)["panels"]
+    assert re.search(r"goodput \(share of node-time that trained\) 81\.5 %", out.read_text())
 
 
 @pytest.mark.parametrize("args, words", [

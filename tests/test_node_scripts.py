@@ -323,3 +323,15 @@ def test_node_report_names_a_kernel_without_gpudirect_tcpx(tmp_path, metadata):
     assert _node_report(tmp_path, metadata, "tcpx", 8, 4, env)["gpudirect"] == "ready"
     got = _node_report(tmp_path, metadata, "tcpx", 8, 4, {**env, "STUB_KERNEL": "5.10.0-32-cloud-amd64"})
     assert got["gpudirect"] == "kernel 5.10.0-32-cloud-amd64 is not linux-gcp-tcpx (boot an A3 High TCPX image, --image)"
+
+
+def test_agent_reports_how_long_its_image_pull_took_before_the_job_runs(tmp_path, metadata):
+    env = stubs(tmp_path, metadata)
+    script = tmp_path / "agent.sh"
+    script.write_text(agent_script("tcpxo"))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert ["pull", "us-central1-docker.pkg.dev/p/r/t:1"] in docker_calls(tmp_path)
+    pulled = [e for e in metadata.order if e.startswith("gcpgpu/pull-s=")]
+    assert len(pulled) == 1 and 0 <= float(pulled[0].split("=", 1)[1]) < 30
+    assert metadata.order.index(pulled[0]) < metadata.order.index("gcpgpu/state=RUNNING")

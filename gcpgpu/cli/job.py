@@ -36,7 +36,7 @@ STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
-                  ("cost", "COST SO FAR"), ("output_dir", "OUTPUT DIR")]
+                  ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),
                    ("cause", "CAUSE"),
                    ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("redone", "STEPS REDONE")]
@@ -246,15 +246,33 @@ def status(settings: Settings, job_id: str) -> None:
     if settings.format != "table":
         emit(state.to_dict())
         return
-    emit(state.to_dict(), STATUS_COLUMNS, title=f"Job {state.id}")
+    shown = state.to_dict()
+    if state.goodput and state.goodput.get("percent") is not None:
+        shown["goodput_shown"] = f"{state.goodput['percent']:.1f}% of {_hours(state.goodput['node_s'])} node-time"
+    emit(shown, STATUS_COLUMNS, title=f"Job {state.id}")
     if state.target == "vertex":
         emit(state.pools, [("pool", "POOL"), ("replicas", "REPLICAS"), ("machine_type", "MACHINE TYPE"),
                            ("accelerators", "ACCELERATORS"), ("image", "IMAGE")])
     else:
         emit(state.per_node, [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
-                              ("started", "STARTED"), ("ended", "ENDED"), ("message", "MESSAGE")])
+                              ("started", "STARTED"), ("ended", "ENDED"), ("pull_s", "PULL S"), ("message", "MESSAGE")])
         if state.history:
             emit(state.history, HISTORY_COLUMNS, title="Recoveries and retries")
+    if state.goodput and state.goodput.get("node_s"):
+        emit(_goodput_rows(state.goodput), [("part", "PART"), ("time", "NODE-TIME"), ("share", "SHARE")],
+             title="Goodput: where the node-time went")
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} node-h" if seconds >= 360 else f"{seconds:.0f} node-s"
+
+
+def _goodput_rows(got: dict) -> list[dict]:
+    """`job status`'s goodput table: productive time, then each kind of lost time that is not nil."""
+    node_s = float(got["node_s"])
+    parts = [("productive", got["productive_s"]),
+             *((f"lost: {k.replace('_', ' ')}", v) for k, v in got["lost_s"].items() if v)]
+    return [{"part": name, "time": _hours(v), "share": f"{100 * v / node_s:.1f}%"} for name, v in parts]
 
 
 @job.command()

@@ -7,7 +7,7 @@ submit: find the cluster's nodes (one aggregatedList) -> take the cluster's leas
         gcpgpu-job-id), the node's rank and the rendezvous (gcpgpu-node-rank, gcpgpu-nnodes,
         gcpgpu-master-addr: rank 0's internal IP, gcpgpu-master-port, which the image's entrypoint
         reads) and the rendered agent script.
-status: per node, instances.getGuestAttributes (gcpgpu/state, exit-code, started, ended, message).
+status: per node, instances.getGuestAttributes (gcpgpu/state, exit-code, started, ended, pull-s, message).
 cancel: setMetadata gcpgpu-job-cancel=JOB on the job's nodes; each agent stops its container.
 """
 
@@ -370,6 +370,7 @@ def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
             "node": inst.name, "rank": int(inst.metadata.get("gcpgpu-node-rank", "-1")), "state": state,
             "exit_code": int(code) if code not in (None, "") and code.lstrip("-").isdigit() else None,
             "started": report.get("started") if ours else None, "ended": report.get("ended") if ours else None,
+            "pull_s": _seconds(report.get("pull-s")) if ours else None,
             "message": f"node is {inst.status}: lost while the job ran" if lost else
             _said(report.get("message")) if ours else
             ("no report from the node's job agent yet" if inst.status == "RUNNING" else f"node is {inst.status}"),
@@ -408,6 +409,14 @@ def first_failed(rows: list[dict]) -> dict | None:
     return min((r for r in rows if r["state"] == FAILED), default=None,
                key=lambda r: (r["node_status"] == "RUNNING", job_logs.peer_failure(r["message"]),
                               r["ended"] or "~", r["rank"]))
+
+
+def _seconds(text: str | None) -> float | None:
+    """A duration the agent reported (`pull-s`), None when it reported none (an older agent, not yet)."""
+    try:
+        return round(float(text), 3) if text not in (None, "") else None
+    except ValueError:
+        return None
 
 
 def _said(message: str | None) -> str | None:

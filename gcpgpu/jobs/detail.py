@@ -1,5 +1,5 @@
 """What `job status` shows of a job besides its state: a failed job's cause from its log, a cluster job's
-cost so far and, when it was recovered, the steps each recovery ran again."""
+cost so far and, when it was recovered, the steps each recovery ran again, and every job's goodput."""
 
 from __future__ import annotations
 
@@ -52,4 +52,17 @@ def detail(clients: Clients, project: str, jid: JobId) -> JobState:
                 f"{h['steps_redone']}-{h['steps_redone_max']}"
         state = replace(state, history=history, steps_redone=sum(h["steps_redone"] or 0 for h in history),
                         steps_redone_max=sum(h["steps_redone_max"] or 0 for h in history))
-    return with_cause(clients, project, state)
+    return with_goodput(clients, project, with_cause(clients, project, state))
+
+
+def with_goodput(clients: Clients, project: str, state: JobState) -> JobState:
+    """`state` with its goodput (jobs/goodput.py); a log that cannot be read leaves it out (None)."""
+    from gcpgpu.gcp import clock
+
+    from . import goodput, ids
+
+    try:
+        flt = route.log_filter(project, ids.parse(state.id))
+        return replace(state, goodput=goodput.of_job(clients, project, state, clock.now(), flt))
+    except CloudError:
+        return state

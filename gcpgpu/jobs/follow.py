@@ -34,6 +34,12 @@ def watch(clients: Clients, project: str, jid: JobId, on_state: OnState, poll_s:
             last = state.state
             on_state(state)
         if is_final(state.state):
+            from gcpgpu.gcp import clock
+
+            from . import goodput
+
+            # Vertex's end: nobody else writes its goodput
+            goodput.publish(clients, project, state, clock.now(), route.log_filter(project, jid))
             return with_cause(clients, project, state)
         time.sleep(poll_s)
 

@@ -48,11 +48,11 @@ from . import logs as job_logs
 from . import record as record_mod
 from .loss import RUN_LIMIT, loss_causes
 from .state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
+from .steplines import resumed_at
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
 STEP_LINE = re.compile(r"^step\s+(\d+) \| loss ")
-RESUMED = re.compile(r"resumed from \S+ at step (\d+)|no checkpoint in .*: starting from step (0)")
 
 
 class GaveUp(CloudError):
@@ -209,7 +209,8 @@ class Follower:
         zone = lost[0]["zone"]
         found = {n.name: n.id for n in observe_nodes(self.clients, self.project, self.jid.cluster or "")}
         # The lost VMs by id: a follower that finishes this recovery deletes those, never their replacements.
-        self._resubmit(s, record, {"lost": names, "zone": zone, "cause": cause, "last_step": last_step},
+        self._resubmit(s, record, {"lost": names, "zone": zone, "cause": cause, "last_step": last_step,
+                                   "pull_s": _pulled(state)},
                        {"zone": zone, "lost": names, "lost_ids": [found[n] for n in names if n in found]})
 
     def restart(self, state: JobState, cause: str, node: str | None, extra: dict | None = None) -> None:
@@ -224,7 +225,7 @@ class Follower:
             nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
             zone = nodes[0].zone if nodes else ""
             self._resubmit(s, record, {"kind": "retry", "lost": [], "node": node, "zone": zone, "cause": cause,
-                                       "last_step": self.last_step(), **(extra or {})},
+                                       "last_step": self.last_step(), "pull_s": _pulled(state), **(extra or {})},
                            {"zone": zone, "lost": [], "lost_ids": []})
 
     def _resubmit(self, s: Session, record: dict, entry: dict, how: dict) -> None:
@@ -270,6 +271,11 @@ class Follower:
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record['attempt']} on {len(nodes)} node(s)"
                                      + (" with --resume" if "--resume" in record["args"] else ""))
         cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
+        if record.get("history"):  # when the attempt reached its nodes: where goodput's recovery ends
+            history = [*record["history"][:-1], {**record["history"][-1], "delivered": time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+            record_mod.amend(self.clients, self.project, self.jid, int(record["attempt"]), s.check_lease,
+                             history=history)
         journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
 
     def _give_up(self, s: Session, why: str) -> NoReturn:
@@ -364,6 +370,11 @@ class Follower:
         return [job_logs.message(e) for e in job_logs.entries(self.clients, self.project, flt)]
 
 
+def _pulled(state: JobState) -> float:
+    """Node-seconds the attempt that ends now spent pulling its image (goodput's image_pull keeps it)."""
+    return round(sum(float(r.get("pull_s") or 0) for r in state.per_node), 3)
+
+
 def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[dict]) -> list[dict]:
     """The history with `resumed_at` and `steps_redone` filled in from the job's log, where it says so.
 
@@ -375,7 +386,7 @@ def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[d
     if not history:
         return history
     follower = Follower(clients, project, jid, 0)
-    resumed = [int(m.group(1) or m.group(2)) for text in follower._messages() if (m := RESUMED.search(text))]
+    resumed = [at for text in follower._messages() if (at := resumed_at(text)) is not None]
     out = []
     for i, entry in enumerate(history):
         entry = dict(entry)

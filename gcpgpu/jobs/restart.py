@@ -23,9 +23,10 @@ from dataclasses import replace
 from typing import Any
 
 from gcpgpu.errors import CloudError
+from gcpgpu.gcp import clock
 
 from . import cluster as cluster_jobs
-from . import notify, policy, stall
+from . import goodput, notify, policy, stall
 from . import record as record_mod
 from .state import FAILED, RETRYING, RUNNING, STALLED, JobState, is_final
 
@@ -102,6 +103,7 @@ class Guard:
         from .view import job_status
 
         self.last = state
+        wrote = False
         if is_final(state.state):
             history = state.history
             steps = None
@@ -109,10 +111,14 @@ class Guard:
                 with contextlib.suppress(CloudError):
                     counted = [h["steps_redone"] for h in redone(history) if h["steps_redone"] is not None]
                     steps = sum(counted) if counted else None
-            self.tell(state.state, state.attempt, error=state.error, cause=state.cause,
-                      webhook={"cause": state.cause or state.error, "recoveries": state.recoveries,
-                               "restarts": restarts_used(history), "steps_redone": steps})
-        return job_status(self.f.clients, self.f.project, self.f.jid)
+            wrote = self.tell(state.state, state.attempt, error=state.error, cause=state.cause,
+                              webhook={"cause": state.cause or state.error, "recoveries": state.recoveries,
+                                       "restarts": restarts_used(history), "steps_redone": steps})
+        shown = job_status(self.f.clients, self.f.project, self.f.jid)
+        if wrote:  # the job's goodput, written once, by the follower that wrote its end
+            goodput.publish(self.f.clients, self.f.project, shown, clock.now(),
+                            cluster_jobs.log_filter(self.f.project, self.f.jid))
+        return shown
 
     def close(self, wait_s: float = 30.0) -> None:
         self.notifier.close(wait_s)

@@ -101,6 +101,7 @@ class JobState:
     spent: Spent | None = None
     steps_redone: int | None = None  # steps the recoveries ran again (at least, and at most)
     steps_redone_max: int | None = None
+    goodput: dict | None = None  # {percent, productive_s, node_s, lost_s: {...}} (jobs/goodput.py)
 
     @property
     def final(self) -> bool:
@@ -122,6 +123,8 @@ class JobState:
             out.update((key, getattr(self, key)) for key in _REDONE)
         if self.cause_from == CAUSE_LOG:
             out["cause"] = self.cause
+        if self.goodput is not None:
+            out["goodput"] = self.goodput
         return out
 
     @classmethod

@@ -86,7 +86,7 @@ def panels(target: Target, fetched: Fetched, metrics: list[Metric], job: JobRun 
     logged = job is not None and job.steps is not None and bool(job.steps.points)
     for metric in metrics:
         rows = fetched.data.get(metric.key, {})
-        if not rows or (metric.job_level and logged):
+        if not rows or (metric.source == "trainer" and metric.job_level and logged):
             continue
         lines: dict[str, list[tuple[float, float]]] = {}
         title, unit = metric.title, metric.unit

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gcpgpu.jobs.goodput import METRIC as GOODPUT_METRIC
+
 NET = "compute.googleapis.com/instance/network/"
 AGENT = "agent.googleapis.com/gpu/"
 DCGM = "workload.googleapis.com/dcgm.gpu.profiling."
@@ -95,6 +97,13 @@ TRAINER_REPORT: tuple[Metric, ...] = TRAINER_TAIL + (
            100.0, "%", job_level=True),
 )
 
+# The job's goodput, written once per job by whoever saw it end (jobs/goodput.py): one point per job, drawn
+# whatever the job's log holds.
+GOODPUT: tuple[Metric, ...] = (
+    Metric("goodput_pct", "goodput (share of node-time that trained)", GOODPUT_METRIC + "goodput", "goodput",
+           "ALIGN_MEAN", "REDUCE_MEAN", 1.0, "%", job_level=True),
+)
+
 OPS_AGENT_INSTALL = (
     "curl -sSO https://dl.google.com/cloudagents/add-google-cloud-ops-agent-repo.sh && "
     "sudo bash add-google-cloud-ops-agent-repo.sh --also-install"
@@ -109,6 +118,7 @@ HINTS = {
     "beside it on rank 0 (the trainer's --log-json FILE)",
     "network": "Compute Engine reports network counters about once a minute, up to 4 minutes late for a new VM",
     "vertex": "Vertex AI reports its training metrics about once a minute once the job's replicas run",
+    "goodput": "a job's goodput is written when it ends, by whoever followed it ('job submit --wait', 'job follow')",
 }
 
 
@@ -118,5 +128,5 @@ def metrics_for(kind: str) -> tuple[Metric, ...]:
 
 
 def report_metrics_for(kind: str) -> tuple[Metric, ...]:
-    """The report's panels: the tail's metrics and the trainer's loss, step time and data wait."""
-    return (CLUSTER if kind == "cluster" else JOB) + TRAINER_REPORT
+    """The report's panels: the tail's metrics, the trainer's loss, step time and data wait, and goodput."""
+    return (CLUSTER if kind == "cluster" else JOB) + TRAINER_REPORT + GOODPUT

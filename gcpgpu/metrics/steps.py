@@ -14,19 +14,13 @@ node that printed the most is read; a step printed again after a recovery is dra
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gcpgpu.jobs.steplines import trainer_values, user_values
 from gcpgpu.times import parse_timestamp
 
-# Prefixes a launcher may add to a worker's lines: "[rank0]: ", "[default0]:".
-_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)")
-_TRAINER = re.compile(r"^step\s+(\d+) \| loss (\S+) \|")
-_RATE = re.compile(r"^([\d.]+)([kM]?) tok/s/gpu$")
-_STEP = re.compile(r"""^[{"']*\s*step["']?\s*[=:]?\s*(\d+)""", re.IGNORECASE)
-_PAIR = re.compile(r"""([A-Za-z_][\w./-]*)["']?\s*(?:[=:]\s*|\s+)(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)(?![\w./])""")
 MAX_USER_SERIES = 6  # of a user's command's numbers, at most this many panels
 
 # The trainer's fields: key -> (title, unit). Step time is in ms here; the report shows seconds where steps are long.
@@ -49,46 +43,6 @@ class Steps:
     def series(self, key: str) -> list[tuple[int, float]]:
         """(step, value) of one key, in the order logged."""
         return [(step, values[key]) for _t, step, values in self.points if key in values]
-
-
-def trainer_values(text: str) -> tuple[int, dict[str, float]] | None:
-    """(step, values) of the bundled trainer's step line, else None."""
-    line = _PREFIX.sub("", text.strip())
-    m = _TRAINER.match(line)
-    if not m:
-        return None
-    values: dict[str, float] = {}
-    _number(values, "loss", m.group(2))
-    for part in (p.strip() for p in line.split(" | ")[2:]):
-        if rate := _RATE.match(part):
-            values["tokens_per_s_per_gpu"] = float(rate.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[rate.group(2)]
-        elif part.startswith("mfu ") and part.endswith("%"):
-            _number(values, "mfu_pct", part[4:-1])
-        elif part.endswith(" ms"):
-            _number(values, "step_time_ms", part[:-3])
-        elif part.startswith("data ") and part.endswith("%"):
-            _number(values, "data_wait_pct", part[5:-1])
-    return int(m.group(1)), values
-
-
-def user_values(text: str) -> tuple[int, dict[str, float]] | None:
-    """(step, values) of a line that starts with a step, with the name-number pairs after it, else None."""
-    line = _PREFIX.sub("", text.strip())
-    m = _STEP.match(line)
-    if not m:
-        return None
-    values: dict[str, float] = {}
-    for name, number in _PAIR.findall(line[m.end():]):
-        if name.lower() != "step" and name.lower() not in values:
-            _number(values, name.lower(), number)
-    return int(m.group(1)), values
-
-
-def _number(values: dict[str, float], key: str, text: str) -> None:
-    try:
-        values[key] = float(text)
-    except ValueError:
-        pass  # "n/a", a value the line left out
 
 
 def parse(lines: Iterable[tuple[float | None, str, str]]) -> Steps:

@@ -86,7 +86,7 @@ class Target:
     def filter(self, metric: Metric) -> str:
         """The ListTimeSeries filter for one metric over the whole target."""
         terms = [f'metric.type = "{metric.metric_type}"']
-        if metric.source == "trainer":
+        if metric.source in ("trainer", "goodput"):  # written by gcpgpu itself, on a generic_task
             terms += ['resource.type = "generic_task"', f'resource.labels.namespace = "{NAMESPACE[self.kind]}"',
                       f'resource.labels.job = "{self.name}"']
         elif self.kind == "cluster":

@@ -86,6 +86,8 @@ class ClusterAgent:
         # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
         self.activity = activity
         self.simulated_run_s = SIMULATED_RUN_S
+        self.pull_s = 0.0  # how long a node's first pull of an image takes (its later pulls: none, it has it)
+        self.images: dict[str, set[str]] = {}  # instance id -> the images its Docker holds
         self.storage = storage or Storage()  # where --output-dir folders live, across jobs
         # Users' own commands: run through the image's entrypoint in a sandbox, when the owner allowed it.
         self.user = user or UserCommands(gcs_root=lambda: self.storage.root / "gcs")
@@ -111,6 +113,8 @@ class ClusterAgent:
             self.node_runs.clear()
             self.lost.clear()
             self.simulated_run_s = SIMULATED_RUN_S
+            self.pull_s = 0.0
+            self.images.clear()
         self.storage.reset()
 
     # -- guest attributes ---------------------------------------------------------------------
@@ -222,11 +226,23 @@ class ClusterAgent:
         self.report(iid, dump="py-spy" if spy else "absent", nccl_trace="off (gloo on CPU)" if trace else "off")
 
     def _start(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int,
-               run_id: str) -> None:
+               run_id: str, pulled: float | None = None) -> None:
         iid = inst["id"]
         self.lost.discard(iid)  # running again (instances.start): its agent is back
-        self.guest.pop(iid, None)
-        self.report(iid, job_id=job_id, state="PENDING", rank=rank)
+        if pulled is None:
+            self.guest.pop(iid, None)
+            self.report(iid, job_id=job_id, state="PENDING", rank=rank, message="pulling the image")
+            # The agent pulls the job's image first (templates/job_agent.sh.j2): a node's first pull of it
+            # takes pull_s, on the emulator's clock; a node that holds it (an earlier job's) none.
+            image = str(job.get("image") or "")
+            took = 0.0 if image in self.images.get(iid, set()) else self.pull_s
+            self.images.setdefault(iid, set()).add(image)
+            if took > 0:
+                self._timers.append(self._later(took, self._pulled, project, zone, inst, job, job_id, rank, nnodes,
+                                                run_id, took))
+                return
+            pulled = took
+        self.report(iid, pull_s=f"{pulled:.3f}", message="")
         if job.get("rxdm"):
             # The agent starts Google's receive-datapath manager first (TCPX/TCPXO); a node whose
             # GPUDirect host pieces are missing cannot run it, and the job fails with the agent's line.
@@ -280,6 +296,19 @@ class ClusterAgent:
                                 on_line=self._stepper(run_id))
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id} "
                               f"locally on 127.0.0.1:{port}, CPU only, one process")
+
+    def _pulled(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int,
+                run_id: str, took: float) -> None:
+        """The pull is over: start the job, unless the node went, or the job was cancelled or replaced meanwhile."""
+        with self._lock:
+            iid = inst["id"]
+            state = self.attributes(iid).get(f"{NAMESPACE}/state")
+            if self.node_runs.get(iid) != run_id or iid in self.lost or state != "PENDING":
+                return
+            try:
+                self._start(project, zone, inst, job, job_id, rank, nnodes, run_id, pulled=took)
+            except Exception as e:  # as on_metadata: the agent's troubles are its node's, never a crash here
+                print(f"gcpgpu emulator: job agent on {inst['name']}: {type(e).__name__}: {e}", file=sys.stderr)
 
     def _start_user(self, project: str, job: dict, job_id: str, inst: dict, rank: int, nnodes: int, run_id: str,
                     describe: Callable[[LogLine], dict]) -> None:
