@@ -73,3 +73,28 @@ def test_plan_memory_counts_the_trainers_chunked_loss_and_the_plain_one_when_ask
     saved = tokens * vocab * (2 + 8) - (2048 * vocab * (2 * 2 + 8) + tokens * h * 4 + vocab * h * 4)
     assert plain["activations_bytes"] - chunked["activations_bytes"] == saved
     assert saved > 6 * 1024**3
+
+
+def test_plan_memory_proposes_a_layout_that_fits_for_6_7b_on_an_a3_node():
+    result = CliRunner().invoke(main, ["--format", "json", "plan", "memory", "--model", "6.7b",
+                                       "--machine-type", "a3-highgpu-8g"])
+    assert result.exit_code == 0, result.output
+    lay = json.loads(result.stdout)["layout"]
+    assert lay["fits"] and lay["micro_batch"] >= 1 and "--parallel fsdp" in lay["flags"] and lay["why"]
+    table = CliRunner().invoke(main, ["plan", "memory", "--model", "6.7b", "--machine-type", "a3-highgpu-8g"])
+    assert "proposed layout" in table.output and lay["flags"] in table.output
+
+
+def test_plan_memory_counts_tp_selective_ac_and_the_compiled_head():
+    def plan(*extra):
+        result = CliRunner().invoke(main, ["--format", "json", "plan", "memory", "--model", "350m", "--batch-size",
+                                           "8", "--seq-len", "1024", "--precision", "bf16", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    eager, compiled = plan("--loss-chunk", "0"), plan("--compile")
+    assert compiled["compiled"] and compiled["loss_chunk"] == 0 and compiled["total_bytes"] < eager["total_bytes"]
+    tp = plan("--tp", "2", "--gpus", "8", "--ac", "selective")
+    assert tp["parallel"] == "fsdp" and tp["tp"] == 2 and tp["total_for_ac_bytes"] < tp["total_bytes"]
+    bad = CliRunner().invoke(main, ["plan", "memory", "--model", "350m", "--tp", "3", "--gpus", "6"])
+    assert bad.exit_code == 2 and "tp 3 must divide the model's 16 heads" in bad.output

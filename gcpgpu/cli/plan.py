@@ -23,7 +23,8 @@ _TRAINER = TrainConfig()
 
 
 @plan.command()
-@click.option("--model", default=_TRAINER.model, show_default=True, help="Model size: tiny, 124m, 350m, 774m or 1.3b.")
+@click.option("--model", default=_TRAINER.model, show_default=True,
+              help="Model size: tiny, 124m, 350m, 774m, 1.3b, 2.7b or 6.7b.")
 @click.option("--batch-size", type=int, default=_TRAINER.batch_size, show_default=True,
               help="Global batch in sequences (as the trainer's --batch-size).")
 @click.option("--seq-len", type=int, default=_TRAINER.seq_len, show_default=True, help="Tokens per sequence.")
@@ -33,15 +34,28 @@ _TRAINER = TrainConfig()
 @click.option("--gpus", type=int, help="GPUs in all (default: the machine type's GPUs, else 1).")
 @click.option("--grad-accum", type=int, default=_TRAINER.grad_accum, show_default=True,
               help="Gradient accumulation steps.")
-@click.option("--loss-chunk", type=click.IntRange(min=0), default=LOSS_CHUNK_TOKENS, show_default=True,
-              help="Tokens per chunk of the output layer + loss (0: all logits at once, as the trainer does "
-                   "when it compiles the whole model: one process with --compile).")
-@click.option("--machine-type", help="Check the fit against this machine's GPU memory (from the catalog).")
+@click.option("--loss-chunk", type=click.IntRange(min=0),
+              help=f"Tokens per chunk of the output layer + loss (0: all logits at once). Default as the "
+                   f"trainer's auto: 0 with --compile in one process (compile fuses the loss) or --tp, else "
+                   f"{LOSS_CHUNK_TOKENS}.")
+@click.option("--tp", type=click.IntRange(min=1), default=_TRAINER.tp, show_default=True,
+              help="Tensor-parallel degree (the trainer's --tp; FSDP over the rest).")
+@click.option("--ac", default=_TRAINER.ac, show_default=True,
+              help="Activation checkpointing for the total: none, full, selective or K (every K-th block).")
+@click.option("--compile/--no-compile", "compile_", default=_TRAINER.compile, show_default=True,
+              help="The trainer's --compile: in one process it compiles the whole model, which the plan counts "
+                   "(a fused loss, fewer saved tensors).")
+@click.option("--machine-type", help="Check the fit against this machine's GPU memory (from the catalog), and "
+                                     "propose a layout for the model on it.")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Nodes of --machine-type for the proposed layout (more than one: HSDP is considered).")
 @click.pass_obj
 def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precision: str, parallel: str,
-           gpus: int | None, grad_accum: int, loss_chunk: int, machine_type: str | None) -> None:
+           gpus: int | None, grad_accum: int, loss_chunk: int | None, tp: int, ac: str, compile_: bool,
+           machine_type: str | None, nodes: int) -> None:
     """Per-GPU parameters, gradients, optimizer state and activations (with and without activation
-    checkpointing), whether it fits, and the setting to use if it does not.
+    checkpointing), whether it fits, and the setting to use if it does not. With --machine-type, also
+    the layout to train the model with there (TP degree, FSDP or HSDP, checkpointing, micro-batch), and why.
 
     Options and defaults are the trainer's: the same flags plan the run `python -m gcpgpu.trainer`
     (or torchrun over --gpus processes) would make.
@@ -61,17 +75,45 @@ def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precis
     for flag, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--gpus", gpus), ("--grad-accum", grad_accum)):
         if value < 1:
             raise UsageProblem(f"{flag} {value} must be at least 1")
-    if batch_size % (gpus * grad_accum):
-        raise UsageProblem(f"--batch-size {batch_size} must be divisible by --gpus x --grad-accum = {gpus * grad_accum}")
+    if gpus % tp:
+        raise UsageProblem(f"--tp {tp} must divide the {gpus} GPUs (--gpus, or the machine type's)")
+    dp = gpus // tp  # data-parallel ranks: a tensor-parallel group shares its micro-batch
+    if batch_size % (dp * grad_accum):
+        per = "--gpus" if tp == 1 else "--gpus / --tp"
+        raise UsageProblem(f"--batch-size {batch_size} must be divisible by {per} x --grad-accum = {dp * grad_accum}")
+    ac = ac.lower()
+    if ac not in ("none", "full", "selective") and not (ac.isdigit() and int(ac) >= 1):
+        raise UsageProblem(f"--ac {ac!r} must be none, full, selective or a block interval K >= 1")
     if parallel == "auto":  # as the trainer resolves it once it knows how many processes run
-        parallel = "ddp" if gpus > 1 else "none"
+        parallel = "fsdp" if tp > 1 else "ddp" if gpus > 1 else "none"
     if parallel == "none" and gpus > 1:
         raise UsageProblem(f"--parallel none runs on one GPU, not --gpus {gpus}; use ddp or fsdp")
+    compiled = compile_ and parallel == "none"  # the trainer's compile scope auto: whole model in one process
+    if loss_chunk is None:
+        loss_chunk = 0 if compiled or tp > 1 else LOSS_CHUNK_TOKENS
     gpu_bytes = mt.gpu.memory_gib * GIB if mt else None
-    result = mem.plan_memory(model.lower(), batch_size, seq_len, precision, parallel, gpus, gpu_bytes,
-                             grad_accum=grad_accum, loss_chunk=loss_chunk)
+    try:
+        result = mem.plan_memory(model.lower(), batch_size, seq_len, precision, parallel, gpus, gpu_bytes,
+                                 grad_accum=grad_accum, loss_chunk=loss_chunk, tp=tp, compiled=compiled)
+    except ValueError as e:
+        raise UsageProblem(f"--tp: {e}") from None  # the other options were checked above
+    ac_every = {"none": 0, "full": 1, "selective": 0}[ac] if not ac.isdigit() else int(ac)
+    total = result.total_for(ac_every, selective=ac == "selective")
+    lay = None
+    if mt:
+        from gcpgpu.trainer.layout import propose
+
+        lay = propose(model.lower(), mt.gpu_count, gpu_bytes, nodes=nodes, seq_len=seq_len,
+                      precision=precision, compile=True)
     if settings.format != "table":
-        emit({**result.to_dict(), "machine_type": mt.name if mt else None})
+        emit({**result.to_dict(), "machine_type": mt.name if mt else None, "ac": ac, "total_for_ac_bytes": total,
+              "layout": None if lay is None else {**vars(lay), "fits": lay.micro_batch > 0}})
         return
     title = f"Memory per GPU: {result.model}" + (f" on {mt.name} ({mt.gpu.model})" if mt else "")
-    emit([{"item": k, "value": v} for k, v in result.rows()], [("item", "ITEM"), ("value", "PER GPU")], title=title)
+    rows = result.rows()
+    if ac != "none":
+        rows.insert(-3, (f"total (--ac {ac})", f"{total / GIB:.2f} GiB"))
+    if lay is not None:
+        where = f"{nodes} x {mt.name}" if nodes > 1 else mt.name
+        rows += [(f"proposed layout ({where}, seq {seq_len}, --compile)", lay.flags or "none fits"), ("why", lay.why)]
+    emit([{"item": k, "value": v} for k, v in rows], [("item", "ITEM"), ("value", "PER GPU")], title=title)

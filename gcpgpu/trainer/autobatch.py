@@ -30,11 +30,17 @@ class BatchChoice:
     line: str  # what the trainer prints at start
 
 
+def run_plan(cfg: TrainConfig, world_size: int, batch_size: int, vocab_size: int, accum: int) -> int:
+    """The memory plan's per-rank peak for this run (cfg resolved by resolve_auto) at this batch."""
+    return plan_memory(cfg.model, batch_size, cfg.seq_len, cfg.precision, cfg.parallel, world_size, None,
+                       grad_accum=accum, vocab_size=vocab_size, tied=cfg.tie_embeddings, loss_chunk=cfg.loss_chunk,
+                       tp=cfg.tp, compiled=cfg.compile and cfg.compile_scope == "model",
+                       ).total_for(cfg.ac_every, selective=cfg.ac == "selective")
+
+
 def planned_bytes(cfg: TrainConfig, world_size: int, micro: int, vocab_size: int, accum: int = 1) -> int:
     """The memory plan's per-rank peak for this run at `micro` sequences per micro-step."""
-    return plan_memory(cfg.model, world_size * accum * micro, cfg.seq_len, cfg.precision, cfg.parallel, world_size,
-                       None, grad_accum=accum, vocab_size=vocab_size, tied=cfg.tie_embeddings,
-                       loss_chunk=cfg.loss_chunk).total_for(cfg.ac_every)
+    return run_plan(cfg, world_size, world_size // cfg.tp * accum * micro, vocab_size, accum)
 
 
 def _size(n: float) -> str:
@@ -52,18 +58,19 @@ def choose(cfg: TrainConfig, world_size: int, vocab_size: int, device_memory: in
     will happen. Raises ConfigError naming the option when nothing fits or the numbers do not divide.
     """
     resolve_auto(cfg, world_size)
+    dp = world_size // cfg.tp  # data-parallel ranks: a tensor-parallel group shares its micro-batch
     auto_batch, micro = cfg.batch_size == "auto", cfg.micro_batch
     if not auto_batch and micro is None:
         return None
     budget = parse_bytes(cfg.memory_budget) if cfg.memory_budget else device_memory
     if micro != "auto" and not auto_batch:  # --micro-batch N: no planning, only the arithmetic
-        unit = world_size * micro
+        unit = dp * micro
         if cfg.batch_size % unit:
-            raise ConfigError(f"--micro-batch: {micro} x {world_size} ranks does not divide --batch-size "
+            raise ConfigError(f"--micro-batch: {micro} x {dp} ranks does not divide --batch-size "
                               f"{cfg.batch_size}; use a batch that is a multiple of {unit}")
         accum = cfg.batch_size // unit
         return BatchChoice(cfg.batch_size, accum, micro, None, budget,
-                           f"batch {cfg.batch_size} = {world_size} ranks x micro-batch {micro} x {accum} accum")
+                           f"batch {cfg.batch_size} = {dp} ranks x micro-batch {micro} x {accum} accum")
     opt = "--batch-size auto" if auto_batch else "--micro-batch auto"
     if budget is None:
         raise ConfigError(f"{opt}: needs the device's memory; this run has no GPU, so give --memory-budget "
@@ -72,15 +79,15 @@ def choose(cfg: TrainConfig, world_size: int, vocab_size: int, device_memory: in
         candidates = range(1, MAX_MICRO_BATCH + 1)
         accum = cfg.grad_accum
     else:
-        if cfg.batch_size % world_size:
-            raise ConfigError(f"--batch-size: {cfg.batch_size} does not split over {world_size} ranks; "
-                              f"use a multiple of {world_size}")
-        per_rank = cfg.batch_size // world_size
+        if cfg.batch_size % dp:
+            raise ConfigError(f"--batch-size: {cfg.batch_size} does not split over {dp} ranks; "
+                              f"use a multiple of {dp}")
+        per_rank = cfg.batch_size // dp
         candidates = [m for m in range(1, per_rank + 1) if per_rank % m == 0]
         accum = None
     best, best_bytes = None, None
     for m in candidates:  # the plan grows with the micro-batch: stop at the first that does not fit
-        b = planned_bytes(cfg, world_size, m, vocab_size, accum or (cfg.batch_size // world_size // m))
+        b = planned_bytes(cfg, world_size, m, vocab_size, accum or (cfg.batch_size // dp // m))
         if not fits(b, budget):
             break
         best, best_bytes = m, b
@@ -90,11 +97,11 @@ def choose(cfg: TrainConfig, world_size: int, vocab_size: int, device_memory: in
                           f"{AUTO_MARGIN:.0%} margin of {_size(budget)} x {1 - RESERVED_FRACTION:.2f} usable; "
                           "try --ac full, --parallel fsdp or a shorter --seq-len")
     if auto_batch:
-        batch = world_size * accum * best
+        batch = dp * accum * best
     else:
-        batch, accum = cfg.batch_size, cfg.batch_size // (world_size * best)
+        batch, accum = cfg.batch_size, cfg.batch_size // (dp * best)
     line = (f"{opt}: micro-batch {best} per rank (the memory plan: {_size(best_bytes)}, +{AUTO_MARGIN:.0%} "
-            f"margin, of {_size(budget)} x {1 - RESERVED_FRACTION:.2f} usable) x {world_size} ranks x "
+            f"margin, of {_size(budget)} x {1 - RESERVED_FRACTION:.2f} usable) x {dp} ranks x "
             f"{accum} accum = batch {batch}")
     return BatchChoice(batch, accum, best, best_bytes, budget, line)
 

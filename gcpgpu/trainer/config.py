@@ -86,6 +86,7 @@ class TrainConfig:
     powersgd_rank: int = 4
     fsdp_reshard_after_forward: bool = True
     fsdp_shard_size: int | None = None
+    tp: int = 1  # tensor-parallel degree inside a node (parallel_tp.py); FSDP2 over the rest
     fp16_init_scale: float = 2.0**16
     fp8_recipe: str = "tensorwise"
     fp8_filter: str = "auto"
@@ -121,7 +122,7 @@ class TrainConfig:
     @property
     def ac_every(self) -> int:
         """0: no activation checkpointing; k: every k-th block (1 = every block)."""
-        return {"none": 0, "full": 1}[self.ac] if self.ac in ("none", "full") else int(self.ac)
+        return {"none": 0, "full": 1, "selective": 0}[self.ac] if not self.ac.isdigit() else int(self.ac)
 
     @property
     def profile_window(self) -> tuple[int, int] | None:
@@ -207,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     _bool(g, "fsdp-reshard-after-forward", "free gathered weights after forward (ZeRO-3; default on)")
     g.add_argument("--fsdp-shard-size", type=int,
                    help="GPUs per shard group; fewer than the world gives HSDP (default: GPUs per node when multi-node)")
+    g.add_argument("--tp", type=int, help="tensor-parallel degree: split each layer over N GPUs of a node (NVLink), "
+                   "with sequence parallelism, and FSDP2 over the rest (default 1: none)")
     g.add_argument("--fp16-init-scale", type=float, help="initial loss scale for fp16 (default 65536)")
     g.add_argument("--fp8-recipe", help="torchao float8 recipe: tensorwise or rowwise")
     g.add_argument("--fp8-filter", help="which block linears go fp8: auto (torchao's size thresholds, default) or all")
@@ -217,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "compiles once) or model (one graph with the head and loss; one GPU or DDP)")
     _bool(g, "prefetch", "prepare the next batch on a thread while this step runs (default on)")
     g.add_argument("--compile-mode", help="default, max-autotune, max-autotune-no-cudagraphs or reduce-overhead (CUDA graphs)")
-    g.add_argument("--ac", help="activation checkpointing: none, full, or K for every K-th block")
+    g.add_argument("--ac", help="activation checkpointing: none, full (recompute whole blocks), K (every K-th "
+                   "block), or selective (every block keeps its matmul and attention outputs, recomputes the rest)")
     g = p.add_argument_group("checkpoints")
     g.add_argument("--ckpt-dir", help="folder for torch.distributed.checkpoint saves (shared by all nodes)")
     g.add_argument("--ckpt-every", type=int, help="save every N steps (0 = only at the end and on SIGTERM)")
@@ -379,8 +383,9 @@ def check(cfg: TrainConfig) -> None:
         raise ConfigError("--grad-clip, --weight-decay and --dist-timeout must not be negative")
     if cfg.fp16_init_scale <= 0:
         raise ConfigError(f"--fp16-init-scale: must be positive, got {cfg.fp16_init_scale}")
-    if cfg.ac not in ("none", "full") and not (cfg.ac.isdigit() and int(cfg.ac) >= 1):
-        raise ConfigError(f"--ac: unknown value {cfg.ac!r}; use none, full, or a block interval K >= 1")
+    if cfg.ac not in ("none", "full", "selective") and not (cfg.ac.isdigit() and int(cfg.ac) >= 1):
+        raise ConfigError(f"--ac: unknown value {cfg.ac!r}; use none, full, selective, or a block interval K >= 1")
+    _check_tp(cfg)
     if cfg.vocab_size is not None and cfg.vocab_size < 2:
         raise ConfigError(f"--vocab-size: must be at least 2, got {cfg.vocab_size}")
     if cfg.profile_steps is not None:
@@ -404,83 +409,40 @@ def check(cfg: TrainConfig) -> None:
             raise ConfigError("--vocab-size: required with --data-dtype uint32 (the vocabulary is not in the file)")
 
 
+def _check_tp(cfg: TrainConfig) -> None:
+    """--tp against the other options (its fit to the launched ranks is checked by launch_checks)."""
+    if not isinstance(cfg.tp, int) or isinstance(cfg.tp, bool) or cfg.tp < 1:
+        raise ConfigError(f"--tp: must be a whole number of at least 1, got {cfg.tp!r}")
+    if cfg.tp == 1:
+        return
+    heads = SIZES[cfg.model].n_head
+    if heads % cfg.tp:
+        raise ConfigError(f"--tp: {cfg.tp} does not divide model {cfg.model}'s {heads} attention heads; "
+                          f"use a divisor of {heads}")
+    if cfg.parallel not in ("auto", "fsdp"):
+        raise ConfigError(f"--tp: composes with FSDP2 over the other GPUs, not --parallel {cfg.parallel}; "
+                          "use --parallel fsdp (or auto)")
+    if cfg.seq_len % cfg.tp:
+        raise ConfigError(f"--seq-len: {cfg.seq_len} does not split over --tp {cfg.tp} (sequence parallelism "
+                          f"gives each rank a slice); use a multiple of {cfg.tp}")
+    if cfg.loss_chunk not in ("auto", 0):
+        raise ConfigError("--loss-chunk: with --tp the loss runs on vocabulary shards (no rank holds all the "
+                          "logits); use auto or 0")
+    if cfg.compile and cfg.compile_scope == "model":
+        raise ConfigError("--compile-scope model: --tp runs FSDP2, which shards per block; use --compile-scope block")
+    if cfg.precision == "fp8":
+        # torchao's Float8Linear needs its own float8 TP styles, which the trainer does not apply.
+        raise ConfigError("--precision fp8: not with --tp yet; use bf16 with --tp, or fp8 without it")
+
+
 def resolve_auto(cfg: TrainConfig, world_size: int) -> TrainConfig:
     """The settings left to the launch, in place (returns cfg): --parallel auto becomes ddp when more than
     one process runs and none otherwise, so a multi-process job (torchrun, Vertex replicas, a cluster's
-    nodes) needs no --parallel; then --compile-scope and --loss-chunk auto (see TrainConfig)."""
+    nodes) needs no --parallel (fsdp under --tp); then --compile-scope and --loss-chunk auto (see TrainConfig)."""
     if cfg.parallel == "auto":
-        cfg.parallel = "ddp" if world_size > 1 else "none"
+        cfg.parallel = "fsdp" if cfg.tp > 1 else "ddp" if world_size > 1 else "none"
     if cfg.compile_scope == "auto":
         cfg.compile_scope = "model" if cfg.parallel == "none" else "block"
     if cfg.loss_chunk == "auto":
-        cfg.loss_chunk = 0 if cfg.compile and cfg.compile_scope == "model" else LOSS_CHUNK_TOKENS
+        cfg.loss_chunk = 0 if (cfg.compile and cfg.compile_scope == "model") or cfg.tp > 1 else LOSS_CHUNK_TOKENS
     return cfg
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """'2.13.0+cu130' or '2.6.0a0+git...' -> (2, 13, 0) / (2, 6, 0): the release numbers only."""
-    m = re.match(r"(\d+(?:\.\d+)*)", version)
-    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
-
-
-def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, cuda_available: bool,
-                  cuda_capability: tuple[int, int] | None, torchao_available: bool, allow_cpu: bool,
-                  numpy_available: bool = True, torch_version: str | None = None) -> str:
-    """Checks that depend on the launch and the machine; returns the device type to use ('cuda' or 'cpu').
-
-    GPU-only requests on a machine without a GPU are errors, unless allow_cpu (the emulator's opt-in).
-    """
-    if (torch_version is not None and _release(torch_version) < _release(MIN_TORCH)
-            and os.environ.get(ACCEPT_TORCH_ENV) != torch_version):
-        raise ConfigError(f"torch {torch_version}: the trainer needs torch >= {MIN_TORCH} (the release the image "
-                          f"and the tests use, containers/versions.env); pip install 'torch>={MIN_TORCH}'")
-    if cfg.device == "cuda" and not cuda_available and not allow_cpu:
-        raise ConfigError(f"--device cuda: this machine has no CUDA GPU; use --device cpu (or set {ALLOW_CPU_ENV}=1)")
-    device = "cuda" if cuda_available and cfg.device != "cpu" else "cpu"
-    resolve_auto(cfg, world_size)
-    if cfg.ddp_comm_hook != "none" and cfg.parallel != "ddp":
-        raise ConfigError(f"--ddp-comm-hook: only applies to --parallel ddp, not {cfg.parallel} (one process runs)")
-    if cfg.parallel == "none" and world_size > 1:
-        raise ConfigError(f"--parallel none: runs one process but {world_size} were launched; use ddp or fsdp")
-    if isinstance(cfg.batch_size, int) and cfg.micro_batch is None and cfg.batch_size % (world_size * cfg.grad_accum):
-        unit = world_size * cfg.grad_accum
-        raise ConfigError(f"--batch-size: {cfg.batch_size} is not divisible by {world_size} ranks x --grad-accum "
-                          f"{cfg.grad_accum}; use a multiple of {unit}")
-    if cfg.precision == "fp8":
-        if device != "cuda":
-            if not allow_cpu:
-                raise ConfigError("--precision fp8: needs a Hopper-or-newer GPU and this run has none; use bf16")
-        elif cuda_capability is not None and cuda_capability < (9, 0):
-            raise ConfigError(f"--precision fp8: needs a Hopper-or-newer GPU (compute capability 9.0+), this one "
-                              f"is {cuda_capability[0]}.{cuda_capability[1]}; use bf16")
-        elif not torchao_available:
-            raise ConfigError("--precision fp8: needs torchao (pip install torchao); it is not installed; use bf16")
-    if cfg.compile_scope == "model" and cfg.parallel == "fsdp":
-        # FSDP2's per-block all-gather and reshard hooks would break the one graph at every block.
-        raise ConfigError("--compile-scope model: FSDP shards per block, so compile per block; "
-                          "use --compile-scope block with --parallel fsdp")
-    if cfg.compile_mode != "default" and not cfg.compile:
-        raise ConfigError(f"--compile-mode {cfg.compile_mode}: has no effect without --compile; add --compile")
-    # max-autotune turns on CUDA graphs exactly as reduce-overhead does (torch.compile's mode table);
-    # max-autotune-no-cudagraphs is the same search without them.
-    if cfg.compile_mode in ("reduce-overhead", "max-autotune"):
-        if device != "cuda" and not allow_cpu:
-            raise ConfigError(f"--compile-mode {cfg.compile_mode}: CUDA graphs need a GPU; use --compile-mode default")
-        if cfg.parallel != "none":
-            # FSDP2 frees and re-gathers weights every step and DDP all-reduces from hooks: the
-            # addresses a captured graph replays go stale.
-            raise ConfigError(f"--compile-mode {cfg.compile_mode}: uses CUDA graphs, which work only with "
-                              f"--parallel none, not {cfg.parallel}; use max-autotune-no-cudagraphs")
-    if cfg.fsdp_shard_size is not None:
-        if cfg.parallel != "fsdp":
-            raise ConfigError(f"--fsdp-shard-size: only applies to --parallel fsdp, not {cfg.parallel}")
-        if cfg.fsdp_shard_size < 1 or world_size % cfg.fsdp_shard_size:
-            raise ConfigError(f"--fsdp-shard-size: {cfg.fsdp_shard_size} does not divide the {world_size} ranks; "
-                              f"use a divisor such as {local_world_size}")
-    if device == "cpu" and cfg.ddp_comm_hook == "bf16" and world_size > 1:
-        raise ConfigError("--ddp-comm-hook bf16: torch's bf16 all-reduce hook needs NCCL (a GPU); "
-                          "use fp16, powersgd or none on CPU")
-    if cfg.ckpt_dir and world_size > 1 and not numpy_available:
-        raise ConfigError("--ckpt-dir: multi-process checkpoints need numpy (torch.distributed.checkpoint "
-                          "exchanges its plans with it); pip install numpy")
-    return device

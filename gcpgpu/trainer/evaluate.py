@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from gcpgpu.trainer.data import Batches
+from gcpgpu.trainer.parallel_tp import local_loss, loss_context
 
 
 def should_eval(step: int, every: int, last: int) -> bool:
@@ -17,7 +18,7 @@ def should_eval(step: int, every: int, last: int) -> bool:
 
 @torch.no_grad()
 def validation_loss(model: torch.nn.Module, batches: Batches, steps: int, *, parallel: str,
-                    autocast: contextlib.AbstractContextManager, device: torch.device) -> float:
+                    autocast: contextlib.AbstractContextManager, device: torch.device, tp: int = 1) -> float:
     """Mean loss over the same `steps` held-out micro-batches every time (so evaluations compare), all ranks.
 
     DDP's wrapper is bypassed (nothing to all-reduce without a backward); FSDP's root is called as is, since
@@ -28,8 +29,8 @@ def validation_loss(model: torch.nn.Module, batches: Batches, steps: int, *, par
     total = torch.zeros((), device=device, dtype=torch.float32)
     for _ in range(steps):
         x, y = batches.next()
-        with autocast:
-            total += net(x, y).float()
+        with autocast, loss_context(tp):
+            total += local_loss(net(x, y)).float()
     count = steps
     if dist.is_initialized():
         dist.all_reduce(total)  # SUM: gloo has no AVG

@@ -4,7 +4,8 @@ It runs the trainer the way users will (torchrun, synthetic data, the same flags
 and prints one table: 124m and 350m bf16 with torch.compile on one GPU (tokens/s per GPU, MFU, peak
 reserved memory against `gcpgpu plan memory`), FSDP and DDP over every GPU, fp8 against bf16 (Hopper
 and newer), a SIGTERM-then-resume run whose final loss must match an uninterrupted one within a stated
-tolerance, and the all-reduce bus bandwidth. On a machine with no GPU it says so in one line and exits 0.
+tolerance, tensor parallelism (--tp 2, alone and over FSDP) against its target where there are 2 GPUs or
+more, and the all-reduce bus bandwidth. On a machine with no GPU it says so in one line and exits 0.
 
 `--cpu-smoke` runs the same plan scaled down (the tiny model, 2 CPU processes over gloo, no compile, no
 fp8) so the mechanics are tested where there is no GPU; its figures mean nothing, so it launches each kind
@@ -34,6 +35,10 @@ MFU_TARGET = 0.50  # the best single-node trainers' level, at 350m on one H100
 # The baseline (one H100 80GB, torch 2.11, bf16, compile, seq 1024, synthetic data, before the chunked
 # loss and the auto batch): model -> (batch in sequences, tokens/s per GPU, MFU, peak reserved GiB).
 BASELINE = {"124m": (16, 356_564, 0.308, 16.4), "350m": (8, 150_653, 0.369, 17.0), "1.3b": (8, 54_961, 0.471, 35.8)}
+# TP rows: tokens/s per GPU against the same model and batch per tp group on one GPU. TP=2 adds two
+# all-gathers and two reduce-scatters per block on the critical path; over NVLink at 1.3b they should cost
+# under a fifth of the step.
+TP_MODEL, TP_TARGET = "1.3b", 0.80
 
 
 @dataclass
@@ -100,6 +105,11 @@ def build_plan(ngpu: int, capability: tuple[int, int] | None, cpu_smoke: bool, s
         if not cpu_smoke:
             runs.append(Run(f"{small} {label} DDP x{n}", n, [*common, "--model", small, *pc, "--parallel", "ddp",
                                                              "--batch-size", str(n * batch1)]))
+    if n > 1 and not cpu_smoke:
+        tp_common = [*common, "--model", TP_MODEL, *pc, "--tp", "2"]
+        runs.append(Run(f"{TP_MODEL} {label} TP2 x2", 2, [*tp_common, "--batch-size", "8"]))
+        if n >= 4:
+            runs.append(Run(f"{TP_MODEL} {label} TP2 FSDP x{n}", n, [*tp_common, "--batch-size", str(8 * n // 2)]))
     fp8 = not cpu_smoke and capability is not None and capability >= (9, 0) and torchao
     if fp8:
         # Against the bf16 row of the same model. Tensorwise only: for 350m torchao's rowwise thresholds
@@ -225,6 +235,32 @@ def mfu_lines(plan: Plan) -> list[str]:
     return out
 
 
+def tp_lines(plan: Plan) -> list[str]:
+    """Each TP row's tokens/s per GPU beside its target: TP_TARGET of the same model's one-GPU row."""
+    one = next((r for r in plan.runs if r.name == f"{TP_MODEL} bf16 1 GPU"), None)
+    ref = one.summary.get("tokens_per_s") if one and one.ok else None
+    out = []
+    for r in plan.runs:
+        if " TP" not in r.name:
+            continue
+        tok = r.summary.get("tokens_per_s")
+        if not r.ok or not tok:
+            out.append(f"  {r.name:<22} {'FAILED' if not r.ok else 'no speed figure'}; target {TP_TARGET:.2f}x")
+            continue
+        if ref:
+            ratio = tok / ref
+            verdict = "meets it" if ratio >= TP_TARGET else f"{(TP_TARGET - ratio) * 100:.0f} points short"
+            vs = f"{ratio:.2f}x the one-GPU row's {ref:,.0f} (target {TP_TARGET:.2f}x: {verdict})"
+        else:
+            vs = f"no one-GPU {TP_MODEL} row to compare (target {TP_TARGET:.2f}x of it)"
+        m = r.summary.get("mfu")
+        out.append(f"  {r.name:<22} {tok:>9,.0f} tok/s/GPU{f', MFU {m * 100:.1f}%' if m else ''}: {vs}")
+    if out:
+        out.insert(0, f"Tensor parallelism against its target ({TP_TARGET:.0%} of one GPU's tokens/s per GPU at the "
+                      "same batch per model replica):")
+    return out
+
+
 def table(plan: Plan, resume_line: str | None) -> str:
     """The report, plain text: one row per run, then the MFU comparison."""
     head = (f"{'run':<26} {'batch':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak reserved':>14} {'plan':>9} "
@@ -246,7 +282,7 @@ def table(plan: Plan, resume_line: str | None) -> str:
         out.append(f"{a.name:<26} {bw}{'FAILED: ' + a.note if not a.ok else ''}")
     if resume_line:
         out.append(resume_line)
-    return "\n".join(out + mfu_lines(plan))
+    return "\n".join(out + mfu_lines(plan) + tp_lines(plan))
 
 
 def gpu_facts() -> tuple[int, str | None, tuple[int, int] | None, str]:
@@ -264,9 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before it counts as failed")
     p.add_argument("--out", default="gpu-check.json", help="where the figures go as JSON (default gpu-check.json)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same plan, tiny, on CPU: tests the mechanics")
-    p.add_argument("--only", choices=("all", "speed", "resume", "auto", "mfu"), default="all",
-                   help="run only the speed rows, only kill-and-resume, only the auto-batch rows, or only the "
-                        "one-GPU bf16 rows the baseline has (auto first, then the fixed batches) (default all)")
+    p.add_argument("--only", choices=("all", "speed", "resume", "auto", "mfu", "tp"), default="all",
+                   help="run only the speed rows, only kill-and-resume, only the auto-batch rows, only the "
+                        "one-GPU bf16 rows the baseline has (auto first, then the fixed batches), or only the TP "
+                        "rows and their one-GPU reference (default all)")
     p.add_argument("--accept-torch", action="store_true",
                    help="run even if this torch is older than the trainer's floor (a machine you cannot change)")
     args = p.parse_args(argv)
@@ -274,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     if ngpu == 0 and not args.cpu_smoke:
         print(f"{PROG}: no NVIDIA GPU visible to torch {torch_version}; nothing to measure", flush=True)
         return 0
-    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV, MIN_TORCH, _release
+    from gcpgpu.trainer.config import ACCEPT_TORCH_ENV, MIN_TORCH
+    from gcpgpu.trainer.launch_checks import _release
 
     args.accept_torch = args.accept_torch and _release(torch_version) < _release(MIN_TORCH)  # only when it is older
     if args.accept_torch:
@@ -314,8 +352,11 @@ def select(plan: Plan, only: str) -> Plan:
     the auto-batch ones first, so a run cut short by a time limit has them."""
     if only == "resume":
         plan.runs, plan.allreduce = [], None
-    if only in ("speed", "auto", "mfu"):
+    if only in ("speed", "auto", "mfu", "tp"):
         plan.resume = None
+    if only == "tp":
+        plan.allreduce = None
+        plan.runs = [r for r in plan.runs if r.name == f"{TP_MODEL} bf16 1 GPU" or " TP" in r.name]
     if only in ("auto", "mfu"):
         plan.allreduce = None
         one_gpu_bf16 = [r for r in plan.runs if r.name.endswith(" 1 GPU") and r.name.split()[1] == "bf16"]

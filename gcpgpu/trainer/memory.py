@@ -14,6 +14,22 @@ seq x vocab x (dtype + 8) bytes, often the largest single term for small models.
 (loss_chunk tokens at a time, trainer/loss.py) that term is one chunk's: chunk x vocab x (2 dtype + 8),
 plus what the chunked path keeps for all tokens: the hidden states in the compute dtype and, except in
 fp16 (which recomputes instead), their fp32 gradient and the output weight's fp32 gradient.
+
+Whole-model compile (one process with --compile; `compiled`) changes two terms, fitted to five H100 runs
+(bf16, seq 1024: 124m at micro-batch 16 and 76, 350m at 8 and 42, 1.3b at 18; 9.2-51.5 GiB reserved
+peaks, which the eager formulas had overstated by 1.2-1.6x). Inductor fuses the log-softmax and its
+gradient into the graph, so the head keeps the logits and their gradient in the compute dtype only:
+micro-batch x seq x vocab x 2 dtype bytes. Its min-cut partitioner recomputes three cheap tensors of each
+block (the LN outputs and the GELU output) instead of saving them: 12 compute-dtype tensors, not 15.
+The plan then comes within 0.93-1.05 of those measured peaks.
+
+Selective activation checkpointing (--ac selective) keeps, per block, its input and the outputs of the
+matmuls and the attention (10 compute-dtype tensors) and recomputes the rest.
+
+Tensor parallelism (tp > 1, with FSDP over the rest) splits the weights and their state over all GPUs,
+and, with sequence parallelism, every block activation by tp, except the two output projections' partial
+sums, which each rank keeps whole before their reduce-scatter (selective AC saves them). The head holds
+1/tp of the vocabulary's logits (the vocabulary-parallel loss) and the whole gathered hidden states.
 """
 
 from __future__ import annotations
@@ -61,20 +77,26 @@ class MemoryPlan:
     block_input_bytes: int = 0
     outside_blocks_act_bytes: int = 0
     loss_chunk: int = 0  # tokens per chunk of the output layer + loss; 0: all logits at once
+    tp: int = 1  # tensor-parallel degree (FSDP over gpus / tp)
+    compiled: bool = False  # whole-model compile: Inductor's head and block savings (module docstring)
+    block_sel_bytes: int = 0  # one block's activations under selective checkpointing
 
     @property
     def static_bytes(self) -> int:
         """Parameters, gradients, optimizer state and working copies: memory that does not scale with batch."""
         return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.working_params_bytes
 
-    def activations_for(self, ac_every: int) -> int:
-        """Activation bytes when every ac_every-th block is checkpointed (0 = none, 1 = full)."""
+    def activations_for(self, ac_every: int, selective: bool = False) -> int:
+        """Activation bytes when every ac_every-th block is checkpointed (0 = none, 1 = full), or with
+        selective checkpointing of every block."""
+        if selective:
+            return _selective(self.n_layer, self.block_sel_bytes, self.block_act_bytes, self.outside_blocks_act_bytes)
         return _activations(self.n_layer, self.block_act_bytes, self.block_input_bytes,
                             self.outside_blocks_act_bytes, ac_every)
 
-    def total_for(self, ac_every: int) -> int:
-        """Total per-GPU bytes with every ac_every-th block checkpointed (0 = none, 1 = full)."""
-        return self.static_bytes + self.activations_for(ac_every)
+    def total_for(self, ac_every: int, selective: bool = False) -> int:
+        """Total per-GPU bytes with every ac_every-th block checkpointed (0 = none, 1 = full), or selective."""
+        return self.static_bytes + self.activations_for(ac_every, selective)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,14 +109,16 @@ class MemoryPlan:
         rows = [
             ("model", f"{self.model} ({self.n_params / 1e6:.0f}M parameters)"),
             ("batch", f"{self.batch_size} global, {self.micro_batch_per_gpu} per GPU micro-batch x {self.seq_len} tokens"),
-            ("setup", f"{self.parallel} on {self.gpus} GPU(s), {self.precision}, grad-accum {self.grad_accum}"),
+            ("setup", f"{self.parallel} on {self.gpus} GPU(s)" + (f" (tp {self.tp})" if self.tp > 1 else "")
+             + f", {self.precision}, grad-accum {self.grad_accum}" + (", whole-model compile" if self.compiled else "")),
             ("parameters (fp32 master)", g(self.params_bytes)),
             ("gradients (fp32" + (", sharded: FSDP reduce-scatters every micro-step" if self.parallel == "fsdp"
                                   and self.grad_accum > 1 else "") + ")", g(self.grads_bytes)),
             ("optimizer state (AdamW, 2 x fp32)", g(self.optimizer_bytes)),
             ("working weight copies", g(self.working_params_bytes)),
             ("output layer + loss", f"chunks of {self.loss_chunk} tokens" if self.loss_chunk
-             else "all logits at once (fp32)"),
+             else "fused by compile (logits and gradient in the compute dtype)" if self.compiled
+             else f"vocabulary-parallel over tp {self.tp}" if self.tp > 1 else "all logits at once (fp32)"),
             ("activations", g(self.activations_bytes)),
             ("activations (full AC)", g(self.activations_ac_bytes)),
             ("total", g(self.total_bytes)),
@@ -115,8 +139,13 @@ def _activations(n_layer: int, block_act: int, block_input: int, outside: int, a
     return kept * block_act + checkpointed * block_input + block_act + outside
 
 
+def _selective(n_layer: int, block_sel: int, block_act: int, outside: int) -> int:
+    # Every block keeps its saved ops' outputs; backward recomputes one block's others at a time.
+    return n_layer * block_sel + block_act + outside
+
+
 def _components(size: ModelSize, n_params: int, micro: int, seq_len: int, precision: str, parallel: str,
-                gpus: int, vocab_size: int, loss_chunk: int = 0) -> dict[str, int]:
+                gpus: int, vocab_size: int, loss_chunk: int = 0, tp: int = 1, compiled: bool = False) -> dict[str, int]:
     shard = gpus if parallel == "fsdp" else 1
     mixed = precision != "fp32"
     c = 2 if mixed else 4  # bytes per element of the compute dtype
@@ -128,16 +157,24 @@ def _components(size: ModelSize, n_params: int, micro: int, seq_len: int, precis
         root = n_params - size.n_layer * blk
         # Two gathered blocks (current + prefetched) and the root, plus one block's fp32 unsharded grads
         # waiting for reduce-scatter.
-        working = c * (2 * blk + root) + 4 * blk
+        working = (c * (2 * blk + root) + 4 * blk) // tp
     else:
         working = 2 * n_params if mixed else 0  # autocast's cached half-precision copy of each weight
     tokens = micro * seq_len
     h = size.n_embd
     # Autocast (none/ddp) keeps the residual stream in fp32; FSDP's param_dtype policy runs blocks in bf16.
     residual = 4 if (not mixed or parallel != "fsdp") else 2
-    block_act = tokens * h * (2 * residual + 15 * c)
-    block_input = tokens * h * residual
-    if loss_chunk:
+    saved = 12 if compiled else 15  # compute-dtype tensors a block keeps (module docstring)
+    block_act = tokens * h * (2 * residual + saved * c) // tp
+    block_input = tokens * h * residual // tp
+    # Selective AC: input, qkv (3), attention (1), fc (4) split by tp; the projections' partial sums whole.
+    block_sel = tokens * h * (residual + 8 * c) // tp + tokens * h * 2 * c + (tokens * h * 2 * c // tp if tp > 1 else 0)
+    if tp > 1:
+        # Final LN input on sequence slices, the gathered hidden states whole, this rank's vocabulary shard.
+        outside = tokens * h * (residual // tp + c) + tokens * vocab_size * (c + 8) // tp
+    elif compiled and not loss_chunk:
+        outside = tokens * h * (residual + c) + tokens * vocab_size * 2 * c
+    elif loss_chunk:
         # Final LN input + hidden states in the compute dtype, one chunk's logits (compute dtype, fp32, the
         # fp32 gradient, its cast), and unless fp16 recomputes, the precomputed fp32 gradients.
         precomputed = 0 if precision == "fp16" else tokens * h * 4 + vocab_size * h * 4
@@ -146,7 +183,7 @@ def _components(size: ModelSize, n_params: int, micro: int, seq_len: int, precis
         # Final LN input + lm_head input, then logits (compute dtype) + fp32 log-softmax + its fp32 gradient.
         outside = tokens * h * (residual + c) + tokens * vocab_size * (c + 8)
     return {"params": params, "grads": grads, "optimizer": optimizer, "working": working,
-            "block_act": block_act, "block_input": block_input, "outside": outside}
+            "block_act": block_act, "block_input": block_input, "outside": outside, "block_sel": block_sel}
 
 
 def plan_memory(
@@ -162,11 +199,13 @@ def plan_memory(
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     tied: bool = True,
     loss_chunk: int = 0,
+    tp: int = 1,
+    compiled: bool = False,
 ) -> MemoryPlan:
     """Estimate per-GPU memory for training `model` and recommend a setting that fits.
 
     batch_size is the global batch in sequences, as the trainer's --batch-size: each GPU runs micro-batches
-    of batch_size / (gpus * grad_accum). loss_chunk is the trainer's --loss-chunk (0: the plain loss). Raises ValueError on an unknown model, precision or parallel mode,
+    of batch_size / (gpus / tp * grad_accum). tp is --tp (FSDP only); compiled: whole-model compile. loss_chunk is the trainer's --loss-chunk (0: the plain loss). Raises ValueError on an unknown model, precision or parallel mode,
     or a batch that does not divide evenly.
     """
     try:
@@ -181,13 +220,21 @@ def plan_memory(
         raise ValueError("gpus, batch_size, seq_len and grad_accum must all be at least 1")
     if parallel == "none" and gpus > 1:
         raise ValueError(f"parallel 'none' runs on one GPU, not {gpus}; use ddp or fsdp")
-    if batch_size % (gpus * grad_accum):
-        raise ValueError(f"batch size {batch_size} is not divisible by gpus x grad_accum = {gpus * grad_accum}")
+    if tp < 1 or gpus % tp:
+        raise ValueError(f"tp {tp} must divide the {gpus} GPUs")
+    if size.n_head % tp:
+        raise ValueError(f"tp {tp} must divide the model's {size.n_head} heads")
+    if tp > 1 and parallel != "fsdp":
+        raise ValueError(f"tp {tp} composes with fsdp only, not {parallel}")
+    dp = gpus // tp
+    if batch_size % (dp * grad_accum):
+        raise ValueError(f"batch size {batch_size} is not divisible by data-parallel ranks x grad_accum = "
+                         f"{dp * grad_accum}")
     n_params = param_count(size, vocab_size, seq_len, tied)
 
     def estimate(par: str, accum: int) -> dict[str, int]:
-        return _components(size, n_params, batch_size // (gpus * accum), seq_len, precision, par, gpus, vocab_size,
-                           loss_chunk)
+        return _components(size, n_params, batch_size // (dp * accum), seq_len, precision, par, gpus, vocab_size,
+                           loss_chunk, tp, compiled)
 
     comp = estimate(parallel, grad_accum)
     static = comp["params"] + comp["grads"] + comp["optimizer"] + comp["working"]
@@ -198,14 +245,15 @@ def plan_memory(
     fits_ac = None if usable is None else static + act_ac <= usable
     plan = MemoryPlan(
         model=size.name, n_params=n_params, batch_size=batch_size,
-        micro_batch_per_gpu=batch_size // (gpus * grad_accum), seq_len=seq_len, precision=precision,
+        micro_batch_per_gpu=batch_size // (dp * grad_accum), seq_len=seq_len, precision=precision,
         parallel=parallel, gpus=gpus, grad_accum=grad_accum,
         params_bytes=comp["params"], grads_bytes=comp["grads"], optimizer_bytes=comp["optimizer"],
         working_params_bytes=comp["working"], activations_bytes=act, activations_ac_bytes=act_ac,
         total_bytes=static + act, total_ac_bytes=static + act_ac, gpu_memory_bytes=gpu_memory_bytes,
         usable_bytes=usable, fits=fits, fits_with_ac=fits_ac, recommendation="",
         n_layer=size.n_layer, block_act_bytes=comp["block_act"], block_input_bytes=comp["block_input"],
-        outside_blocks_act_bytes=comp["outside"], loss_chunk=loss_chunk,
+        outside_blocks_act_bytes=comp["outside"], loss_chunk=loss_chunk, tp=tp, compiled=compiled,
+        block_sel_bytes=comp["block_sel"],
     )
     plan.recommendation = _recommend(plan, estimate)
     return plan
@@ -252,7 +300,7 @@ def _recommend(plan: MemoryPlan, estimate) -> str:
             switch = f"--parallel {par} " if par != plan.parallel else ""
             return (f"use {switch}{ac_flag(k)}: {_gib(total(comp, k))} of {_gib(usable)} usable per GPU "
                     f"(recomputes {-(-plan.n_layer // k)} of {plan.n_layer} blocks in backward)")
-    per_gpu = plan.batch_size // plan.gpus
+    per_gpu = plan.batch_size // (plan.gpus // plan.tp)
     for accum in range(plan.grad_accum + 1, per_gpu + 1):
         if per_gpu % accum:
             continue

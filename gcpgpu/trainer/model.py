@@ -33,19 +33,23 @@ class GPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention. The fused qkv output is laid out head by head, each head's q, k and v
+    side by side (Megatron's layout), so a contiguous slice of its rows holds whole heads: tensor
+    parallelism (parallel_tp.py) splits it by columns and each rank runs its own heads with no exchange."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.n_head = cfg.n_head
+        self.head_dim = cfg.n_embd // cfg.n_head
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)  # one matmul for q, k and v
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        B, T, _ = x.shape
+        qkv = self.qkv(x)  # (B, T, heads x 3 x head_dim); under tensor parallelism, this rank's heads only
+        q, k, v = qkv.view(B, T, -1, 3 * self.head_dim).transpose(1, 2).split(self.head_dim, dim=3)
         # SDPA picks flash / cuDNN / memory-efficient kernels: no T x T matrix is kept for backward.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return self.proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
 class MLP(nn.Module):

@@ -1,7 +1,8 @@
-"""Turn a plain GPT into the model that trains: fp8 -> activation checkpointing -> compile -> DDP/FSDP2.
+"""Turn a plain GPT into the model that trains: fp8 -> TP -> activation checkpointing -> compile -> DDP/FSDP2.
 
-The order is torchtitan's: checkpoint wrappers go inside the compiled region (so compile sees the
-recompute), and FSDP2 shards the compiled blocks (so its all-gather hooks stay outside the graphs).
+The order is torchtitan's: tensor parallelism splits the plain modules first (parallel_tp.py), checkpoint
+wrappers go inside the compiled region (so compile sees the recompute), and FSDP2 shards the compiled
+blocks (so its all-gather hooks stay outside the graphs).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from gcpgpu.trainer.dist import DistEnv
 from gcpgpu.trainer.model import GPT
+from gcpgpu.trainer.parallel_tp import apply_tp, build_tp_mesh, dp_mesh
 
 
 def fp8_filter(recipe: str, which: str = "auto"):
@@ -53,14 +55,47 @@ def _replace(config, **changes):
     return dataclasses.replace(config, **changes)
 
 
-def apply_ac(model: GPT, every: int) -> None:
-    """Checkpoint every `every`-th block: keep only its input, recompute the rest in backward."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+def _save_list() -> set:
+    """The ops selective checkpointing keeps the outputs of: the matmuls and attention (the FLOPs), and
+    TP's reduce-scatters (a recompute would repeat the communication). Norms, GELU, adds, views and
+    casts are recomputed: cheap to redo, and together most of a block's activation bytes."""
+    aten = torch.ops.aten
+    ops = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten._scaled_mm.default,
+           aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,
+           aten._scaled_dot_product_cudnn_attention.default,
+           aten._scaled_dot_product_flash_attention_for_cpu.default,
+           torch.ops._c10d_functional.reduce_scatter_tensor.default}
+    return ops
 
+
+def selective_policy():
+    """The per-op policy for torch.utils.checkpoint (create_selective_checkpoint_contexts)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    save = _save_list()
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def apply_ac(model: GPT, every: int, selective: bool = False) -> None:
+    """Checkpoint every `every`-th block: keep only its input, recompute the rest in backward. Selective:
+    every block, keeping the outputs of the ops in _save_list() and recomputing the others."""
+    import functools
+
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    # No dropout in the model, so there is no RNG state to save and replay.
+    kwargs = {"preserve_rng_state": False}
+    if selective:
+        every = 1
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, selective_policy())
     for i, block in enumerate(model.blocks):
         if i % every == 0:
-            # No dropout in the model, so there is no RNG state to save and replay.
-            model.blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+            model.blocks[i] = checkpoint_wrapper(block, **kwargs)
 
 
 def apply_compile(model: GPT, mode: str) -> None:
@@ -134,16 +169,21 @@ def apply_ddp(model: GPT, device: torch.device, bucket_mb: int, static_graph: bo
 
 def parallelize(model: GPT, *, parallel: str, env: DistEnv, device: torch.device, param_dtype: torch.dtype | None,
                 ac_every: int, compile: bool, compile_mode: str, compile_scope: str = "block",
+                ac_selective: bool = False, tp: int = 1,
                 fsdp_reshard_after_forward: bool = True,
                 fsdp_shard_size: int | None = None, ddp_bucket_mb: int = 25, ddp_static_graph: bool = True,
                 ddp_comm_hook: str = "none", powersgd_rank: int = 4) -> nn.Module:
-    """Apply AC, compile, then DDP or FSDP2 (in that order); returns the module to call in the train loop."""
-    if ac_every:
-        apply_ac(model, ac_every)
+    """Apply TP, AC, compile, then DDP or FSDP2 (in that order); returns the module to call in the train loop."""
+    mesh = build_tp_mesh(env, device.type, tp, fsdp_shard_size) if tp > 1 else None
+    if mesh is not None:
+        apply_tp(model, mesh["tp"])
+    if ac_every or ac_selective:
+        apply_ac(model, ac_every, selective=ac_selective)
     if compile and compile_scope == "block":
         apply_compile(model, compile_mode)
     if parallel == "fsdp":
-        apply_fsdp(model, build_mesh(env, device.type, fsdp_shard_size), param_dtype, fsdp_reshard_after_forward)
+        fsdp_mesh = dp_mesh(mesh) if mesh is not None else build_mesh(env, device.type, fsdp_shard_size)
+        apply_fsdp(model, fsdp_mesh, param_dtype, fsdp_reshard_after_forward)
         return model
     if parallel == "ddp":
         model = apply_ddp(model, device, ddp_bucket_mb, ddp_static_graph, ddp_comm_hook, powersgd_rank)

@@ -22,13 +22,18 @@ class ModelSize:
         return self.n_embd // self.n_head
 
 
-# tiny is for CPU tests; the others follow GPT-2 small/medium/large and GPT-3 XL (1.3B, 128-wide heads).
+# tiny is for CPU tests; the others follow GPT-2 small/medium/large and GPT-3 XL, 2.7B and 6.7B (the GPT-3
+# paper's table 2.1 for layers and width), with 128-wide heads from 1.3b on: 2.7b has 20 of them (GPT-3's
+# 32 would be 80 wide; --tp 2 or 4 divides 20), 6.7b 32 (--tp 2, 4 or 8). Their weights and AdamW state
+# (16 B per parameter: 42 and 106 GB) need FSDP, or TP with it, to fit on 80 GB GPUs.
 SIZES: dict[str, ModelSize] = {
     "tiny": ModelSize("tiny", n_layer=2, n_head=2, n_embd=128),
     "124m": ModelSize("124m", n_layer=12, n_head=12, n_embd=768),
     "350m": ModelSize("350m", n_layer=24, n_head=16, n_embd=1024),
     "774m": ModelSize("774m", n_layer=36, n_head=20, n_embd=1280),
     "1.3b": ModelSize("1.3b", n_layer=24, n_head=16, n_embd=2048),
+    "2.7b": ModelSize("2.7b", n_layer=32, n_head=20, n_embd=2560),
+    "6.7b": ModelSize("6.7b", n_layer=32, n_head=32, n_embd=4096),
 }
 
 

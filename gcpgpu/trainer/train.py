@@ -20,7 +20,6 @@ from gcpgpu.trainer.config import (
     PROG,
     ConfigError,
     TrainConfig,
-    check_runtime,
     fail,
     parse_args,
     resolve_auto,
@@ -28,7 +27,7 @@ from gcpgpu.trainer.config import (
 from gcpgpu.trainer.data import Batches, Prefetcher, TokenSource, open_source, split
 from gcpgpu.trainer.dist import LEAVE_WAIT_S, DistEnv, init_process_group, leave_process_group, read_env
 from gcpgpu.trainer.evaluate import should_eval, validation_loss
-from gcpgpu.trainer.memory import plan_memory
+from gcpgpu.trainer.launch_checks import check_runtime
 from gcpgpu.trainer.metrics import (
     JsonLog,
     SpeedWindow,
@@ -42,6 +41,7 @@ from gcpgpu.trainer.metrics import (
 from gcpgpu.trainer.model import GPT, GPTConfig
 from gcpgpu.trainer.optim import build_optimizer, clip_grad_norm, grad_sync, lr_at  # noqa: F401 (grad_sync: tests)
 from gcpgpu.trainer.parallel import apply_fp8, parallelize
+from gcpgpu.trainer.parallel_tp import local_loss, loss_context
 from gcpgpu.trainer.profiling import Ranges, StepProfiler
 from gcpgpu.trainer.sizes import flops_per_token, get_size, pad_vocab
 from gcpgpu.trainer.summary import RunResult, write_summary
@@ -142,14 +142,16 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     if cfg.batch_size == "auto" or cfg.micro_batch is not None:  # main() resolves it first; direct callers here
         _say(env, cfg, f"{PROG}: {resolve_batch(cfg, env, device_type, source.vocab_size)}")
     val_batches = None
-    micro_batch = cfg.batch_size // (env.world_size * cfg.grad_accum)
+    # The ranks of one tensor-parallel group (consecutive ranks, parallel_tp.py) read the same slice.
+    dp_rank, dp_size = env.rank // cfg.tp, env.world_size // cfg.tp
+    micro_batch = cfg.batch_size // (dp_size * cfg.grad_accum)
     if cfg.eval_every:
         source, val_source = split(source, cfg.val_fraction, cfg.seq_len)
         # Its own seed stream: the same held-out windows at every evaluation, none drawn for training.
-        val_batches = Batches(val_source, seq_len=cfg.seq_len, global_batch=env.world_size * micro_batch,
-                              rank=env.rank, world_size=env.world_size, seed=cfg.seed + 1, device=device)
-    batches = Batches(source, seq_len=cfg.seq_len, global_batch=cfg.batch_size, rank=env.rank,
-                      world_size=env.world_size, seed=cfg.seed, device=device)
+        val_batches = Batches(val_source, seq_len=cfg.seq_len, global_batch=dp_size * micro_batch,
+                              rank=dp_rank, world_size=dp_size, seed=cfg.seed + 1, device=device)
+    batches = Batches(source, seq_len=cfg.seq_len, global_batch=cfg.batch_size, rank=dp_rank,
+                      world_size=dp_size, seed=cfg.seed, device=device)
     if cfg.prefetch:
         batches = Prefetcher(batches)
 
@@ -175,7 +177,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
         model, parallel=cfg.parallel, env=env, device=device,
         param_dtype=compute_dtype if cfg.parallel == "fsdp" else None, ac_every=cfg.ac_every,
         compile=cfg.compile, compile_mode=cfg.compile_mode, compile_scope=cfg.compile_scope,
-        fsdp_reshard_after_forward=cfg.fsdp_reshard_after_forward,
+        ac_selective=cfg.ac == "selective", tp=cfg.tp, fsdp_reshard_after_forward=cfg.fsdp_reshard_after_forward,
         fsdp_shard_size=cfg.fsdp_shard_size, ddp_bucket_mb=cfg.ddp_bucket_mb,
         # DDP's static graph cannot skip syncs (no_sync) during accumulation: use it only without accumulation.
         ddp_static_graph=cfg.ddp_static_graph and cfg.grad_accum == 1,
@@ -218,15 +220,13 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
     tokens_per_step = cfg.batch_size * cfg.seq_len
     planned = None
     if device_type == "cuda":
-        planned = plan_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.precision, cfg.parallel, env.world_size,
-                              None, grad_accum=cfg.grad_accum, vocab_size=gcfg.vocab_size,
-                              tied=cfg.tie_embeddings, loss_chunk=cfg.loss_chunk).total_for(cfg.ac_every)
+        planned = autobatch.run_plan(cfg, env.world_size, cfg.batch_size, gcfg.vocab_size, cfg.grad_accum)
         torch.cuda.reset_peak_memory_stats(device)
     result.planned_mem_bytes = planned
     _say(env, cfg, (
         f"{PROG}: model {cfg.model} ({n_params / 1e6:.1f}M params, {fpt / 1e9:.2f} GFLOP/token) | "
-        f"{cfg.parallel} x {env.world_size} on {device_name or 'cpu'} | {cfg.precision} | "
-        f"batch {cfg.batch_size} = {env.world_size} ranks x {micro_batch} x {cfg.grad_accum} accum, seq {cfg.seq_len} | "
+        f"{cfg.parallel} x {env.world_size}" + (f" (tp {cfg.tp} x dp {dp_size})" if cfg.tp > 1 else "") + f" on {device_name or 'cpu'} | {cfg.precision} | "
+        f"batch {cfg.batch_size} = {dp_size} ranks x {micro_batch} x {cfg.grad_accum} accum, seq {cfg.seq_len} | "
         f"data {source.description} | peak {'%.0f TFLOP/s bf16' % (peak / 1e12) if peak else 'unknown: no MFU'}"
         + (" (fp8 MFU is against the bf16 peak)" if fp8 and peak else "")))
     jlog = JsonLog(cfg.log_json, env.is_main)
@@ -262,10 +262,10 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
             scale_before = scaler.get_scale() if scaler.is_enabled() and will_log else None
             for k in range(cfg.grad_accum):
                 xs, ys = x[k * micro_batch:(k + 1) * micro_batch], y[k * micro_batch:(k + 1) * micro_batch]
-                with grad_sync(model, cfg.parallel, sync=k == cfg.grad_accum - 1):
+                with grad_sync(model, cfg.parallel, sync=k == cfg.grad_accum - 1), loss_context(cfg.tp):
                     with ranges("forward"), autocast:
                         # Divide by the micro-step count: the gradients add up to the mean over the batch.
-                        loss = model(xs, ys) / cfg.grad_accum
+                        loss = local_loss(model(xs, ys)) / cfg.grad_accum
                     with ranges("backward"):
                         scaler.scale(loss).backward()
                 loss_sum += loss.detach()
@@ -308,7 +308,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                 if evaluate:  # after the timing above, so the speed figures leave it out
                     with ranges("eval"):
                         result.val_loss = validation_loss(model, val_batches, cfg.eval_steps, parallel=cfg.parallel,
-                                                          autocast=autocast, device=device)
+                                                          autocast=autocast, device=device, tp=cfg.tp)
                     result.val_losses[step - 1] = result.val_loss
                 mem, mem_kind = peak_memory(device_type)
                 detail = cuda_memory_detail() if device_type == "cuda" else {}

@@ -19,6 +19,7 @@ from gcpgpu.trainer.gpu_check import (
     resume_verdict,
     select,
     table,
+    tp_lines,
 )
 
 
@@ -42,6 +43,7 @@ def test_on_eight_hopper_gpus_it_measures_every_row_the_issue_asks_for():
     plan = build_plan(8, (9, 0), cpu_smoke=False, steps=60)
     assert _names(plan) == ["124m bf16 1 GPU", "350m bf16 1 GPU", "124m bf16 auto 1 GPU", "350m bf16 auto 1 GPU",
                             "1.3b bf16 auto 1 GPU", "350m bf16 FSDP x8", "124m bf16 DDP x8",
+                            "1.3b bf16 TP2 x2", "1.3b bf16 TP2 FSDP x8",
                             "350m fp8 tensorwise 1 GPU", "1.3b bf16 1 GPU", "1.3b fp8 tensorwise 1 GPU"]
     for r in plan.runs[2:5]:  # issue 30: the batch from the memory plan, not a fixed one
         assert r.args[r.args.index("--batch-size") + 1] == "auto" and "--memory-budget" not in r.args
@@ -167,3 +169,33 @@ def test_make_gpu_check_runs_from_the_checkout_with_a_machines_own_torch_and_no_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().startswith("gpu-check: no NVIDIA GPU visible to torch")
     assert "pip" not in proc.stdout + proc.stderr
+
+
+def test_tp_rows_run_where_there_are_two_gpus_and_pass_the_trainers_checks():
+    from gcpgpu.trainer.config import parse_args
+    from gcpgpu.trainer.launch_checks import check_runtime
+
+    assert not any(" TP" in n for n in _names(build_plan(1, (9, 0), cpu_smoke=False, steps=60)))
+    two = build_plan(2, (9, 0), cpu_smoke=False, steps=60)
+    assert [n for n in _names(two) if " TP" in n] == ["1.3b bf16 TP2 x2"]  # no FSDP dimension on 2 GPUs
+    for r in build_plan(8, (9, 0), cpu_smoke=False, steps=60).runs:
+        if " TP" in r.name:
+            cfg = parse_args(r.args)
+            check_runtime(cfg, world_size=r.nproc, local_world_size=r.nproc, cuda_available=True,
+                          cuda_capability=(9, 0), torchao_available=True, allow_cpu=False)
+            assert cfg.tp == 2 and cfg.parallel == "fsdp" and cfg.compile
+    assert _names(select(build_plan(8, (9, 0), cpu_smoke=False, steps=40), "tp")) == [
+        "1.3b bf16 TP2 x2", "1.3b bf16 TP2 FSDP x8", "1.3b bf16 1 GPU"]
+
+
+def test_each_tp_row_is_printed_beside_its_target():
+    one = Run("1.3b bf16 1 GPU", 1, [], ok=True, summary={"tokens_per_s": 60_000.0, "mfu": 0.5})
+    tp2 = Run("1.3b bf16 TP2 x2", 2, [], ok=True, summary={"tokens_per_s": 51_000.0, "mfu": 0.42})
+    fsdp = Run("1.3b bf16 TP2 FSDP x8", 8, [], ok=True, summary={"tokens_per_s": 42_000.0, "mfu": 0.35})
+    lines = tp_lines(Plan([one, tp2, fsdp, Run("1.3b bf16 TP2 FSDP x4", 4, [])], None, None))
+    assert "80% of one GPU's tokens/s" in lines[0]
+    assert "0.85x the one-GPU row's 60,000 (target 0.80x: meets it)" in lines[1]
+    assert "0.70x the one-GPU row's 60,000 (target 0.80x: 10 points short)" in lines[2]
+    assert "FAILED; target 0.80x" in lines[3]
+    assert lines[1] in table(Plan([one, tp2], None, None), None)
+    assert "no one-GPU 1.3b row to compare" in tp_lines(Plan([tp2], None, None))[1]

@@ -9,7 +9,8 @@ import sys
 import pytest
 from _trainer_helpers import REPO, base_env
 
-from gcpgpu.trainer.config import MIN_TORCH, ConfigError, TrainConfig, check_runtime
+from gcpgpu.trainer.config import MIN_TORCH, ConfigError, TrainConfig
+from gcpgpu.trainer.launch_checks import check_runtime
 
 CPU = dict(world_size=1, local_world_size=1, cuda_available=False, cuda_capability=None,
            torchao_available=False, allow_cpu=True)

@@ -13,11 +13,11 @@ from gcpgpu.trainer.config import (
     ConfigError,
     TrainConfig,
     check,
-    check_runtime,
     parse_args,
     vertex_checkpoint_dir,
 )
 from gcpgpu.trainer.dist import read_env, rendezvous_from_cluster_spec, torchrun_args_from_cluster_spec
+from gcpgpu.trainer.launch_checks import check_runtime
 
 CPU = dict(world_size=1, local_world_size=1, cuda_available=False, cuda_capability=None,
            torchao_available=False, allow_cpu=False)

@@ -7,8 +7,9 @@ from _trainer_helpers import TINY, losses, run
 
 torch = pytest.importorskip("torch")
 
-from gcpgpu.trainer.config import ConfigError, TrainConfig, check_runtime, parse_args, resolve_auto  # noqa: E402
+from gcpgpu.trainer.config import ConfigError, TrainConfig, parse_args, resolve_auto  # noqa: E402
 from gcpgpu.trainer.data import Batches, Prefetcher, TokenSource  # noqa: E402
+from gcpgpu.trainer.launch_checks import check_runtime  # noqa: E402
 from gcpgpu.trainer.optim import build_optimizer  # noqa: E402
 from gcpgpu.trainer.parallel import parallelize  # noqa: E402
 
