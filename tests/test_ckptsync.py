@@ -3,6 +3,7 @@ complete checkpoint (step_NNNNNNNN with `.metadata`, copied last) applied to a u
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -84,7 +85,7 @@ def test_a_resume_brings_back_the_newest_complete_folder_and_nothing_else(tmp_pa
 
 def test_the_plan_exports_the_folder_and_says_when_nothing_is_uploaded(tmp_path, capsys):
     plan = ckptsync.env_plan({"GCPGPU_CKPT_LOCAL_DIR": str(tmp_path)})
-    assert f"export GCPGPU_CKPT_DIR={tmp_path}/user-" in plan and "gcpgpu_ckpt_upload=0" in plan
+    assert f"export GCPGPU_CKPT_DIR={tmp_path}/user{os.getuid()}-" in plan and "gcpgpu_ckpt_upload=0" in plan
     assert "no output directory" in capsys.readouterr().err
     out = tmp_path / "out"
     _step(out / "ckpt" / "node-0", 2)
@@ -92,3 +93,12 @@ def test_the_plan_exports_the_folder_and_says_when_nothing_is_uploaded(tmp_path,
                               "GCPGPU_RESUME": "1"})
     assert "gcpgpu_ckpt_upload=1" in plan
     assert f"step_00000002 restored from {out}/ckpt/node-0/step_00000002" in capsys.readouterr().err
+
+
+def test_a_folder_it_cannot_prepare_leaves_the_command_running_without_it(tmp_path, monkeypatch, capsys):
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # the local root is a file: nothing can be made under it
+    monkeypatch.setenv("GCPGPU_CKPT_LOCAL_DIR", str(blocked))
+    assert ckptsync.main(["env"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "gcpgpu_ckpt_upload=0\n" and "cannot prepare the folder, so the command runs without it" in err

@@ -70,9 +70,10 @@ def destination(environ: Mapping[str, str]) -> tuple[str, Path] | None:
 def local_dir(environ: Mapping[str, str], dest: str | None) -> Path:
     """This output directory's own folder under the node's local checkpoint root (the boot disk without one)."""
     root, _ = ckpt_local.local_root(None, environ)
-    root = root or os.path.join(tempfile.gettempdir(), "gcpgpu-ckpt")
+    uid = os.getuid()  # the root is shared (the SSDs' folder is 1777): each user its own folders
+    root = root or os.path.join(tempfile.gettempdir(), f"gcpgpu-ckpt-{uid}")
     key = hashlib.sha256((dest or "no-output-dir").encode()).hexdigest()[:16]
-    return Path(root) / f"user-{key}"
+    return Path(root) / f"user{uid}-{key}"
 
 
 def prepare(local: Path, remote: Path | None, resume: bool) -> Path | None:
@@ -139,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["env"]:
         try:
             sys.stdout.write(env_plan(environ))
-        except OSError as e:
-            print(f"{PROG}: {ENV}: cannot prepare the folder: {e}", file=sys.stderr)
-            return 3
+        except OSError as e:  # the command runs all the same, without the folder: one that needs it says so
+            print(f"{PROG}: {ENV}: cannot prepare the folder, so the command runs without it: {e}", file=sys.stderr)
+            sys.stdout.write("gcpgpu_ckpt_upload=0\n")
         return 0
     if argv == ["upload"]:
         try:
