@@ -11,7 +11,8 @@ Saved: model and optimizer (sharded as they are trained, re-shardable on load), 
 data position, and each rank's RNG states.
 
 This module writes synchronously (--ckpt-mode sync) and reads; checkpointer.py saves off the critical path
-(--ckpt-mode async) into a local folder first and uploads with the same rule: `.metadata` last.
+(--ckpt-mode async) into a local folder first and uploads with the same rule: `.metadata` last. The rule
+itself is ckpt_rule.py (standard library only), which the image's upload of a user's GCPGPU_CKPT_DIR shares.
 """
 
 from __future__ import annotations
