@@ -16,6 +16,10 @@
 #                                    with its status and "gcpgpu-entrypoint: setup failed (exit N): <last line>"
 #   GCPGPU_RESUME=1, GCPGPU_RESTART=N   set by job submit after a recovery or retry; passed on as they are
 #   GCPGPU_USER=trainer              started as root: make the mounts' links, then run all of this as that user
+#   GCPGPU_CKPT_DIR                  set here for a user's command (gcpgpu/node/ckptsync.py): a folder on this
+#                                    node whose complete step_NNNNNNNN/ folders (.metadata written last) are
+#                                    uploaded to OUTPUT/ckpt/node-RANK/ in the background; on a resume the
+#                                    newest complete one is copied back into it before the command starts
 #
 # The deciding is done in Python (gcpgpu/node/launch.py, which documents every input); this script
 # only evals its answer and builds the command line. Environment it reads here:
@@ -60,12 +64,22 @@ if [[ -n ${GCPGPU_SECRETS:-} || -n ${GCPGPU_SETUP:-} ]]; then
   launcher=("$python_bin" -m gcpgpu.node.launch exec --)
 fi
 
+# A user's command gets GCPGPU_CKPT_DIR (gcpgpu/node/ckptsync.py): a folder on this node, emptied, holding on a
+# resume (GCPGPU_RESUME=1) the newest checkpoint complete in OUTPUT/ckpt/node-RANK/; with an output directory,
+# its complete step folders are uploaded there in the background while the command runs, and once more after.
+user_command=0
+gcpgpu_ckpt_upload=0
 if [[ $# -gt 0 && $1 != -* ]]; then
-  exec ${launcher[@]+"${launcher[@]}"} "$@"
+  user_command=1
+  ckpt_plan="$("$python_bin" -m gcpgpu.node.ckptsync env)" || exit $?
+  eval "$ckpt_plan"
+  if [[ $gcpgpu_ckpt_upload == 0 ]]; then
+    exec ${launcher[@]+"${launcher[@]}"} "$@"
+  fi
 fi
 
 profiling=0
-if [[ ${GCPGPU_PROFILE:-0} == 1 ]]; then
+if [[ $user_command == 0 && ${GCPGPU_PROFILE:-0} == 1 ]]; then
   profiling=1
   # nsys only records between cudaProfilerStart and Stop: the trainer calls them around
   # --profile-steps, so make sure it has a window.
@@ -78,16 +92,20 @@ if [[ ${GCPGPU_PROFILE:-0} == 1 ]]; then
   fi
 fi
 
-cmd=(torchrun
-  --nproc-per-node "$GCPGPU_NPROC_PER_NODE"
-  --nnodes "$GCPGPU_NNODES"
-  --node-rank "$GCPGPU_NODE_RANK"
-  --master-addr "$GCPGPU_MASTER_ADDR"
-  --master-port "$GCPGPU_MASTER_PORT"
-  -m "${GCPGPU_TRAINER_MODULE:-gcpgpu.trainer}"
-  "$@")
+if [[ $user_command == 1 ]]; then
+  cmd=("$@")
+else
+  cmd=(torchrun
+    --nproc-per-node "$GCPGPU_NPROC_PER_NODE"
+    --nnodes "$GCPGPU_NNODES"
+    --node-rank "$GCPGPU_NODE_RANK"
+    --master-addr "$GCPGPU_MASTER_ADDR"
+    --master-port "$GCPGPU_MASTER_PORT"
+    -m "${GCPGPU_TRAINER_MODULE:-gcpgpu.trainer}"
+    "$@")
+fi
 
-if [[ $profiling == 0 && ${#gcpgpu_reporter_args[@]} == 0 ]]; then
+if [[ $profiling == 0 && ${#gcpgpu_reporter_args[@]} == 0 && $gcpgpu_ckpt_upload == 0 ]]; then
   exec ${launcher[@]+"${launcher[@]}"} "${cmd[@]}"
 fi
 
@@ -120,6 +138,26 @@ stop_reporter() {
 if [[ ${#gcpgpu_reporter_args[@]} -gt 0 ]]; then
   start_reporter
 fi
+
+ckpt_pid=""
+if [[ $gcpgpu_ckpt_upload == 1 ]]; then
+  # In the background, and only ever logging: an upload that fails never stops the command.
+  "$python_bin" -m gcpgpu.node.ckptsync upload </dev/null &
+  ckpt_pid=$!
+fi
+stop_ckpt_upload() {
+  [[ -n $ckpt_pid ]] || return 0
+  # SIGTERM: it uploads what the command completed last, then exits. At most 60 s: a stuck mount never hangs the job.
+  kill -TERM "$ckpt_pid" 2>/dev/null || true
+  local tenths=0
+  while kill -0 "$ckpt_pid" 2>/dev/null && ((tenths < 600)); do
+    sleep 0.1
+    tenths=$((tenths + 1))
+  done
+  kill -KILL "$ckpt_pid" 2>/dev/null || true
+  wait "$ckpt_pid" 2>/dev/null || true
+  ckpt_pid=""
+}
 
 report_dir="${GCPGPU_PROFILE_DIR:-/tmp/gcpgpu-nsys}"
 report="$report_dir/gcpgpu-node$GCPGPU_NODE_RANK"
@@ -178,6 +216,7 @@ while kill -0 "$child" 2>/dev/null; do
 done
 trap - TERM INT
 stop_reporter
+stop_ckpt_upload
 if [[ $profiling == 1 ]]; then
   upload_reports
 fi

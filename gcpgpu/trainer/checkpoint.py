@@ -11,13 +11,13 @@ Saved: model and optimizer (sharded as they are trained, re-shardable on load), 
 data position, and each rank's RNG states.
 
 This module writes synchronously (--ckpt-mode sync) and reads; checkpointer.py saves off the critical path
-(--ckpt-mode async) into a local folder first and uploads with the same rule: `.metadata` last.
+(--ckpt-mode async) into a local folder first and uploads with the same rule: `.metadata` last. The rule
+itself is ckpt_rule.py (standard library only), which the image's upload of a user's GCPGPU_CKPT_DIR shares.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -28,8 +28,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-_NAME = re.compile(r"^step_(\d{8})$")
-COMMIT = ".metadata"  # DCP's metadata file: written last, so its presence marks a complete checkpoint
+# The rule of a complete checkpoint, shared with the entrypoint's upload of a user's GCPGPU_CKPT_DIR.
+from gcpgpu.trainer.ckpt_rule import COMMIT, NAME, complete, fastest_copy, folder, latest  # noqa: F401
+
 # Test hook: "STEP" makes rank 0 die abruptly (os._exit) during the save of that step, after the shard
 # files are written and before `.metadata` is: a run killed mid-save.
 DIE_IN_SAVE_ENV = "GCPGPU_TRAINER_TEST_DIE_IN_SAVE"
@@ -45,38 +46,6 @@ def barrier(group=None) -> None:
 
 def slow_ckpt_dir_s() -> float:
     return float(os.environ.get(SLOW_CKPT_DIR_ENV) or 0)
-
-
-def folder(root: str | Path, step: int) -> Path:
-    return Path(root) / f"step_{step:08d}"
-
-
-def latest(ckpt_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint in ckpt_dir, or None."""
-    root = Path(ckpt_dir)
-    if not root.is_dir():
-        return None
-    done = [p for p in root.iterdir() if _NAME.match(p.name) and _complete(p)]
-    return max(done, key=lambda p: p.name) if done else None
-
-
-def _complete(folder: Path) -> bool:
-    return (folder / COMMIT).is_file()
-
-
-def fastest_copy(path: Path, local_dir: Path | None) -> Path:
-    """Where to read the complete checkpoint `path` (in --ckpt-dir) from: its local copy when that is the
-    same save, whole (the same `.metadata` bytes, which hold DCP's id of the save, and every file of `path`
-    at its size), else `path` itself."""
-    local = local_dir / path.name if local_dir else None
-    try:
-        if local is None or (local / COMMIT).read_bytes() != (path / COMMIT).read_bytes():
-            return path
-        sizes = {f.name: f.stat().st_size for f in local.iterdir() if f.is_file()}
-        whole = all(sizes.get(f.name) == f.stat().st_size for f in path.iterdir() if f.is_file())
-    except OSError:
-        return path
-    return local if whole else path
 
 
 class _TestWriter(dcp.FileSystemWriter):
@@ -151,10 +120,10 @@ def prune(root: Path, keep: int, just_saved: Path) -> None:
     """Keep the newest `keep` complete checkpoints; remove older ones and every incomplete folder
     (half-written by a killed run; the legacy step_N.tmp folders too)."""
     folders = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and p != just_saved]
-    complete = sorted([p for p in folders if _NAME.match(p.name) and _complete(p)] + [just_saved])
-    for old in complete[:-keep]:
+    done = sorted([p for p in folders if complete(p)] + [just_saved])
+    for old in done[:-keep]:
         remove(old)
-    for half in (p for p in folders if not (_NAME.match(p.name) and _complete(p))):
+    for half in (p for p in folders if not complete(p)):
         remove(half)
 
 

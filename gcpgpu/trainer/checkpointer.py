@@ -22,7 +22,6 @@ local write done) and upload_s.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -36,13 +35,13 @@ import torch.distributed.checkpoint as dcp
 
 from gcpgpu.trainer import checkpoint
 from gcpgpu.trainer.ckpt_local import CkptPlace
+from gcpgpu.trainer.ckpt_rule import copy_file as _copy
 
 # Test hook: "STEP" makes rank 0 die abruptly (os._exit) in the upload of that step, after its shard files
 # reached --ckpt-dir and before `.metadata` did: a run killed while the background upload is half done.
 DIE_IN_UPLOAD_ENV = "GCPGPU_TRAINER_TEST_DIE_IN_UPLOAD"
 # Test hook: "STEP" makes that save synchronous in an async run: both kinds of save of one state, one run.
 SYNC_SAVE_AT_ENV = "GCPGPU_TRAINER_TEST_SYNC_SAVE_AT"
-_COPY_CHUNK = 16 << 20
 
 
 @dataclass
@@ -186,10 +185,3 @@ class Checkpointer:
         if self.stager is not None:
             self.stager.close()
 
-
-def _copy(src: Path, dst: Path) -> None:
-    """Copy one file and sync it: on a Cloud Storage FUSE mount the object is uploaded when it is closed."""
-    with src.open("rb") as fin, dst.open("wb") as fout:
-        shutil.copyfileobj(fin, fout, _COPY_CHUNK)
-        fout.flush()
-        os.fsync(fout.fileno())
