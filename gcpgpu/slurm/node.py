@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.gcp.clients import Clients
 
 from . import conf
+from .queue import QueueAgent
 
 SCHEDULER_KEY = "gcpgpu-scheduler"  # metadata: "slurm" on every node of a Slurm cluster
 MUNGE_KEY = "gcpgpu-slurm-munge"  # metadata: the Secret Manager secret that holds the key (its name only)
@@ -237,7 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_files(lay, paths, key)
         say(f"rank {me.rank}: SLURM_CONF={paths.conf}")
-        return supervise(daemons(lay, paths, me.rank), lay.munge_socket, say)
+        agent = None
+        if me.rank == 0:  # beside slurmctld: hands queued jobs to sbatch, writes their states back
+            agent = QueueAgent(clients, args.project, args.cluster, paths.root / "jobs", paths.conf,
+                               emulator is not None, say, poll_s=1.0 if emulator else 5.0)
+            threading.Thread(target=agent.run, name="slurm-queue-agent", daemon=True).start()
+        try:
+            return supervise(daemons(lay, paths, me.rank), lay.munge_socket, say)
+        finally:
+            if agent is not None:
+                agent.stop.set()
     except Going:
         return 0
     finally:
