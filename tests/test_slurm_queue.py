@@ -1,0 +1,130 @@
+"""Many jobs on one cluster: `job submit` on a Slurm cluster queues the job, Slurm orders and runs it.
+
+The jobs run the bundled trainer under the emulator's real Slurm (tests/test_cluster_slurm.py). Tests
+that start Slurm skip, saying what to install, where it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from helpers import PROJECT, wait_for
+
+from gcpgpu.cli import main
+from gcpgpu.fakes.jobs.slurm import slurm_installed
+from gcpgpu.jobs import record as records
+from gcpgpu.jobs.queue import position
+from gcpgpu.slurm.queue import parse_jobs, queue_places, seen_fields
+
+GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
+UP = ["cluster", "up", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+QUICK = ["--model", "tiny", "--steps", "3", "--seq-len", "16", "--batch-size", "2"]
+LONG = ["--model", "tiny", "--steps", "100000", "--seq-len", "16", "--batch-size", "2"]
+needs_slurm = pytest.mark.skipif(slurm_installed() is not None, reason=str(slurm_installed()))
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def submitted(*argv: str) -> str:
+    result = cli("job", "submit", "--cluster", "q", *argv, fmt="json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{"):])["id"]
+
+
+def recorded(gcp, job: str) -> dict:
+    from helpers import clients
+
+    return records.read(clients(gcp), PROJECT, "q").of(job.rsplit(":", 1)[-1]) or {}
+
+
+def state(gcp, job: str) -> str | None:
+    return recorded(gcp, job).get("state")
+
+
+# -- bad input: one line, exit 2, nothing queued -----------------------------------------------------
+def test_an_unknown_priority_is_refused_before_anything(gcp):
+    result = cli("job", "submit", "--cluster", "q", "--priority", "urgent", "--", *QUICK)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--priority 'urgent'" in result.output and "high, normal, low" in result.output
+
+
+def test_priority_on_a_cluster_without_slurm_is_refused_and_nothing_is_queued(gcp):
+    assert cli(*UP[:2], "plain", *UP[2:]).exit_code == 0
+    result = cli("job", "submit", "--cluster", "plain", "--priority", "high", "--", *QUICK)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--scheduler slurm" in result.output
+    from helpers import clients
+
+    assert records.read(clients(gcp), PROJECT, "plain").records == []
+    assert cli("cluster", "down", "plain", "--yes").exit_code == 0
+
+
+# -- the queue as records and scontrol say it (no Slurm needed) ------------------------------------------
+def test_a_new_job_joins_the_queue_behind_its_tier_and_above_lower_ones():
+    queued = [{"id": "a", "state": "PENDING", "queue": {"priority": "normal"}},
+              {"id": "b", "state": "PENDING", "queue": {"priority": "low"}},
+              {"id": "c", "state": "RUNNING", "queue": {"priority": "high"}}]
+    assert position(queued, "high") == 1 and position(queued, "normal") == 2 and position(queued, "low") == 3
+
+
+def test_scontrols_view_becomes_states_places_and_reasons():
+    text = ("JobId=7 JobName=b-1 Priority=10 Partition=low JobState=PENDING Reason=Priority Restarts=0 NodeList=(null)\n"
+            "JobId=8 JobName=c-1 Priority=10 Partition=high JobState=PENDING Reason=Resources Restarts=1 "
+            "NodeList=(null)\n"
+            "JobId=6 JobName=a-1 Priority=10 Partition=normal JobState=RUNNING Reason=None Restarts=0 "
+            "NodeList=q-[0-1]\n")
+    jobs = parse_jobs(text)
+    assert queue_places(jobs) == {"8": 1, "7": 2}  # high before low, whatever the order submitted
+    assert seen_fields(jobs["8"], 1) == {"state": "PENDING", "attempt": 1, "reason": "free nodes",
+                                         "slurm_nodes": None, "position": 1}
+    assert seen_fields(jobs["6"], None)["state"] == "RUNNING" and seen_fields(jobs["6"], None)["slurm_nodes"] == "q-[0-1]"
+
+
+# -- the whole queue on the emulator's Slurm -------------------------------------------------------------
+@needs_slurm
+def test_jobs_queue_by_priority_on_a_two_node_slurm_cluster(gcp):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    too_many = cli("job", "submit", "--cluster", "q", "--nodes", "3", "--", *QUICK)
+    assert too_many.exit_code == 2 and len(too_many.output.strip().splitlines()) == 1
+    a = submitted("--name", "a", "--", *LONG)  # both nodes, normal
+    wait_for(lambda: state(gcp, a) == "RUNNING", timeout=120, what="A running on both nodes")
+    b = submitted("--name", "b", "--nodes", "1", "--priority", "low", "--", *QUICK)
+    c = submitted("--name", "c", "--nodes", "2", "--priority", "high", "--", *QUICK)
+    # Both wait for A: C (high) first in the queue although B came first.
+    wait_for(lambda: recorded(gcp, c).get("queue", {}).get("position") == 1
+             and recorded(gcp, b).get("queue", {}).get("position") == 2, timeout=30, what="C ahead of B")
+    listed = cli("job", "list", "--cluster", "q", fmt="json")
+    rows = {r["name"]: r for r in json.loads(listed.output)}
+    assert set(rows) == {"a", "b", "c"}
+    assert (rows["a"]["state"], rows["b"]["priority"], rows["c"]["priority"]) == ("RUNNING", "low", "high")
+    assert rows["b"]["state"] == rows["c"]["state"] == "PENDING" and rows["c"]["reason"]
+    # A ends (cancelled while running): C runs while B still waits, then B.
+    assert cli("job", "cancel", a).exit_code == 0
+    wait_for(lambda: state(gcp, a) == "CANCELLED", timeout=60, what="A cancelled")
+    wait_for(lambda: state(gcp, c) in ("RUNNING", "SUCCEEDED"), timeout=60, what="C started")
+    assert state(gcp, b) == "PENDING"
+    wait_for(lambda: state(gcp, b) == "SUCCEEDED", timeout=180, what="B done after C")
+    assert state(gcp, c) == "SUCCEEDED"
+    assert recorded(gcp, b)["started"] >= recorded(gcp, c)["ended"]
+    status = cli("job", "status", c, fmt="json")
+    assert status.exit_code == 0 and json.loads(status.output)["state"] == "SUCCEEDED"
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_pending_job_is_cancelled_before_it_runs(gcp):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    a = submitted("--name", "a", "--", *LONG)
+    b = submitted("--name", "b", "--", *QUICK)
+    wait_for(lambda: recorded(gcp, b).get("slurm_id") and state(gcp, a) == "RUNNING", timeout=120,
+             what="A running, B handed to Slurm")
+    assert cli("job", "cancel", b).exit_code == 0
+    wait_for(lambda: state(gcp, b) == "CANCELLED", timeout=60, what="B cancelled while pending")
+    assert state(gcp, a) == "RUNNING" and not recorded(gcp, b).get("started")
+    assert cli("job", "cancel", a).exit_code == 0
+    wait_for(lambda: state(gcp, a) == "CANCELLED", timeout=60, what="A cancelled while running")
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
