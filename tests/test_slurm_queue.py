@@ -128,3 +128,25 @@ def test_a_pending_job_is_cancelled_before_it_runs(gcp):
     assert cli("job", "cancel", a).exit_code == 0
     wait_for(lambda: state(gcp, a) == "CANCELLED", timeout=60, what="A cancelled while running")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+def job_output(gcp, job: str) -> str:
+    folder = gcp.jobs.slurm.folder(PROJECT, "q")
+    out = folder / "jobs" / f"{job.rsplit(':', 1)[-1]}.out" if folder else None
+    return out.read_text(errors="replace") if out is not None and out.exists() else ""
+
+
+@needs_slurm
+def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_checkpoint(gcp, tmp_path):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    ckpt = tmp_path / "ckpt"
+    low = submitted("--name", "low", "--priority", "low", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16",
+                    "--batch-size", "2", "--ckpt-dir", str(ckpt), "--ckpt-every", "2", "--log-every", "1")
+    wait_for(lambda: "step      4 " in job_output(gcp, low), timeout=180, what="the low job past a checkpoint")
+    high = submitted("--name", "high", "--priority", "high", "--", *QUICK)  # needs both nodes: the low job's
+    wait_for(lambda: state(gcp, high) == "SUCCEEDED", timeout=180, what="the high job done")
+    wait_for(lambda: state(gcp, low) == "SUCCEEDED", timeout=240, what="the low job resumed and done")
+    assert recorded(gcp, low)["attempt"] == 1  # requeued once, by the preemption
+    out = job_output(gcp, low)
+    assert "restart 1" in out and "resumed from" in out
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0

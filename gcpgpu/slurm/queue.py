@@ -111,6 +111,10 @@ class QueueAgent:
         if shown.returncode != 0:
             return
         jobs = parse_jobs(shown.stdout)
+        for job in jobs.values():
+            if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime" and job.get("Restarts", "0") != "0":
+                # Slurm holds a requeued job back a while; a preempted or lost job resumes as soon as it can.
+                self._slurm("scontrol", "update", f"JobId={job['JobId']}", "StartTime=now")
         places = queue_places(jobs)
         records.update(self.clients, self.project, self.cluster, lambda current: self._merged(current, jobs, places))
 
