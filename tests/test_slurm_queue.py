@@ -150,3 +150,18 @@ def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_check
     out = job_output(gcp, low)
     assert "restart 1" in out and "resumed from" in out
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_node_lost_under_a_running_job_comes_back_and_the_job_resumes_to_succeeded(gcp, tmp_path):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    job = submitted("--name", "kept", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16", "--batch-size", "2",
+                    "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "2", "--log-every", "1")
+    wait_for(lambda: "step      4 " in job_output(gcp, job), timeout=180, what="the job past a checkpoint")
+    assert gcp.compute.lose_instance(PROJECT, "us-central1-a", "q-1", "preempt", 1.0)
+    wait_for(lambda: state(gcp, job) == "SUCCEEDED", timeout=300, what="the job resumed and done")
+    assert recorded(gcp, job)["attempt"] >= 1 and "resumed from" in job_output(gcp, job)
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "q-1")
+    assert inst["status"] == "RUNNING"  # node 0 brought it back under its name
+    assert set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0

@@ -8,7 +8,8 @@ agent, beside slurmctld on node 0:
 - scancels every job whose record asks (`cancel`);
 - reads `scontrol show job` once and writes each job's state (PENDING, RUNNING, SUCCEEDED, FAILED,
   CANCELLED; a requeue is a new attempt), why it waits, its place in the queue and its nodes into its record.
-Jobs submitted with `sbatch` on a node (cluster ssh) have no record; `squeue` shows them.
+It also keeps the cluster whole (keeper.py): a lost node is marked DOWN, its jobs requeued, and the node
+brought back. Jobs submitted with `sbatch` on a node (cluster ssh) have no record; `squeue` shows them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import record as records
 from gcpgpu.jobs.state import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, is_final
 from gcpgpu.resources import render
+
+from .keeper import Keeper
 
 TIERS = {"high": 3, "normal": 2, "low": 1}  # conf.py's partitions
 STATES = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -86,6 +89,7 @@ class QueueAgent:
         self.say = say
         self.poll_s = poll_s
         self.stop = threading.Event()
+        self.keeper = Keeper(clients, project, cluster, self._slurm, say)
 
     def run(self) -> None:
         while not self.stop.wait(self.poll_s):
@@ -101,6 +105,7 @@ class QueueAgent:
                               env={**os.environ, **self.env})
 
     def round(self) -> None:
+        self.keeper.round()
         seen = records.read(self.clients, self.project, self.cluster)
         for rec in seen.records:
             if rec.get("submit") and not rec.get("slurm_id") and not is_final(rec.get("state")):
@@ -111,6 +116,10 @@ class QueueAgent:
         if shown.returncode != 0:
             return
         jobs = parse_jobs(shown.stdout)
+        open_ids = {str(r.get("slurm_id")) for r in seen.records if r.get("slurm_id") and not is_final(r.get("state"))}
+        for slurm_id in [i for i in jobs if i in open_ids]:
+            if self.keeper.requeue_failed(jobs[slurm_id]):
+                del jobs[slurm_id]  # requeued: the next round reads it PENDING
         for job in jobs.values():
             if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime" and job.get("Restarts", "0") != "0":
                 # Slurm holds a requeued job back a while; a preempted or lost job resumes as soon as it can.
