@@ -84,6 +84,19 @@ def test_scontrols_view_becomes_states_places_and_reasons():
     assert seen_fields(jobs["6"], None)["state"] == "RUNNING" and seen_fields(jobs["6"], None)["slurm_nodes"] == "q-[0-1]"
 
 
+def test_a_queued_or_running_slurm_job_is_work_that_keeps_autostop_away(gcp):
+    from helpers import clients
+
+    from gcpgpu.node.agent import job_running
+
+    c = clients(gcp)
+    records.update(c, PROJECT, "q", lambda now: [*now, {"id": "w-1", "state": "PENDING",
+                                                        "queue": {"priority": "low", "nodes": 1}}])
+    assert job_running(c, PROJECT, "q")
+    records.update(c, PROJECT, "q", lambda now: [{**r, "state": "SUCCEEDED"} for r in now])
+    assert not job_running(c, PROJECT, "q")
+
+
 # -- the whole queue on the emulator's Slurm -------------------------------------------------------------
 @needs_slurm
 def test_jobs_queue_by_priority_on_a_two_node_slurm_cluster(gcp):
