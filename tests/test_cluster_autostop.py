@@ -61,10 +61,14 @@ def test_an_idle_cluster_with_autostop_down_deletes_itself_leaving_nothing(fast)
     assert "AUTOSTOP" in listed.output and "1m (down)" in listed.output
     status = json.loads(cli("cluster", "status", "idle", fmt="json").stdout)
     assert status["autostop"] == {"idle_s": 60, "down": True}
+    gcp.jobs.agent.simulated_run_s = 0.5  # a job ran on it first: its record goes with the cluster too
+    submitted = cli("job", "submit", "--cluster", "idle", "--image", "busybox", "--wait")
+    assert submitted.exit_code == 0, submitted.output
+    assert "gcpgpu-jobs-idle" in project_metadata_keys(gcp)
     # Nothing here follows it: the nodes' own followers judge it idle and delete it, the judge last.
     wait_for(lambda: not statuses(gcp, "idle") and not leftovers(gcp), timeout=120, what="the cluster gone")
     assert leftovers(gcp) == {}
-    assert not [k for k in project_metadata_keys(gcp) if k.endswith("-idle")]  # no lease or journal left
+    assert not [k for k in project_metadata_keys(gcp) if k.endswith("-idle")]  # no lease, journal or job record
     wait_for(lambda: not gcp.jobs.node_agents.running(), timeout=30, what="the followers gone with their nodes")
     assert cli("cluster", "status", "idle").exit_code == 1
 

@@ -167,6 +167,28 @@ def test_a_stocked_out_zone_moves_the_whole_cluster_to_the_next(gcp, monkeypatch
     assert "--resume" not in json.dumps(status)  # not the bundled trainer: resubmitted as it was
 
 
+def test_a_recovery_with_no_capacity_anywhere_ends_the_job_failed_not_recovering(gcp):
+    """Issue 38: with no zone left to bring a lost node back, `--wait` exited 1 while the job's record went on
+    saying RECOVERING (and its journal kept a recovery nobody would finish)."""
+    from helpers import clients
+
+    from gcpgpu.jobs import journal
+
+    gcp.faults.preempt_grace_s = 0.5
+    gcp.jobs.agent.simulated_run_s = 4.0
+    up = cli("cluster", "up", "n", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+             "--spot", "--yes")
+    assert up.exit_code == 0, up.output
+    gcp.faults.stockout("us-central1-a", "a2-highgpu-1g")
+    gcp.faults.preempt("n-1", after_s=0.5)
+    result = cli("job", "submit", "--cluster", "n", "--image", "busybox", "--command", "sleep 4", "--wait")
+    assert result.exit_code == 1, result.output
+    assert "has capacity to bring it back" in result.output, result.output
+    status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "FAILED" and "capacity" in status["error"], status
+    assert journal.read(clients(gcp), "test-proj", "n") is None
+
+
 def test_ctrl_c_during_a_recovery_leaves_what_cluster_up_leaves(gcp, monkeypatch):
     from gcpgpu.cli import progress
 

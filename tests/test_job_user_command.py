@@ -357,3 +357,23 @@ def test_a_link_a_job_planted_in_a_bucket_never_reaches_this_machines_folder(gcp
     assert trainer.exit_code != 0
     assert "leads out of the emulator's storage" in trainer.output + _logs(trainer)
     assert sorted(os.listdir(host)) == ["secret.txt"]
+
+
+def test_the_sandbox_hides_what_only_roots_and_services_own_in_etc(tmp_path):
+    """Munge's /etc/munge (0700, its key 0600 inside): binding /dev/null over the key failed ("Can't create
+    file at /etc/munge/munge.key"), so every job on an emulator run as root failed once munge was installed.
+    A closed folder is covered whole and not looked into; an owner-only file is covered by itself."""
+    from gcpgpu.fakes.jobs.usercmd import _root_only
+
+    (tmp_path / "munge").mkdir(mode=0o700)
+    (tmp_path / "munge" / "munge.key").write_text("k")
+    (tmp_path / "shadow").write_text("s")
+    (tmp_path / "shadow").chmod(0o600)
+    (tmp_path / "hosts").write_text("h")
+    (tmp_path / "hosts").chmod(0o644)
+    (tmp_path / "open").mkdir(mode=0o755)
+    (tmp_path / "open" / "gshadow").write_text("g")
+    (tmp_path / "open" / "gshadow").chmod(0o640)
+    files, folders = _root_only(str(tmp_path))
+    assert files == (str(tmp_path / "open" / "gshadow"), str(tmp_path / "shadow"))
+    assert folders == (str(tmp_path / "munge"),)

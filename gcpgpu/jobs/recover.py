@@ -30,7 +30,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from gcpgpu.cluster.apply import NoCapacity, up
 from gcpgpu.cluster.kinds import NODES
@@ -256,15 +256,27 @@ class Follower:
         whole = len(nodes) == int(record["nnodes"]) and all(n.status == "RUNNING" for n in nodes) \
             and not {n.id for n in nodes} & set(how.get("lost_ids") or [])
         if not whole:
-            self._rebuild(s, self._spec_now(how.get("spec")), how["lost"], how["zone"], how.get("lost_ids"))
+            try:
+                self._rebuild(s, self._spec_now(how.get("spec")), how["lost"], how["zone"], how.get("lost_ids"))
+            except NoCapacity as e:  # nowhere to bring the nodes back: the job ends FAILED, not RECOVERING for ever
+                self._give_up(s, f"job {self.jid} lost node {', '.join(how['lost'])} and no zone of cluster "
+                                 f"{self.jid.cluster} has capacity to bring it back ({e}); its checkpoints stay "
+                                 f"in {record.get('output_dir') or 'its --ckpt-dir'}: submit it again with --resume "
+                                 "once there is capacity")
             nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
         if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
-            raise GaveUp(f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
-                         f"see 'gcpgpu cluster status {self.jid.cluster}'")
+            self._give_up(s, f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
+                             f"see 'gcpgpu cluster status {self.jid.cluster}'")
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record['attempt']} on {len(nodes)} node(s)"
                                      + (" with --resume" if "--resume" in record["args"] else ""))
         cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
         journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
+
+    def _give_up(self, s: Session, why: str) -> NoReturn:
+        """End a recovery that cannot finish: strike it from the journal (no later follower takes it up
+        again) and raise GaveUp, which run() writes as the job's end (FAILED, with `why`)."""
+        journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
+        raise GaveUp(why)
 
     def _causes(self, lost: list[dict]) -> dict[str, str]:
         return loss_causes(self.clients, self.project, self.jid.cluster or "", lost)

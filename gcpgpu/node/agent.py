@@ -127,7 +127,10 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
             def let_go() -> None:  # the judge's own node goes last, and the leases may not outlive it
                 told.close(NOTIFY_WAIT_S)  # AUTOSTOPPED goes out before the judge's node (and this process) does
                 lease.release()
-                leader.release()
+                if setting.get("down"):  # as `cluster down`: the lead, any recovery and the job records go too
+                    follower.forget(clients, project, cluster)
+                else:
+                    leader.release()
 
             if setting.get("down"):
                 from gcpgpu.metrics import dashboard

@@ -139,8 +139,11 @@ class UserCommands:
         user = ["--unshare-user", "--cap-drop", "ALL"]
         if os.geteuid() == 0:  # root outside: an unprivileged uid inside, and root's own files in /etc hidden
             user += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
-            for path in _root_only(_ROOT_ONLY_SCAN):
+            files, folders = _root_only(_ROOT_ONLY_SCAN)
+            for path in files:
                 system += ["--ro-bind", "/dev/null", path]
+            for path in folders:  # an empty folder in its place
+                system += ["--tmpfs", path, "--remount-ro", path]
         if "--disable-userns" in _bwrap_help(self.bwrap or "bwrap"):
             user.append("--disable-userns")  # no nested namespace where it would hold capabilities again
         spaces = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent"]
@@ -176,10 +179,21 @@ def _bwrap_help(bwrap: str) -> str:
 
 
 @functools.cache
-def _root_only(top: str) -> tuple[str, ...]:
-    """Files under `top` that only their owner may read (/etc/shadow...), found once per emulator."""
-    found = []
-    for folder, _, files in os.walk(top):
+def _root_only(top: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Files under `top` that only their owner may read (/etc/shadow...), and folders that only their owner
+    may enter (munge's /etc/munge: a bind over a file in one fails, since the sandbox cannot look inside),
+    found once per emulator."""
+    found, closed = [], []
+    for folder, dirs, files in os.walk(top):
+        for name in list(dirs):
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o005) != 0o005:
+                closed.append(path)
+                dirs.remove(name)
         for name in files:
             path = os.path.join(folder, name)
             try:
@@ -188,7 +202,7 @@ def _root_only(top: str) -> tuple[str, ...]:
                 continue
             if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o004:
                 found.append(path)
-    return tuple(sorted(found))
+    return tuple(sorted(found)), tuple(sorted(closed))
 
 
 # Targets a job may not cover (the contract's reserved mount points); job submit refuses them first.
