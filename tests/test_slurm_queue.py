@@ -97,6 +97,19 @@ def test_a_queued_or_running_slurm_job_is_work_that_keeps_autostop_away(gcp):
     assert not job_running(c, PROJECT, "q")
 
 
+def test_wait_tells_each_state_and_requeue_once_and_returns_the_end():
+    from types import SimpleNamespace
+
+    from gcpgpu.jobs.queue import wait
+
+    seen = iter([("PENDING", 0), ("PENDING", 0), ("RUNNING", 0), ("PENDING", 1), ("RUNNING", 1), ("SUCCEEDED", 1)])
+    told = []
+    final = wait(lambda: SimpleNamespace(state=(n := next(seen))[0], attempt=n[1]),
+                 lambda st: told.append((st.state, st.attempt)), poll_s=0)
+    assert final.state == "SUCCEEDED"
+    assert told == [("PENDING", 0), ("RUNNING", 0), ("PENDING", 1), ("RUNNING", 1), ("SUCCEEDED", 1)]
+
+
 # -- the whole queue on the emulator's Slurm -------------------------------------------------------------
 @needs_slurm
 def test_jobs_queue_by_priority_on_a_two_node_slurm_cluster(gcp):

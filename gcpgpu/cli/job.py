@@ -161,6 +161,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 
 def _queued(settings: Settings, shown: dict, jid: Any, wait: bool) -> None:
     """A job a Slurm cluster queued: its id and place in the queue; with --wait, its states to its end."""
+    from gcpgpu.jobs import route
     from gcpgpu.jobs.queue import wait as wait_queued
 
     if settings.format == "table":
@@ -172,7 +173,7 @@ def _queued(settings: Settings, shown: dict, jid: Any, wait: bool) -> None:
         if settings.format != "table":
             emit(shown)
         return
-    final = wait_queued(settings.clients, settings.project, jid, _teller(jid))
+    final = wait_queued(lambda: route.status(settings.clients, settings.project, jid), _teller(jid))
     if settings.format != "table":
         emit(final.to_dict())
     _fail_unless_succeeded(final)

@@ -99,15 +99,13 @@ def row_extras(record: dict) -> dict:
             "position": queue.get("position") if waiting else None, "slurm_nodes": record.get("slurm_nodes")}
 
 
-def wait(clients: Clients, project: str, jid: ids.JobId, tell: Callable[[JobState], None],
-         poll_s: float = WAIT_POLL_S) -> JobState:
-    """`job submit --wait` on a Slurm cluster: the job's record as the controller's agent writes it, each change
-    told, until it ends (Slurm requeues and restarts it itself: nothing here leads it)."""
-    from .view import job_status
-
+def wait(status: Callable[[], JobState], tell: Callable[[JobState], None], poll_s: float = WAIT_POLL_S) -> JobState:
+    """`job submit --wait` on a Slurm cluster: the job as `status()` shows it (its record, as the controller's
+    agent writes it), each change told, until it ends (Slurm requeues and restarts it itself: nothing here
+    leads it)."""
     last: tuple[str, int] | None = None
     while True:
-        state = job_status(clients, project, jid)
+        state = status()
         if (state.state, state.attempt) != last:
             last = (state.state, state.attempt)
             tell(state)
