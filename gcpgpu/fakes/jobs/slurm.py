@@ -10,6 +10,10 @@ started again. Every node of one host shares 127.0.0.1, so each cluster gets a f
 emulator's storage (its controller's state, spool, logs, each node's slurm.conf) and a block of free ports
 (slurmctld's, then one per node); a cluster none of whose VMs exists any more loses both.
 The daemons' output goes to Cloud Logging as log `gcpgpu-slurm` of the VM.
+
+Unlike the emulator's own servers, slurmctld and slurmd listen on every interface (Slurm 22.05 has no
+bind address); what they accept must carry a munge credential of the cluster's random key, which only
+this emulator's Secret Manager and the nodes' mode-700 run folders hold.
 """
 
 from __future__ import annotations
