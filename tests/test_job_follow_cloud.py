@@ -138,9 +138,9 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     assert cli("cluster", "up", "c", *UP).exit_code == 0
     bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
     env = ["--env", "GCPGPU_METRICS=0"]
-    base = cli("job", "submit", "--cluster", "c", "--output-dir", "gs://bkt/base", "--recover", "0", *env, "--",
-               *trainer("base"))
-    assert base.exit_code == 0, base.output
+    # No uninterrupted run to compare with: that a resumed run ends bit for bit where one would is
+    # test_job_recover.py's (the same trainer, checkpoints and resume); here the cluster's own followers
+    # recover it, from the newest checkpoint, to the last step.
 
     # The submitting process is its own, and it is gone before anything is lost.
     submit = subprocess.run(
@@ -179,8 +179,9 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     assert status["state"] == "SUCCEEDED" and status["attempt"] == 1, followers_log(gcp)
     (entry,) = status["history"]
     assert entry["lost"] == [victim] and entry["cause"] == "preempted"
-    base_end, run_end = last_step(bucket / "base" / "log.jsonl"), last_step(bucket / "run" / "log.jsonl")
-    assert run_end["step"] == base_end["step"] == STEPS - 1 and run_end["loss"] == base_end["loss"]
+    steps = [r["step"] for r in map(json.loads, (bucket / "run" / "log.jsonl").read_text().splitlines()) if "loss" in r]
+    assert steps[0] == 0 and steps[-1] == last_step(bucket / "run" / "log.jsonl")["step"] == STEPS - 1
+    assert entry["resumed_at"] >= 20 and entry["steps_redone"] == len(steps) - STEPS  # resumed, not restarted
     assert "Recoveries" in cli("job", "status", job_id).output
     watched = watcher.communicate(timeout=60)[0]
     assert watcher.returncode == 0, watched

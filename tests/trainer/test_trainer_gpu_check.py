@@ -127,6 +127,16 @@ def test_each_mfu_is_shown_beside_the_50_percent_target_and_the_baseline():
     assert not [line for line in lines if "issue" in line.lower()]  # no tracker numbers in what users read
 
 
+def test_the_cpu_smoke_launches_each_kind_of_run_once():
+    """torch's start-up is most of a smoke run: one process, FSDP and the all-reduce once each, DDP in the
+    kill-and-resume runs (a DDP speed row would launch the same thing a fourth time)."""
+    plan = build_plan(0, None, cpu_smoke=True, steps=4)
+    assert _names(plan) == ["tiny fp32 auto 1 GPU", "tiny fp32 FSDP x2"]
+    assert [r.nproc for r in plan.resume] == [2, 2, 2]
+    assert all(r.args[r.args.index("--parallel") + 1] == "ddp" for r in plan.resume)
+    assert plan.allreduce.name == "all-reduce x2"
+
+
 @pytest.mark.multiprocess
 def test_the_whole_check_runs_scaled_down_on_cpu(tmp_path):
     """torchrun launches of every row, a SIGTERM'd run resumed bit-identically, and the all-reduce bench.
@@ -139,11 +149,12 @@ def test_the_whole_check_runs_scaled_down_on_cpu(tmp_path):
     report = json.loads(out.read_text())
     assert report["resume_ok"] and report["cpu_smoke"]
     runs = {r["name"]: r for r in report["runs"]}
-    assert {"tiny fp32 1 GPU", "tiny fp32 auto 1 GPU", "tiny fp32 FSDP x2", "tiny fp32 DDP x2",
-            "all-reduce x2"} <= set(runs)
+    assert set(runs) == {"tiny fp32 auto 1 GPU", "tiny fp32 FSDP x2", "resume: straight", "resume: SIGTERM",
+                         "resume: resumed", "all-reduce x2"}
     assert runs["tiny fp32 auto 1 GPU"]["summary"]["batch_size"] > 8  # planned on the smoke's memory budget
     assert all(r["ok"] for r in runs.values())
-    assert runs["tiny fp32 DDP x2"]["summary"]["tokens_per_s"] > 0
+    assert runs["tiny fp32 FSDP x2"]["summary"]["tokens_per_s"] > 0
+    assert runs["resume: straight"]["summary"]["tokens_per_s"] > 0
     assert runs["resume: SIGTERM"]["summary"]["stopped"] is True
     assert runs["all-reduce x2"]["summary"]["busbw_gbps"] > 0
 
