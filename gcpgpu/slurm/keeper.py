@@ -62,8 +62,9 @@ class Keeper:
         return True
 
     def _bring_back(self, nodes: list, gone: list[str]) -> None:
-        from gcpgpu.cluster.apply import Cluster
+        from gcpgpu.cluster.apply import Cluster, up
         from gcpgpu.cluster.lease import LeaseHeld
+        from gcpgpu.cluster.names import node_name
         from gcpgpu.cluster.plan import plan
         from gcpgpu.cluster.spec import ClusterSpec
 
@@ -73,8 +74,17 @@ class Keeper:
             return
         known = set(ClusterSpec.__dataclass_fields__)
         spec = ClusterSpec(**{k: v for k, v in json.loads(raw).items() if k in known}).validate()
-        self.say(f"bringing cluster {self.cluster} back to {spec.nodes} node(s): {', '.join(gone)}")
+        s = Cluster(self.clients, self.project).session()
         try:
-            Cluster(self.clients, self.project).up(plan(spec, self.project), wait_for_lease=False)
+            with s.holding(self.cluster, "up", False):
+                # Read again under the lease: a `cluster down` that held it has deleted node 0 (this node)
+                # too, and a cluster being taken down must never be brought back by its own last node.
+                now = {n.name: n for n in observe_nodes(self.clients, self.project, self.cluster)}
+                head = now.get(node_name(self.cluster, 0))
+                if head is None or head.status != "RUNNING":
+                    self.say(f"node 0 of cluster {self.cluster} is going: not bringing anything back")
+                    return
+                self.say(f"bringing cluster {self.cluster} back to {spec.nodes} node(s): {', '.join(gone)}")
+                up(s, plan(spec, self.project))
         except LeaseHeld:
             self.say("the cluster is busy (another up, down or recovery): next round")

@@ -18,6 +18,7 @@ this emulator's Secret Manager and the nodes' mode-700 run folders hold.
 
 from __future__ import annotations
 
+import atexit
 import random
 import shutil
 import socket
@@ -173,6 +174,7 @@ class SlurmNodes:
             folder.mkdir(parents=True, exist_ok=True)
             # munged's socket path must stay under 108 bytes, which the storage folder's may not.
             run = Path(tempfile.mkdtemp(prefix="gcpgpu-slurm-"))
+            atexit.register(shutil.rmtree, run, True)  # an emulator that exits with the cluster up leaves none
             self.clusters[key] = (folder, run, _free_block(size + 1))
         return self.clusters[key]
 
