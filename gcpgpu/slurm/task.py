@@ -1,8 +1,8 @@
 """One node's task of a gcpgpu job run by Slurm: `python -m gcpgpu.slurm.task JOB.json` (from the batch script).
 
 Ranks and rendezvous come from Slurm's allocation: NODE_RANK = SLURM_NODEID, NNODES = SLURM_NNODES, the
-master the allocation's first node, the port from the Slurm job id (two jobs on one emulated host never
-share one). A requeued job (SLURM_RESTART_COUNT > 0: preempted by a higher priority, or a node lost)
+master the allocation's first node, the port from the Slurm job id (in the emulator, where clusters share
+one host, a port the queue agent found free). A requeued job (SLURM_RESTART_COUNT > 0: preempted by a higher priority, or a node lost)
 resumes: GCPGPU_RESUME=1 and GCPGPU_RESTART=N, as gcpgpu's own recovery sets them, and the bundled
 trainer gets --resume (its newest complete checkpoint; a fresh start if there is none).
 
@@ -43,6 +43,8 @@ def command(job: dict, environ: dict[str, str]) -> tuple[list[str], dict[str, st
     restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
     env.update(rendezvous(environ, bool(job.get("emulated"))))
+    if job.get("emulated") and job.get("master_port"):
+        env["MASTER_PORT"] = str(job["master_port"])  # the queue agent's pick: clusters share the emulator's host
     if restarts:
         env.update(GCPGPU_RESUME="1", GCPGPU_RESTART=str(restarts))
     if not job.get("emulated"):
