@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gcpgpu.fakes.jobs.slurm import slurm_installed
+
 ROOT = Path(__file__).resolve().parents[1]
 DIFFERENCES = ROOT / "gcpgpu" / "data" / "differences.md"
 
@@ -85,6 +87,8 @@ TWINS: dict[str, Twin] = {
     "gcpgpu cluster up spot --machine-type a2-highgpu-1g --nodes 2 --spot --region us-central1 --yes":
         Twin(says="SUCCEEDED"),
     "gcpgpu cluster up spot8 --machine-type a3-highgpu-8g --nodes 4 --spot --region us-central1 --yes": Twin(gpu=True),
+    "gcpgpu cluster up queue --machine-type a2-highgpu-1g --nodes 2 --zone us-central1-a --scheduler slurm --yes":
+        Twin(says="SUCCEEDED", skip=slurm_installed() or ""),
     "gcpgpu cluster up away --machine-type a2-highgpu-1g --nodes 2 --spot --no-placement --max-run-duration 8h "
     "--autostop 30m --down --region us-central1 --yes": Twin(says="SUCCEEDED"),
     "python -m gcpgpu.trainer --model tiny --steps 10 --seq-len 32": Twin(says="Memory per GPU: tiny"),

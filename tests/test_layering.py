@@ -18,16 +18,20 @@ MAX_LINES = 500
 # Room -> rooms it must never import (a room is gcpgpu.<first part>). Three places code runs: the
 # user's machine (cli, cluster, jobs, metrics, image, gcp), the nodes and the image (node, trainer),
 # the emulator (fakes). node/ may call the laptop side's verbs (as SkyPilot's skylet calls
-# sky.provision), never the CLI; nothing on the laptop side imports node/.
-BASE_ABOVE = {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node"}
+# sky.provision), never the CLI; nothing on the laptop side imports node/. slurm/ is a node-side room
+# too (what a Slurm cluster's nodes run: its configuration and daemons): the laptop reaches Slurm only
+# through Google's APIs, so nothing on the laptop side imports it, and it uses the laptop's verbs as node/ does.
+BASE_ABOVE = {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm"}
 FORBIDDEN = {
-    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node"},
-    "cluster": {"jobs", "metrics", "cli", "fakes", "image", "node"},
-    "image": {"cluster", "jobs", "metrics", "cli", "fakes", "node"},
-    "jobs": {"metrics", "cli", "fakes", "node"},
-    "metrics": {"cli", "fakes", "node"},
+    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm"},
+    "cluster": {"jobs", "metrics", "cli", "fakes", "image", "node", "slurm"},
+    "image": {"cluster", "jobs", "metrics", "cli", "fakes", "node", "slurm"},
+    "jobs": {"metrics", "cli", "fakes", "node", "slurm"},
+    "metrics": {"cli", "fakes", "node", "slurm"},
+    "cli": {"slurm"},
     "node": {"cli", "fakes", "image"},
-    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "image", "node"},
+    "slurm": {"cli", "fakes", "image"},
+    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "image", "node", "slurm"},
     "nccl": BASE_ABOVE,
     "catalog": BASE_ABOVE,
     "errors": BASE_ABOVE,

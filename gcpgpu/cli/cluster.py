@@ -56,6 +56,9 @@ def _spec_options(fn: Callable) -> Callable:
                      help="Give nodes external IPs (default: none; nodes stay internal)."),
         click.option("--iap-ssh", is_flag=True, default=None,
                      help="Add a firewall rule so 'cluster ssh' can reach port 22 through IAP (35.235.240.0/20)."),
+        click.option("--scheduler", metavar="slurm",
+                     help="Run Slurm on the nodes: many jobs queue on the cluster, with priorities (README, "
+                          "\"Many jobs on one cluster\")."),
         click.option("--no-nat", "no_nat", is_flag=True, default=None,
                      help="No Cloud NAT for the nodes (default: one on the primary network unless it has one or "
                           "--external-ip; without it, nodes reach Google only through Private Google Access)."),
@@ -100,6 +103,7 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "external_ips": kw.get("external_ips"),
         "iap_ssh": kw.get("iap_ssh"),
         "cloud_nat": False if kw.get("no_nat") else None,
+        "scheduler": kw.get("scheduler"),
     }
     if kw.get("spot"):
         flags["provisioning"] = "spot"

@@ -32,6 +32,8 @@ from gcpgpu.settings import Settings
 STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
                ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
+QUEUE_COLUMNS = [("priority", "PRIORITY"), ("position", "PLACE"), ("slurm_nodes", "SLURM NODES"),
+                 ("reason", "WAITS FOR")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
@@ -65,6 +67,9 @@ def job() -> None:
               help="YAML job spec (any option below as a key; args and command as lists); flags override it.")
 @click.option("--machine-type", help="GPU machine type (Vertex: required; cluster: must match the nodes).")
 @click.option("--nodes", type=int, help="Nodes (Vertex: replicas, default 1; cluster: default all its nodes).")
+@click.option("--priority", metavar="high|normal|low",
+              help="A Slurm cluster's queue (cluster up --scheduler slurm): high jobs go first and preempt low "
+              "ones, which requeue and resume. Default normal.")
 @click.option("--image", metavar="URI", help="Container image. Default: the image 'gcpgpu container build' last "
               "pushed for the project, region and GPUDirect flavour (recorded here; a --context DIR image only for "
               "jobs from DIR: --workdir DIR, or submitted there; on another machine the newest FLAVOR-* "
@@ -132,6 +137,9 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     if jid is None:  # --dry-run
         emit(shown, fmt=settings.format if settings.format != "table" else "yaml")
         return
+    if shown.get("scheduler") == "slurm":
+        _queued(settings, shown, jid, wait)
+        return
     if settings.format == "table":
         click.echo(str(jid))
         info(f"Submitted {shown['name']} as {jid} ({shown.get('nodes')} x {shown.get('machine_type')}); "
@@ -146,6 +154,26 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
             emit(shown)
         return
     final = _follow(settings, jid, recover, notify=done.job.spec.notify, name=done.job.name)
+    if settings.format != "table":
+        emit(final.to_dict())
+    _fail_unless_succeeded(final)
+
+
+def _queued(settings: Settings, shown: dict, jid: Any, wait: bool) -> None:
+    """A job a Slurm cluster queued: its id and place in the queue; with --wait, its states to its end."""
+    from gcpgpu.jobs import route
+    from gcpgpu.jobs.queue import wait as wait_queued
+
+    if settings.format == "table":
+        click.echo(str(jid))
+        info(f"Queued {shown['name']} as {jid} ({shown['nodes']} x {shown['machine_type']}, priority "
+             f"{shown['priority']}): position {shown['position']} in cluster {shown['cluster']}'s queue; "
+             f"'gcpgpu job list --cluster {shown['cluster']}' shows the queue")
+    if not wait:
+        if settings.format != "table":
+            emit(shown)
+        return
+    final = wait_queued(lambda: route.status(settings.clients, settings.project, jid), _teller(jid))
     if settings.format != "table":
         emit(final.to_dict())
     _fail_unless_succeeded(final)
@@ -169,6 +197,7 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "name": kw.get("name"),
         "machine_type": kw.get("machine_type"),
         "nodes": kw.get("nodes"),
+        "priority": kw.get("priority"),
         "image": kw.get("image"),
         "command": command_words(kw["command"]) if kw.get("command") else None,
         "args": list(trainer_args) or None,
@@ -299,19 +328,28 @@ def follow(settings: Settings, job_id: str, recover: int | None) -> None:
 @job.command("list")
 @click.option("--vertex", "only", flag_value="vertex", default=None, help="Only Vertex AI jobs (of the region).")
 @click.option("--clusters", "only", flag_value="cluster", help="Only jobs on gcpgpu clusters.")
+@click.option("--cluster", "cluster_name", metavar="NAME",
+              help="Only jobs on this cluster; a Slurm cluster's show its queue (priority, place, why it waits).")
 @click.option("--state", type=click.Choice(STATE_CHOICES, case_sensitive=False), help="Only jobs in this state.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many Vertex jobs.")
 @click.option("--region", "job_region", metavar="REGION", help="Vertex: the region (default: the global --region).")
 @click.pass_obj
-def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int, job_region: str | None) -> None:
+def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int, job_region: str | None,
+             cluster_name: str | None) -> None:
     """List Vertex AI custom jobs of the region (newest first) and the jobs on gcpgpu clusters."""
     from gcpgpu.jobs import route
 
     region = job_region or settings.optional("region")
     project = settings.project
+    if cluster_name:
+        only = "cluster"
     rows = route.list_jobs(settings.clients, project, only=only, region=region, state=state.upper() if state else None,
                            limit=limit, say=info)
-    emit(rows, JOB_COLUMNS, empty=f"No jobs in project {project}.")
+    if cluster_name:
+        rows = [r for r in rows if str(r["id"]).startswith(f"cluster:{cluster_name}:")]
+    queued = any(r.get("priority") for r in rows)
+    emit(rows, JOB_COLUMNS + (QUEUE_COLUMNS if queued else []), empty=f"No jobs in project {project}"
+         + (f" on cluster {cluster_name}." if cluster_name else "."))
 
 
 @job.command()

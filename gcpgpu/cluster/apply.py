@@ -21,7 +21,7 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
-from . import reservation_use
+from . import munge, reservation_use
 from .bootlabels import BootLabels
 from .lease import Lease, LeaseLost
 from .observe import ROW_FIELDS, Node, Observed, observe, observe_nodes, observe_nodes_by_name
@@ -120,6 +120,9 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         _adopt_reservation(s, plan, obs)
     try:
         nat = _ensure_shared(s, plan, obs)
+        if plan.spec.scheduler and munge.ensure_key(s.clients, s.project, name):
+            s.report.step("munge", f"Made the Slurm munge key of cluster {name} in Secret Manager "
+                                   f"({munge.secret_name(s.project, name)})")
         _start_stopped(s, plan, obs)
         existing = {n.name for n in obs.nodes}
         missing = [n for n in plan.node_names if n not in existing]

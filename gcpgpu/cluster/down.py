@@ -13,6 +13,7 @@ from typing import Any
 
 from gcpgpu.errors import CloudError
 
+from . import munge
 from .kinds import NODES
 from .nat import settle as settle_nats
 from .observe import Node, Observed, observe, observe_nodes
@@ -25,7 +26,10 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
     s.report.step("observe", f"Looking for resources of cluster {name} (by label, name and marker)")
     obs = observe(s.clients, s.project, name)
     if obs.empty:
-        s.report.note(f"nothing to delete: no resources of cluster {name} in project {s.project}")
+        if munge.delete_key(s.clients, s.project, name):  # left by an `up` that made nothing else
+            s.report.step("munge", f"Deleted the Slurm munge key of cluster {name}")
+        else:
+            s.report.note(f"nothing to delete: no resources of cluster {name} in project {s.project}")
         return obs
     s.report.note(f"found {obs.summary()}")
     todo = copy.copy(obs)
@@ -41,6 +45,8 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
         s.report.note(line)
     with s.report.waiting(f"deleting cluster {name}"):
         lines = delete_observed(s.clients, s.project, todo, s.report.step, s.check_lease)
+    if munge.delete_key(s.clients, s.project, name):  # after the nodes: none of them reads it any more
+        s.report.step("munge", f"Deleted the Slurm munge key of cluster {name}")
     left = observe(s.clients, s.project, name)
     left.routers = [r for r in left.routers if r in todo.routers]  # a NAT kept for other VMs is not "left"
     if keep_reservation:

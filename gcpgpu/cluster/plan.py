@@ -16,7 +16,7 @@ from gcpgpu import catalog
 from gcpgpu.resources import render
 from gcpgpu.times import format_duration
 
-from . import autostop
+from . import autostop, munge
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
 
@@ -407,6 +407,10 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             {"key": "enable-guest-attributes", "value": "TRUE"},  # node health for `cluster doctor`
             *autostop.metadata_items(spec.autostop, spec.autostop_down, region, project, spec.agent_image,
                                      spec.autostop_notify),
+            # A Slurm cluster: the nodes run its daemons (gcpgpu/slurm/node.py) with the munge key that
+            # `up` keeps in Secret Manager; the metadata names the secret, never the key.
+            *([{"key": "gcpgpu-scheduler", "value": spec.scheduler},
+               {"key": "gcpgpu-slurm-munge", "value": munge.secret_name(project, name)}] if spec.scheduler else []),
             # The Deep Learning VM installs the NVIDIA driver on first boot when asked to.
             *([{"key": "install-nvidia-driver", "value": "True"}] if setup.driver == "dlvm-metadata" else []),
         ]},

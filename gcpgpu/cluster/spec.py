@@ -44,6 +44,7 @@ DURATION_BOUNDS = {
     "flex_wait": (0, FLEX_WAIT_SECONDS[1], f"out of range: give {FLEX_WAIT_RULE}"),
 }
 PROVISIONING = ("standard", "spot", "flex-start")
+SCHEDULERS = ("slurm",)
 DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # The boot image as Compute's sourceImage takes it: a full URL or a partial path to an image or an
 # image family, in another project or (global/images/...) this one.
@@ -90,6 +91,7 @@ class ClusterSpec:
     external_ips: bool = False
     iap_ssh: bool = False  # a firewall rule letting IAP TCP forwarding reach port 22 (cluster ssh)
     cloud_nat: bool = True  # a Cloud Router + NAT on the primary network when nodes have no external IP
+    scheduler: str | None = None  # "slurm": the nodes run Slurm, and jobs queue on it (gcpgpu/slurm)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +124,9 @@ class ClusterSpec:
             hint = f"; use {siblings[0]}" if siblings else ""
             raise UsageProblem(f"--gpus {self.gpus}: {mt.name} always has {mt.gpu_count} {mt.gpu.model} GPUs{hint}")
 
+        if self.scheduler is not None and self.scheduler not in SCHEDULERS:
+            raise UsageProblem(f"--scheduler {self.scheduler!r}: the one scheduler gcpgpu runs is "
+                               f"{', '.join(SCHEDULERS)}; leave it out for one job at a time")
         self.provisioning = str(self.provisioning).lower().replace("_", "-")
         if self.provisioning not in PROVISIONING:
             raise UsageProblem(f"provisioning {self.provisioning!r} must be one of {', '.join(PROVISIONING)}")

@@ -194,16 +194,25 @@ class Clients:
         Real: an ADC-authorized session to https://logging.googleapis.com. Emulator: a plain session
         to the emulator, which serves entries.list from the jobs it ran.
         """
+        return self._rest_session("logging", "https://www.googleapis.com/auth/logging.read",
+                                  "https://logging.googleapis.com")
+
+    def secretmanager_session(self) -> tuple[Any, str]:
+        """(requests session, base URL) for Secret Manager's REST API (the emulator's, or Google's with ADC)."""
+        return self._rest_session("secretmanager", "https://www.googleapis.com/auth/cloud-platform",
+                                  "https://secretmanager.googleapis.com")
+
+    def _rest_session(self, key: str, scope: str, url: str) -> tuple[Any, str]:
         with self._lock:
-            if "logging" not in self._cache:
+            if key not in self._cache:
                 if self.emulator:
                     import requests
 
-                    self._cache["logging"] = (requests.Session(), f"http://{self.emulator}")
+                    self._cache[key] = (requests.Session(), f"http://{self.emulator}")
                 else:
                     import google.auth
                     from google.auth.transport.requests import AuthorizedSession
 
-                    credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/logging.read"])
-                    self._cache["logging"] = (AuthorizedSession(credentials), "https://logging.googleapis.com")
-            return self._cache["logging"]
+                    credentials, _ = google.auth.default(scopes=[scope])
+                    self._cache[key] = (AuthorizedSession(credentials), url)
+            return self._cache[key]

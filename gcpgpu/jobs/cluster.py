@@ -183,6 +183,22 @@ def _submit_held(clients: Clients, project: str, job: ValidJob, cluster: str, pl
         raise CloudError(f"node {node} is still running job {other}: cancel it first ('gcpgpu job cancel "
                          f"cluster:{cluster}:{other}') or wait for it to end")
 
+    record = job_record(job, cluster, placed, want, recover, detach, follow, agent)
+    job_id, image = record["id"], record["image"]
+    ended = _ended_before(clients, project, cluster, chosen)
+    deliver(clients, project, record, chosen, fence)
+    _open_record(clients, project, record, ended, followed)
+    jid = ids.JobId("cluster", cluster=cluster, job=job_id)
+    return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
+                 "machine_type": machine.name, "master": f"{record['master_addr']}:{MASTER_PORT}", "image": image,
+                 "provisioning": chosen[0].provisioning}
+
+
+def job_record(job: ValidJob, cluster: str, placed: Placement, want: int, recover: int | None = None,
+               detach: bool = False, follow: dict | None = None, agent: str | None = None) -> dict:
+    """The job as its nodes' agents (or a Slurm cluster's batch script) run it: image, command, the rendered
+    NCCL environment, mounts, workdir and secrets' names, on `want` nodes of `placed`'s machine type."""
+    machine = placed.machine
     job_id = f"{job.name}-{secrets.token_hex(3)}"
     env = job_env(job, machine, "vm")
     profile = nccl.profile_for(machine)
@@ -204,13 +220,7 @@ def _submit_held(clients: Clients, project: str, job: ValidJob, cluster: str, pl
         "follow": dict(follow or {}), "detached": detach, **({"agent_image": agent} if detach and agent else {}),
         **policy.record_fields(job.spec),  # retries, stall timeout, webhooks: read by whoever follows the job
     }
-    ended = _ended_before(clients, project, cluster, chosen)
-    deliver(clients, project, record, chosen, fence)
-    _open_record(clients, project, record, ended, followed)
-    jid = ids.JobId("cluster", cluster=cluster, job=job_id)
-    return jid, {"id": str(jid), "target": "cluster", "name": job.name, "cluster": cluster, "nodes": want,
-                 "machine_type": machine.name, "master": f"{record['master_addr']}:{MASTER_PORT}", "image": image,
-                 "provisioning": chosen[0].provisioning}
+    return record
 
 
 def _ended_before(clients: Clients, project: str, cluster: str, chosen: list[Node]) -> dict[str, dict]:

@@ -43,6 +43,7 @@ MAX_IMAGE_REF = 512  # name (255) + tag (128) + digest: refused by length before
 # the CustomJob), so these draw a warning pointing at Secret Manager.
 SECRET_HINT = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 MAX_NODES = 512
+PRIORITIES = ("high", "normal", "low")  # a Slurm cluster's partitions (gcpgpu/slurm/conf.py)
 FLEX_MAX_WAIT = (60, 7 * 86400)
 MAX_DURATION_S = 365 * 86400
 
@@ -109,6 +110,7 @@ class JobSpec:
     retry_on_exit_codes: list[int] = field(default_factory=list)
     stall_timeout: int | None = None  # seconds
     notify: list[str] = field(default_factory=list)
+    priority: str | None = None  # a Slurm cluster's queue: high | normal | low (jobs/queue.py)
 
     @classmethod
     def from_sources(cls, path: str | None, flags: dict[str, Any]) -> JobSpec:
@@ -161,6 +163,10 @@ def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: st
         check_cluster_name(spec.cluster, "--cluster")
     elif spec.cluster:
         raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
+    if spec.priority is not None and spec.priority not in PRIORITIES:
+        raise UsageProblem(f"--priority {spec.priority!r} must be one of {', '.join(PRIORITIES)}")
+    if spec.priority is not None and target != "cluster":
+        raise UsageProblem("--priority orders a Slurm cluster's queue: it needs --cluster NAME")
     name = spec.name or "train"
     if not NAME.match(name):
         raise UsageProblem(f"--name {name!r} must be lowercase letters, digits and dashes, starting with a letter, "

@@ -122,7 +122,7 @@ def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str
 def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], recover: int | None,
              follower_image: FollowerImage | None, detach: bool, follow: bool = False) -> Submitted:
     from . import cluster as cluster_jobs
-    from . import usercode
+    from . import queue, usercode
     from .spec import job_env
 
     cluster = str(job.spec.cluster)
@@ -136,6 +136,10 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
     # so it refuses, and fits defaults, as submit does. Before the upload, so a cluster that is not
     # there (a typo) is said before anything is uploaded.
     placed = cluster_jobs.place(settings.clients, settings.project, job, cluster)
+    slurm = queue.runs_slurm(placed.nodes[0].metadata)
+    if job.spec.priority and not slurm:
+        raise UsageProblem(f"--priority {job.spec.priority}: cluster {cluster} runs one job at a time, without "
+                           f"Slurm; drop --priority, or make a cluster with 'gcpgpu cluster up NAME --scheduler slurm'")
     workdir_uri = _workdir(settings, job, dry_run, say, packed)
     image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
     job = placed.apply(replace(job, image=image, image_pending=False, workdir_uri=workdir_uri))
@@ -148,6 +152,9 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
                                "machine_type": placed.machine.name, "image": cluster_jobs.image_of(job),
                                "command": command, "args": args, "env": job_env(job, placed.machine, "vm"),
                                **({"follower_image": agent} if agent else {})})
+    if slurm:  # queued by the cluster's Slurm: submit returns at once (jobs/queue.py)
+        jid, summary = queue.submit(settings.clients, settings.project, job, cluster, placed)
+        return Submitted(job, summary, jid)
     jid, summary = cluster_jobs.submit(settings.clients, settings.project, job, cluster, recover, placed,
                                        detach=detach, agent=agent, followed=follow)
     return Submitted(job, summary, jid)

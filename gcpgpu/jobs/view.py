@@ -8,7 +8,7 @@ from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 
 from . import cluster as cluster_jobs
-from . import ids
+from . import ids, queue
 from . import record as record_mod
 from .loss import loss_causes
 from .state import RECOVERING, JobState
@@ -34,6 +34,9 @@ def cancel_job(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     """`job cancel`: ask every node to stop the job; the job as views showed it when asked (the nodes
     whose rank still ran are those the asking stops: read after, an agent may have stopped already)."""
     state = job_status(clients, project, jid)
+    if queue.is_queued(record_mod.read(clients, project, jid.cluster or "").of(jid.job)):
+        queue.cancel(clients, project, jid)  # Slurm's: the controller's agent scancels it
+        return state
     cluster_jobs.cancel(clients, project, jid)
     return state
 
@@ -54,7 +57,9 @@ def list_jobs(clients: Clients, project: str) -> list[dict]:
                     record_mod.from_record(jid, seen.of(job_id) or {})
             except CloudError:  # the job left its nodes between the two reads: the next list shows it
                 continue
+            recorded = seen.of(job_id) or {}
             rows.append({"id": str(jid), "target": "cluster", "name": state.name, "state": state.state,
                          "nodes": state.nodes or state.nnodes, "machine_type": state.machine_type,
-                         "created": state.created, "recoveries": state.recoveries})
+                         "created": state.created, "recoveries": state.recoveries,
+                         **(queue.row_extras(recorded) if queue.is_queued(recorded) else {})})
     return rows

@@ -32,8 +32,9 @@ from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.jobs import follower, journal, notify
+from gcpgpu.jobs import follower, journal, notify, queue, record
 from gcpgpu.jobs.recover import GaveUp
+from gcpgpu.jobs.state import is_final
 from gcpgpu.jobs.view import job_status
 from gcpgpu.times import format_duration
 
@@ -53,9 +54,11 @@ class Said(Reporter):
 
 
 def job_running(clients: Clients, project: str, cluster: str) -> bool:
-    """Whether a job runs (or is being recovered) on the cluster."""
+    """Whether a job runs (or is being recovered) on the cluster, or waits in its Slurm queue."""
     if journal.read(clients, project, cluster) is not None:
         return True
+    if any(queue.is_queued(r) and not is_final(r.get("state")) for r in record.read(clients, project, cluster).records):
+        return True  # a Slurm cluster's queued and running jobs are work: its nodes stay up for them
     found = follower.current_job(clients, project, cluster)
     if found is None:
         return False

@@ -9,6 +9,8 @@ agent.py          the emulated cluster job agent: it watches instances' metadata
                   and reports per-node state as guest attributes (instances.getGuestAttributes).
 cloud_logging.py  Cloud Logging's entries.list over REST, answered from the captured output, so
                   job logs are read the way they are read from the real cloud.
+slurm.py          the Slurm daemons (munged, slurmctld, slurmd) of each node of a cluster made with
+                  --scheduler slurm, as a local process tree that lives and dies with its VM.
 filters.py        the AIP-160 / Logging filter grammar both APIs take.
 
 The trainer's numbers: when rank 0 of a job run here writes `--log-json FILE`, LocalJobs starts
@@ -32,6 +34,7 @@ from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 from .agent import ClusterAgent
 from .node_agent import NodeAgents
 from .runner import MetricsTarget, Replica, Run, Runner
+from .slurm import SlurmNodes
 from .storage import Storage
 from .usercmd import UserCommands
 
@@ -62,6 +65,9 @@ class LocalJobs:
         # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop),
         # on the emulator's clock where it is published (clock_file: its path, gcpgpu.gcp.clock).
         self.node_agents = NodeAgents(compute, self.runner, self.address, clock_file) if compute is not None else None
+        # The Slurm daemons of the nodes of clusters made with --scheduler slurm (slurm.py).
+        slurm_root = (lambda: storage.root) if storage is not None else (lambda: self.runner.root)
+        self.slurm = SlurmNodes(compute, self.runner, self.address, slurm_root) if compute is not None else None
 
     def address(self) -> str | None:
         """HOST:PORT of the emulator, once it serves; else GCPGPU_EMULATOR (an in-process emulator's)."""
@@ -93,4 +99,6 @@ class LocalJobs:
         self.agent.reset()
         if self.node_agents is not None:
             self.node_agents.reset()
+        if self.slurm is not None:
+            self.slurm.reset()
         self.runner.reset()

@@ -1,0 +1,15 @@
+"""Slurm on a gcpgpu cluster's nodes (`cluster up --scheduler slurm`): node-side code only.
+
+conf.py    slurm.conf, topology.conf and gres.conf, rendered from what the cluster says about itself.
+node.py    what each node runs: munged with the cluster's key (from Secret Manager), slurmctld on
+           node 0, slurmd under the node's own name; it lives and dies with the VM.
+
+Where slurmctld runs: on node 0, not on a controller VM of its own. The clusters this is for are
+reserved ones (calendar or DENSE reservations) that outlive their jobs: their node 0 goes away only
+to a host error or a `cluster down`, and recovery re-creates it under its name. A controller VM
+would add a machine type, quota, an image and a failure of its own to every cluster for the one
+case (a Spot cluster losing node 0). The price: while node 0 is away the queue is too. In the
+emulator StateSaveLocation is the emulator's own folder, so the re-created node 0 reads the queue
+back; on Google Cloud it would need a disk or bucket that outlives node 0 (not built yet). The laptop never talks to these daemons: it reaches
+them through Google's APIs only (instance metadata and guest attributes), as every gcpgpu job does.
+"""

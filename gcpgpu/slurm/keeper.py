@@ -1,0 +1,90 @@
+"""Node 0 keeps a Slurm cluster whole: a lost node is marked DOWN (Slurm requeues its jobs) and brought back.
+
+Each round of node 0's queue agent (queue.py) it reads the cluster's nodes from Compute. A node that is
+not RUNNING (preempted, stopped, deleted, a host error) is marked DOWN in Slurm at once, so the jobs on
+it are requeued rather than left to fail, and a job that failed on it anyway (its peer's collective
+error can beat the DOWN by a moment) is requeued too. Then the cluster is brought back to its spec (the
+`gcpgpu-spec` its nodes carry) by `cluster up`'s own code, under the cluster's lease: a stopped node is
+started, a deleted one re-created under its name and rank; its slurmd registers again and Slurm
+(ReturnToService=2) runs the requeued jobs there, which resume from their checkpoints. While node 0
+itself is away, nobody does this: the queue is away with it (gcpgpu/slurm/__init__.py says why).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gcpgpu.cluster.observe import observe_nodes
+from gcpgpu.gcp.clients import Clients
+
+UP_EVERY_S = 10.0  # a cluster being brought back is not asked again before this
+
+
+class Keeper:
+    def __init__(self, clients: Clients, project: str, cluster: str, slurm: Callable[..., Any],
+                 say: Callable[[str], None]) -> None:
+        self.clients, self.project, self.cluster = clients, project, cluster
+        self.slurm = slurm  # runs a Slurm command with the node's SLURM_CONF
+        self.say = say
+        self.lost: dict[str, float] = {}  # node name -> when it was first seen lost (this process's clock)
+        self._upped = float("-inf")
+
+    def round(self) -> None:
+        nodes = [n for n in observe_nodes(self.clients, self.project, self.cluster) if n.rank is not None]
+        if not nodes:
+            return
+        expected = max((n.expected_nodes or 0) for n in nodes) or len(nodes)
+        names = {n.name for n in nodes}
+        gone = {n.name for n in nodes if n.status != "RUNNING"}
+        gone |= {f"{self.cluster}-{r}" for r in range(expected)} - names
+        for name in sorted(gone - set(self.lost)):
+            self.lost[name] = time.time()
+            self.say(f"node {name} is lost: marking it DOWN so Slurm requeues its jobs")
+            self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", "Reason=gcpgpu:node-lost")
+        for name in [n for n in self.lost if n not in gone]:
+            del self.lost[name]  # RUNNING again: its slurmd registers and Slurm returns it to service
+        if gone and time.monotonic() - self._upped >= UP_EVERY_S:
+            self._upped = time.monotonic()
+            self._bring_back(nodes, sorted(gone))
+
+    def requeue_failed(self, job: dict[str, str]) -> bool:
+        """Requeue a Slurm job that FAILED on a node lost while it ran (True when asked)."""
+        if job.get("JobState") not in ("FAILED", "NODE_FAIL") or not self.lost:
+            return False
+        hosts = self.slurm("scontrol", "show", "hostnames", job.get("NodeList", "")).stdout.split()
+        if not set(hosts) & set(self.lost):
+            return False
+        self.say(f"Slurm job {job['JobId']} ended {job['JobState']} on lost node(s): requeued")
+        self.slurm("scontrol", "requeue", job["JobId"])
+        return True
+
+    def _bring_back(self, nodes: list, gone: list[str]) -> None:
+        from gcpgpu.cluster.apply import Cluster, up
+        from gcpgpu.cluster.lease import LeaseHeld
+        from gcpgpu.cluster.names import node_name
+        from gcpgpu.cluster.plan import plan
+        from gcpgpu.cluster.spec import ClusterSpec
+
+        raw = next((n.metadata.get("gcpgpu-spec") for n in nodes if n.metadata.get("gcpgpu-spec")), None)
+        if not raw:
+            self.say("the nodes carry no cluster spec: bring the cluster back with 'gcpgpu cluster up'")
+            return
+        known = set(ClusterSpec.__dataclass_fields__)
+        spec = ClusterSpec(**{k: v for k, v in json.loads(raw).items() if k in known}).validate()
+        s = Cluster(self.clients, self.project).session()
+        try:
+            with s.holding(self.cluster, "up", False):
+                # Read again under the lease: a `cluster down` that held it has deleted node 0 (this node)
+                # too, and a cluster being taken down must never be brought back by its own last node.
+                now = {n.name: n for n in observe_nodes(self.clients, self.project, self.cluster)}
+                head = now.get(node_name(self.cluster, 0))
+                if head is None or head.status != "RUNNING":
+                    self.say(f"node 0 of cluster {self.cluster} is going: not bringing anything back")
+                    return
+                self.say(f"bringing cluster {self.cluster} back to {spec.nodes} node(s): {', '.join(gone)}")
+                up(s, plan(spec, self.project))
+        except LeaseHeld:
+            self.say("the cluster is busy (another up, down or recovery): next round")

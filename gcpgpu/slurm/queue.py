@@ -1,0 +1,185 @@
+"""Node 0's queue agent: hands queued jobs to sbatch and writes back what Slurm says of them.
+
+`job submit` on a Slurm cluster writes the job into the cluster's job records (project metadata:
+jobs/record.py, jobs/queue.py) with `submit` (the job as the nodes run it) and returns. Each round this
+agent, beside slurmctld on node 0:
+- sbatches every record that has `submit` and no `slurm_id` (its partition is its priority, -N its nodes,
+  --exclusive: a job has whole nodes, --requeue: preempted or lost, it starts again), then drops `submit`;
+- scancels every job whose record asks (`cancel`);
+- reads `scontrol show job` once and writes each job's state (PENDING, RUNNING, SUCCEEDED, FAILED,
+  CANCELLED; a requeue is a new attempt), why it waits, its place in the queue and its nodes into its record.
+It also keeps the cluster whole (keeper.py): a lost node is marked DOWN, its jobs requeued, and the node
+brought back. Jobs submitted with `sbatch` on a node (cluster ssh) have no record; `squeue` shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.jobs import record as records
+from gcpgpu.jobs.state import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, is_final
+from gcpgpu.resources import render
+
+from .keeper import Keeper
+
+TIERS = {"high": 3, "normal": 2, "low": 1}  # conf.py's partitions
+STATES = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
+          "REQUEUE_FED": PENDING, "PREEMPTED": PENDING, "SUSPENDED": PENDING, "RESIZING": PENDING,
+          "RUNNING": RUNNING, "COMPLETING": RUNNING, "STAGE_OUT": RUNNING, "SIGNALING": RUNNING,
+          "COMPLETED": SUCCEEDED, "CANCELLED": CANCELLED, "FAILED": FAILED, "TIMEOUT": FAILED,
+          "NODE_FAIL": FAILED, "OUT_OF_MEMORY": FAILED, "BOOT_FAIL": FAILED, "DEADLINE": FAILED}
+REASONS = {"Priority": "jobs ahead of it", "Resources": "free nodes", "BeginTime": "its requeue delay",
+           "Dependency": "another job", "PartitionNodeLimit": "more nodes than the cluster has",
+           "ReqNodeNotAvail": "its nodes to come back", "NodeDown": "its nodes to come back"}
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def parse_jobs(text: str) -> dict[str, dict[str, str]]:
+    """`scontrol show job -o`: Slurm job id -> its fields (one line per job, KEY=VALUE words)."""
+    out = {}
+    for line in text.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields.get("JobId"):
+            out[fields["JobId"]] = fields
+    return out
+
+
+def queue_places(jobs: dict[str, dict[str, str]]) -> dict[str, int]:
+    """Slurm job id -> place among pending jobs: higher partitions first, then Slurm's priority, then age."""
+    pending = [j for j in jobs.values() if STATES.get(j.get("JobState", "")) == PENDING]
+    pending.sort(key=lambda j: (-TIERS.get(j.get("Partition", ""), 0), -int(j.get("Priority", "0") or 0),
+                                int(j["JobId"])))
+    return {j["JobId"]: i + 1 for i, j in enumerate(pending)}
+
+
+def seen_fields(job: dict[str, str], place: int | None) -> dict:
+    """What a record says of a Slurm job as scontrol shows it now."""
+    state = STATES.get(job.get("JobState", ""), PENDING)
+    reason = job.get("Reason", "None")
+    fields: dict = {"state": state, "attempt": int(job.get("Restarts", "0") or 0),
+                    "reason": (REASONS.get(reason, reason) if state == PENDING and reason != "None" else None),
+                    "slurm_nodes": job.get("NodeList") if job.get("NodeList") not in (None, "(null)") else None}
+    if place is not None:
+        fields["position"] = place
+    if state == FAILED:
+        fields["error"] = f"Slurm job {job['JobId']} ended {job.get('JobState')} (exit code {job.get('ExitCode')})"
+    return fields
+
+
+class QueueAgent:
+    """The agent's rounds; `run` in a thread of node 0's process."""
+
+    def __init__(self, clients: Clients, project: str, cluster: str, jobs_dir: Path, conf: Path,
+                 emulated: bool, say: Callable[[str], None], poll_s: float = 1.0) -> None:
+        self.clients, self.project, self.cluster = clients, project, cluster
+        self.jobs_dir = jobs_dir
+        self.env = {"SLURM_CONF": str(conf)}
+        self.emulated = emulated
+        self.say = say
+        self.poll_s = poll_s
+        self.stop = threading.Event()
+        self.keeper = Keeper(clients, project, cluster, self._slurm, say)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.poll_s):
+            try:
+                self.round()
+            except Exception as e:  # the controller restarting, a metadata race: the next round looks again
+                self.say(f"queue agent: {type(e).__name__}: {e}")
+
+    def _slurm(self, *argv: str) -> subprocess.CompletedProcess:
+        import os
+
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False,
+                              env={**os.environ, **self.env})
+
+    def round(self) -> None:
+        self.keeper.round()
+        seen = records.read(self.clients, self.project, self.cluster)
+        for rec in seen.records:
+            if rec.get("submit") and not rec.get("slurm_id") and not is_final(rec.get("state")):
+                self._sbatch(rec)
+            elif rec.get("cancel") and rec.get("slurm_id") and not is_final(rec.get("state")):
+                self._slurm("scancel", str(rec["slurm_id"]))
+        shown = self._slurm("scontrol", "show", "job", "-o")
+        if shown.returncode != 0:
+            return
+        jobs = parse_jobs(shown.stdout)
+        open_ids = {str(r.get("slurm_id")) for r in seen.records if r.get("slurm_id") and not is_final(r.get("state"))}
+        for slurm_id in [i for i in jobs if i in open_ids]:
+            if self.keeper.requeue_failed(jobs[slurm_id]):
+                del jobs[slurm_id]  # requeued: the next round reads it PENDING
+        for job in jobs.values():
+            if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime" and job.get("Restarts", "0") != "0":
+                # Slurm holds a requeued job back a while; a preempted or lost job resumes as soon as it can.
+                self._slurm("scontrol", "update", f"JobId={job['JobId']}", "StartTime=now")
+        places = queue_places(jobs)
+        records.update(self.clients, self.project, self.cluster, lambda current: self._merged(current, jobs, places))
+
+    def _sbatch(self, rec: dict) -> None:
+        job = dict(rec["submit"])
+        job_file = self.jobs_dir / f"{rec['id']}.json"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        job["emulated"] = self.emulated
+        if self.emulated:  # every emulated cluster shares this host: a port free now, not one per Slurm job id
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                job["master_port"] = probe.getsockname()[1]
+        job_file.write_text(json.dumps(job))
+        script = self.jobs_dir / f"{rec['id']}.sh"
+        script.write_text(render("slurm_job.sh.j2", job_id=rec["id"], python=sys.executable, job_file=str(job_file)))
+        queue = rec.get("queue") or {}
+        done = self._slurm("sbatch", "--parsable", "-J", str(rec["id"]), "-p", str(queue.get("priority", "normal")),
+                           "-N", str(queue.get("nodes", 1)), "--exclusive", "--requeue", "--open-mode=append",
+                           "-o", str(self.jobs_dir / f"{rec['id']}.out"), str(script))
+        slurm_id = done.stdout.strip().split(";")[0]
+        if done.returncode != 0 or not re.fullmatch(r"\d+", slurm_id):
+            self.say(f"sbatch of {rec['id']} failed: {(done.stderr or done.stdout).strip()[:200]}")
+            return
+        self.say(f"job {rec['id']} is Slurm job {slurm_id}")
+
+        def change(current: list[dict]) -> list[dict]:
+            out = []
+            for r in current:
+                if r.get("id") == rec["id"]:
+                    r = {k: v for k, v in r.items() if k != "submit"}
+                    r.update(slurm_id=slurm_id, reason="its turn")
+                out.append(r)
+            return out
+
+        records.update(self.clients, self.project, self.cluster, change)
+
+    @staticmethod
+    def _merged(current: list[dict], jobs: dict[str, dict[str, str]], places: dict[str, int]) -> list[dict] | None:
+        changed = False
+        out = []
+        for r in current:
+            job = jobs.get(str(r.get("slurm_id") or ""))
+            if job is None or is_final(r.get("state")):
+                out.append(r)
+                continue
+            fields = seen_fields(job, places.get(job["JobId"]))
+            queue = {**(r.get("queue") or {}), "position": fields.pop("position", None)}
+            new = {**r, **fields, "queue": queue}
+            if new["state"] != r.get("state") or new["attempt"] != r.get("attempt"):
+                new["at"] = _stamp()
+                if new["state"] == RUNNING:
+                    new["started"] = _stamp()
+                if is_final(new["state"]):
+                    new["ended"] = _stamp()
+            if new != r:
+                changed = True
+            out.append(new)
+        return out if changed else None

@@ -1,0 +1,108 @@
+"""`cluster up --scheduler slurm`: the emulator runs the system's Slurm for the cluster's nodes.
+
+Tests that start Slurm's daemons skip, saying what to install, where slurmctld is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from helpers import PROJECT, leftovers, make_plan, wait_for
+
+from gcpgpu.cli import main
+from gcpgpu.fakes.jobs.slurm import slurm_installed
+
+GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
+UP = ["cluster", "up", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+needs_slurm = pytest.mark.skipif(slurm_installed() is not None, reason=str(slurm_installed()))
+
+
+def cli(*argv: str):
+    return CliRunner().invoke(main, [*GLOBAL, *argv])
+
+
+def secrets(gcp) -> list[str]:
+    return [s["name"].rsplit("/", 1)[-1] for s in gcp.secretmanager.list_secrets(PROJECT).get("secrets", [])]
+
+
+def sinfo(gcp, cluster: str, node: str = "0") -> dict[str, str]:
+    """Node -> state as Slurm's own sinfo reports it, through node `node`'s slurm.conf."""
+    folder = gcp.jobs.slurm.folder(PROJECT, cluster)
+    if folder is None:
+        return {}
+    env = {**os.environ, "SLURM_CONF": str(folder / "nodes" / f"{cluster}-{node}" / "slurm.conf")}
+    done = subprocess.run(["sinfo", "-h", "-N", "-p", "normal", "-o", "%N %t"], capture_output=True, text=True,
+                          env=env, timeout=30, check=False)
+    return dict(line.split() for line in done.stdout.splitlines() if line.strip())
+
+
+def slurm_pids(*folders: Path) -> dict[int, str]:
+    """Pid -> command line of every process on this machine that names one of the cluster's Slurm folders
+    (slurmctld and slurmd name its folder, munged its run folder)."""
+    marks = [str(f) for f in folders]
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                line = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if any(m in line for m in marks):
+                out[int(entry)] = line
+    return out
+
+
+@pytest.mark.parametrize("value", ["pbs", "Slurm", "kueue"])
+def test_a_scheduler_other_than_slurm_is_refused_in_one_line_and_nothing_is_made(gcp, value):
+    result = cli(*UP[:2], "bad", *UP[2:], "--scheduler", value)
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "--scheduler" in result.output and "slurm" in result.output
+    assert leftovers(gcp) == {} and secrets(gcp) == []
+
+
+def test_a_spec_files_unknown_scheduler_is_refused_too(gcp, tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text("name: filed\nmachine_type: a2-highgpu-1g\nzones: [us-central1-a]\nscheduler: pbs\n")
+    result = cli("cluster", "up", "-f", str(spec), "--yes")
+    assert result.exit_code == 2 and "slurm" in result.output and len(result.output.strip().splitlines()) == 1
+    assert leftovers(gcp) == {}
+
+
+def test_the_plan_names_the_munge_secret_in_metadata_never_a_key(gcp):
+    plan = make_plan(name="planned", scheduler="slurm")
+    items = {i["key"]: i["value"] for i in plan.instance_properties["metadata"]["items"]}
+    assert items["gcpgpu-scheduler"] == "slurm"
+    assert items["gcpgpu-slurm-munge"] == f"projects/{PROJECT}/secrets/gcpgpu-munge-planned"
+    plain = {i["key"] for i in make_plan(name="plain").instance_properties["metadata"]["items"]}
+    assert not {"gcpgpu-scheduler", "gcpgpu-slurm-munge"} & plain
+
+
+@needs_slurm
+def test_a_slurm_clusters_nodes_run_slurm_a_lost_vm_takes_its_slurmd_and_down_leaves_nothing(gcp):
+    result = cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm")
+    assert result.exit_code == 0, result.output
+    assert secrets(gcp) == ["gcpgpu-munge-q"]
+    key = gcp.secretmanager.access_version(PROJECT, "gcpgpu-munge-q", "latest")["payload"]["data"]
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "q-0")
+    assert key not in json.dumps(inst)  # the metadata names the secret only
+    # Slurm's own view: both nodes registered with the controller on node 0, idle.
+    assert wait_for(lambda: sinfo(gcp, "q") == {"q-0": "idle", "q-1": "idle"} or None, timeout=60,
+                    what="both nodes idle in sinfo")
+    folder = gcp.jobs.slurm.folder(PROJECT, "q")
+    run = gcp.jobs.slurm.run_folder(PROJECT, "q")
+    assert set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}
+    # A VM that goes takes its daemons with it, and Slurm sees the node stop answering.
+    gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", "q-1")
+    wait_for(lambda: set(gcp.jobs.slurm.running()) == {"q-0"}, timeout=30, what="q-1's daemons gone")
+    wait_for(lambda: not [c for c in slurm_pids(folder, run).values() if "q-1" in c], timeout=30,
+             what="no process of q-1 left")
+    assert [c for c in slurm_pids(folder, run).values() if "slurmctld" in c]  # node 0's controller goes on
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+    wait_for(lambda: not slurm_pids(folder, run), timeout=30, what="no Slurm process of the cluster left")
+    assert secrets(gcp) == [] and leftovers(gcp) == {}
+    wait_for(lambda: not folder.exists() and not run.exists(), timeout=10, what="the cluster's Slurm folders gone")

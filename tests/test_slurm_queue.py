@@ -1,0 +1,193 @@
+"""Many jobs on one cluster: `job submit` on a Slurm cluster queues the job, Slurm orders and runs it.
+
+The jobs run the bundled trainer under the emulator's real Slurm (tests/test_cluster_slurm.py). Tests
+that start Slurm skip, saying what to install, where it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from helpers import PROJECT, wait_for
+
+from gcpgpu.cli import main
+from gcpgpu.fakes.jobs.slurm import slurm_installed
+from gcpgpu.jobs import record as records
+from gcpgpu.jobs.queue import position
+from gcpgpu.slurm.queue import parse_jobs, queue_places, seen_fields
+
+GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
+UP = ["cluster", "up", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+QUICK = ["--model", "tiny", "--steps", "3", "--seq-len", "16", "--batch-size", "2"]
+LONG = ["--model", "tiny", "--steps", "100000", "--seq-len", "16", "--batch-size", "2"]
+needs_slurm = pytest.mark.skipif(slurm_installed() is not None, reason=str(slurm_installed()))
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def submitted(*argv: str) -> str:
+    result = cli("job", "submit", "--cluster", "q", *argv, fmt="json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{"):])["id"]
+
+
+def recorded(gcp, job: str) -> dict:
+    from helpers import clients
+
+    return records.read(clients(gcp), PROJECT, "q").of(job.rsplit(":", 1)[-1]) or {}
+
+
+def state(gcp, job: str) -> str | None:
+    return recorded(gcp, job).get("state")
+
+
+# -- bad input: one line, exit 2, nothing queued -----------------------------------------------------
+def test_an_unknown_priority_is_refused_before_anything(gcp):
+    result = cli("job", "submit", "--cluster", "q", "--priority", "urgent", "--", *QUICK)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--priority 'urgent'" in result.output and "high, normal, low" in result.output
+
+
+def test_priority_on_a_cluster_without_slurm_is_refused_and_nothing_is_queued(gcp):
+    assert cli(*UP[:2], "plain", *UP[2:]).exit_code == 0
+    result = cli("job", "submit", "--cluster", "plain", "--priority", "high", "--", *QUICK)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--scheduler slurm" in result.output
+    from helpers import clients
+
+    assert records.read(clients(gcp), PROJECT, "plain").records == []
+    assert cli("cluster", "down", "plain", "--yes").exit_code == 0
+
+
+# -- the queue as records and scontrol say it (no Slurm needed) ------------------------------------------
+def test_a_new_job_joins_the_queue_behind_its_tier_and_above_lower_ones():
+    queued = [{"id": "a", "state": "PENDING", "queue": {"priority": "normal"}},
+              {"id": "b", "state": "PENDING", "queue": {"priority": "low"}},
+              {"id": "c", "state": "RUNNING", "queue": {"priority": "high"}}]
+    assert position(queued, "high") == 1 and position(queued, "normal") == 2 and position(queued, "low") == 3
+
+
+def test_scontrols_view_becomes_states_places_and_reasons():
+    text = ("JobId=7 JobName=b-1 Priority=10 Partition=low JobState=PENDING Reason=Priority Restarts=0 NodeList=(null)\n"
+            "JobId=8 JobName=c-1 Priority=10 Partition=high JobState=PENDING Reason=Resources Restarts=1 "
+            "NodeList=(null)\n"
+            "JobId=6 JobName=a-1 Priority=10 Partition=normal JobState=RUNNING Reason=None Restarts=0 "
+            "NodeList=q-[0-1]\n")
+    jobs = parse_jobs(text)
+    assert queue_places(jobs) == {"8": 1, "7": 2}  # high before low, whatever the order submitted
+    assert seen_fields(jobs["8"], 1) == {"state": "PENDING", "attempt": 1, "reason": "free nodes",
+                                         "slurm_nodes": None, "position": 1}
+    assert seen_fields(jobs["6"], None)["state"] == "RUNNING" and seen_fields(jobs["6"], None)["slurm_nodes"] == "q-[0-1]"
+
+
+def test_a_queued_or_running_slurm_job_is_work_that_keeps_autostop_away(gcp):
+    from helpers import clients
+
+    from gcpgpu.node.agent import job_running
+
+    c = clients(gcp)
+    records.update(c, PROJECT, "q", lambda now: [*now, {"id": "w-1", "state": "PENDING",
+                                                        "queue": {"priority": "low", "nodes": 1}}])
+    assert job_running(c, PROJECT, "q")
+    records.update(c, PROJECT, "q", lambda now: [{**r, "state": "SUCCEEDED"} for r in now])
+    assert not job_running(c, PROJECT, "q")
+
+
+def test_wait_tells_each_state_and_requeue_once_and_returns_the_end():
+    from types import SimpleNamespace
+
+    from gcpgpu.jobs.queue import wait
+
+    seen = iter([("PENDING", 0), ("PENDING", 0), ("RUNNING", 0), ("PENDING", 1), ("RUNNING", 1), ("SUCCEEDED", 1)])
+    told = []
+    final = wait(lambda: SimpleNamespace(state=(n := next(seen))[0], attempt=n[1]),
+                 lambda st: told.append((st.state, st.attempt)), poll_s=0)
+    assert final.state == "SUCCEEDED"
+    assert told == [("PENDING", 0), ("RUNNING", 0), ("PENDING", 1), ("RUNNING", 1), ("SUCCEEDED", 1)]
+
+
+# -- the whole queue on the emulator's Slurm -------------------------------------------------------------
+@needs_slurm
+def test_jobs_queue_by_priority_on_a_two_node_slurm_cluster(gcp):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    too_many = cli("job", "submit", "--cluster", "q", "--nodes", "3", "--", *QUICK)
+    assert too_many.exit_code == 2 and len(too_many.output.strip().splitlines()) == 1
+    a = submitted("--name", "a", "--", *LONG)  # both nodes, normal
+    wait_for(lambda: state(gcp, a) == "RUNNING", timeout=120, what="A running on both nodes")
+    b = submitted("--name", "b", "--nodes", "1", "--priority", "low", "--", *QUICK)
+    c = submitted("--name", "c", "--nodes", "2", "--priority", "high", "--", *QUICK)
+    # Both wait for A: C (high) first in the queue although B came first.
+    wait_for(lambda: recorded(gcp, c).get("queue", {}).get("position") == 1
+             and recorded(gcp, b).get("queue", {}).get("position") == 2, timeout=30, what="C ahead of B")
+    listed = cli("job", "list", "--cluster", "q", fmt="json")
+    rows = {r["name"]: r for r in json.loads(listed.output)}
+    assert set(rows) == {"a", "b", "c"}
+    assert (rows["a"]["state"], rows["b"]["priority"], rows["c"]["priority"]) == ("RUNNING", "low", "high")
+    assert rows["b"]["state"] == rows["c"]["state"] == "PENDING" and rows["c"]["reason"]
+    # A ends (cancelled while running): C runs while B still waits, then B.
+    assert cli("job", "cancel", a).exit_code == 0
+    wait_for(lambda: state(gcp, a) == "CANCELLED", timeout=60, what="A cancelled")
+    wait_for(lambda: state(gcp, c) in ("RUNNING", "SUCCEEDED"), timeout=60, what="C started")
+    assert state(gcp, b) == "PENDING"
+    wait_for(lambda: state(gcp, b) == "SUCCEEDED", timeout=180, what="B done after C")
+    assert state(gcp, c) == "SUCCEEDED"
+    assert recorded(gcp, b)["started"] >= recorded(gcp, c)["ended"]
+    status = cli("job", "status", c, fmt="json")
+    assert status.exit_code == 0 and json.loads(status.output)["state"] == "SUCCEEDED"
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_pending_job_is_cancelled_before_it_runs(gcp):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    a = submitted("--name", "a", "--", *LONG)
+    b = submitted("--name", "b", "--", *QUICK)
+    wait_for(lambda: recorded(gcp, b).get("slurm_id") and state(gcp, a) == "RUNNING", timeout=120,
+             what="A running, B handed to Slurm")
+    assert cli("job", "cancel", b).exit_code == 0
+    wait_for(lambda: state(gcp, b) == "CANCELLED", timeout=60, what="B cancelled while pending")
+    assert state(gcp, a) == "RUNNING" and not recorded(gcp, b).get("started")
+    assert cli("job", "cancel", a).exit_code == 0
+    wait_for(lambda: state(gcp, a) == "CANCELLED", timeout=60, what="A cancelled while running")
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+def job_output(gcp, job: str) -> str:
+    folder = gcp.jobs.slurm.folder(PROJECT, "q")
+    out = folder / "jobs" / f"{job.rsplit(':', 1)[-1]}.out" if folder else None
+    return out.read_text(errors="replace") if out is not None and out.exists() else ""
+
+
+@needs_slurm
+def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_checkpoint(gcp, tmp_path):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    ckpt = tmp_path / "ckpt"
+    low = submitted("--name", "low", "--priority", "low", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16",
+                    "--batch-size", "2", "--ckpt-dir", str(ckpt), "--ckpt-every", "2", "--log-every", "1")
+    wait_for(lambda: "step      4 " in job_output(gcp, low), timeout=180, what="the low job past a checkpoint")
+    high = submitted("--name", "high", "--priority", "high", "--", *QUICK)  # needs both nodes: the low job's
+    wait_for(lambda: state(gcp, high) == "SUCCEEDED", timeout=180, what="the high job done")
+    wait_for(lambda: state(gcp, low) == "SUCCEEDED", timeout=240, what="the low job resumed and done")
+    assert recorded(gcp, low)["attempt"] == 1  # requeued once, by the preemption
+    out = job_output(gcp, low)
+    assert "restart 1" in out and "resumed from" in out
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_node_lost_under_a_running_job_comes_back_and_the_job_resumes_to_succeeded(gcp, tmp_path):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    job = submitted("--name", "kept", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16", "--batch-size", "2",
+                    "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "2", "--log-every", "1")
+    wait_for(lambda: "step      4 " in job_output(gcp, job), timeout=180, what="the job past a checkpoint")
+    assert gcp.compute.lose_instance(PROJECT, "us-central1-a", "q-1", "preempt", 1.0)
+    wait_for(lambda: state(gcp, job) == "SUCCEEDED", timeout=300, what="the job resumed and done")
+    assert recorded(gcp, job)["attempt"] >= 1 and "resumed from" in job_output(gcp, job)
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "q-1")
+    assert inst["status"] == "RUNNING"  # node 0 brought it back under its name
+    assert set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
