@@ -102,3 +102,14 @@ def test_a_folder_it_cannot_prepare_leaves_the_command_running_without_it(tmp_pa
     assert ckptsync.main(["env"]) == 0
     out, err = capsys.readouterr()
     assert out == "gcpgpu_ckpt_upload=0\n" and "cannot prepare the folder, so the command runs without it" in err
+
+
+def test_its_notes_are_never_a_jobs_cause(tmp_path, capsys):
+    """The notes went out as "gcpgpu-entrypoint: GCPGPU_CKPT_DIR: ...", which reads as the entrypoint refusing an
+    input: every user command without an output directory then failed with that note as its cause."""
+    from gcpgpu.jobs.logs import first_error_line
+
+    ckptsync.env_plan({"HOME": str(tmp_path), "GCPGPU_CKPT_LOCAL_DIR": str(tmp_path / "ssd")})
+    said = capsys.readouterr().err.splitlines()
+    assert said and "no output directory" in said[0]
+    assert first_error_line([*said, "ValueError: the command's own"]) == "ValueError: the command's own"

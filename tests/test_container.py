@@ -73,7 +73,8 @@ def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dock
     import torch
 
     from gcpgpu import resources
-    from gcpgpu.trainer.config import MIN_TORCH, _release
+    from gcpgpu.trainer.config import MIN_TORCH
+    from gcpgpu.trainer.launch_checks import _release
 
     pins = resources.image_versions()
     # The Dockerfile's defaults (a bare `docker build`) equal the file; `container build` passes the file.

@@ -175,7 +175,7 @@ def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
     gcp.faults.preempt_grace_s = 3.0
     gcp.jobs.agent.pull_s = 1.0  # a node's first pull of the image; it holds it after
     up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
-             "--spot", "--yes")
+             "--spot", "--prepull", "none", "--yes")  # cold pulls, each counted (tests/test_cluster_prepull.py: warm)
     assert up.exit_code == 0, up.output
     bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
 

@@ -81,4 +81,4 @@ def test_a_users_script_finds_its_newest_uploaded_step_folder_in_gcpgpu_ckpt_dir
     assert (uploaded / f"step_{STEPS:08d}" / ".metadata").is_file()  # the last step, uploaded after the end
     assert not (uploaded / "step_99999999").exists()
     logs = cli("job", "logs", job_id).output
-    assert f"GCPGPU_CKPT_DIR: step_{second['start']:08d} restored from gs://{BUCKET}/run/ckpt/node-0/" in logs
+    assert f"(GCPGPU_CKPT_DIR): step_{second['start']:08d} restored from gs://{BUCKET}/run/ckpt/node-0/" in logs

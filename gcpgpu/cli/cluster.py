@@ -249,7 +249,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
     fill_follower_image(settings, spec, dry_run=dry_run, say=info)  # before any change: none built stops here
-    fill_prepull(settings, spec, dry_run=dry_run, say=info)
+    fill_prepull(settings, spec, dry_run=True, say=info)  # this machine's record; the registry once confirmed
     p = make_plan(spec, project)
     if dry_run:
         if settings.format != "table":
@@ -261,6 +261,9 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
         _show_plan(p, table=not yes)  # asked to confirm: show everything; --yes: the summary line
     cost = f" (about ${p.cost_per_hour:,.2f}/hour)" if p.cost_per_hour is not None else ""
     _confirm(yes, f"Create cluster {p.name} with {p.gpus} GPUs{cost}?")
+    if spec.prepull is None:  # nothing here: Artifact Registry's newest gcpgpu image, as submit would find it
+        fill_prepull(settings, spec, dry_run=False, say=info)
+        p = make_plan(spec, project) if spec.prepull is not None else p
     if wait_for_start:
         from gcpgpu.cluster.reservations import wait_for_plan
 

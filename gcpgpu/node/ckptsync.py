@@ -110,9 +110,9 @@ def upload(local: Path, remote: Path, name: str, stop: threading.Event, every: f
         last = stop.wait(every)
         try:
             for step in push(local, remote, done):
-                print(f"{PROG}: {ENV}: {step} uploaded to {name}/{step}", file=sys.stderr, flush=True)
+                print(f"{PROG}: checkpoints ({ENV}): {step} uploaded to {name}/{step}", file=sys.stderr, flush=True)
         except OSError as e:  # a full or gone mount: say so, and try again on the next round
-            print(f"{PROG}: {ENV}: upload to {name} failed: {e}", file=sys.stderr, flush=True)
+            print(f"{PROG}: checkpoints ({ENV}): upload to {name} failed: {e}", file=sys.stderr, flush=True)
         if last:
             return
 
@@ -123,14 +123,14 @@ def env_plan(environ: Mapping[str, str]) -> str:
     try:
         dest = destination(environ)
     except ReplicaError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        print(f"{PROG}: warning: {e}", file=sys.stderr)
         dest = None
     local = local_dir(environ, dest[0] if dest else None)
     restored = prepare(local, dest[1] if dest else None, environ.get("GCPGPU_RESUME") == "1")
     if restored is not None:
-        print(f"{PROG}: {ENV}: {restored.name} restored from {dest[0]}/{restored.name}", file=sys.stderr)
+        print(f"{PROG}: checkpoints ({ENV}): {restored.name} restored from {dest[0]}/{restored.name}", file=sys.stderr)
     elif dest is None:
-        print(f"{PROG}: {ENV}: no output directory: checkpoints in {local} stay on this node", file=sys.stderr)
+        print(f"{PROG}: checkpoints ({ENV}): no output directory, so {local} stays on this node", file=sys.stderr)
     return "\n".join([f"export {ENV}={shlex.quote(str(local))}", f"gcpgpu_ckpt_upload={1 if dest else 0}", ""])
 
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sys.stdout.write(env_plan(environ))
         except OSError as e:  # the command runs all the same, without the folder: one that needs it says so
-            print(f"{PROG}: {ENV}: cannot prepare the folder, so the command runs without it: {e}", file=sys.stderr)
+            print(f"{PROG}: checkpoints ({ENV}): cannot prepare the folder, so the command runs without it: {e}", file=sys.stderr)
             sys.stdout.write("gcpgpu_ckpt_upload=0\n")
         return 0
     if argv == ["upload"]:
