@@ -169,7 +169,6 @@ def written(gcp, job: str) -> dict[str, float]:
 def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
     import json
     import threading
-    import time
 
     pytest.importorskip("torch")
     gcp.faults.preempt_grace_s = 3.0
@@ -180,9 +179,9 @@ def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
     bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
 
     def preempt_mid_run() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (bucket / "run" / "checkpoints" / "step_00000020").is_dir():
-            time.sleep(0.05)
+        from helpers import wait_for
+
+        wait_for(lambda: (bucket / "run" / "checkpoints" / "step_00000020").is_dir(), 300, "step 20's checkpoint")
         gcp.faults.preempt("c-1")
 
     threading.Thread(target=preempt_mid_run, daemon=True).start()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import time
 
 import pytest
 from click.testing import CliRunner
+from helpers import wait_for
 
 from gcpgpu.cli import main
 
@@ -59,9 +59,7 @@ def test_a_users_script_finds_its_newest_uploaded_step_folder_in_gcpgpu_ckpt_dir
     uploaded = gcp.jobs.agent.storage.root / "gcs" / BUCKET / "run" / "ckpt" / "node-0"
 
     def preempt_mid_run() -> None:  # once step 10 (of 40) is complete in the bucket
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (uploaded / "step_00000010" / ".metadata").exists():
-            time.sleep(0.05)
+        wait_for(lambda: (uploaded / "step_00000010" / ".metadata").exists(), 300, "step 10 in the bucket")
         gcp.faults.preempt("s-0")
 
     threading.Thread(target=preempt_mid_run, daemon=True).start()

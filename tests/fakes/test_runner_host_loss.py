@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
+from helpers import wait_for
 
 from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
 
@@ -34,9 +34,7 @@ def _alive(pid: int) -> bool:
 
 def _worker(run) -> int:
     """The pid the launcher printed once it started its worker (waits for that line)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(line.text.strip().isdigit() for line in run.log_lines()):
-        time.sleep(0.05)
+    wait_for(lambda: any(line.text.strip().isdigit() for line in run.log_lines()), 30, "the worker's pid")
     return int(next(line.text for line in run.log_lines() if line.text.strip().isdigit()))
 
 
@@ -54,10 +52,7 @@ def test_a_lost_host_kills_workers_that_left_the_replicas_session(tmp_path, grac
 
         runner.lose("job-1", grace_s, "lost")
         run.wait(30)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(worker):
-            time.sleep(0.05)
-        assert not _alive(worker), "the worker outlived its host"
+        wait_for(lambda: not _alive(worker), 10, "the worker gone with its host")
         assert run.state == "failed"
     finally:
         runner.reset()
@@ -71,15 +66,11 @@ def test_a_replica_whose_first_process_dies_takes_its_workers_with_it(tmp_path):
     runner = Runner(root=tmp_path)
     try:
         run = runner.start("job-1", [ReplicaSpec("node-0", [sys.executable, "-c", LAUNCHER], {})])
-        deadline = time.monotonic() + 30
         worker = _worker(run)
-        while time.monotonic() < deadline and worker not in {pid for pid, _start in run.replicas[0].family}:
-            time.sleep(0.05)  # the runner lists a replica's processes every half second: until it has seen it
+        # The runner lists a replica's processes every half second: until it has seen it.
+        wait_for(lambda: worker in {pid for pid, _start in run.replicas[0].family}, 30, "the runner seeing the worker")
         os.kill(run.replicas[0].popen.pid, 9)
         assert run.wait(30) and run.state == "failed" and run.failure[1] == -9
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(worker):
-            time.sleep(0.05)
-        assert not _alive(worker), "the worker outlived its launcher"
+        wait_for(lambda: not _alive(worker), 10, "the worker gone with its launcher")
     finally:
         runner.reset()
