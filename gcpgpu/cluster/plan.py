@@ -385,7 +385,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
                      installer_image=host.installer_image if host else "",
                      installer_args=host.installer_args if host else (),
                      ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds,
-                     prepull="" if spec.prepull in (None, "none") else spec.prepull)
+                     prepull="" if spec.prepull in (None, "none") else spec.prepull,
+                     storage=bool(spec.filestore or spec.lustre or spec.hyperdisk_ml or spec.mounts))
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",

@@ -80,6 +80,29 @@ class Clients:
                 services[key] = getattr(compute_v1, ops_name)(credentials=self._credentials(), client_options=opts)
         return client
 
+    def filestore(self) -> Any:
+        """A google.cloud.filestore_v1 CloudFilestoreManagerClient (REST: the emulator serves Filestore's JSON)."""
+        return self._rest_gapic("filestore", "google.cloud.filestore_v1", "CloudFilestoreManagerClient")
+
+    def lustre(self) -> Any:
+        """A google.cloud.lustre_v1 LustreClient (REST)."""
+        return self._rest_gapic("lustre", "google.cloud.lustre_v1", "LustreClient")
+
+    def _rest_gapic(self, key: str, module: str, cls_name: str) -> Any:
+        with self._lock:
+            if key not in self._cache:
+                import importlib
+
+                cls = getattr(importlib.import_module(module), cls_name)
+                if not self.emulator:
+                    self._cache[key] = cls(transport="rest")
+                else:
+                    from google.api_core.client_options import ClientOptions
+
+                    self._cache[key] = cls(credentials=self._credentials(), transport="rest",
+                                           client_options=ClientOptions(api_endpoint=f"http://{self.emulator}"))
+            return self._cache[key]
+
     def cloudbuild(self) -> Any:
         """A google.cloud.devtools.cloudbuild_v1 CloudBuildClient (gRPC, the library's default transport)."""
         with self._lock:
