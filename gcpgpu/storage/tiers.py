@@ -14,14 +14,15 @@ TIB = 1024
 
 @dataclass(frozen=True)
 class Band:
-    """One capacity range of a tier: [low, high] GiB in steps of `step` GiB counted from `low`."""
+    """One capacity range of a tier: [low, high] GiB, a multiple of `step` GiB (Lustre's page: "a multiple
+    of the step size"; its upper bands start at the first multiple above the threshold)."""
 
     low: int
     high: int
     step: int
 
     def holds(self, gib: int) -> bool:
-        return self.low <= gib <= self.high and (gib - self.low) % self.step == 0
+        return self.low <= gib <= self.high and gib % self.step == 0
 
     def describe(self) -> str:
         return f"{_size(self.low)} to {_size(self.high)} in steps of {_size(self.step)}"
@@ -85,11 +86,11 @@ LUSTRE_PAGE = "Google's Managed Lustre performance tiers page (performance-tiers
 # maximum and step (two steps above a threshold). The Dynamic tier (25 MB/s per TiB aggregate) is not
 # offered here: its API value was not found in the documentation (unverified).
 LUSTRE: dict[str, Tier] = {t.name: t for t in (
-    Tier("lustre", "1000", (Band(9000, 1530000, 9000), Band(1602000, 10008000, 72000)), 1000, 1000,
+    Tier("lustre", "1000", (Band(9000, 1530000, 9000), Band(1584000, 10008000, 72000)), 1000, 1000,
          LUSTRE_PAGE, 1000),
-    Tier("lustre", "500", (Band(18000, 3060000, 18000), Band(3204000, 20016000, 144000)), 500, 500,
+    Tier("lustre", "500", (Band(18000, 3060000, 18000), Band(3168000, 20016000, 144000)), 500, 500,
          LUSTRE_PAGE, 500),
-    Tier("lustre", "250", (Band(36000, 6120000, 36000), Band(6408000, 40032000, 288000)), 250, 250,
+    Tier("lustre", "250", (Band(36000, 6120000, 36000), Band(6336000, 40032000, 288000)), 250, 250,
          LUSTRE_PAGE, 250),
     Tier("lustre", "125", (Band(72000, 12240000, 72000),), 125, 125, LUSTRE_PAGE, 125),
 )}
