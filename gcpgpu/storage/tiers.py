@@ -33,7 +33,8 @@ class Tier:
     service: str  # "filestore" | "lustre"
     name: str  # what the user writes and (Filestore) the API's Instance.Tier enum name
     bands: tuple[Band, ...]
-    # What the tier promises per TiB provisioned, MiB/s (Lustre: MB/s per TiB, the API's own unit).
+    # What the tier promises per TiB provisioned, MiB/s (0: its performance does not scale per TiB, so
+    # `plan storage` does not size it).
     read_per_tib: float
     write_per_tib: float
     source: str
@@ -73,26 +74,27 @@ FILESTORE: dict[str, Tier] = {t.name: t for t in (
     Tier("filestore", "REGIONAL", (Band(100, 10239, 1), Band(10 * TIB, 100 * TIB, 2560)), 260, 88,
          FILESTORE_REGIONAL_PAGE + "; steps and rates unverified"),
     # The API reference's enum text: "BASIC instances offer a maximum capacity of 63.9 TB". Minimums
-    # 1 TiB (HDD) and 2.5 TiB (SSD), 1 GiB steps and the per-TiB rates: unverified (third-party pages).
-    Tier("filestore", "BASIC_HDD", (Band(1 * TIB, 65434, 1),), 100, 100,
-         "Filestore v1 Instance.Tier reference (63.9 TB); minimum and rates unverified"),
-    Tier("filestore", "BASIC_SSD", (Band(2560, 65434, 1),), 1200, 350,
-         "Filestore v1 Instance.Tier reference (63.9 TB); minimum and rates unverified"),
+    # 1 TiB (HDD) and 2.5 TiB (SSD) and 1 GiB steps: unverified (third-party pages). Their throughput
+    # does not grow per TiB the way Zonal's does (unverified), so no per-TiB promise is claimed.
+    Tier("filestore", "BASIC_HDD", (Band(1 * TIB, 65434, 1),), 0, 0,
+         "Filestore v1 Instance.Tier reference (63.9 TB); minimum unverified"),
+    Tier("filestore", "BASIC_SSD", (Band(2560, 65434, 1),), 0, 0,
+         "Filestore v1 Instance.Tier reference (63.9 TB); minimum unverified"),
 )}
 FILESTORE_DEFAULT = "ZONAL"
 
 LUSTRE_PAGE = "Google's Managed Lustre performance tiers page (performance-tiers), read 2026-11-28"
+MB_IN_MIB = 1e6 / 2**20  # Lustre's tiers are MB/s (10^6 bytes) per TiB
 # Managed Lustre's tiers by per_unit_storage_throughput (MB/s per TiB); each has its own minimum,
 # maximum and step (two steps above a threshold). The Dynamic tier (25 MB/s per TiB aggregate) is not
 # offered here: its API value was not found in the documentation (unverified).
 LUSTRE: dict[str, Tier] = {t.name: t for t in (
-    Tier("lustre", "1000", (Band(9000, 1530000, 9000), Band(1584000, 10008000, 72000)), 1000, 1000,
-         LUSTRE_PAGE, 1000),
-    Tier("lustre", "500", (Band(18000, 3060000, 18000), Band(3168000, 20016000, 144000)), 500, 500,
-         LUSTRE_PAGE, 500),
-    Tier("lustre", "250", (Band(36000, 6120000, 36000), Band(6336000, 40032000, 288000)), 250, 250,
-         LUSTRE_PAGE, 250),
-    Tier("lustre", "125", (Band(72000, 12240000, 72000),), 125, 125, LUSTRE_PAGE, 125),
+    Tier("lustre", str(mb), bands, mb * MB_IN_MIB, mb * MB_IN_MIB, LUSTRE_PAGE, mb) for mb, bands in (
+        (1000, (Band(9000, 1530000, 9000), Band(1584000, 10008000, 72000))),
+        (500, (Band(18000, 3060000, 18000), Band(3168000, 20016000, 144000))),
+        (250, (Band(36000, 6120000, 36000), Band(6336000, 40032000, 288000))),
+        (125, (Band(72000, 12240000, 72000),)),
+    )
 )}
 LUSTRE_DEFAULT = "1000"  # Google: "recommended for throughput-critical ... AI/ML training"
 
