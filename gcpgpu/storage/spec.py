@@ -134,7 +134,9 @@ def _hyperdisk_ml(source: Any) -> Want:
     if not m or not BUCKET.match(m.group(1)) or any(p in ("", ".", "..") for p in m.group(2).rstrip("/").split("/")):
         raise UsageProblem(f"--hyperdisk-ml {shown(source)} must be a bucket path gs://BUCKET/PREFIX (the data "
                            "copied onto the disk), e.g. gs://my-bucket/datasets/c4")
-    return Want("hyperdisk-ml", DEFAULT_PATH["hyperdisk-ml"], source=source.rstrip("/"))
+    # Checked in full above so a spec file is right once it lands; refused until the fill path is built.
+    raise UsageProblem(f"--hyperdisk-ml {source}: not built yet (the disk, its fill from the bucket and the "
+                       "read-only attach); mount the bucket in a job with --mount gs://BUCKET/PREFIX:/data:ro")
 
 
 def check_zones(wants: list[Want], zones: list[str], region: str, explicit: bool) -> list[str]:
