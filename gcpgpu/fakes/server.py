@@ -28,10 +28,12 @@ from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
 from .events import VmEvents
 from .faults import FaultClock
+from .filestore.backend import FilestoreBackend
 from .gate import guarded
 from .jobs import LocalJobs
 from .jobs.storage import Storage
 from .jobs.usercmd import UserCommands
+from .lro import Operations
 from .monitoring.backend import MonitoringBackend
 from .partial import partial_response
 from .secretmanager.backend import SecretManagerBackend
@@ -61,6 +63,9 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/v1/projects/[^/]+/secrets(?:[/:]|$)", "gcpgpu.fakes.secretmanager.rest:SecretManagerRest.for_emulator"),
     (r"^/v1/projects/[^/]+/locations/[^/]+/repositories/",
      "gcpgpu.fakes.artifactregistry.rest:ArtifactRegistryRest.for_emulator"),
+    # Filestore and Managed Lustre share Google's path shape (/v1/projects/P/locations/L/instances), so each
+    # answers under a prefix of its own: a client's api_endpoint (gcloud's override) names it.
+    (r"^/filestore/v1/", "gcpgpu.fakes.filestore:rest_for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -132,6 +137,11 @@ class Emulator:
                               user=self.user_commands, clock_file=lambda: self.clock.published)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
                                     user=self.user_commands, activity=self.activity)
+        # Shared file systems (issue 41): one folder per instance under the storage root, bound into jobs.
+        self.filestore = FilestoreBackend(
+            self.world, self.clock, self.compute._op_seconds, lambda: disk.root,
+            Operations(self.clock, "type.googleapis.com/google.cloud.common.OperationMetadata"),
+            network_exists=self._network_exists)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
@@ -150,6 +160,7 @@ class Emulator:
         self.jobs.reset()
         self.monitoring.reset()
         self.storage.reset()
+        self.filestore.reset()
         self.activity.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
@@ -169,6 +180,13 @@ class Emulator:
             raise ValueError(f"{path}: state file version {data.get('version')} is not {STATE_VERSION}")
         self.compute.restore(data.get("compute", {}))
         self.faults.update(data.get("faults", {}))
+
+    def _network_exists(self, project: str, name: str) -> bool:
+        try:
+            self.compute.get(project, "global/networks", name)
+        except ApiError:
+            return False
+        return True
 
     # -- addresses -----------------------------------------------------------------------
     @property
@@ -200,6 +218,7 @@ class Emulator:
                 "storage": f"{self.url}/storage/v1/ (uploads /upload/storage/v1/, downloads /download/storage/v1/)",
                 "secretmanager": f"{self.url}/v1/",
                 "artifactregistry": f"{self.url}/v1/ (dockerImages.list)",
+                "file": f"{self.url}/filestore/",
             },
             # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
             # (Cloud Build is served over gRPC only, which gcloud does not speak).
@@ -211,6 +230,7 @@ class Emulator:
                 "storage": f"{self.url}/storage/v1/",
                 "secretmanager": f"{self.url}/",
                 "artifactregistry": f"{self.url}/",
+                "file": f"{self.url}/filestore/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }
