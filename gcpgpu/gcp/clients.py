@@ -99,8 +99,10 @@ class Clients:
                 else:
                     from google.api_core.client_options import ClientOptions
 
+                    # The emulator serves each of these APIs under its own prefix (/filestore, /lustre),
+                    # as their paths (/v1/projects/...) are alike.
                     self._cache[key] = cls(credentials=self._credentials(), transport="rest",
-                                           client_options=ClientOptions(api_endpoint=f"http://{self.emulator}"))
+                                           client_options=ClientOptions(api_endpoint=f"http://{self.emulator}/{key}"))
             return self._cache[key]
 
     def cloudbuild(self) -> Any:

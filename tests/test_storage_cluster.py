@@ -1,0 +1,78 @@
+"""A cluster's shared file systems on the emulator (issue 41): made with `up` in the nodes' zone, named in
+every node's gcpgpu-storage metadata, deleted by `down` (and only what `up` made)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from helpers import PROJECT, leftovers
+
+from gcpgpu.cli import main
+from gcpgpu.gcp.clients import Clients
+
+UP = ["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+
+
+def cli(*argv: str):
+    return CliRunner().invoke(main, ["--project", PROJECT, *argv])
+
+
+def _filestore(gcp):
+    return Clients(emulator=gcp.address).filestore()
+
+
+def _instances(gcp) -> dict[str, dict]:
+    return {i.name: dict(i.labels) for i in _filestore(gcp).list_instances(parent=f"projects/{PROJECT}/locations/-")}
+
+
+def _storage_metadata(gcp, node: str) -> list[dict]:
+    inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", node)
+    meta = {i["key"]: i["value"] for i in inst["metadata"]["items"]}
+    return json.loads(meta["gcpgpu-storage"])
+
+
+def _existing(gcp, name: str) -> str:
+    from google.cloud import filestore_v1
+
+    op = _filestore(gcp).create_instance(
+        parent=f"projects/{PROJECT}/locations/us-central1-a", instance_id=name,
+        instance=filestore_v1.Instance(tier="ZONAL", networks=[filestore_v1.NetworkConfig(network="default")],
+                                       file_shares=[filestore_v1.FileShareConfig(name="data", capacity_gb=1024)]))
+    return op.result(timeout=60).name
+
+
+def test_up_makes_a_filestore_in_the_nodes_zone_and_down_deletes_it_but_not_an_attached_one(gcp):
+    kept = _existing(gcp, "datasets")
+    result = cli(*UP, "--filestore", "1TiB", "--mount", "filestore:datasets:/data")
+    assert result.exit_code == 0, result.output
+    made = f"projects/{PROJECT}/locations/us-central1-a/instances/c-fs"
+    found = _instances(gcp)
+    assert set(found) == {made, kept}
+    assert found[made]["gcpgpu-cluster"] == "c" and "gcpgpu-cluster" not in found[kept]
+    ready = _filestore(gcp).get_instance(name=made)
+    assert ready.state.name == "READY" and ready.tier.name == "ZONAL" and ready.file_shares[0].capacity_gb == 1024
+    ip = ready.networks[0].ip_addresses[0]
+    for node in ("c-0", "c-1"):  # every node is told the same mounts, the attached one at its own path
+        assert _storage_metadata(gcp, node) == [
+            {"kind": "filestore", "name": made, "path": "/shared", "export": f"{ip}:/shared", "device": None,
+             "ro": False},
+            {"kind": "filestore", "name": kept, "path": "/data", "export": gcp.filestore.export(kept),
+             "device": None, "ro": False}]
+
+    again = cli(*UP, "--filestore", "1TiB", "--mount", "filestore:datasets:/data")  # a re-run makes nothing new
+    assert again.exit_code == 0, again.output
+    assert set(_instances(gcp)) == {made, kept}
+
+    down = cli("cluster", "down", "c", "--yes")
+    assert down.exit_code == 0, down.output
+    assert leftovers(gcp) == {}
+    assert set(_instances(gcp)) == {kept}  # the attached instance survives
+
+
+def test_an_attached_instance_that_does_not_exist_fails_up_and_leaves_nothing(gcp):
+    result = cli(*UP, "--mount", "filestore:nope:/data")
+    assert result.exit_code != 0
+    assert "no filestore instance projects/" in result.output and "instances/nope" in result.output
+    assert leftovers(gcp) == {}
+    assert _instances(gcp) == {}
