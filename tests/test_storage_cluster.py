@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
-from helpers import PROJECT, leftovers
+from helpers import PROJECT, clients, leftovers, make_plan
 
 from gcpgpu.cli import main
+from gcpgpu.cluster.apply import Cluster
+from gcpgpu.cluster.session import Reporter
+from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 
 UP = ["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
@@ -74,5 +78,25 @@ def test_an_attached_instance_that_does_not_exist_fails_up_and_leaves_nothing(gc
     result = cli(*UP, "--mount", "filestore:nope:/data")
     assert result.exit_code != 0
     assert "no filestore instance projects/" in result.output and "instances/nope" in result.output
+    assert leftovers(gcp) == {}
+    assert _instances(gcp) == {}
+
+
+class _AtStep(Reporter):
+    def __init__(self, key: str, fn) -> None:
+        self.key, self.fn = key, fn
+
+    def step(self, key: str, text: str) -> None:
+        if key == self.key:
+            self.fn()
+
+
+def test_a_failed_up_takes_back_the_filestore_its_attempt_made(gcp):
+    def vanish() -> None:
+        gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", "c-1")
+
+    plan = make_plan(machine_type="a2-highgpu-1g", zones=["us-central1-a"], filestore="1TiB")
+    with pytest.raises(CloudError, match="c-1"):
+        Cluster(clients(gcp), PROJECT, _AtStep("running", vanish)).up(plan)
     assert leftovers(gcp) == {}
     assert _instances(gcp) == {}
