@@ -58,10 +58,13 @@ def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
 def delete(s: Session, cluster: str, attempt: str | None = None) -> list[str]:
     """Delete the file systems `cluster` created (only `attempt`'s, when given); one line per one left.
     Attached ones carry no gcpgpu label, so they are never found here."""
+    from gcpgpu.storage.access import remove_private_access
+
     labels = {LABEL_CLUSTER: cluster, LABEL_MANAGED: "true", **({LABEL_ATTEMPT: attempt} if attempt else {})}
+    say = lambda text: s.report.step("storage", text)  # noqa: E731
     found = storage.owned(s.clients, s.project, labels)
-    if not found:
-        return []
-    lines = storage.delete(s.clients, s.project, found, lambda text: s.report.step("storage", text), s.check_lease)
-    left = storage.owned(s.clients, s.project, labels)
-    return lines or [f"{kind} instance {name}: still exists after down" for kind, name in left]
+    lines = storage.delete(s.clients, s.project, found, say, s.check_lease) if found else []
+    left = storage.owned(s.clients, s.project, labels) if found else []
+    lines = lines or [f"{kind} instance {name}: still exists after down" for kind, name in left]
+    # The private service access made for a Lustre goes once no instance of the cluster uses it.
+    return lines or remove_private_access(s.clients, s.project, labels, say, s.check_lease)

@@ -105,6 +105,21 @@ class Clients:
                                            client_options=ClientOptions(api_endpoint=f"http://{self.emulator}/{key}"))
             return self._cache[key]
 
+    def servicenetworking(self) -> Any:
+        """servicenetworking v1 (private service access) through googleapiclient: Google publishes no
+        Cloud Client Library for it. The discovery document is the one the library ships (no fetch)."""
+        with self._lock:
+            if "servicenetworking" not in self._cache:
+                from googleapiclient.discovery import build
+
+                if self.emulator:
+                    self._cache["servicenetworking"] = build(
+                        "servicenetworking", "v1", credentials=self._credentials(), static_discovery=True,
+                        client_options={"api_endpoint": f"http://{self.emulator}/servicenetworking/"})
+                else:
+                    self._cache["servicenetworking"] = build("servicenetworking", "v1", static_discovery=True)
+            return self._cache["servicenetworking"]
+
     def cloudbuild(self) -> Any:
         """A google.cloud.devtools.cloudbuild_v1 CloudBuildClient (gRPC, the library's default transport)."""
         with self._lock:

@@ -14,7 +14,7 @@ from typing import Any
 
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.gcp.errors import is_not_found
+from gcpgpu.gcp.errors import is_not_found, is_service_off
 
 from . import entries, tiers
 from .spec import Want
@@ -115,9 +115,9 @@ def _ready(client: Any, name: str, want: Want) -> Any:
     while True:
         inst = client.get_instance(name=name)
         state = getattr(inst.state, "name", str(inst.state))
-        if state == "READY":
+        if state in ("READY", "ACTIVE"):  # Filestore says READY, Managed Lustre ACTIVE
             return inst
-        if state not in ("CREATING", "REPAIRING", "RESTORING", "UPDATING", "STATE_UNSPECIFIED"):
+        if state not in ("CREATING", "REPAIRING", "RESTORING", "UPDATING", "UPGRADING", "STATE_UNSPECIFIED"):
             raise CloudError(f"{want.kind} instance {name} is {state}, not READY; see the console, or "
                              "'gcpgpu cluster down' to remove what gcpgpu made")
         if time.monotonic() > deadline:
@@ -146,20 +146,10 @@ def owned(clients: Clients, project: str, labels: dict[str, str], kinds: tuple[s
             pager = _client(clients, kind).list_instances(request={"parent": f"projects/{project}/locations/-"})
             out += [(kind, i.name) for i in pager if all(i.labels.get(k) == v for k, v in labels.items())]
         except Exception as e:
-            if not _service_off(e):
+            if not is_service_off(e):
                 raise
     return out
 
-
-def _service_off(e: Exception) -> bool:
-    """The API is not enabled in the project (or not served by the emulator): nothing of it can exist."""
-    from google.api_core import exceptions
-
-    if is_not_found(e) or isinstance(e, exceptions.MethodNotImplemented):
-        return True
-    text = str(e).lower()
-    return isinstance(e, exceptions.PermissionDenied) and ("service_disabled" in text or "has not been used" in text
-                                                            or "is disabled" in text)
 
 
 def delete(clients: Clients, project: str, found: list[tuple[str, str]], say: Say,
