@@ -104,3 +104,14 @@ def test_an_instance_still_creating_is_not_mounted(gcp, instances, nfs):
     _nodes(instances, [{"kind": "filestore", "name": f"{PARENT}/instances/slow", "path": "/shared"}], ["n-0"])
     got = _run(gcp, instances, "n-0", "c", "true")
     assert got["gcpgpu/state"] == "FAILED" and "is CREATING, not READY" in got["gcpgpu/message"], got
+
+
+def test_the_bundled_trainers_node_paths_under_a_mount_land_in_the_instances_folder(tmp_path):
+    from gcpgpu.fakes.jobs.storage import Storage
+
+    storage = Storage(tmp_path)
+    storage.share("7", [("/shared", ("filestore", "p", "z", "n"))])
+    assert storage.local("/shared/ckpt/../run1", "7") == str(tmp_path / "filestore/p/z/n/run1")
+    assert storage.local("/shared", "7") == str(tmp_path / "filestore/p/z/n")
+    assert storage.local("/sharedx/a", "7") == str(tmp_path / "nodes/7/sharedx/a")  # not under the mount
+    assert storage.local("/shared/a", "8") == str(tmp_path / "nodes/8/shared/a")  # another node mounts nothing
