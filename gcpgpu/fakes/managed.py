@@ -124,10 +124,14 @@ class ManagedInstances:
             self._sweep()
             return self._state(self._items[name]) if name in self._items else None
 
+    def folder_parts(self, name: str) -> tuple[str, ...]:
+        """The instance's folder under the storage root, by its names: (SERVICE, PROJECT, LOCATION, NAME)."""
+        parts = name.split("/")
+        return (self.service, parts[1], parts[3], parts[5])
+
     def folder_path(self, name: str) -> Path:
         """The instance's folder (whether or not it exists): ROOT/SERVICE/PROJECT/LOCATION/NAME."""
-        parts = name.split("/")
-        return self._root() / self.service / parts[1] / parts[3] / parts[5]
+        return self._root().joinpath(*self.folder_parts(name))
 
     def export(self, name: str) -> str | None:
         """What a node mounts (the service's ready field): IP:/SHARE or IP@tcp:/FSNAME; None unless ready."""

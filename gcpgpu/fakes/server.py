@@ -142,6 +142,7 @@ class Emulator:
             self.world, self.clock, self.compute._op_seconds, lambda: disk.root,
             Operations(self.clock, "type.googleapis.com/google.cloud.common.OperationMetadata"),
             network_exists=self._network_exists)
+        self.jobs.agent.shared.services["filestore"] = self.filestore
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)

@@ -1,0 +1,117 @@
+"""A node's shared file systems (`gcpgpu-storage` metadata): the instance's folder bound at its path in every
+user command the node runs, so what node 0 writes at /shared node 1 reads there; an entry the emulator cannot
+mount refuses the node's job in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from google.cloud import compute_v1
+from helpers import wait_for
+
+from .builders import PROJECT, ZONE, insert, vm
+
+PARENT = f"projects/{PROJECT}/locations/{ZONE}"
+NAME = f"{PARENT}/instances/nfs"
+DONE = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+@pytest.fixture
+def nfs(gcp):
+    """A READY Filestore instance, made through Google's client; its export."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import filestore_v1
+
+    client = filestore_v1.CloudFilestoreManagerClient(
+        credentials=AnonymousCredentials(), transport="rest",
+        client_options={"api_endpoint": f"http://{gcp.address}/filestore"})
+    made = client.create_instance(parent=PARENT, instance_id="nfs", instance=filestore_v1.Instance(
+        tier=filestore_v1.Instance.Tier.ZONAL, file_shares=[filestore_v1.FileShareConfig(name="vol", capacity_gb=1024)],
+        networks=[filestore_v1.NetworkConfig(network="default")])).result(timeout=30)
+    return f"{made.networks[0].ip_addresses[0]}:/vol"
+
+
+def _nodes(instances, storage: list[dict], names=("n-0", "n-1")) -> None:
+    for name in names:
+        body = vm(name)
+        body.metadata = compute_v1.Metadata(items=[compute_v1.Items(key="gcpgpu-storage", value=json.dumps(storage))])
+        insert(instances, body)
+
+
+def _run(gcp, instances, node: str, job_id: str, script: str) -> dict[str, str]:
+    """Run `script` as a user's command on `node` (the agent's setMetadata hook); its final guest attributes."""
+    inst = instances.get(project=PROJECT, zone=ZONE, instance=node)
+    items = [compute_v1.Items(key=i.key, value=i.value) for i in inst.metadata.items]
+    job = {"id": job_id, "image": "us-docker.pkg.dev/p/r/user:1", "command": ["bash", "-c", script], "env": {}}
+    items += [compute_v1.Items(key="gcpgpu-job", value=json.dumps(job)),
+              compute_v1.Items(key="gcpgpu-node-rank", value="0"), compute_v1.Items(key="gcpgpu-nnodes", value="1")]
+    instances.set_metadata(project=PROJECT, zone=ZONE, instance=node, metadata_resource=compute_v1.Metadata(
+        fingerprint=inst.metadata.fingerprint, items=items)).result()
+    iid = str(inst.id)
+    wait_for(lambda: gcp.jobs.agent.attributes(iid).get("gcpgpu/state") in DONE, what=f"{node}'s job to end")
+    return gcp.jobs.agent.attributes(iid)
+
+
+def test_a_file_written_at_the_mount_on_node_0_is_read_there_on_node_1(gcp, instances, nfs):
+    _nodes(instances, [{"kind": "filestore", "name": NAME, "path": "/shared", "export": nfs, "device": None,
+                        "ro": False}])
+    wrote = _run(gcp, instances, "n-0", "w", "echo from-node-0 > /shared/hello && mkdir -p /shared/ckpt")
+    assert wrote["gcpgpu/state"] == "SUCCEEDED", wrote
+    read = _run(gcp, instances, "n-1", "r", 'test "$(cat /shared/hello)" = from-node-0 && test -d /shared/ckpt')
+    assert read["gcpgpu/state"] == "SUCCEEDED", read
+    assert (gcp.filestore.folder_path(NAME) / "hello").read_text() == "from-node-0\n"
+
+
+def test_a_read_only_entry_is_bound_read_only(gcp, instances, nfs):
+    (gcp.filestore.folder_path(NAME) / "data.txt").write_text("weights\n")
+    _nodes(instances, [{"kind": "filestore", "name": NAME, "path": "/data", "export": nfs, "ro": True}], ["n-0"])
+    got = _run(gcp, instances, "n-0", "ro", 'test "$(cat /data/data.txt)" = weights && ! touch /data/x 2>/dev/null')
+    assert got["gcpgpu/state"] == "SUCCEEDED", got
+    assert not (gcp.filestore.folder_path(NAME) / "x").exists()
+
+
+@pytest.mark.parametrize("entry,said", [
+    ({"kind": "filestore", "name": f"{PARENT}/instances/gone", "path": "/shared"}, "no such instance"),
+    ({"kind": "filestore", "name": NAME, "path": "/gcs/x"}, "is reserved"),
+    ({"kind": "filestore", "name": NAME, "path": "shared"}, "not an absolute path"),
+    ({"kind": "filestore", "name": NAME, "path": "/shared", "export": "10.0.0.1:/other"}, "is not the instance's"),
+    ({"kind": "nfs", "name": NAME, "path": "/shared"}, "is not one of"),
+])
+def test_an_entry_the_node_cannot_mount_fails_its_job_in_one_line(gcp, instances, nfs, entry, said):
+    _nodes(instances, [entry], ["n-0"])
+    got = _run(gcp, instances, "n-0", "x", "true")
+    assert got["gcpgpu/state"] == "FAILED" and said in got["gcpgpu/message"], got
+    assert "\n" not in got["gcpgpu/message"]
+
+
+def test_an_instance_still_creating_is_not_mounted(gcp, instances, nfs):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import filestore_v1
+
+    gcp.clock.freeze()
+    gcp.faults.operation_seconds = 600.0
+    client = filestore_v1.CloudFilestoreManagerClient(
+        credentials=AnonymousCredentials(), transport="rest",
+        client_options={"api_endpoint": f"http://{gcp.address}/filestore"})
+    client.create_instance(parent=PARENT, instance_id="slow", instance=filestore_v1.Instance(
+        tier=filestore_v1.Instance.Tier.ZONAL, file_shares=[filestore_v1.FileShareConfig(name="vol", capacity_gb=1024)],
+        networks=[filestore_v1.NetworkConfig(network="default")]))
+    gcp.faults.operation_seconds = 0.0
+    _nodes(instances, [{"kind": "filestore", "name": f"{PARENT}/instances/slow", "path": "/shared"}], ["n-0"])
+    got = _run(gcp, instances, "n-0", "c", "true")
+    assert got["gcpgpu/state"] == "FAILED" and "is CREATING, not READY" in got["gcpgpu/message"], got
+
+
+def test_the_bundled_trainers_node_paths_under_a_mount_land_in_the_instances_folder(tmp_path):
+    from gcpgpu.fakes.jobs.storage import Storage
+
+    storage = Storage(tmp_path)
+    storage.share("7", [("/shared", ("filestore", "p", "z", "n"))])
+    assert storage.local("/shared/ckpt/../run1", "7") == str(tmp_path / "filestore/p/z/n/run1")
+    assert storage.local("/shared", "7") == str(tmp_path / "filestore/p/z/n")
+    assert storage.local("/sharedx/a", "7") == str(tmp_path / "nodes/7/sharedx/a")  # not under the mount
+    assert storage.local("/shared/a", "8") == str(tmp_path / "nodes/8/shared/a")  # another node mounts nothing
