@@ -100,3 +100,28 @@ def test_a_failed_up_takes_back_the_filestore_its_attempt_made(gcp):
         Cluster(clients(gcp), PROJECT, _AtStep("running", vanish)).up(plan)
     assert leftovers(gcp) == {}
     assert _instances(gcp) == {}
+
+
+def test_a_job_writes_a_file_on_node_0_and_node_1_reads_it_through_the_filestore_mount(gcp):
+    """The issue's done-when: a 2-node cluster with --filestore; node 0 writes, node 1 reads, through /shared;
+    `down` leaves nothing, and an attached existing instance survives it."""
+    kept = _existing(gcp, "datasets")
+    assert cli(*UP, "--filestore", "1TiB", "--mount", "filestore:datasets:/data").exit_code == 0
+    script = ('if [ "$NODE_RANK" = 0 ]; then echo "written on $(hostname) rank 0" > /shared/hello.txt; '
+              'else for i in $(seq 600); do [ -s /shared/hello.txt ] && break; sleep 0.1; done; '
+              'echo "node 1 read: $(cat /shared/hello.txt)"; fi')
+    result = cli("--region", "us-central1", "job", "submit", "--cluster", "c", "--image", "busybox", "--wait",
+                 "--command", script)
+    assert result.exit_code == 0, result.output
+    job_id = result.stdout.splitlines()[0]
+    logs = cli("--region", "us-central1", "job", "logs", job_id).output
+    assert "node 1 read: written on" in logs and "rank 0" in logs, logs
+    assert [line for line in logs.splitlines() if "node 1 read" in line][0].startswith("[c-1]")
+    # The file is in the instance's own folder: the share, not a node's disk.
+    made = f"projects/{PROJECT}/locations/us-central1-a/instances/c-fs"
+    assert (gcp.filestore.folder_path(made) / "hello.txt").read_text().startswith("written on")
+
+    down = cli("cluster", "down", "c", "--yes")
+    assert down.exit_code == 0, down.output
+    assert leftovers(gcp) == {}
+    assert set(_instances(gcp)) == {kept}
