@@ -31,7 +31,7 @@ def range_name(cluster: str) -> str:
     return f"{cluster}-psa"
 
 
-def _network(clients: Clients, project: str, network: str) -> str:
+def peering_network(clients: Clients, project: str, network: str) -> str:
     """The network as servicenetworking names it: projects/NUMBER/global/networks/NAME (its reference says
     the project number; Compute's project `id` is taken as that number: unverified)."""
     number = clients.compute("ProjectsClient").get(project=project).id
@@ -40,7 +40,7 @@ def _network(clients: Clients, project: str, network: str) -> str:
 
 def connected(clients: Clients, project: str, network: str) -> bool:
     resp = clients.servicenetworking().services().connections().list(
-        parent=SERVICE, network=_network(clients, project, network)).execute()
+        parent=SERVICE, network=peering_network(clients, project, network)).execute()
     return bool(resp.get("connections"))
 
 
@@ -67,7 +67,7 @@ def ensure_private_access(clients: Clients, project: str, network: str, cluster:
             description=f"gcpgpu cluster {cluster}: private service access for Managed Lustre")}))
     fence()
     op = clients.servicenetworking().services().connections().create(parent=SERVICE, body={
-        "network": _network(clients, project, network), "reservedPeeringRanges": [name]}).execute()
+        "network": peering_network(clients, project, network), "reservedPeeringRanges": [name]}).execute()
     _wait(clients, op, f"connecting network {network} to Google's services")
 
 
@@ -102,7 +102,7 @@ def remove_private_access(clients: Clients, project: str, labels: dict[str, str]
                 say(f"Removing private service access from network {network}")
                 fence()
                 op = clients.servicenetworking().services().connections().deleteConnection(
-                    name=CONNECTION, body={"consumerNetwork": _network(clients, project, network)}).execute()
+                    name=CONNECTION, body={"consumerNetwork": peering_network(clients, project, network)}).execute()
                 _wait(clients, op, f"disconnecting network {network} from Google's services")
             fence()
             wait(clients, project, call(addresses.delete, {"project": project, "address": a.name}))

@@ -171,3 +171,22 @@ def delete(clients: Clients, project: str, found: list[tuple[str, str]], say: Sa
             if not is_not_found(e):
                 lines.append(f"{kind} instance {name}: {e}")
     return lines
+
+
+def nfs_share(clients: Clients, project: str, want: Want, region: str) -> tuple[str, str, str]:
+    """(server IP, /SHARE, network name) of an existing READY Filestore instance a Vertex job mounts: NAME is
+    looked up in the job's region (any of its zones, or the region itself)."""
+    client = clients.filestore()
+    name = str(want.existing)
+    if name.startswith("projects/"):
+        inst = _get(client, name)
+    else:
+        pager = client.list_instances(request={"parent": f"projects/{project}/locations/-"})
+        inst = next((i for i in pager if i.name.rsplit("/", 1)[-1] == name
+                     and i.name.split("/")[3].startswith(region)), None)
+    if inst is None:
+        raise CloudError(f"--mount filestore:{name}:{want.path}: no Filestore instance {name} in {region} of "
+                         f"project {project}")
+    entry = _entry(want, _ready(client, inst.name, want), inst.name)
+    server, _, share = str(entry["export"]).partition(":")
+    return server, share, inst.networks[0].network.rsplit("/", 1)[-1]
