@@ -101,3 +101,11 @@ def test_every_tier_band_starts_on_its_step_and_the_sizes_parse_as_binary_units(
             for band in tier.bands:
                 assert band.holds(band.low) and band.holds(band.high), (tier.name, band)
     assert parse_size("2.5TiB", "--x") == 2560 and parse_size("10T", "--x") == 10240 and parse_size(300, "--x") == 300
+
+
+def test_cluster_plan_says_what_storage_up_will_make_and_what_it_attaches(monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    result = CliRunner().invoke(main, ["cluster", "plan", *OK, "--filestore", "1TiB", "--mount", "lustre:old:/scratch"])
+    assert result.exit_code == 0, result.output
+    assert "note: filestore 1,024 GiB (ZONAL) at /shared on every node" in result.output
+    assert "note: lustre old attached at /scratch on every node (never deleted)" in result.output

@@ -14,6 +14,7 @@ from typing import Any
 
 from gcpgpu import catalog
 from gcpgpu.resources import render
+from gcpgpu.storage.spec import describe as describe_storage
 from gcpgpu.times import format_duration
 
 from . import autostop, munge
@@ -420,6 +421,7 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     }
     if policy:
         props["resourcePolicies"] = [policy["name"]]
+    notes += describe_storage(spec)
     setup_needs = catalog.node_setup(mt).requires
     if setup_needs and spec.image == catalog.node_setup(mt).image:
         notes.append(f"{mt.name}: {setup_needs}.")

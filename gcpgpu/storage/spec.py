@@ -158,3 +158,15 @@ def check_zones(wants: list[Want], zones: list[str], region: str, explicit: bool
             raise UsageProblem(f"--{w.kind}: no zone of {region} that offers the machine type offers {w.kind} "
                                f"({', '.join(offered) or 'none'}); pick another --region")
     return keep
+
+
+def describe(spec: Any) -> list[str]:
+    """The plan's lines for a spec's shared file systems (what `cluster plan` says before anything is made)."""
+    out = []
+    for w in wanted(spec):
+        if w.created:
+            out.append(f"{w.kind} {w.size_gib:,} GiB ({w.tier}) at {w.path} on every node: made in the nodes' zone "
+                       "once they are placed, deleted by 'cluster down'")
+        else:
+            out.append(f"{w.kind} {w.existing} attached at {w.path} on every node (never deleted)")
+    return out
