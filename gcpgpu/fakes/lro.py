@@ -88,6 +88,7 @@ class Operations:
         self.clock = clock
         self.metadata_type = metadata_type
         self.cancel_field = cancel_field  # google.cloud.common's name; Lustre's metadata says requestedCancellation
+        self.name_prefix = "operation-"  # Service Networking's operations are operations/pssn.ID
         self.api_version = api_version
         self._ops: dict[str, dict] = {}
         self._lock = threading.RLock()
@@ -101,7 +102,9 @@ class Operations:
         """A new operation under `parent` (projects/P/locations/L) on `target`, done `seconds` from now,
         whose response is `result()` when read after that (Empty when None), or which fails with `error`."""
         now = self.clock.now()
-        name = f"{parent}/operations/operation-{int(now * 1000)}-{uuid.uuid4().hex[:24]}"
+        leaf = self.name_prefix + (uuid.uuid4().hex[:24] if self.name_prefix != "operation-" else
+                                   f"{int(now * 1000)}-{uuid.uuid4().hex[:24]}")
+        name = f"{parent}/operations/{leaf}" if parent else f"operations/{leaf}"
         op = {"name": name, "target": target, "verb": verb, "t0": now, "done_at": now + max(seconds, 0.0),
               "result": result, "error": error, "response": None}
         with self._lock:
@@ -117,7 +120,8 @@ class Operations:
 
     def list(self, parent: str, args: Any) -> dict:
         with self._lock:
-            ops = [self._render(o) for n, o in sorted(self._ops.items()) if n.startswith(parent + "/operations/")]
+            under = f"{parent}/operations/" if parent else "operations/"
+            ops = [self._render(o) for n, o in sorted(self._ops.items()) if n.startswith(under)]
         return page(ops, args, "operations")
 
     def delete(self, name: str) -> dict:
@@ -142,7 +146,9 @@ class Operations:
                                 "target": op["target"], "verb": op["verb"], "apiVersion": self.api_version}
         if op.get("cancel"):
             meta[self.cancel_field] = True
-        out: dict[str, Any] = {"name": op["name"], "metadata": meta, "done": done}
+        out: dict[str, Any] = {"name": op["name"], "done": done}
+        if self.metadata_type:
+            out["metadata"] = meta
         if not done:
             return out
         meta["endTime"] = proto_timestamp(op["done_at"])

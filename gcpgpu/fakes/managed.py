@@ -145,6 +145,17 @@ class ManagedInstances:
     def export_of(self, body: dict, ip: str) -> str:
         raise NotImplementedError
 
+    def uses_private_access(self, body: dict, project: str, network: str) -> bool:
+        """Whether an instance needs `network`'s private service connection (the service says)."""
+        return False
+
+    def on_network(self, project: str, network: str) -> list[str]:
+        """The instances (not yet gone) that need private service access on `network` of `project`."""
+        with self._lock:
+            self._sweep()
+            return [n for n, i in sorted(self._items.items())
+                    if n.split("/")[1] == project and self.uses_private_access(i["body"], project, network)]
+
     # -- inside ----------------------------------------------------------------------------------------
     def _parent(self, project: str, location: str, allow_any: bool) -> str:
         if not _PROJECT.match(project):

@@ -34,9 +34,11 @@ from .jobs import LocalJobs
 from .jobs.storage import Storage
 from .jobs.usercmd import UserCommands
 from .lro import Operations
+from .lustre.backend import LustreBackend
 from .monitoring.backend import MonitoringBackend
 from .partial import partial_response
 from .secretmanager.backend import SecretManagerBackend
+from .servicenetworking.backend import ServiceNetworkingBackend
 from .storage.backend import StorageBackend
 from .vertex.backend import VertexBackend
 from .world import default_world
@@ -66,6 +68,8 @@ REST_APIS: list[tuple[str, str]] = [
     # Filestore and Managed Lustre share Google's path shape (/v1/projects/P/locations/L/instances), so each
     # answers under a prefix of its own: a client's api_endpoint (gcloud's override) names it.
     (r"^/filestore/v1/", "gcpgpu.fakes.filestore:rest_for_emulator"),
+    (r"^/lustre/v1/", "gcpgpu.fakes.lustre:rest_for_emulator"),
+    (r"^/servicenetworking/v1/", "gcpgpu.fakes.servicenetworking:rest_for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -137,12 +141,20 @@ class Emulator:
                               user=self.user_commands, clock_file=lambda: self.clock.published)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
                                     user=self.user_commands, activity=self.activity)
-        # Shared file systems (issue 41): one folder per instance under the storage root, bound into jobs.
+        # Shared file systems (issue 41): one folder per instance under the storage root, bound into jobs;
+        # private service access (Service Networking) on the networks that need it.
+        self.servicenetworking = ServiceNetworkingBackend(self.clock, self._operation_seconds, self.compute,
+                                                          self._private_access_users)
         self.filestore = FilestoreBackend(
-            self.world, self.clock, self.compute._op_seconds, lambda: disk.root,
+            self.world, self.clock, self._operation_seconds, lambda: disk.root,
             Operations(self.clock, "type.googleapis.com/google.cloud.common.OperationMetadata"),
-            network_exists=self._network_exists)
-        self.jobs.agent.shared.services["filestore"] = self.filestore
+            network_exists=self._network_exists, has_private_access=self.servicenetworking.connected)
+        self.lustre = LustreBackend(
+            self.world, self.clock, self._operation_seconds, lambda: disk.root,
+            Operations(self.clock, "type.googleapis.com/google.cloud.lustre.v1.OperationMetadata",
+                       cancel_field="requestedCancellation"),
+            network_exists=self._network_exists, has_private_access=self.servicenetworking.connected)
+        self.jobs.agent.shared.services.update(filestore=self.filestore, lustre=self.lustre)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
@@ -162,6 +174,8 @@ class Emulator:
         self.monitoring.reset()
         self.storage.reset()
         self.filestore.reset()
+        self.lustre.reset()
+        self.servicenetworking.reset()
         self.activity.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
@@ -183,11 +197,23 @@ class Emulator:
         self.faults.update(data.get("faults", {}))
 
     def _network_exists(self, project: str, name: str) -> bool:
+        if project.isdigit():  # a network named by its project's number
+            project = next(iter(self.compute.project_ids(project)), "")
         try:
             self.compute.get(project, "global/networks", name)
         except ApiError:
             return False
         return True
+
+    def _operation_seconds(self) -> float:
+        """How long an operation takes (Faults.operation_seconds, else the world's), as Compute's do."""
+        s = self.faults.operation_seconds
+        return self.world.timings["operation_seconds"] if s is None else float(s)
+
+    def _private_access_users(self, project: str, network: str) -> list[str]:
+        """The instances that need the private service connection on `network` (Lustre's, Filestore's in
+        PRIVATE_SERVICE_ACCESS mode): Service Networking refuses to delete it under them."""
+        return [*self.lustre.on_network(project, network), *self.filestore.on_network(project, network)]
 
     # -- addresses -----------------------------------------------------------------------
     @property
@@ -220,6 +246,8 @@ class Emulator:
                 "secretmanager": f"{self.url}/v1/",
                 "artifactregistry": f"{self.url}/v1/ (dockerImages.list)",
                 "file": f"{self.url}/filestore/",
+                "lustre": f"{self.url}/lustre/",
+                "servicenetworking": f"{self.url}/servicenetworking/",
             },
             # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
             # (Cloud Build is served over gRPC only, which gcloud does not speak).
@@ -232,6 +260,8 @@ class Emulator:
                 "secretmanager": f"{self.url}/",
                 "artifactregistry": f"{self.url}/",
                 "file": f"{self.url}/filestore/",
+                "lustre": f"{self.url}/lustre/",
+                "servicenetworking": f"{self.url}/servicenetworking/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }

@@ -115,3 +115,20 @@ def test_the_bundled_trainers_node_paths_under_a_mount_land_in_the_instances_fol
     assert storage.local("/shared", "7") == str(tmp_path / "filestore/p/z/n")
     assert storage.local("/sharedx/a", "7") == str(tmp_path / "nodes/7/sharedx/a")  # not under the mount
     assert storage.local("/shared/a", "8") == str(tmp_path / "nodes/8/shared/a")  # another node mounts nothing
+
+
+def test_a_lustre_instance_is_shared_between_nodes_at_its_path(gcp, instances):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import lustre_v1
+
+    # Its private service access, as Service Networking records it (tests/conformance/test_lustre.py drives the API).
+    gcp.servicenetworking._conns[(PROJECT, "default")] = {"network": f"projects/{PROJECT}/global/networks/default"}
+    client = lustre_v1.LustreClient(credentials=AnonymousCredentials(), transport="rest",
+                                    client_options={"api_endpoint": f"http://{gcp.address}/lustre"})
+    made = client.create_instance(parent=PARENT, instance_id="scratch", instance=lustre_v1.Instance(
+        filesystem="lfs", capacity_gib=18000, per_unit_storage_throughput=1000,
+        network=f"projects/{PROJECT}/global/networks/default")).result(timeout=30)
+    _nodes(instances, [{"kind": "lustre", "name": made.name, "path": "/scratch", "export": made.mount_point,
+                        "device": None, "ro": False}])
+    assert _run(gcp, instances, "n-0", "w", "echo lustre > /scratch/f")["gcpgpu/state"] == "SUCCEEDED"
+    assert _run(gcp, instances, "n-1", "r", 'test "$(cat /scratch/f)" = lustre')["gcpgpu/state"] == "SUCCEEDED"

@@ -28,6 +28,7 @@ LIST_KINDS = {
     "resourcePolicies": "compute#resourcePolicyList",
     "networks": "compute#networkList",
     "firewalls": "compute#firewallList",
+    "addresses": "compute#addressList",
     "routers": "compute#routerList",
     "operations": "compute#operationList",
     "zones": "compute#zoneList",
@@ -41,7 +42,7 @@ LIST_KINDS = {
 
 _KIND = "<any(instances,reservations,disks):kind>"
 _RKIND = "<any(subnetworks,resourcePolicies,instanceTemplates,routers):kind>"
-_GKIND = "<any(networks,firewalls,instanceTemplates):kind>"
+_GKIND = "<any(networks,firewalls,instanceTemplates,addresses):kind>"
 _AKIND = "<any(instanceGroupManagers,instances,reservations,disks,subnetworks,resourcePolicies,routers,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
 _ACTION = "<any(setLabels,setMetadata,setTags,setDeletionProtection,stop,start):action>"
 
@@ -128,6 +129,8 @@ def _method(endpoint: str, args: dict) -> tuple[str, str]:
     """The discovery document's (resource, method) for a body-bearing request, to check its body by."""
     if endpoint == "insert":
         kind = args["kind"]
+        if kind == "addresses":
+            return "globalAddresses", "insert"  # only global addresses are served (private service access ranges)
         return ("regionInstanceTemplates" if kind == "instanceTemplates" and "region" in args else kind), "insert"
     if endpoint == "bulk_insert":
         return ("regionInstances" if "region" in args else "instances"), "bulkInsert"
@@ -364,6 +367,8 @@ class ComputeRest:
             return self.b.insert_network(project, body, request_id=rid)
         if kind == "firewalls":
             return self.b.insert_firewall(project, body, request_id=rid)
+        if kind == "addresses":
+            return self.b.insert_global_address(project, body, request_id=rid)
         raise ApiError(400, "invalid", f"Creating {kind} is not supported by the emulator.")
 
     def _check_scope(self, scope: dict) -> None:

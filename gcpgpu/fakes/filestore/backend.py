@@ -140,6 +140,11 @@ class FilestoreBackend(ManagedInstances):
         net["modes"] = [enum_name(m, ADDRESS_NUMBERS) for m in net.get("modes") or ["MODE_IPV4"]]
         return net
 
+    def uses_private_access(self, body: dict, project: str, network: str) -> bool:
+        net = body["networks"][0]
+        return (net.get("connectMode") == "PRIVATE_SERVICE_ACCESS"
+                and str(net["network"]).rstrip("/").rsplit("/", 1)[-1] == network)
+
     def ready_fields(self, body: dict, ip: str) -> dict:
         net = dict(body["networks"][0])
         net["ipAddresses"] = [ip]
