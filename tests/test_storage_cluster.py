@@ -7,6 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+import helpers
 from helpers import PROJECT, clients, leftovers, make_plan
 
 from gcpgpu.cli import main
@@ -125,3 +126,60 @@ def test_a_job_writes_a_file_on_node_0_and_node_1_reads_it_through_the_filestore
     assert down.exit_code == 0, down.output
     assert leftovers(gcp) == {}
     assert set(_instances(gcp)) == {kept}
+
+
+def _lustre(gcp):
+    return Clients(emulator=gcp.address).lustre()
+
+
+def test_lustre_gets_private_service_access_made_and_removed_with_it_and_a_job_sees_it_on_both_nodes(gcp):
+    result = cli(*UP, "--lustre", "9000GiB")
+    assert result.exit_code == 0, result.output
+    made = f"projects/{PROJECT}/locations/us-central1-a/instances/c-lustre"
+    inst = _lustre(gcp).get_instance(name=made)
+    assert inst.state.name == "ACTIVE" and inst.per_unit_storage_throughput == 1000 and inst.capacity_gib == 9000
+    assert inst.network == f"projects/{PROJECT}/global/networks/default" and inst.labels["gcpgpu-cluster"] == "c"
+    psa = gcp.compute.get(PROJECT, "global/addresses", "c-psa")
+    assert psa["purpose"] == "VPC_PEERING" and psa["labels"]["gcpgpu-psa"] == "connection"
+    entry = _storage_metadata(gcp, "c-1")[0]
+    assert (entry["kind"], entry["path"], entry["export"]) == ("lustre", "/scratch", inst.mount_point)
+    assert "@tcp:/" in entry["export"]
+
+    script = ('if [ "$NODE_RANK" = 0 ]; then echo from-0 > /scratch/x; else for i in $(seq 600); do '
+              '[ -s /scratch/x ] && break; sleep 0.1; done; echo "node 1 read $(cat /scratch/x)"; fi')
+    job = cli("--region", "us-central1", "job", "submit", "--cluster", "c", "--image", "busybox", "--wait",
+              "--command", script)
+    assert job.exit_code == 0, job.output
+    assert "node 1 read from-0" in cli("--region", "us-central1", "job", "logs", job.stdout.splitlines()[0]).output
+
+    down = cli("cluster", "down", "c", "--yes")
+    assert down.exit_code == 0, down.output
+    assert leftovers(gcp) == {}  # the range (a global address) went with the connection
+    assert list(_lustre(gcp).list_instances(parent=f"projects/{PROJECT}/locations/-")) == []
+    conns = Clients(emulator=gcp.address).servicenetworking().services().connections().list(
+        parent="services/servicenetworking.googleapis.com",
+        network=f"projects/{Clients(emulator=gcp.address).compute('ProjectsClient').get(project=PROJECT).id}"
+                "/global/networks/default").execute()
+    assert not conns.get("connections")
+
+
+def test_a_network_with_private_service_access_already_keeps_it_after_down(gcp):
+    from google.cloud import compute_v1
+
+    c = Clients(emulator=gcp.address)
+    c.compute("GlobalAddressesClient").insert(project=PROJECT, address_resource=compute_v1.Address(
+        name="mine", purpose="VPC_PEERING", address_type="INTERNAL", prefix_length=16,
+        network=f"projects/{PROJECT}/global/networks/default")).result(timeout=60)
+    number = c.compute("ProjectsClient").get(project=PROJECT).id
+    network = f"projects/{number}/global/networks/default"
+    sn = c.servicenetworking().services().connections()
+    op = sn.create(parent="services/servicenetworking.googleapis.com",
+                   body={"network": network, "reservedPeeringRanges": ["mine"]}).execute()
+    ops = c.servicenetworking().operations()
+    helpers.wait_for(lambda: op.get("done") or ops.get(name=op["name"]).execute().get("done"), what="connection")
+
+    assert cli(*UP, "--lustre", "9000GiB").exit_code == 0
+    assert "c-psa" not in leftovers(gcp).get("addresses", [])  # the network's own access is used
+    assert cli("cluster", "down", "c", "--yes").exit_code == 0
+    assert leftovers(gcp) == {"addresses": ["mine"]}
+    assert sn.list(parent="services/servicenetworking.googleapis.com", network=network).execute()["connections"]
