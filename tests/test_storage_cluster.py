@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+import helpers
 import pytest
 from click.testing import CliRunner
-import helpers
 from helpers import PROJECT, clients, leftovers, make_plan
 
 from gcpgpu.cli import main
