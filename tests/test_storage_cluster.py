@@ -183,3 +183,28 @@ def test_a_network_with_private_service_access_already_keeps_it_after_down(gcp):
     assert cli("cluster", "down", "c", "--yes").exit_code == 0
     assert leftovers(gcp) == {"addresses": ["mine"]}
     assert sn.list(parent="services/servicenetworking.googleapis.com", network=network).execute()["connections"]
+
+
+def test_nodes_placed_again_go_back_to_the_zone_of_their_file_system(gcp):
+    first = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zones",
+                "us-central1-a,us-central1-b", "--filestore", "1TiB", "--yes")
+    assert first.exit_code == 0, first.output
+    for node in ("c-0", "c-1"):  # every node lost (a stockout's preemption, a hand): the share stays
+        gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", node)
+    helpers.wait_for(lambda: not gcp.compute.list(PROJECT, "zones/us-central1-a/instances"), what="nodes gone")
+    again = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zones",
+                "us-central1-b,us-central1-a", "--filestore", "1TiB", "--yes")
+    assert again.exit_code == 0, again.output
+    assert "the cluster's file systems are in us-central1-a: the nodes go there too" in again.output
+    assert sorted(i["name"] for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances")) == ["c-0", "c-1"]
+    assert set(_instances(gcp)) == {f"projects/{PROJECT}/locations/us-central1-a/instances/c-fs"}
+    for node in ("c-0", "c-1"):
+        gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", node)
+    helpers.wait_for(lambda: not gcp.compute.list(PROJECT, "zones/us-central1-a/instances"), what="nodes gone")
+    away = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-b",
+               "--filestore", "1TiB", "--yes")
+    assert away.exit_code == 1, away.output
+    assert "file systems are in us-central1-a, outside the zones asked for (us-central1-b)" in away.output
+    assert not gcp.compute.list(PROJECT, "zones/us-central1-b/instances")  # refused before any node was made
+    assert cli("cluster", "down", "c", "--yes").exit_code == 0
+    assert leftovers(gcp) == {} and _instances(gcp) == {}

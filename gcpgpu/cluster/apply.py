@@ -126,7 +126,7 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         _start_stopped(s, plan, obs)
         existing = {n.name for n in obs.nodes}
         missing = [n for n in plan.node_names if n not in existing]
-        zones = sorted({n.zone for n in obs.nodes}) or plan.zones
+        zones = sorted({n.zone for n in obs.nodes}) or shared_fs.pin_zones(s, plan, plan.zones)
         labels = BootLabels(s, plan, missing, fabric=not obs.nodes)
         if missing:
             zone = _place_nodes(s, plan, obs, missing, zones, labels)

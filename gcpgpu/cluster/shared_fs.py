@@ -4,7 +4,9 @@ New ones follow the nodes: they are made in the zone the nodes landed in, after 
 stockout that moves the nodes to the next zone moves nothing else (no instance is made in a zone
 that then gets no nodes). They are created while the nodes boot; once every node runs, each node's
 `gcpgpu-storage` metadata names them, and the startup script (which waits for that key) mounts them.
-A re-run `up` or a recovery re-creating a node finds them by label and writes the same key.
+A re-run `up` or a recovery re-creating a node finds them by label and writes the same key; one that
+must place every node again (all were lost) places them in the file systems' zone, so the nodes come
+back to their data instead of meeting a new, empty file system in another zone.
 """
 
 from __future__ import annotations
@@ -30,6 +32,25 @@ def ensure(s: Session, plan: Plan, zone: str) -> list[dict[str, Any]]:
     with s.report.waiting("waiting for the shared file systems to be READY"):
         return storage.ensure(s.clients, s.project, plan.name, wants, zone, plan.spec.network, labels,
                               lambda text: s.report.step("storage", text), s.check_lease)
+
+
+def pin_zones(s: Session, plan: Plan, zones: list[str]) -> list[str]:
+    """Where new nodes may go when the cluster already has its zonal file systems (all its nodes were lost,
+    say): their zone, so the nodes come back to the data rather than to a new, empty file system."""
+    kinds = tuple(w.kind for w in wanted(plan.spec) if w.created)
+    if not kinds:
+        return zones
+    labels = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true"}
+    held = {name.split("/")[3] for _kind, name in storage.owned(s.clients, s.project, labels, kinds)}
+    held_zones = [z for z in zones if z in held]
+    if held and not held_zones and not any(h == plan.region for h in held):
+        from gcpgpu.errors import CloudError
+
+        raise CloudError(f"cluster {plan.name}'s file systems are in {', '.join(sorted(held))}, outside the zones "
+                         f"asked for ({', '.join(zones)}); pass --zone {sorted(held)[0]} or take it down first")
+    if held_zones and held_zones != zones:
+        s.report.note(f"the cluster's file systems are in {held_zones[0]}: the nodes go there too")
+    return held_zones or zones
 
 
 def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
