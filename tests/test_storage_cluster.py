@@ -78,7 +78,7 @@ def test_up_makes_a_filestore_in_the_nodes_zone_and_down_deletes_it_but_not_an_a
 def test_an_attached_instance_that_does_not_exist_fails_up_and_leaves_nothing(gcp):
     result = cli(*UP, "--mount", "filestore:nope:/data")
     assert result.exit_code != 0
-    assert "no filestore instance projects/" in result.output and "instances/nope" in result.output
+    assert "no filestore instance nope in us-central1-a or its region" in result.output, result.output
     assert leftovers(gcp) == {}
     assert _instances(gcp) == {}
 
@@ -208,3 +208,17 @@ def test_nodes_placed_again_go_back_to_the_zone_of_their_file_system(gcp):
     assert not gcp.compute.list(PROJECT, "zones/us-central1-b/instances")  # refused before any node was made
     assert cli("cluster", "down", "c", "--yes").exit_code == 0
     assert leftovers(gcp) == {} and _instances(gcp) == {}
+
+
+def test_an_attached_regional_share_is_found_in_the_nodes_region(gcp):
+    from google.cloud import filestore_v1
+
+    kept = _filestore(gcp).create_instance(
+        parent=f"projects/{PROJECT}/locations/us-central1", instance_id="regional-share",
+        instance=filestore_v1.Instance(tier="REGIONAL", networks=[filestore_v1.NetworkConfig(network="default")],
+                                       file_shares=[filestore_v1.FileShareConfig(name="data", capacity_gb=1024)])
+    ).result(timeout=60).name
+    assert cli(*UP, "--mount", "filestore:regional-share:/data").exit_code == 0
+    assert [e["name"] for e in _storage_metadata(gcp, "c-0")] == [kept]
+    assert cli("cluster", "down", "c", "--yes").exit_code == 0
+    assert set(_instances(gcp)) == {kept}

@@ -67,7 +67,7 @@ def _body(want: Want, project: str, network: str, labels: dict[str, str]) -> Any
 
 
 def resolve(want: Want, project: str, zone: str) -> str:
-    """An attached instance's full name: as given, or NAME in the nodes' zone."""
+    """An attached instance's full name: as given, or NAME in `zone` (a zone or a region)."""
     name = str(want.existing)
     return name if name.startswith("projects/") else f"projects/{project}/locations/{zone}/instances/{name}"
 
@@ -85,8 +85,11 @@ def ensure(clients: Clients, project: str, cluster: str, wants: list[Want], zone
         client = _client(clients, w.kind)
         if not w.created:
             name = resolve(w, project, zone)
+            if _get(client, name) is None and not str(w.existing).startswith("projects/"):
+                name = resolve(w, project, zone.rsplit("-", 1)[0])  # a REGIONAL Filestore lives in the region
             if _get(client, name) is None:
-                raise CloudError(f"--mount {w.kind}:{w.existing}:{w.path}: no {w.kind} instance {name}; create it "
+                where = name if str(w.existing).startswith("projects/") else f"{w.existing} in {zone} or its region"
+                raise CloudError(f"--mount {w.kind}:{w.existing}:{w.path}: no {w.kind} instance {where}; create it "
                                  f"first or give projects/PROJECT/locations/LOCATION/instances/NAME")
             names.append((w, name))
             continue
