@@ -132,3 +132,30 @@ def test_a_lustre_instance_is_shared_between_nodes_at_its_path(gcp, instances):
                         "device": None, "ro": False}])
     assert _run(gcp, instances, "n-0", "w", "echo lustre > /scratch/f")["gcpgpu/state"] == "SUCCEEDED"
     assert _run(gcp, instances, "n-1", "r", 'test "$(cat /scratch/f)" = lustre')["gcpgpu/state"] == "SUCCEEDED"
+
+
+def test_a_hyperdisk_ml_volume_filled_on_one_node_is_read_only_on_every_node(gcp, instances, compute):
+    disks = compute("DisksClient")
+    disks.insert(project=PROJECT, zone=ZONE, disk_resource=compute_v1.Disk(
+        name="weights", type_=f"zones/{ZONE}/diskTypes/hyperdisk-ml", size_gb=100)).result()
+    name = f"projects/{PROJECT}/zones/{ZONE}/disks/weights"
+    _nodes(instances, [{"kind": "hyperdisk-ml", "name": name, "path": "/weights", "export": None,
+                        "device": "weights", "ro": False}])
+
+    def attach(node: str, mode: str) -> None:
+        instances.attach_disk(project=PROJECT, zone=ZONE, instance=node, attached_disk_resource=compute_v1.AttachedDisk(
+            source=f"zones/{ZONE}/disks/weights", mode=mode)).result()
+
+    attach("n-0", "READ_WRITE")  # the VM that fills it, in READ_WRITE_SINGLE
+    assert _run(gcp, instances, "n-0", "fill", "echo w > /weights/model.bin")["gcpgpu/state"] == "SUCCEEDED"
+    got = _run(gcp, instances, "n-1", "early", "true")
+    assert got["gcpgpu/state"] == "FAILED" and "not attached to n-1" in got["gcpgpu/message"], got
+    instances.detach_disk(project=PROJECT, zone=ZONE, instance="n-0", device_name="weights").result()
+    disks.update(request=compute_v1.UpdateDiskRequest(
+        project=PROJECT, zone=ZONE, disk="weights", update_mask="accessMode",
+        disk_resource=compute_v1.Disk(access_mode="READ_ONLY_MANY"))).result()
+    for node in ("n-0", "n-1"):
+        attach(node, "READ_ONLY")
+    for node in ("n-0", "n-1"):
+        got = _run(gcp, instances, node, f"read-{node}", 'test "$(cat /weights/model.bin)" = w && ! touch /weights/x')
+        assert got["gcpgpu/state"] == "SUCCEEDED", got
