@@ -157,6 +157,7 @@ class Emulator:
             network_exists=self._network_exists, has_private_access=self.servicenetworking.connected)
         self.jobs.agent.shared.services.update(filestore=self.filestore, lustre=self.lustre)
         self.jobs.agent.shared.disk = disk_resolver(self.compute, lambda: disk.root)
+        self.vertex.nfs = self.filestore.nfs_folder  # a Vertex AI pool's nfsMounts
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
