@@ -84,7 +84,8 @@ class ManagedInstances:
             self._items[name] = {"body": stored, "ready_at": now + seconds, "gone_at": None,
                                  "ip": self._address(self._next_ip)}
             self.folder_path(name).mkdir(parents=True, exist_ok=True)
-            return self.operations.start(parent, name, "create", seconds, result=lambda: self._response(name, stored))
+        # Outside this lock: an operation read takes the operations' lock, then this one (its result).
+        return self.operations.start(parent, name, "create", seconds, result=lambda: self._response(name, stored))
 
     def get(self, project: str, location: str, instance_id: str) -> dict:
         name = f"{self._parent(project, location, allow_any=False)}/instances/{instance_id}"
@@ -115,7 +116,7 @@ class ManagedInstances:
             seconds = self._seconds()
             item["gone_at"] = self.clock.now() + seconds
             self._remove_folder(name)  # the data goes with the request: no node mounts a DELETING instance
-            return self.operations.start(parent, name, "delete", seconds)
+        return self.operations.start(parent, name, "delete", seconds)
 
     # -- what emulated nodes ask -----------------------------------------------------------------------
     def state(self, name: str) -> str | None:

@@ -31,6 +31,7 @@ from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
 from .gate import guarded
 from .jobs import LocalJobs
+from .jobs.shared_mounts import disk_resolver
 from .jobs.storage import Storage
 from .jobs.usercmd import UserCommands
 from .lro import Operations
@@ -155,6 +156,8 @@ class Emulator:
                        cancel_field="requestedCancellation"),
             network_exists=self._network_exists, has_private_access=self.servicenetworking.connected)
         self.jobs.agent.shared.services.update(filestore=self.filestore, lustre=self.lustre)
+        self.jobs.agent.shared.disk = disk_resolver(self.compute, lambda: disk.root)
+        self.vertex.nfs = self.filestore.nfs_folder  # a Vertex AI pool's nfsMounts
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)

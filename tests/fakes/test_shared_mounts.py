@@ -132,3 +132,59 @@ def test_a_lustre_instance_is_shared_between_nodes_at_its_path(gcp, instances):
                         "device": None, "ro": False}])
     assert _run(gcp, instances, "n-0", "w", "echo lustre > /scratch/f")["gcpgpu/state"] == "SUCCEEDED"
     assert _run(gcp, instances, "n-1", "r", 'test "$(cat /scratch/f)" = lustre')["gcpgpu/state"] == "SUCCEEDED"
+
+
+def test_a_hyperdisk_ml_volume_filled_on_one_node_is_read_only_on_every_node(gcp, instances, compute):
+    disks = compute("DisksClient")
+    disks.insert(project=PROJECT, zone=ZONE, disk_resource=compute_v1.Disk(
+        name="weights", type_=f"zones/{ZONE}/diskTypes/hyperdisk-ml", size_gb=100)).result()
+    name = f"projects/{PROJECT}/zones/{ZONE}/disks/weights"
+    _nodes(instances, [{"kind": "hyperdisk-ml", "name": name, "path": "/weights", "export": None,
+                        "device": "weights", "ro": False}])
+
+    def attach(node: str, mode: str) -> None:
+        instances.attach_disk(project=PROJECT, zone=ZONE, instance=node, attached_disk_resource=compute_v1.AttachedDisk(
+            source=f"zones/{ZONE}/disks/weights", mode=mode)).result()
+
+    attach("n-0", "READ_WRITE")  # the VM that fills it, in READ_WRITE_SINGLE
+    assert _run(gcp, instances, "n-0", "fill", "echo w > /weights/model.bin")["gcpgpu/state"] == "SUCCEEDED"
+    got = _run(gcp, instances, "n-1", "early", "true")
+    assert got["gcpgpu/state"] == "FAILED" and "not attached to n-1" in got["gcpgpu/message"], got
+    instances.detach_disk(project=PROJECT, zone=ZONE, instance="n-0", device_name="weights").result()
+    disks.update(request=compute_v1.UpdateDiskRequest(
+        project=PROJECT, zone=ZONE, disk="weights", update_mask="accessMode",
+        disk_resource=compute_v1.Disk(access_mode="READ_ONLY_MANY"))).result()
+    for node in ("n-0", "n-1"):
+        attach(node, "READ_ONLY")
+    for node in ("n-0", "n-1"):
+        got = _run(gcp, instances, node, f"read-{node}", 'test "$(cat /weights/model.bin)" = w && ! touch /weights/x')
+        assert got["gcpgpu/state"] == "SUCCEEDED", got
+
+
+def _vertex_job(gcp, script: str, server: str, path: str):
+    from google.cloud import aiplatform_v1 as aip
+
+    from gcpgpu.gcp.clients import Clients
+
+    jobs = Clients(emulator=gcp.address, project="test-proj").job_service("us-central1")
+    spec = aip.WorkerPoolSpec(
+        replica_count=1, machine_spec=aip.MachineSpec(machine_type="n1-standard-4"),
+        container_spec=aip.ContainerSpec(image_uri="us-docker.pkg.dev/p/r/user:1", command=["bash", "-c", script]),
+        nfs_mounts=[aip.NfsMount(server=server, path=path, mount_point="data")])
+    job = jobs.create_custom_job(parent="projects/test-proj/locations/us-central1", custom_job=aip.CustomJob(
+        display_name="nfs", job_spec=aip.CustomJobSpec(worker_pool_specs=[spec])))
+    done = (aip.JobState.JOB_STATE_SUCCEEDED, aip.JobState.JOB_STATE_FAILED, aip.JobState.JOB_STATE_CANCELLED)
+    return wait_for(lambda: (got := jobs.get_custom_job(name=job.name)).state in done and got, what="the job to end")
+
+
+def test_a_vertex_jobs_nfs_mount_of_a_filestore_share_is_its_folder(gcp, nfs):
+    from google.cloud import aiplatform_v1 as aip
+
+    (gcp.filestore.folder_path(NAME) / "hello").write_text("hi\n")
+    server, _, path = nfs.partition(":")
+    got = _vertex_job(gcp, 'test "$(cat /mnt/nfs/data/hello)" = hi && echo back > /mnt/nfs/data/from-vertex',
+                      server, path)
+    assert got.state == aip.JobState.JOB_STATE_SUCCEEDED, got.error
+    assert (gcp.filestore.folder_path(NAME) / "from-vertex").read_text() == "back\n"
+    got = _vertex_job(gcp, "true", "10.9.9.9", path)
+    assert got.state == aip.JobState.JOB_STATE_FAILED and "no READY Filestore instance" in got.error.message

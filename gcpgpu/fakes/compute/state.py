@@ -247,7 +247,7 @@ def check_project(name: str) -> None:
 def _kind_word(kind: str) -> str:
     return {"resourcePolicies": "resource policy", "subnetworks": "subnetwork", "networks": "network",
             "firewalls": "firewall", "reservations": "reservation", "instances": "instance",
-            "instanceTemplates": "instance template", "routers": "router", "addresses": "address"}.get(kind, kind)
+            "instanceTemplates": "instance template", "routers": "router", "addresses": "address", "disks": "disk"}.get(kind, kind)
 
 
 def _check_labels(labels: dict, field_name: str) -> None:

@@ -153,3 +153,18 @@ class FilestoreBackend(ManagedInstances):
 
     def export_of(self, body: dict, ip: str) -> str:
         return f"{ip}:/{body['fileShares'][0]['name']}"
+
+    def nfs_folder(self, server: str, path: str) -> tuple[str, ...] | None:
+        """The folder (parts under the storage root) that an NFS mount of SERVER:PATH reaches (Vertex AI's
+        nfsMounts): a READY instance at `server` whose share is PATH's first name; deeper names are folders
+        in it. None when no instance here exports it."""
+        names = [n for n in path.split("/") if n not in ("", ".")]
+        if not names or ".." in names:
+            return None
+        with self._lock:
+            self._sweep()
+            for name, item in sorted(self._items.items()):
+                if (item["ip"] == server and self._state(item) == self.ready_state
+                        and item["body"]["fileShares"][0]["name"] == names[0]):
+                    return (*self.folder_parts(name), *names[1:])
+        return None

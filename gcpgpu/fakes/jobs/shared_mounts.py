@@ -7,8 +7,10 @@ gcpgpu writes on every node a JSON list of what the node mounts (issue 41):
 
 On Google the node's startup script mounts each (NFS, the Lustre client, the attached disk). Here each
 Filestore or Lustre instance has one folder under the emulator's storage root (made on create, removed on
-delete) and each Hyperdisk ML disk one too; every user command the node runs has that folder bound at
-"path" in its sandbox (read-only when "ro", and always for Hyperdisk ML), opened as usercmd.py opens a
+delete) and each Hyperdisk ML disk one too (made when first mounted, named by the disk's id, so a disk made
+again under the same name starts empty); every user command the node runs has that folder bound at
+"path" in its sandbox (read-only when "ro"; a Hyperdisk ML disk read-only unless the node has it attached
+READ_WRITE in READ_WRITE_SINGLE mode, as the VM that fills it does), opened as usercmd.py opens a
 bucket mount: one name at a time from the storage root, never through a link. So what node 0 writes at
 /shared, node 1 reads at /shared.
 
@@ -23,8 +25,10 @@ import json
 import posixpath
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ..core import ApiError
 from .storage import PathRefused
 from .usercmd import RESERVED, Mount
 
@@ -37,11 +41,12 @@ _DISK = re.compile(r"^projects/[^/]+/zones/[^/]+/disks/[^/]+$")
 class SharedStorage:
     """Resolves `gcpgpu-storage` entries. The emulator plugs its services in: `services` maps a kind to a
     backend with state(name), export(name), folder_parts(name) and ready_state (fakes/managed.py), and
-    `disk` resolves a Hyperdisk ML entry: (name, instance) -> folder parts, or raises PathRefused."""
+    `disk` resolves a Hyperdisk ML entry: (name, instance, device) -> (folder parts, writable), or raises
+    PathRefused (disk_resolver below)."""
 
     def __init__(self) -> None:
         self.services: dict[str, Any] = {}
-        self.disk: Callable[[str, dict], tuple[str, ...]] | None = None
+        self.disk: Callable[[str, dict, Any], tuple[tuple[str, ...], bool]] | None = None
 
     def mounts(self, inst: dict) -> list[Mount]:
         """The node's shared mounts (source: KIND NAME; parts: the folder under the storage root); [] when its
@@ -81,8 +86,8 @@ class SharedStorage:
         if kind == "hyperdisk-ml":
             if not _DISK.match(name) or self.disk is None:
                 raise PathRefused(f"{what}: not a disk (projects/P/zones/Z/disks/N) this emulator has")
-            # A Hyperdisk ML volume is read-only on every VM it is attached to beyond the first: bound so here.
-            return Mount(f"{kind} {name}", self.disk(name, inst), target, True)
+            parts, writable = self.disk(name, inst, entry.get("device"))
+            return Mount(f"{kind} {name}", parts, target, bool(entry.get("ro")) or not writable)
         backend = self.services.get(kind)
         if not _INSTANCE.match(name) or backend is None:
             raise PathRefused(f"{what}: not an instance name (projects/P/locations/L/instances/N)")
@@ -95,3 +100,29 @@ class SharedStorage:
         if export is not None and export != backend.export(name):
             raise PathRefused(f"{what} on {target}: export {export!r} is not the instance's ({backend.export(name)})")
         return Mount(f"{kind} {name}", backend.folder_parts(name), target, bool(entry.get("ro")))
+
+
+def disk_resolver(compute: Any, root: Callable[[], Path]) -> Callable[[str, dict, Any], tuple[tuple[str, ...], bool]]:
+    """SharedStorage.disk over the emulator's Compute: the Hyperdisk ML disk `name` must exist and be attached to
+    the node (as `device`, when given); its folder ROOT/disks/PROJECT/ZONE/NAME-ID is made here."""
+
+    def resolve(name: str, inst: dict, device: Any) -> tuple[tuple[str, ...], bool]:
+        _, project, _, zone, _, disk_name = name.split("/")
+        what = f"{KEY}: hyperdisk-ml {name}"
+        try:
+            disk = compute.get(project, f"zones/{zone}/disks", disk_name)
+        except ApiError:
+            raise PathRefused(f"{what}: no such disk") from None
+        if not str(disk.get("type", "")).endswith("/diskTypes/hyperdisk-ml"):
+            raise PathRefused(f"{what}: a {str(disk.get('type', '')).rsplit('/', 1)[-1]} disk, not hyperdisk-ml")
+        attached = [d for d in inst.get("disks", []) if str(d.get("source", "")).endswith("/" + name)]
+        if not attached:
+            raise PathRefused(f"{what}: not attached to {inst.get('name')}")
+        if device is not None and attached[0].get("deviceName") != device:
+            raise PathRefused(f"{what}: attached to {inst.get('name')} as {attached[0].get('deviceName')}, not {device}")
+        parts = ("disks", project, zone, f"{disk_name}-{disk['id']}")
+        root().joinpath(*parts).mkdir(parents=True, exist_ok=True)
+        writable = attached[0].get("mode") == "READ_WRITE" and disk.get("accessMode") == "READ_WRITE_SINGLE"
+        return parts, writable
+
+    return resolve
