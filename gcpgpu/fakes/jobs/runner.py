@@ -37,6 +37,7 @@ from pathlib import Path
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 from gcpgpu.trainer.argv import trainer_args
 
+from . import forked
 from .lastwords import banner
 from .procs import descendants, kill_family, signal_group, start_time
 from .storage import PathRefused
@@ -108,7 +109,7 @@ class LogLine:
 @dataclass
 class Replica:
     spec: ReplicaSpec
-    popen: subprocess.Popen | None = None
+    popen: subprocess.Popen | forked.Forked | None = None
     returncode: int | None = None
     started: float | None = None
     ended: float | None = None
@@ -337,10 +338,7 @@ class Runner:
                 job_env = {k: v for k, v in replica.spec.env.items() if k not in dropped}
                 argv, process_env, fds = replica.spec.argv, {**env, **job_env}, []
             try:
-                popen = subprocess.Popen(
-                    argv, env=process_env, cwd=run.workdir, stdin=subprocess.DEVNULL, pass_fds=fds,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                )
+                popen = _popen(argv, process_env, run.workdir, fds)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -367,10 +365,7 @@ class Runner:
             argv = self.sidecar(run, replica)
             if not argv:
                 return
-            popen = subprocess.Popen(
-                argv, env=env, cwd=run.workdir, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )
+            popen = _popen(argv, env, run.workdir, [])
         except Exception as e:
             what = argv[2] if argv and argv[1:2] == ["-m"] and len(argv) > 2 else Path((argv or ["helper"])[0]).name
             run.log(replica.spec.task, "stderr", f"gcpgpu emulator: {what} did not start beside "
@@ -482,6 +477,15 @@ class Runner:
         run.state = state
         run.ended = time.time()
         run._done.set()
+
+
+def _popen(argv: list[str], env: dict[str, str], cwd: Path, fds: list[int]) -> subprocess.Popen | forked.Forked:
+    """A replica's or sidecar's process, in its own session with its output piped: forked from the emulator's
+    template process when it is one of gcpgpu's own helpers (forked.py), else a fresh subprocess."""
+    if not fds and forked.enabled() and forked.module_of(argv):
+        return forked.start(argv, env, cwd)
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, pass_fds=fds,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
 def trainer_argv(image: str, command: list[str], args: list[str]) -> list[str] | None:
