@@ -49,7 +49,7 @@ def test_a_forked_helper_is_its_own_process_with_what_it_was_given(probe_forked,
         assert said["stdin"] == ""
         assert said["env"]["FOO"] == "bar" and said["env"]["PYTHONUNBUFFERED"] == "1"
         assert said["env"] == {**{k: v for k, v in os.environ.items() if k in said["env"]}, "FOO": "bar",
-                               "PYTHONUNBUFFERED": "1", "PYTHONPATH": said["env"]["PYTHONPATH"],
+                               "PYTHONUNBUFFERED": "1", "PYTHONPATH": said["env"]["PYTHONPATH"], "GCPGPU_DIE_WITH_PARENT": "1",
                                **{k: said["env"][k] for k in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME")}}
         assert ("stderr", "a line on stderr") in [(line.stream, line.text) for line in run.log_lines()]
         assert run.replicas[0].returncode == code
@@ -94,6 +94,45 @@ def test_forked_helpers_die_with_the_emulators_process_however_it_ends(tmp_path)
         emulator.kill()  # SIGKILL: no atexit, no cleanup of its own
         emulator.wait(30)
         wait_for(lambda: start_time(helper) is None, timeout=30, what="the helper gone with the emulator's process")
+    finally:
+        emulator.kill()
+        emulator.wait(30)
+
+
+# What a bundled trainer's replica is without a sandbox: a launcher (torchrun) whose worker runs in a session
+# of its own, as torchrun starts them. Neither writes to the emulator's pipes once started (a write there would
+# end them anyway); the worker logs its steps to a file.
+LAUNCHER = ("import subprocess, sys; w = subprocess.Popen([sys.executable, '-m', 'gcpgpu.trainer', '--model', 'tiny', "
+            "'--steps', '100000', '--seq-len', '16', '--batch-size', '2', '--data', 'synthetic', '--log-every', '1', "
+            "'--quiet', '--log-json', sys.argv[1]], start_new_session=True, stdout=subprocess.DEVNULL, "
+            "stderr=subprocess.DEVNULL); print('worker', w.pid, flush=True); w.wait()")
+
+
+def test_a_bundled_trainers_launcher_and_workers_die_with_the_emulators_process(tmp_path):
+    """Issue 37: a pytest worker killed mid-test left its emulator's torchrun and trainers running."""
+    steps = tmp_path / "steps.jsonl"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+        run = Runner(root={str(tmp_path / 'runs')!r}).start(
+            "a", [ReplicaSpec("n", [sys.executable, "-c", {LAUNCHER!r}, {str(steps)!r}],
+                              {{"GCPGPU_TRAINER_ALLOW_CPU": "1"}})])
+        while not (Path({str(steps)!r}).exists() and '"step"' in Path({str(steps)!r}).read_text()):
+            time.sleep(0.05)  # the worker is training
+        worker = next(line.text for line in run.log_lines() if line.text.startswith("worker")).split()[1]
+        print(run.pids()[0], worker, flush=True)
+        time.sleep(600)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "GCPGPU_EMULATOR_FORK"}
+    emulator = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in emulator.stdout.readline().split()]
+        assert len(pids) == 2 and all(start_time(p) is not None for p in pids)
+        emulator.kill()
+        emulator.wait(30)
+        wait_for(lambda: all(start_time(p) is None for p in pids), timeout=30,
+                 what="the launcher and its worker gone with the emulator's process")
     finally:
         emulator.kill()
         emulator.wait(30)
