@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gcpgpu.storage import apply as storage
-from gcpgpu.storage import entries
+from gcpgpu.storage import entries, hyperdisk
 from gcpgpu.storage.spec import wanted
 
 from .names import LABEL_ATTEMPT, LABEL_CLUSTER, LABEL_MANAGED
@@ -31,7 +31,9 @@ def ensure(s: Session, plan: Plan, zone: str) -> list[dict[str, Any]]:
     labels = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true", LABEL_ATTEMPT: s.attempt}
     with s.report.waiting("waiting for the shared file systems to be READY"):
         return storage.ensure(s.clients, s.project, plan.name, wants, zone, plan.spec.network, labels,
-                              lambda text: s.report.step("storage", text), s.check_lease)
+                              lambda text: s.report.step("storage", text), s.check_lease,
+                              vm={"nic": plan.instance_properties["networkInterfaces"][0],
+                                  "service_accounts": plan.instance_properties.get("serviceAccounts", [])})
 
 
 def pin_zones(s: Session, plan: Plan, zones: list[str]) -> list[str]:
@@ -60,8 +62,14 @@ def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
     from google.cloud import compute_v1
 
     value = entries.dumps(found)
-    todo = [n for n in observe_nodes(s.clients, s.project, plan.name)
-            if n.name in plan.node_names and n.metadata.get(entries.KEY) != value]
+    nodes = [n for n in observe_nodes(s.clients, s.project, plan.name) if n.name in plan.node_names]
+    disks = [e for e in found if e["kind"] == hyperdisk.KIND]
+    if disks:  # attached before the metadata names them: the startup script mounts them by device at once
+        s.report.step("storage", f"Attaching {len(disks)} Hyperdisk ML disk(s) read-only to {len(nodes)} node(s)")
+        from gcpgpu.gcp.operations import parallel, raise_first
+
+        raise_first(parallel(lambda pair: _attach(s, *pair), [(e, n) for e in disks for n in nodes]))
+    todo = [n for n in nodes if n.metadata.get(entries.KEY) != value]
 
     def put(n: Node) -> Any:
         items = {**n.metadata, entries.KEY: value}
@@ -76,6 +84,12 @@ def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
         s.batch(put, todo)
 
 
+def _attach(s: Session, entry: dict[str, Any], n: Node) -> Any:
+    s.check_lease()
+    op = hyperdisk.attach(s.clients, entry, s.project, n.zone, n.name)
+    return op.result() if op is not None else None
+
+
 def delete(s: Session, cluster: str, attempt: str | None = None) -> list[str]:
     """Delete the file systems `cluster` created (only `attempt`'s, when given); one line per one left.
     Attached ones carry no gcpgpu label, so they are never found here."""
@@ -84,7 +98,7 @@ def delete(s: Session, cluster: str, attempt: str | None = None) -> list[str]:
     labels = {LABEL_CLUSTER: cluster, LABEL_MANAGED: "true", **({LABEL_ATTEMPT: attempt} if attempt else {})}
     say = lambda text: s.report.step("storage", text)  # noqa: E731
     found = storage.owned(s.clients, s.project, labels)
-    lines = storage.delete(s.clients, s.project, found, say, s.check_lease) if found else []
+    lines = storage.delete(s.clients, s.project, found, say, s.check_lease, labels) if found else []
     left = storage.owned(s.clients, s.project, labels) if found else []
     lines = lines or [f"{kind} instance {name}: still exists after down" for kind, name in left]
     # The private service access made for a Lustre goes once no instance of the cluster uses it.

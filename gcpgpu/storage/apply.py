@@ -16,7 +16,7 @@ from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import is_not_found, is_service_off
 
-from . import entries, tiers
+from . import entries, hyperdisk, tiers
 from .spec import Want
 
 READY_TIMEOUT = 3600.0  # Managed Lustre takes tens of minutes to create (unverified: Google gives no figure)
@@ -73,15 +73,16 @@ def resolve(want: Want, project: str, zone: str) -> str:
 
 
 def ensure(clients: Clients, project: str, cluster: str, wants: list[Want], zone: str, network: str,
-           labels: dict[str, str], say: Say, fence: Callable[[], None] = lambda: None) -> list[dict[str, Any]]:
+           labels: dict[str, str], say: Say, fence: Callable[[], None] = lambda: None,
+           vm: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Create each new file system the cluster lacks (in `zone`, on `network`), check each attached one,
-    wait until all are READY; their `gcpgpu-storage` entries."""
+    wait until all are READY; their `gcpgpu-storage` entries. `vm`: the nodes' networkInterfaces[0] ("nic")
+    and serviceAccounts ("service_accounts"), which a Hyperdisk ML volume's loader VM takes."""
     names: list[tuple[Want, str]] = []
     pending = []
     for w in wants:
-        if w.kind == "hyperdisk-ml":
-            raise CloudError("--hyperdisk-ml: creating the disk is not built yet; copy the data to a Filestore or "
-                             "Lustre instance and attach it with --mount")
+        if w.kind == hyperdisk.KIND:
+            continue  # filled below, while the instances above are made
         client = _client(clients, w.kind)
         if not w.created:
             name = resolve(w, project, zone)
@@ -108,9 +109,13 @@ def ensure(clients: Clients, project: str, cluster: str, wants: list[Want], zone
         pending.append(client.create_instance(request={
             "parent": f"projects/{project}/locations/{loc}", "instance_id": iid,
             "instance": _body(w, project, network, labels)}))
+    disks = {id(w): hyperdisk.ensure(clients, project, cluster, str(w.source), w.path, zone, (vm or {}).get("nic", {}),
+                                     (vm or {}).get("service_accounts", []), labels, say, fence)
+             for w in wants if w.kind == hyperdisk.KIND}
     for op in pending:
         op.result(timeout=READY_TIMEOUT)
-    return [_entry(w, _ready(_client(clients, w.kind), name, w), name) for w, name in names]
+    made = {id(w): _entry(w, _ready(_client(clients, w.kind), name, w), name) for w, name in names}
+    return [disks.get(id(w)) or made[id(w)] for w in wants]
 
 
 def _ready(client: Any, name: str, want: Want) -> Any:
@@ -140,11 +145,14 @@ def _entry(want: Want, inst: Any, name: str) -> dict[str, Any]:
     return entries.entry("lustre", name, want.path, export=inst.mount_point)
 
 
-def owned(clients: Clients, project: str, labels: dict[str, str], kinds: tuple[str, ...] = ("filestore", "lustre")
-          ) -> list[tuple[str, str]]:
-    """(kind, full name) of every instance carrying all of `labels`, across locations."""
+def owned(clients: Clients, project: str, labels: dict[str, str],
+          kinds: tuple[str, ...] = ("filestore", "lustre", hyperdisk.KIND)) -> list[tuple[str, str]]:
+    """(kind, full name) of every instance (or Hyperdisk ML disk) carrying all of `labels`, across locations."""
     out = []
     for kind in kinds:
+        if kind == hyperdisk.KIND:
+            out += hyperdisk.owned(clients, project, labels)
+            continue
         try:
             pager = _client(clients, kind).list_instances(request={"parent": f"projects/{project}/locations/-"})
             out += [(kind, i.name) for i in pager if all(i.labels.get(k) == v for k, v in labels.items())]
@@ -156,10 +164,16 @@ def owned(clients: Clients, project: str, labels: dict[str, str], kinds: tuple[s
 
 
 def delete(clients: Clients, project: str, found: list[tuple[str, str]], say: Say,
-           fence: Callable[[], None] = lambda: None) -> list[str]:
-    """Delete these instances (gone counts as deleted) and wait; one line per one left."""
+           fence: Callable[[], None] = lambda: None, labels: dict[str, str] | None = None) -> list[str]:
+    """Delete these instances (gone counts as deleted) and wait; one line per one left. Hyperdisk ML disks go
+    with the loader VMs carrying `labels` (hyperdisk.delete)."""
     ops, lines = [], []
+    disks = [name for kind, name in found if kind == hyperdisk.KIND]
+    if disks:
+        lines += hyperdisk.delete(clients, project, disks, labels or {}, say, fence)
     for kind, name in found:
+        if kind == hyperdisk.KIND:
+            continue
         say(f"Deleting {kind} instance {name.rsplit('/', 1)[-1]}")
         fence()
         try:

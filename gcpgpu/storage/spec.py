@@ -134,9 +134,7 @@ def _hyperdisk_ml(source: Any) -> Want:
     if not m or not BUCKET.match(m.group(1)) or any(p in ("", ".", "..") for p in m.group(2).rstrip("/").split("/")):
         raise UsageProblem(f"--hyperdisk-ml {shown(source)} must be a bucket path gs://BUCKET/PREFIX (the data "
                            "copied onto the disk), e.g. gs://my-bucket/datasets/c4")
-    # Checked in full above so a spec file is right once it lands; refused until the fill path is built.
-    raise UsageProblem(f"--hyperdisk-ml {source}: not built yet (the disk, its fill from the bucket and the "
-                       "read-only attach); mount the bucket in a job with --mount gs://BUCKET/PREFIX:/data:ro")
+    return Want("hyperdisk-ml", DEFAULT_PATH["hyperdisk-ml"], source=source)
 
 
 def check_zones(wants: list[Want], zones: list[str], region: str, explicit: bool) -> list[str]:
@@ -164,7 +162,10 @@ def describe(spec: Any) -> list[str]:
     """The plan's lines for a spec's shared file systems (what `cluster plan` says before anything is made)."""
     out = []
     for w in wanted(spec):
-        if w.created:
+        if w.kind == "hyperdisk-ml":
+            out.append(f"hyperdisk-ml disk filled from {w.source} by a loader VM, read-only at {w.path} on every "
+                       "node: made in the nodes' zone once they are placed, deleted by 'cluster down'")
+        elif w.created:
             out.append(f"{w.kind} {w.size_gib:,} GiB ({w.tier}) at {w.path} on every node: made in the nodes' zone "
                        "once they are placed, deleted by 'cluster down'")
         else:

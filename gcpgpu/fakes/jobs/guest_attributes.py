@@ -31,7 +31,8 @@ class GuestAttributesRest:
         project, zone, name = parts[3], parts[5], parts[7]
         inst = self.emulator.compute.get(project, f"zones/{zone}/instances", name)  # 404 as compute answers it
         agent = self.emulator.jobs.agent
-        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"]), **self._diagnostics(project, zone, inst)}
+        attrs = {**agent.nodes.attributes(inst), **agent.attributes(inst["id"]), **self._diagnostics(project, zone, inst),
+                 **self._loader(inst)}
         link = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{name}/guestAttributes"
         key = request.args.get("variableKey")
         if key:
@@ -45,6 +46,14 @@ class GuestAttributesRest:
                  for k, v in sorted(attrs.items()) if k.startswith(prefix)]
         return 200, {"kind": "compute#guestAttributes", "selfLink": f"{link}/{path}", "queryPath": path,
                      "queryValue": {"items": items} if items else {}}
+
+    def _loader(self, inst: dict) -> dict[str, str]:
+        """A Hyperdisk ML loader VM's copy (jobs/loader.py), done when its guest attributes are first read."""
+        from .loader import DiskLoader
+
+        agent = self.emulator.jobs.agent
+        loader = self.__dict__.setdefault("_disk_loader", DiskLoader(agent.shared, lambda: agent.storage.root))
+        return loader.attributes(inst)
 
     def _diagnostics(self, project: str, zone: str, inst: dict) -> dict[str, str]:
         """Active diagnostics (jobs/diag.py) over the node's cluster: its label names the peers."""

@@ -1,0 +1,242 @@
+"""A Hyperdisk ML volume filled from a bucket prefix (cluster up --hyperdisk-ml gs://BUCKET/PREFIX).
+
+Google's way to give many VMs the same data read-only: a hyperdisk-ml disk is made READ_WRITE_SINGLE in
+the nodes' zone, sized from the prefix's bytes; a small CPU loader VM (no external IP, the cluster's
+network and the nodes' service account) attaches it read-write, makes an ext4 file system, copies the
+prefix onto it with `gcloud storage rsync`, says so in guest attribute gcpgpu-loader/done, and is deleted;
+then the disk goes READ_ONLY_MANY and is attached read-only to every node, which mounts it by device name
+(templates/startup.sh.j2). The disk and the loader carry the cluster's labels (the loader's cluster label
+under its own key, so it is never taken for a node); `down` and a failed attempt's roll-back find and
+delete both, detaching the disk from any VM still holding it first.
+
+Read in Google's docs, NOT verified against the service: the 4 GiB-64 TiB size range, that the access
+mode changes only while the disk is attached to no VM, that the Debian images carry the gcloud CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gcpgpu.errors import CloudError
+from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.errors import is_not_found
+
+from . import entries
+
+KIND = "hyperdisk-ml"
+DEVICE = "gcpgpu-hdml"  # the device name every VM attaches it as: /dev/disk/by-id/google-gcpgpu-hdml
+SIZE_GIB = (4, 65536)
+HEADROOM = 1.2  # the file system's own blocks and room for inodes on top of the data
+LOADER_KEY = "gcpgpu-loader"  # metadata naming the copy; guest attribute gcpgpu-loader/done when it ended
+LOADER_LABEL = "gcpgpu-loader"  # the loader's cluster label (gcpgpu-cluster would make it a node)
+LOADER_MACHINE = "e2-standard-4"
+LOADER_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+FILL_TIMEOUT = 6 * 3600.0
+POLL_SECONDS = 1.0
+Say = Callable[[str], None]
+
+
+def disk_name(cluster: str) -> str:
+    return f"{cluster}-hdml"
+
+
+def loader_name(cluster: str) -> str:
+    return f"{cluster}-hdml-loader"
+
+
+def size_gib(total_bytes: int, source: str) -> int:
+    """The disk's size for `total_bytes` of data: with headroom, at least Google's 4 GiB."""
+    gib = max(SIZE_GIB[0], math.ceil(total_bytes * HEADROOM / 2**30))
+    if gib > SIZE_GIB[1]:
+        raise CloudError(f"--hyperdisk-ml {source}: {total_bytes / 2**40:,.1f} TiB does not fit a Hyperdisk ML "
+                         f"volume (at most {SIZE_GIB[1] // 1024} TiB with {HEADROOM:.0%} headroom)")
+    return gib
+
+
+def prefix_bytes(clients: Clients, source: str) -> int:
+    """The total size of the objects under gs://BUCKET/PREFIX (the prefix read as a folder)."""
+    bucket, _, prefix = source[len("gs://"):].partition("/")
+    prefix = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+    return sum(int(b.size or 0) for b in clients.storage().list_blobs(bucket, prefix=prefix))
+
+
+def loader_script(source: str) -> str:
+    """The loader VM's startup script: format the disk, copy the prefix onto it, report how it ended."""
+    src = shlex.quote(source.rstrip("/") + "/")
+    return f"""#!/bin/bash
+# gcpgpu hyperdisk-ml loader: fills the disk from {src} once, then waits to be deleted.
+set -uo pipefail
+GA=http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/{LOADER_KEY}/done
+report() {{ curl -fsS -X PUT -H "Metadata-Flavor: Google" --data "$1" "$GA"; }}
+dev=/dev/disk/by-id/google-{DEVICE}
+for _ in $(seq 1 120); do [ -e "$dev" ] && break; sleep 1; done
+mkfs.ext4 -F -q -m 0 "$dev" || {{ report "error: mkfs.ext4 $dev failed"; exit 1; }}
+mkdir -p /mnt/hdml && mount "$dev" /mnt/hdml || {{ report "error: mounting $dev failed"; exit 1; }}
+if gcloud storage rsync --recursive {src} /mnt/hdml; then
+  sync && umount /mnt/hdml && report ok
+else
+  report "error: gcloud storage rsync from {src} failed (see the loader's serial console)"
+fi
+"""
+
+
+def _disks(clients: Clients) -> Any:
+    return clients.compute("DisksClient")
+
+
+def _get_disk(clients: Clients, project: str, zone: str, name: str) -> Any | None:
+    try:
+        return _disks(clients).get(project=project, zone=zone, disk=name)
+    except Exception as e:
+        if is_not_found(e):
+            return None
+        raise
+
+
+def ensure(clients: Clients, project: str, cluster: str, source: str, path: str, zone: str,
+           nic: dict, service_accounts: list, labels: dict[str, str], say: Say,
+           fence: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """Make (or find) the cluster's filled READ_ONLY_MANY disk in `zone`; its gcpgpu-storage entry."""
+    from google.cloud import compute_v1
+
+    name = disk_name(cluster)
+    full = f"projects/{project}/zones/{zone}/disks/{name}"
+    disk = _get_disk(clients, project, zone, name)
+    if disk is not None and disk.access_mode == "READ_ONLY_MANY":
+        return entries.entry(KIND, full, path, device=DEVICE, ro=True)
+    if disk is None:
+        total = prefix_bytes(clients, source)
+        if not total:
+            raise CloudError(f"--hyperdisk-ml {source}: no objects under that prefix; nothing to copy")
+        gib = size_gib(total, source)
+        say(f"Creating {KIND} disk {name} ({gib:,} GiB for {total / 2**30:,.2f} GiB of {source}) in {zone}")
+        fence()
+        _disks(clients).insert(project=project, zone=zone, disk_resource=compute_v1.Disk(
+            name=name, size_gb=gib, type_=f"zones/{zone}/diskTypes/{KIND}", access_mode="READ_WRITE_SINGLE",
+            labels=labels, description=f"gcpgpu cluster {cluster}: {source}")).result()
+    _fill(clients, project, cluster, source, zone, nic, service_accounts, labels, say, fence)
+    say(f"Switching disk {name} to READ_ONLY_MANY")
+    fence()
+    _disks(clients).update(request={"project": project, "zone": zone, "disk": name, "update_mask": "accessMode",
+                                    "disk_resource": compute_v1.Disk(name=name, access_mode="READ_ONLY_MANY")}).result()
+    return entries.entry(KIND, full, path, device=DEVICE, ro=True)
+
+
+def _loader_labels(labels: dict[str, str]) -> dict[str, str]:
+    return {(LOADER_LABEL if k == "gcpgpu-cluster" else k): v for k, v in labels.items()}
+
+
+def _fill(clients: Clients, project: str, cluster: str, source: str, zone: str, nic: dict,
+          service_accounts: list, labels: dict[str, str], say: Say, fence: Callable[[], None]) -> None:
+    from google.cloud import compute_v1
+
+    vm = loader_name(cluster)
+    instances = clients.compute("InstancesClient")
+    body = {
+        "name": vm, "machineType": f"zones/{zone}/machineTypes/{LOADER_MACHINE}",
+        "labels": _loader_labels(labels),
+        "disks": [{"boot": True, "autoDelete": True, "type": "PERSISTENT",
+                   "initializeParams": {"sourceImage": LOADER_IMAGE, "diskSizeGb": "20"}},
+                  {"source": f"projects/{project}/zones/{zone}/disks/{disk_name(cluster)}", "mode": "READ_WRITE",
+                   "deviceName": DEVICE, "autoDelete": False}],
+        # The cluster's network, no access config: no external IP (the cluster's NAT or Private Google Access).
+        "networkInterfaces": [{k: v for k, v in nic.items() if k in ("network", "subnetwork")}],
+        "serviceAccounts": service_accounts,
+        "metadata": {"items": [
+            {"key": "startup-script", "value": loader_script(source)},
+            {"key": LOADER_KEY, "value": json.dumps({"source": source, "device": DEVICE})},
+            {"key": "enable-guest-attributes", "value": "TRUE"}]},
+    }
+    say(f"Copying {source} onto the disk with loader VM {vm} ({LOADER_MACHINE})")
+    fence()
+    try:
+        instances.insert(project=project, zone=zone,
+                         instance_resource=compute_v1.Instance.from_json(json.dumps(body))).result()
+    except Exception as e:
+        if "already exists" not in str(e):
+            raise
+    done = _wait_done(instances, project, zone, vm)
+    say(f"Deleting loader VM {vm}")
+    fence()
+    instances.delete(project=project, zone=zone, instance=vm).result()
+    if done != "ok":
+        raise CloudError(f"--hyperdisk-ml {source}: the loader VM reported {done}")
+
+
+def _wait_done(instances: Any, project: str, zone: str, vm: str) -> str:
+    from google.api_core import exceptions
+
+    deadline = time.monotonic() + FILL_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            got = instances.get_guest_attributes(request={"project": project, "zone": zone, "instance": vm,
+                                                          "variable_key": f"{LOADER_KEY}/done"})
+            return str(got.variable_value)
+        except (exceptions.NotFound, exceptions.BadRequest):
+            time.sleep(POLL_SECONDS)
+    raise CloudError(f"loader VM {vm} did not finish copying within {FILL_TIMEOUT / 3600:.0f} h; "
+                     "'gcpgpu cluster down' removes it and the disk")
+
+
+def attach(clients: Clients, entry: dict[str, Any], project: str, zone: str, node: str) -> Any | None:
+    """Attach the entry's disk read-only to `node` unless it has it; the operation, or None."""
+    from google.cloud import compute_v1
+
+    instances = clients.compute("InstancesClient")
+    inst = instances.get(project=project, zone=zone, instance=node)
+    if any(d.source.endswith("/" + entry["name"]) for d in inst.disks):
+        return None
+    return instances.attach_disk(project=project, zone=zone, instance=node,
+                                 attached_disk_resource=compute_v1.AttachedDisk(
+                                     source=entry["name"], device_name=DEVICE, mode="READ_ONLY"))
+
+
+def owned(clients: Clients, project: str, labels: dict[str, str]) -> list[tuple[str, str]]:
+    """(KIND, projects/P/zones/Z/disks/N) of every disk carrying all of `labels`."""
+    out = []
+    for scope, listed in _disks(clients).aggregated_list(project=project):
+        for d in listed.disks:
+            if all(d.labels.get(k) == v for k, v in labels.items()):
+                out.append((KIND, f"projects/{project}/{scope}/disks/{d.name}"))
+    return out
+
+
+def delete(clients: Clients, project: str, found: list[str], labels: dict[str, str], say: Say,
+           fence: Callable[[], None] = lambda: None) -> list[str]:
+    """Delete the loader VMs left (by `labels`), detach each disk in `found` from any VM, delete it."""
+    instances = clients.compute("InstancesClient")
+    loaders = _loader_labels(labels)
+    lines: list[str] = []
+    vms = [(scope.rsplit("/", 1)[-1], i) for scope, listed in instances.aggregated_list(project=project)
+           for i in listed.instances]
+    for zone, inst in vms:
+        if all(inst.labels.get(k) == v for k, v in loaders.items()):
+            say(f"Deleting loader VM {inst.name}")
+            fence()
+            _quiet(lines, f"loader VM {inst.name}", instances.delete, project=project, zone=zone, instance=inst.name)
+    for name in found:
+        _, _, _, zone, _, disk = name.split("/")
+        for vz, inst in vms:
+            for d in inst.disks:
+                if d.source.endswith("/" + name) and not all(inst.labels.get(k) == v for k, v in loaders.items()):
+                    fence()
+                    _quiet(lines, f"{KIND} disk {name} on {inst.name}", instances.detach_disk, project=project,
+                           zone=vz, instance=inst.name, device_name=d.device_name)
+        say(f"Deleting {KIND} disk {disk}")
+        fence()
+        _quiet(lines, f"{KIND} disk {name}", _disks(clients).delete, project=project, zone=zone, disk=disk)
+    return lines
+
+
+def _quiet(lines: list[str], what: str, call: Callable[..., Any], **request: Any) -> None:
+    """call(**request) and wait; gone counts as done; any other failure is one line in `lines`."""
+    try:
+        call(**request).result()
+    except Exception as e:
+        if not is_not_found(e):
+            lines.append(f"{what}: {e}")
