@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import retrying
+from gcpgpu.storage.hyperdisk import LOADER_LABEL
 
 from .kinds import last
 from .names import owner_of
@@ -31,7 +32,9 @@ def settle(clients: Clients, project: str, cluster: str, obs: Observed) -> tuple
     if not regions:
         return [], []
     mine = {(n.zone, n.name) for n in obs.nodes}
-    others = [n for n in project_nodes(clients, project, managed_only=False) if (n.zone, n.name) not in mine]
+    # The cluster's Hyperdisk ML loader VM (storage/hyperdisk.py) goes with it: not another user of the NAT.
+    others = [n for n in project_nodes(clients, project, managed_only=False)
+              if (n.zone, n.name) not in mine and n.labels.get(LOADER_LABEL) != cluster]
     delete: list[dict] = []
     notes: list[str] = []
     for region in regions:
