@@ -46,7 +46,6 @@ BAD = [
     ([*OK, "--hyperdisk-ml", "gs://bucket"], "must be a bucket path gs://BUCKET/PREFIX"),
     ([*OK, "--hyperdisk-ml", "gs://Not_A_Bucket/x"], "must be a bucket path"),
     ([*OK, "--hyperdisk-ml", "gs://bucket/../x"], "must be a bucket path"),
-    ([*OK, "--hyperdisk-ml", "gs://bucket/data"], "--hyperdisk-ml gs://bucket/data: not built yet"),
 ]
 
 
