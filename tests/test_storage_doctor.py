@@ -43,3 +43,32 @@ def test_the_doctor_reads_the_promise_from_the_instance_the_nodes_mount(gcp, mon
 def test_a_report_that_is_not_rates_reads_as_nothing_measured(value):
     parsed = rates.parse(value)
     assert all(v is None for r in parsed.values() for v in r.values())
+
+
+def test_active_doctor_on_the_emulator_shows_each_nodes_measured_rates_on_its_mounts(gcp, monkeypatch):
+    import json
+
+    from gcpgpu.gcp.clients import Clients
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    Clients(emulator=gcp.address, project=PROJECT).storage().create_bucket("diag-data").blob(
+        "ds/part-0").upload_from_string("x" * 4096)
+    up = CliRunner().invoke(main, ["cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2",
+                                   "--zone", "us-central1-a", "--filestore", "1TiB",
+                                   "--hyperdisk-ml", "gs://diag-data/ds", "--yes"])
+    assert up.exit_code == 0, up.output
+    doctor = CliRunner().invoke(main, ["--format", "json", "cluster", "doctor", "c", "--active"])
+    assert doctor.exit_code == 0, doctor.output
+    docs, text, at = [], doctor.stdout, 0
+    while text[at:].strip():  # the doctor prints its passive table, then the diagnostics' one
+        doc, at = json.JSONDecoder().raw_decode(text, len(text) - len(text[at:].lstrip()))
+        docs.append(doc)
+    cells = {r["node"]: r["shared"] for doc in docs for r in doc if "shared" in r}
+    assert set(cells) == {"c-0", "c-1"}, doctor.stdout
+    for cell in cells.values():  # written and read on the share; only read on the read-only disk
+        data, shared = cell.split("; ")
+        assert data.startswith("/data w - r ") and data.split(" r ")[1] != "-", cell
+        assert shared.startswith("/shared w ") and "-" not in shared, cell
+    assert not list(gcp.filestore.folder_path(
+        f"projects/{PROJECT}/locations/us-central1-a/instances/c-fs").iterdir())  # no probe file left
+    assert CliRunner().invoke(main, ["cluster", "down", "c", "--yes"]).exit_code == 0

@@ -85,4 +85,21 @@ class GuestAttributesRest:
                     out.append(name)  # another node's fault: it counts for the cluster-wide all_reduce
             return out
 
-        return diag.attributes(inst, hit(list(faults.gpu_fault)), hit(list(faults.slow_nic)), peers)
+        out = diag.attributes(inst, hit(list(faults.gpu_fault)), hit(list(faults.slow_nic)), peers)
+        return {**out, **self._storage_rates(inst, out.get("gcpgpu-diag/request"))} if out else out
+
+    def _storage_rates(self, inst: dict, request: str | None) -> dict[str, str]:
+        """gcpgpu-diag/storage: the node's shared mounts measured once per diagnostics request (shared_mounts.py)."""
+        from .shared_mounts import measure
+        from .storage import PathRefused
+
+        agent = self.emulator.jobs.agent
+        done = self.__dict__.setdefault("_storage_done", {})
+        key = (inst["id"], request)
+        if key not in done:
+            try:
+                mounts = agent.shared.mounts(inst)
+            except PathRefused:
+                mounts = []  # a mount that fails: nothing measured, as on a node whose mount failed
+            done[key] = measure(mounts, agent.storage.root, inst["name"]) if mounts else ""
+        return {"gcpgpu-diag/storage": done[key]} if done[key] else {}
