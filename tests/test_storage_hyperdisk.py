@@ -118,3 +118,12 @@ def test_down_deletes_a_loader_vm_and_disk_an_interrupted_up_left(gcp, bucket):
     assert down.exit_code == 0, down.output
     assert "Deleting loader VM c-hdml-loader" in down.output and "Deleting hyperdisk-ml disk c-hdml" in down.output
     assert leftovers(gcp) == {}
+
+
+def test_the_disk_is_sized_from_the_data_with_headroom_within_googles_range():
+    from gcpgpu.storage.hyperdisk import size_gib
+
+    assert size_gib(1, "gs://x/y") == 4  # Google's smallest Hyperdisk ML
+    assert size_gib(100 * 2**30, "gs://x/y") == 120
+    with pytest.raises(CloudError, match="does not fit a Hyperdisk ML volume"):
+        size_gib(60 * 2**40, "gs://x/y")

@@ -10,7 +10,8 @@ under its own key, so it is never taken for a node); `down` and a failed attempt
 delete both, detaching the disk from any VM still holding it first.
 
 Read in Google's docs, NOT verified against the service: the 4 GiB-64 TiB size range, that the access
-mode changes only while the disk is attached to no VM, that the Debian images carry the gcloud CLI.
+mode changes only while the disk is attached to no VM, that the Debian images carry the gcloud CLI, that C3
+(the loader's series) takes Hyperdisk ML and is offered in the nodes' zone.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ SIZE_GIB = (4, 65536)
 HEADROOM = 1.2  # the file system's own blocks and room for inodes on top of the data
 LOADER_KEY = "gcpgpu-loader"  # metadata naming the copy; guest attribute gcpgpu-loader/done when it ended
 LOADER_LABEL = "gcpgpu-loader"  # the loader's cluster label (gcpgpu-cluster would make it a node)
-LOADER_MACHINE = "e2-standard-4"
+LOADER_MACHINE = "c3-standard-4"  # E2 takes no Hyperdisk; C3 takes Hyperdisk ML and a pd-balanced boot disk
 LOADER_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 FILL_TIMEOUT = 6 * 3600.0
 POLL_SECONDS = 1.0
@@ -117,7 +118,7 @@ def ensure(clients: Clients, project: str, cluster: str, source: str, path: str,
         say(f"Creating {KIND} disk {name} ({gib:,} GiB for {total / 2**30:,.2f} GiB of {source}) in {zone}")
         fence()
         _disks(clients).insert(project=project, zone=zone, disk_resource=compute_v1.Disk(
-            name=name, size_gb=gib, type_=f"zones/{zone}/diskTypes/{KIND}", access_mode="READ_WRITE_SINGLE",
+            name=name, size_gb=gib, type_=f"projects/{project}/zones/{zone}/diskTypes/{KIND}", access_mode="READ_WRITE_SINGLE",
             labels=labels, description=f"gcpgpu cluster {cluster}: {source}")).result()
     _fill(clients, project, cluster, source, zone, nic, service_accounts, labels, say, fence)
     say(f"Switching disk {name} to READ_ONLY_MANY")
@@ -138,7 +139,7 @@ def _fill(clients: Clients, project: str, cluster: str, source: str, zone: str, 
     vm = loader_name(cluster)
     instances = clients.compute("InstancesClient")
     body = {
-        "name": vm, "machineType": f"zones/{zone}/machineTypes/{LOADER_MACHINE}",
+        "name": vm, "machineType": f"projects/{project}/zones/{zone}/machineTypes/{LOADER_MACHINE}",
         "labels": _loader_labels(labels),
         "disks": [{"boot": True, "autoDelete": True, "type": "PERSISTENT",
                    "initializeParams": {"sourceImage": LOADER_IMAGE, "diskSizeGb": "20"}},
