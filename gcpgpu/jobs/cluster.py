@@ -263,6 +263,18 @@ def run_key(job_id: str, attempt: int) -> str:
     return job_id if attempt == 0 else f"{job_id}-r{attempt}"
 
 
+def resumed(record: dict, attempt: int) -> dict:
+    """`record` as its attempt `attempt` (> 0) runs: the bundled trainer with --resume (its newest complete
+    checkpoint; a fresh start if there is none), and GCPGPU_RESUME=1, GCPGPU_RESTART=N for a user's own command,
+    which resumes from its own checkpoint when it sees them (containers/README.md). gcpgpu's recovery and a Slurm
+    job that Slurm requeued (gcpgpu/slurm/task.py) resume the same way."""
+    args = list(record["args"])
+    if record.get("bundled_trainer") and "--resume" not in args and "--no-resume" not in args:
+        args.append("--resume")
+    env = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
+    return {**record, "args": args, "env": env, "attempt": attempt, "run": run_key(str(record["id"]), attempt)}
+
+
 def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fence: Fence = unfenced) -> None:
     """Put `record` (a job attempt) on `chosen` in rank order: metadata with the agent, rank and rendezvous.
     `fence()` runs right before each request (a recovery's lease check)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -132,11 +131,7 @@ class QueueAgent:
         job = dict(rec["submit"])
         job_file = self.jobs_dir / f"{rec['id']}.json"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        job["emulated"] = self.emulated
-        if self.emulated:  # every emulated cluster shares this host: a port free now, not one per Slurm job id
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                job["master_port"] = probe.getsockname()[1]
+        job.update(emulated=self.emulated, project=self.project)
         job_file.write_text(json.dumps(job))
         script = self.jobs_dir / f"{rec['id']}.sh"
         script.write_text(render("slurm_job.sh.j2", job_id=rec["id"], python=sys.executable, job_file=str(job_file)))

@@ -9,7 +9,8 @@ every job step under them at once (SIGKILL to the whole tree); one that exited w
 started again. Every node of one host shares 127.0.0.1, so each cluster gets a folder of its own under the
 emulator's storage (its controller's state, spool, logs, each node's slurm.conf) and a block of free ports
 (slurmctld's, then one per node); a cluster none of whose VMs exists any more loses both.
-The daemons' output goes to Cloud Logging as log `gcpgpu-slurm` of the VM.
+The daemons' output goes to Cloud Logging as log `gcpgpu-slurm` of the VM. Their batch tasks run the
+job's process through the emulator's job agent, as `docker run` on a real node (slurm_engine.py).
 
 Unlike the emulator's own servers, slurmctld and slurmd listen on every interface (Slurm 22.05 has no
 bind address); what they accept must carry a munge credential of the cluster's random key, which only
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .runner import LogLine, ReplicaSpec, Runner
+from .slurm_engine import ENGINE_ENV, Engine
 
 if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
@@ -77,9 +79,10 @@ class SlurmNodes:
     """Starts and ends the Slurm daemons of emulated VMs; one per emulator."""
 
     def __init__(self, compute: ComputeBackend, runner: Runner, address: Callable[[], str | None],
-                 root: Callable[[], Path]) -> None:
+                 root: Callable[[], Path], engine: Engine | None = None) -> None:
         self.compute = compute
         self.runner = runner
+        self.engine = engine  # the nodes' "Docker": runs the jobs' processes as the job agent does
         self.address = address
         self.root = root  # the emulator's storage folder: each cluster's Slurm folder goes under it
         self.runs: dict[str, tuple[str, str, str]] = {}  # instance id -> (run id, project, name)
@@ -197,5 +200,6 @@ class SlurmNodes:
                     "jsonPayload": {"instance": {"name": name, "zone": zone, "id": iid}, "message": line.text},
                     "severity": "ERROR" if line.stream == "stderr" else "INFO"}
 
-        self.runner.start(run_id, [ReplicaSpec(name, argv, {"GCPGPU_EMULATOR": address})], describe=describe)
+        env = {"GCPGPU_EMULATOR": address, **({ENGINE_ENV: self.engine.command()} if self.engine else {})}
+        self.runner.start(run_id, [ReplicaSpec(name, argv, env)], describe=describe)
         self.runs[iid] = (run_id, project, name)
