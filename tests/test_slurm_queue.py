@@ -195,3 +195,15 @@ def test_a_node_lost_under_a_running_job_comes_back_and_the_job_resumes_to_succe
     assert inst["status"] == "RUNNING"  # node 0 brought it back under its name
     wait_for(lambda: set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}, timeout=120, what="both nodes' daemons")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_follow_and_logs_follow_a_slurm_job_to_its_end_as_any_cluster_job(gcp):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    job = submitted("--name", "seen", "--nodes", "1", "--", *QUICK, "--log-every", "1")
+    followed = cli("job", "follow", job)
+    assert followed.exit_code == 0, followed.output
+    assert "SUCCEEDED" in followed.output and state(gcp, job) == "SUCCEEDED"
+    logs = cli("job", "logs", job, "--follow")  # returns once the job has ended, with the trainer's lines
+    assert logs.exit_code == 0 and "step      2 " in logs.output, logs.output
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
