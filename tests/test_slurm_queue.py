@@ -207,3 +207,34 @@ def test_follow_and_logs_follow_a_slurm_job_to_its_end_as_any_cluster_job(gcp):
     logs = cli("job", "logs", job, "--follow")  # returns once the job has ended, with the trainer's lines
     assert logs.exit_code == 0 and "step      2 " in logs.output, logs.output
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_can_be_cancelled(gcp):
+    import os
+    import subprocess
+
+    from gcpgpu.slurm.node import conf_path
+
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    wait_for(lambda: "q-0" in gcp.jobs.slurm.running() and gcp.jobs.slurm.folder(PROJECT, "q"), timeout=60,
+             what="node 0's daemons")
+    env = {**os.environ, "SLURM_CONF": str(conf_path(gcp.jobs.slurm.folder(PROJECT, "q"), "q-0"))}
+
+    def sbatch() -> subprocess.CompletedProcess:  # what someone on `cluster ssh q` types
+        return subprocess.run(["sbatch", "--parsable", "-J", "by-hand", "-N", "1", "--wrap", "sleep 600"], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    done = wait_for(lambda: (r := sbatch()).returncode == 0 and r, timeout=120, interval=1.0,
+                    what="slurmctld taking a job")
+    slurm_id = done.stdout.strip().split(";")[0]
+
+    def row() -> dict | None:
+        rows = json.loads(cli("job", "list", "--cluster", "q", fmt="json").output)
+        return next((r for r in rows if r["name"] == "by-hand" and r["state"] == "RUNNING"), None)
+
+    found = wait_for(row, timeout=60, interval=0.5, what="the hand-made job listed")
+    assert found["id"] == f"cluster:q:slurm-{slurm_id}" and found["via"] == "sbatch" and found["nodes"] == 1
+    assert cli("job", "cancel", found["id"]).exit_code == 0
+    wait_for(lambda: state(gcp, found["id"]) == "CANCELLED", timeout=60, what="the hand-made job cancelled")
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
