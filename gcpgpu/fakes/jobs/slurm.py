@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from .runner import LogLine, ReplicaSpec, Runner
 from .slurm_engine import ENGINE_ENV, Engine
+from .vmlife import alive, keep_with_vms
 
 if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
@@ -119,9 +120,7 @@ class SlurmNodes:
     def running(self) -> dict[str, str]:
         """Instance name -> run id of each node whose daemons run now (tests read it)."""
         with self._lock:
-            items = list(self.runs.values())
-        return {name: run_id for run_id, _p, name in items
-                if (run := self.runner.get(run_id)) is not None and not run.done}
+            return alive(self.runner, self.runs)
 
     def _loop(self) -> None:
         while True:
@@ -147,21 +146,8 @@ class SlurmNodes:
                     present.add((project, str(cluster)))
         gone: list[Path] = []
         with self._lock:
-            for iid, (run_id, _project, name) in list(self.runs.items()):
-                status = live[iid][1]["status"] if iid in live else None
-                if status == "STOPPING":
-                    self.runner.lose(run_id, STOP_GRACE_S, f"node {name} is stopping")
-                    continue
-                if status != "RUNNING":
-                    self.runner.lose(run_id, 0.0, f"node {name} is no longer RUNNING")
-                    del self.runs[iid]
-                    continue
-                run = self.runner.get(run_id)
-                if run is not None and run.done:
-                    seen = self._ended.setdefault(iid, time.monotonic())
-                    if time.monotonic() - seen >= RESTART_S:
-                        del self.runs[iid]
-                        self._ended.pop(iid, None)
+            keep_with_vms(self.runner, self.runs, self._ended, {i: str(p[1]["status"]) for i, p in live.items()},
+                          STOP_GRACE_S, RESTART_S)
             for key in [k for k in self.clusters if k not in present]:
                 gone.extend(self.clusters.pop(key)[:2])  # no VM of it is left: its folders and ports go
             for iid, (project, inst) in live.items():
