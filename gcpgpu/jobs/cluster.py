@@ -286,19 +286,12 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
     record.setdefault("created", record["submitted"])
     run = str(record.get("run") or record["id"])
     want = int(record["nnodes"])
-    # TCPX/TCPXO: the agent starts Google's receive-datapath manager before the trainer (a recovery too).
-    machine = catalog.get_machine_type(str(record["machine_type"]))
-    rxdm = catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
+    rxdm = _rxdm(record)
     record["rxdm"] = rxdm.rxdm_image if rxdm else None
 
     def put(pair: tuple[int, Node]) -> Any:
         rank, node = pair
-        agent = render("job_agent.sh.j2", job_id=run, container=container_name(str(record["id"])), rank=rank,
-                       nnodes=want, master_addr=master, master_port=MASTER_PORT, image=record["image"],
-                       command=record["command"], args=record["args"], env=record["env"], mounts=record["mounts"],
-                       gcs_buckets=record.get("gcs_buckets") or [], node_dirs=record.get("node_dirs") or [],
-                       user_mounts=record.get("user_mounts") or [],
-                       timeout=record.get("timeout") or 0, rxdm=rxdm, rxdm_wait=RXDM_WAIT_S)
+        agent = agent_script(record, rank, want, master, MASTER_PORT)
         items = {k: v for k, v in node.metadata.items() if k not in JOB_KEYS}
         items.update({
             "enable-guest-attributes": "TRUE",  # how the agent reports its state
@@ -317,6 +310,24 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
         return _set_metadata(clients, project, node, items, fence)
 
     batch(clients, project, put, list(enumerate(chosen)))
+
+
+def _rxdm(record: dict) -> Any:
+    """TCPX/TCPXO: the agent starts Google's receive-datapath manager before the trainer (a recovery too)."""
+    machine = catalog.get_machine_type(str(record["machine_type"]))
+    return catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
+
+
+def agent_script(record: dict, rank: int, nnodes: int, master: str, port: int, slurm: bool = False) -> str:
+    """The node's job agent (templates/job_agent.sh.j2) for `record` (a job attempt) at `rank` of `nnodes`:
+    it runs the job's container and reports its state. `slurm`: run as a Slurm task's (gcpgpu/slurm/task.py),
+    it ends with the container's exit code and stops the container on Slurm's SIGTERM."""
+    return render("job_agent.sh.j2", job_id=str(record.get("run") or record["id"]),
+                  container=container_name(str(record["id"])), rank=rank, nnodes=nnodes, master_addr=master,
+                  master_port=port, image=record["image"], command=record["command"], args=record["args"],
+                  env=record["env"], mounts=record["mounts"], gcs_buckets=record.get("gcs_buckets") or [],
+                  node_dirs=record.get("node_dirs") or [], user_mounts=record.get("user_mounts") or [],
+                  timeout=record.get("timeout") or 0, rxdm=_rxdm(record), rxdm_wait=RXDM_WAIT_S, slurm=slurm)
 
 
 def _set_metadata(clients: Clients, project: str, node: Node, items: dict[str, str], fence: Fence) -> Any:

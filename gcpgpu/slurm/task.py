@@ -10,8 +10,10 @@ GCPGPU_RESTART=N for a user's command), as attempt N.
 
 In the emulator the node's container engine is the emulator's job agent, which GCPGPU_SLURM_ENGINE names
 (gcpgpu/fakes/jobs/slurm_engine.py: the call goes over a socket, as `docker run` talks to its daemon), so
-the job runs exactly as a cluster job without Slurm does there. On Google Cloud it would run the job's
-container as the node's job agent does (templates/job_agent.sh.j2): not built yet, said in one line.
+the job runs exactly as a cluster job without Slurm does there. On Google Cloud the task runs the node's
+job agent script (templates/job_agent.sh.j2, rendered as `job submit` renders it for a node without
+Slurm), which pulls and runs the job's container, mounts its buckets and output folders, and ends with
+the container's exit code; Slurm's SIGTERM stops the container.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gcpgpu.jobs.cluster import resumed
+from gcpgpu.jobs.cluster import agent_script, resumed
 
 PORT_BASE = 29500
 ENGINE_ENV = "GCPGPU_SLURM_ENGINE"  # the emulator's container engine for its Slurm nodes
@@ -48,19 +50,24 @@ def attempt_of(job: dict, environ: dict[str, str]) -> dict:
     return resumed(job, restarts) if restarts else dict(job)
 
 
-def command(job: dict, environ: dict[str, str], job_file: str) -> tuple[list[str], dict] | str:
-    """(argv, the call it hands the node's container engine) of this node's task, or the one line saying why
-    it cannot run here."""
+def command(job: dict, environ: dict[str, str], call_file: str) -> tuple[list[str], dict | str] | str:
+    """(argv, what it reads from `call_file`) of this node's task, or the one line saying why it cannot run
+    here. On a node of Google Cloud: the node's job agent script for this attempt, rank and rendezvous, which
+    runs the job's container (jobs/cluster.py's agent_script, as `job submit` puts it on a node without
+    Slurm). In the emulator: the call the emulator's container engine reads."""
+    attempt = attempt_of(job, environ)
     if not job.get("emulated"):
-        return ("gcpgpu slurm task: running a job's container under Slurm on Google Cloud is not built yet; "
-                "use 'gcpgpu cluster ssh' and sbatch")
+        rdzv = rendezvous(environ, False)
+        script = agent_script(attempt, int(rdzv["NODE_RANK"]), int(rdzv["NNODES"]), rdzv["MASTER_ADDR"],
+                              int(rdzv["MASTER_PORT"]), slurm=True)
+        return ["bash", call_file], script
     engine = environ.get(ENGINE_ENV)
     if not engine:
         return f"gcpgpu slurm task: {ENGINE_ENV} is not set: this node has no container engine to run the job"
     rdzv = rendezvous(environ, True)
     call = {"project": job.get("project"), "node": environ.get("SLURMD_NODENAME", ""),
-            "rank": int(rdzv["NODE_RANK"]), "nnodes": int(rdzv["NNODES"]), "job": attempt_of(job, environ)}
-    return [*shlex.split(engine), job_file], call
+            "rank": int(rdzv["NODE_RANK"]), "nnodes": int(rdzv["NNODES"]), "job": attempt}
+    return [*shlex.split(engine), call_file], json.dumps(call)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,15 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         job = json.load(f)
     environ = dict(os.environ)
     node, restart = environ.get("SLURMD_NODENAME", "node"), environ.get("SLURM_RESTART_COUNT", "0") or "0"
-    call_file = Path(args[0]).with_name(f"{Path(args[0]).stem}.{node}.{restart}.call.json")
+    call_file = Path(args[0]).with_name(f"{Path(args[0]).stem}.{node}.{restart}.call")
     got = command(job, environ, str(call_file))
     if isinstance(got, str):
         print(got, file=sys.stderr, flush=True)
         return 1
     run, call = got
-    call_file.write_text(json.dumps(call))
-    print(f"gcpgpu slurm task: job {job.get('id')} rank {call['rank']} of {call['nnodes']} on {node} "
-          f"(Slurm job {environ.get('SLURM_JOB_ID')}, restart {restart})", flush=True)
+    call_file.write_text(str(call))
+    print(f"gcpgpu slurm task: job {job.get('id')} rank {environ.get('SLURM_NODEID', '0')} of "
+          f"{environ.get('SLURM_NNODES', '1')} on {node} (Slurm job {environ.get('SLURM_JOB_ID')}, restart {restart})",
+          flush=True)
     os.execvp(run[0], run)
     return 1  # not reached
 
