@@ -210,7 +210,7 @@ def test_follow_and_logs_follow_a_slurm_job_to_its_end_as_any_cluster_job(gcp):
 
 
 @needs_slurm
-def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_can_be_cancelled(gcp):
+def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_can_be_cancelled(gcp, tmp_path):
     import os
     import subprocess
 
@@ -222,8 +222,9 @@ def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_c
     env = {**os.environ, "SLURM_CONF": str(conf_path(gcp.jobs.slurm.folder(PROJECT, "q"), "q-0"))}
 
     def sbatch() -> subprocess.CompletedProcess:  # what someone on `cluster ssh q` types
-        return subprocess.run(["sbatch", "--parsable", "-J", "by-hand", "-N", "1", "--wrap", "sleep 600"], env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(["sbatch", "--parsable", "-J", "by-hand", "-N", "1", "-o", str(tmp_path / "by-hand.out"),
+                               "--wrap", "sleep 600"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, check=False)
 
     done = wait_for(lambda: (r := sbatch()).returncode == 0 and r, timeout=120, interval=1.0,
                     what="slurmctld taking a job")
