@@ -335,3 +335,22 @@ def test_agent_reports_how_long_its_image_pull_took_before_the_job_runs(tmp_path
     pulled = [e for e in metadata.order if e.startswith("gcpgpu/pull-s=")]
     assert len(pulled) == 1 and 0 <= float(pulled[0].split("=", 1)[1]) < 30
     assert metadata.order.index(pulled[0]) < metadata.order.index("gcpgpu/state=RUNNING")
+
+
+def test_a_cluster_with_shared_storage_waits_for_its_mounts_and_binds_them_into_each_job(tmp_path):
+    """Issue 41: the startup script waits for gcpgpu-storage, mounts each entry by kind before the job
+    watcher starts and lists them for the job agent, which binds each at the same path (ro when asked)."""
+    spec = ClusterSpec(name="c", machine_type="a3-highgpu-8g", nodes=2, zones=[ZONE["a3-highgpu-8g"]],
+                       filestore="1TiB", mounts=["lustre:old:/scratch"]).validate()
+    items = plan(spec, "p").instance_properties["metadata"]["items"]
+    text = next(i["value"] for i in items if i["key"] == "startup-script")
+    lint(tmp_path, text)
+    assert "instance/attributes/gcpgpu-storage" in text
+    assert 'mount -t nfs -o hard' in text and 'mount -t lustre "$export" "$path"' in text
+    assert text.index("/etc/gcpgpu/storage.list") < text.index("# The job watcher")
+    assert "storage_rates" in text  # doctor --active measures each mount
+    plain = startup_script("a3-highgpu-8g")
+    assert "gcpgpu-storage" not in plain  # a cluster without shared storage waits for nothing
+    agent = agent_script(None)
+    lint(tmp_path, agent)
+    assert "/etc/gcpgpu/storage.list" in agent and 'run_args+=(--volume "$spath:$spath' in agent

@@ -10,6 +10,7 @@ import click
 
 from gcpgpu.cli.autostop import autostop_flags, autostop_options
 from gcpgpu.cli.cluster_columns import AUTOSTOP_COLUMN, COST_COLUMNS, NODE_COLUMNS, _autostop
+from gcpgpu.cli.storage import storage_flags, storage_options
 from gcpgpu.errors import Interrupted, UsageProblem
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
@@ -65,7 +66,7 @@ def _spec_options(fn: Callable) -> Callable:
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return storage_options(fn)
 
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
@@ -120,6 +121,7 @@ def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
     if kw.get("termination_action") is not None:
         flags["termination_action"] = kw["termination_action"]
     flags.update(autostop_flags(kw))
+    flags.update(storage_flags(kw))
     note = _own_location_first(settings, flags, "--zone" if kw.get("zone") else "--zones")
     spec = ClusterSpec.from_sources(kw.get("spec_file"), flags)
     if isinstance(spec.name, str) and spec.name != spec.name.lower():

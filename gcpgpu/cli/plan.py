@@ -14,7 +14,7 @@ GIB = 1024**3
 
 @click.group()
 def plan() -> None:
-    """Estimate before you spend: memory per GPU for a training setup."""
+    """Estimate before you spend: memory per GPU for a training setup, and the shared storage a run needs."""
 
 
 # Every default is the trainer's own (TrainConfig, no torch import), so `plan memory` and
@@ -117,3 +117,43 @@ def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precis
         where = f"{nodes} x {mt.name}" if nodes > 1 else mt.name
         rows += [(f"proposed layout ({where}, seq {seq_len}, --compile)", lay.flags or "none fits"), ("why", lay.why)]
     emit([{"item": k, "value": v} for k, v in rows], [("item", "ITEM"), ("value", "PER GPU")], title=title)
+
+
+@plan.command()
+@click.option("--tokens-per-second", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="Training tokens per second, the whole cluster together.")
+@click.option("--bytes-per-token", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="Bytes the data loader reads per training token (2 for uint16 token files; more for raw text, "
+                   "images or audio).")
+@click.option("--checkpoint-size", required=True, metavar="SIZE",
+              help="One checkpoint, all shards together (e.g. 120GiB, 1.5TiB).")
+@click.option("--save-time", required=True, metavar="DURATION",
+              help="How long a checkpoint save may take, e.g. 60s or 2m.")
+@click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Checkpoints kept on the file system at once.")
+@click.option("--data-size", metavar="SIZE", help="The data set, if it lives on the file system too (e.g. 4TiB).")
+def storage(tokens_per_second: float, bytes_per_token: float, checkpoint_size: str, save_time: str, keep: int,
+            data_size: str | None) -> None:
+    """The shared file system tier and size a training run needs (cluster up --filestore / --lustre).
+
+    \b
+      read  = tokens/s x bytes/token
+      write = checkpoint size / save time
+      space = checkpoint size x keep + data size
+      size  = the tier's smallest valid capacity whose promised read and write
+              rates (per TiB provisioned) and space cover all three
+
+    The first row is the recommendation: the tier needing the least capacity. Rates are whole-instance
+    promises from Google's tier pages (gcpgpu/storage/tiers.py names each source).
+    """
+    from gcpgpu.storage.sizing import need, options
+    from gcpgpu.storage.spec import parse_size
+    from gcpgpu.times import parse_duration
+
+    seconds = parse_duration(save_time, "--save-time", at_least=1, at_most=86400)
+    n = need(tokens_per_second, bytes_per_token, parse_size(checkpoint_size, "--checkpoint-size"), seconds, keep,
+             parse_size(data_size, "--data-size") if data_size else 0)
+    rows = [o.row() for o in options(n)]
+    emit(rows, [("service", "SERVICE"), ("tier", "TIER"), ("size_gib", "SIZE GiB"), ("read_mib_s", "READ MiB/s"),
+                ("write_mib_s", "WRITE MiB/s"), ("flag", "CLUSTER UP FLAGS")],
+         title=f"Needs: read {n.read_mib_s:,.0f} MiB/s, write {n.write_mib_s:,.0f} MiB/s, {n.space_gib:,.0f} GiB")

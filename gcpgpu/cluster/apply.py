@@ -21,7 +21,7 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
-from . import munge, reservation_use
+from . import munge, reservation_use, shared_fs
 from .bootlabels import BootLabels
 from .lease import Lease, LeaseLost
 from .observe import ROW_FIELDS, Node, Observed, observe, observe_nodes, observe_nodes_by_name
@@ -126,16 +126,19 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         _start_stopped(s, plan, obs)
         existing = {n.name for n in obs.nodes}
         missing = [n for n in plan.node_names if n not in existing]
-        zones = sorted({n.zone for n in obs.nodes}) or plan.zones
+        zones = sorted({n.zone for n in obs.nodes}) or shared_fs.pin_zones(s, plan, plan.zones)
         labels = BootLabels(s, plan, missing, fabric=not obs.nodes)
         if missing:
-            _place_nodes(s, plan, obs, missing, zones, labels)
+            zone = _place_nodes(s, plan, obs, missing, zones, labels)
             labels.settle()
         else:
+            zone = zones[0]
             s.report.note(f"all {len(plan.node_names)} node(s) already exist")
+        mounts = shared_fs.ensure(s, plan, zone)  # in the nodes' zone, while they boot
         # A new cluster's nodes are all this attempt's, labelled above: nothing to repair.
         repaired = repair_labels(s, plan) if obs.nodes else False
         nodes = labels.confirm(_wait_running(s, plan))
+        shared_fs.write_metadata(s, plan, mounts)
         if nat:
             with s.report.waiting("waiting for the Cloud NAT"):
                 s.finish(nat)
@@ -428,8 +431,13 @@ def rollback(s: Session, cluster: str) -> None:
         s.report.note(f"cleanup incomplete: could not list what this attempt created ({one_line(e)}); "
                       f"'gcpgpu cluster down {cluster}' finds it by name and label")
         return
-    if mine.empty:
-        return
-    s.report.step("rollback", f"Removing what this attempt created ({mine.summary()})")
-    for line in delete_observed(s.clients, s.project, mine, fence=s.check_lease):
+    if not mine.empty:
+        s.report.step("rollback", f"Removing what this attempt created ({mine.summary()})")
+        for line in delete_observed(s.clients, s.project, mine, fence=s.check_lease):
+            s.report.note(f"cleanup incomplete: {line}")
+    try:  # after the nodes that mounted them
+        lines = shared_fs.delete(s, cluster, s.attempt)
+    except Exception as e:
+        lines = [f"shared file systems: {one_line(e)}"]
+    for line in lines:
         s.report.note(f"cleanup incomplete: {line}")

@@ -20,12 +20,15 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+from gcpgpu.storage import rates as storage_rates
+
 from .observe import Node
 
 NAMESPACE = "gcpgpu-diag"
 POLL_SECONDS = 2.0
 COLUMNS = [("node", "NODE"), ("rank", "RANK"), ("gpu", "GPU DIAG"), ("nvlink", "NVLINK GB/S"),
-           ("slowest_nic", "SLOWEST NIC"), ("net", "ALL_REDUCE GB/S"), ("verdict", "VERDICT")]
+           ("slowest_nic", "SLOWEST NIC"), ("net", "ALL_REDUCE GB/S"), ("shared", "SHARED FS MiB/S"),
+           ("verdict", "VERDICT")]
 
 
 @cache
@@ -41,6 +44,9 @@ class Diagnosis:
     rank: int | None
     report: dict[str, str]
     problems: list[str] = field(default_factory=list)
+    # Shared file systems slower than their tier's promise: shown, never a reason to replace the node
+    # (`up --check` replaces on problems; a slow share is the share's, not the node's).
+    storage: list[str] = field(default_factory=list)
 
     def nics(self) -> dict[str, float]:
         out = {}
@@ -59,7 +65,8 @@ class Diagnosis:
                 "nvlink": self.report.get("nvlink-busbw", "-"),
                 "slowest_nic": f"{slowest[0]} {slowest[1]:g}" if slowest else "-",
                 "net": self.report.get("net-busbw", "-"),
-                "verdict": "healthy" if not self.problems else "; ".join(self.problems)}
+                "shared": storage_rates.cell(storage_rates.parse(self.report.get("storage"))),
+                "verdict": "; ".join(self.problems + self.storage) or "healthy"}
 
 
 def _float(value: str | None) -> float | None:
@@ -166,4 +173,15 @@ def run(clients: Any, project: str, nodes: list[Node], timeout: float = 1200.0,
             d.problems.append(f"no diagnostics within {timeout:.0f} s (is the node's diagnostics watcher running?)")
         out.append(d)
     machine = catalog.get_machine_type(nodes[0].machine_type) if nodes else None
+    judge_storage(clients, nodes, [d for d in out if d.report])
     return out, evaluate(machine, [d for d in out if d.report]) if machine else []
+
+
+def judge_storage(clients: Any, nodes: list[Node], diagnoses: list[Diagnosis]) -> None:
+    """Each node's rates on the shared file systems (gcpgpu-storage) against their tiers' promises."""
+    from gcpgpu.storage.entries import KEY, loads
+
+    found = loads(next((n.metadata.get(KEY) for n in nodes if n.metadata.get(KEY)), None))
+    promises = {e["path"]: p for e in found if (p := storage_rates.promise(clients, e)) is not None}
+    for d in diagnoses:
+        d.storage = storage_rates.judge(storage_rates.parse(d.report.get("storage")), promises, len(diagnoses))

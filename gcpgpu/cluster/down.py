@@ -13,7 +13,7 @@ from typing import Any
 
 from gcpgpu.errors import CloudError
 
-from . import munge
+from . import munge, shared_fs
 from .kinds import NODES
 from .nat import settle as settle_nats
 from .observe import Node, Observed, observe, observe_nodes
@@ -26,10 +26,14 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
     s.report.step("observe", f"Looking for resources of cluster {name} (by label, name and marker)")
     obs = observe(s.clients, s.project, name)
     if obs.empty:
+        lines = shared_fs.delete(s, name)  # left by a `down` that stopped after the nodes
         if munge.delete_key(s.clients, s.project, name):  # left by an `up` that made nothing else
             s.report.step("munge", f"Deleted the Slurm munge key of cluster {name}")
-        else:
+        elif not lines:
             s.report.note(f"nothing to delete: no resources of cluster {name} in project {s.project}")
+        if lines:
+            raise CloudError(f"cluster {name}: {len(lines)} resource(s) could not be deleted; run "
+                             f"'gcpgpu cluster down {name}' again once the cause is fixed:\n  " + "\n  ".join(lines))
         return obs
     s.report.note(f"found {obs.summary()}")
     todo = copy.copy(obs)
@@ -47,6 +51,7 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
         lines = delete_observed(s.clients, s.project, todo, s.report.step, s.check_lease)
     if munge.delete_key(s.clients, s.project, name):  # after the nodes: none of them reads it any more
         s.report.step("munge", f"Deleted the Slurm munge key of cluster {name}")
+    lines += shared_fs.delete(s, name)  # after the nodes that mounted them; never an attached one
     left = observe(s.clients, s.project, name)
     left.routers = [r for r in left.routers if r in todo.routers]  # a NAT kept for other VMs is not "left"
     if keep_reservation:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gcpgpu import catalog
 from gcpgpu.resources import render
+from gcpgpu.storage.spec import describe as describe_storage
 from gcpgpu.times import format_duration
 
 from . import autostop, munge
@@ -385,7 +386,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
                      installer_image=host.installer_image if host else "",
                      installer_args=host.installer_args if host else (),
                      ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds,
-                     prepull="" if spec.prepull in (None, "none") else spec.prepull)
+                     prepull="" if spec.prepull in (None, "none") else spec.prepull,
+                     storage=bool(spec.filestore or spec.lustre or spec.hyperdisk_ml or spec.mounts))
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",
@@ -419,6 +421,7 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     }
     if policy:
         props["resourcePolicies"] = [policy["name"]]
+    notes += describe_storage(spec)
     setup_needs = catalog.node_setup(mt).requires
     if setup_needs and spec.image == catalog.node_setup(mt).image:
         notes.append(f"{mt.name}: {setup_needs}.")

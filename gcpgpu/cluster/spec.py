@@ -92,6 +92,14 @@ class ClusterSpec:
     iap_ssh: bool = False  # a firewall rule letting IAP TCP forwarding reach port 22 (cluster ssh)
     cloud_nat: bool = True  # a Cloud Router + NAT on the primary network when nodes have no external IP
     scheduler: str | None = None  # "slurm": the nodes run Slurm, and jobs queue on it (gcpgpu/slurm)
+    # Shared file systems (gcpgpu/storage): new ones made with the cluster and deleted with it, and
+    # existing ones attached by name (mounts: "filestore:NAME:/PATH", never deleted).
+    filestore: int | str | None = None  # size (GiB, or "2.5TiB")
+    filestore_tier: str | None = None
+    lustre: int | str | None = None
+    lustre_tier: int | str | None = None  # MB/s per TiB: 125, 250, 500, 1000
+    hyperdisk_ml: str | None = None  # gs://BUCKET/PREFIX
+    mounts: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,7 +138,9 @@ class ClusterSpec:
         self.provisioning = str(self.provisioning).lower().replace("_", "-")
         if self.provisioning not in PROVISIONING:
             raise UsageProblem(f"provisioning {self.provisioning!r} must be one of {', '.join(PROVISIONING)}")
+        explicit_zones = bool(self.zones) or (not self.region and bool(default_zone))
         self._validate_location(mt, default_region, default_zone)
+        self._validate_storage(explicit_zones)
         self._validate_provisioning(mt)
         self._validate_node(mt)
         self._validate_misc()
@@ -173,6 +183,19 @@ class ClusterSpec:
         self.zones = zones or offering
         if len(set(self.zones)) != len(self.zones):
             raise UsageProblem("--zones lists a zone twice")
+
+    def _validate_storage(self, explicit_zones: bool) -> None:
+        """Sizes, tiers and mount points in canonical form; the candidate zones narrowed to where every new
+        zonal file system can follow the nodes (storage/spec.py)."""
+        from gcpgpu.storage.spec import check_zones, wanted
+
+        wants = wanted(self)
+        for w in wants:
+            if w.created and w.kind in ("filestore", "lustre"):
+                setattr(self, w.kind, w.size_gib)
+                setattr(self, f"{w.kind}_tier", w.tier)
+        self.mounts = [f"{w.kind}:{w.existing}:{w.path}" for w in wants if not w.created]
+        self.zones = check_zones(wants, self.zones, str(self.region), explicit_zones)
 
     def _validate_provisioning(self, mt: catalog.MachineType) -> None:
         if self.reservation and self.create_reservation:
@@ -317,6 +340,8 @@ def _load_file(path: str) -> dict[str, Any]:
             return duration(k, value, f"{path}: {k}")
         if k == "autostop_notify" and isinstance(value, str):
             return [value]  # one webhook, as a job spec's notify
+        if k == "mounts" and isinstance(value, str):
+            return [value]
         if k in ("zones", "scopes") and isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]  # one string: comma-separated, like --zones
         if isinstance(value, str) and not value.strip():

@@ -47,13 +47,35 @@ class HttpServer:
             asyncore_use_poll=True,  # select() stops at file descriptor 1024
             asyncore_loop_timeout=1, clear_untrusted_proxy_headers=False)
         self.port = int(self._server.effective_port)  # waitress gives it as text
+        # A request's thread wakes the I/O loop through the trigger pipe as it ends, which may be just after its
+        # client has its answer and stop() has closed that pipe: its write then failed (EBADF, an exception in
+        # the thread) or, once the number was reused, put a byte into whatever file now held it (the next
+        # emulator's trigger, a socket, a state file being saved). So the pipe closes under a lock, and a
+        # wake-up after that is dropped: nothing is left for the loop to do then.
+        self._closing = threading.Lock()
+        self._closed = False
+        self._server.pull_trigger = self._pull_trigger
         self._thread = threading.Thread(target=self._server.run, name="emulator-http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Close every connection and the listening socket, then let the threads go (returns in well under a second)."""
         server = self._server
+
+        def close_all() -> None:
+            with self._closing:
+                self._closed = True
+                self._wasyncore.close_all(server._map, ignore_all=True)
+
         # The I/O loop closes its own sockets (a thunk runs in its thread) and ends when none is left.
-        server.trigger.pull_trigger(lambda: self._wasyncore.close_all(server._map, ignore_all=True))
+        with self._closing:
+            if self._closed:
+                return
+        server.trigger.pull_trigger(close_all)
         self._thread.join(5)
         server.task_dispatcher.shutdown(cancel_pending=True, timeout=0.5)
+
+    def _pull_trigger(self) -> None:
+        with self._closing:
+            if not self._closed:
+                self._server.trigger.pull_trigger()

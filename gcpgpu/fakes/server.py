@@ -28,13 +28,18 @@ from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
 from .events import VmEvents
 from .faults import FaultClock
+from .filestore.backend import FilestoreBackend
 from .gate import guarded
 from .jobs import LocalJobs
+from .jobs.shared_mounts import disk_resolver
 from .jobs.storage import Storage
 from .jobs.usercmd import UserCommands
+from .lro import Operations
+from .lustre.backend import LustreBackend
 from .monitoring.backend import MonitoringBackend
 from .partial import partial_response
 from .secretmanager.backend import SecretManagerBackend
+from .servicenetworking.backend import ServiceNetworkingBackend
 from .storage.backend import StorageBackend
 from .vertex.backend import VertexBackend
 from .world import default_world
@@ -61,6 +66,11 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/v1/projects/[^/]+/secrets(?:[/:]|$)", "gcpgpu.fakes.secretmanager.rest:SecretManagerRest.for_emulator"),
     (r"^/v1/projects/[^/]+/locations/[^/]+/repositories/",
      "gcpgpu.fakes.artifactregistry.rest:ArtifactRegistryRest.for_emulator"),
+    # Filestore and Managed Lustre share Google's path shape (/v1/projects/P/locations/L/instances), so each
+    # answers under a prefix of its own: a client's api_endpoint (gcloud's override) names it.
+    (r"^/filestore/v1/", "gcpgpu.fakes.filestore:rest_for_emulator"),
+    (r"^/lustre/v1/", "gcpgpu.fakes.lustre:rest_for_emulator"),
+    (r"^/servicenetworking/v1/", "gcpgpu.fakes.servicenetworking:rest_for_emulator"),
 ]
 # gRPC: "module:factory"; factory(emulator) -> grpc.GenericRpcHandler. Started only when non-empty.
 GRPC_SERVICES: list[str] = [
@@ -132,6 +142,22 @@ class Emulator:
                               user=self.user_commands, clock_file=lambda: self.clock.published)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
                                     user=self.user_commands, activity=self.activity)
+        # Shared file systems (issue 41): one folder per instance under the storage root, bound into jobs;
+        # private service access (Service Networking) on the networks that need it.
+        self.servicenetworking = ServiceNetworkingBackend(self.clock, self._operation_seconds, self.compute,
+                                                          self._private_access_users)
+        self.filestore = FilestoreBackend(
+            self.world, self.clock, self._operation_seconds, lambda: disk.root,
+            Operations(self.clock, "type.googleapis.com/google.cloud.common.OperationMetadata"),
+            network_exists=self._network_exists, has_private_access=self.servicenetworking.connected)
+        self.lustre = LustreBackend(
+            self.world, self.clock, self._operation_seconds, lambda: disk.root,
+            Operations(self.clock, "type.googleapis.com/google.cloud.lustre.v1.OperationMetadata",
+                       cancel_field="requestedCancellation"),
+            network_exists=self._network_exists, has_private_access=self.servicenetworking.connected)
+        self.jobs.agent.shared.services.update(filestore=self.filestore, lustre=self.lustre)
+        self.jobs.agent.shared.disk = disk_resolver(self.compute, lambda: disk.root)
+        self.vertex.nfs = self.filestore.nfs_folder  # a Vertex AI pool's nfsMounts
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
@@ -150,6 +176,9 @@ class Emulator:
         self.jobs.reset()
         self.monitoring.reset()
         self.storage.reset()
+        self.filestore.reset()
+        self.lustre.reset()
+        self.servicenetworking.reset()
         self.activity.reset()
         self.faults.update(Faults().to_dict())
         self.requests.clear()
@@ -169,6 +198,25 @@ class Emulator:
             raise ValueError(f"{path}: state file version {data.get('version')} is not {STATE_VERSION}")
         self.compute.restore(data.get("compute", {}))
         self.faults.update(data.get("faults", {}))
+
+    def _network_exists(self, project: str, name: str) -> bool:
+        if project.isdigit():  # a network named by its project's number
+            project = next(iter(self.compute.project_ids(project)), "")
+        try:
+            self.compute.get(project, "global/networks", name)
+        except ApiError:
+            return False
+        return True
+
+    def _operation_seconds(self) -> float:
+        """How long an operation takes (Faults.operation_seconds, else the world's), as Compute's do."""
+        s = self.faults.operation_seconds
+        return self.world.timings["operation_seconds"] if s is None else float(s)
+
+    def _private_access_users(self, project: str, network: str) -> list[str]:
+        """The instances that need the private service connection on `network` (Lustre's, Filestore's in
+        PRIVATE_SERVICE_ACCESS mode): Service Networking refuses to delete it under them."""
+        return [*self.lustre.on_network(project, network), *self.filestore.on_network(project, network)]
 
     # -- addresses -----------------------------------------------------------------------
     @property
@@ -200,6 +248,9 @@ class Emulator:
                 "storage": f"{self.url}/storage/v1/ (uploads /upload/storage/v1/, downloads /download/storage/v1/)",
                 "secretmanager": f"{self.url}/v1/",
                 "artifactregistry": f"{self.url}/v1/ (dockerImages.list)",
+                "file": f"{self.url}/filestore/",
+                "lustre": f"{self.url}/lustre/",
+                "servicenetworking": f"{self.url}/servicenetworking/",
             },
             # gcloud's api_endpoint_overrides/NAME for every API it can reach here over REST
             # (Cloud Build is served over gRPC only, which gcloud does not speak).
@@ -211,6 +262,9 @@ class Emulator:
                 "storage": f"{self.url}/storage/v1/",
                 "secretmanager": f"{self.url}/",
                 "artifactregistry": f"{self.url}/",
+                "file": f"{self.url}/filestore/",
+                "lustre": f"{self.url}/lustre/",
+                "servicenetworking": f"{self.url}/servicenetworking/",
             },
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }

@@ -80,6 +80,46 @@ class Clients:
                 services[key] = getattr(compute_v1, ops_name)(credentials=self._credentials(), client_options=opts)
         return client
 
+    def filestore(self) -> Any:
+        """A google.cloud.filestore_v1 CloudFilestoreManagerClient (REST: the emulator serves Filestore's JSON)."""
+        return self._rest_gapic("filestore", "google.cloud.filestore_v1", "CloudFilestoreManagerClient")
+
+    def lustre(self) -> Any:
+        """A google.cloud.lustre_v1 LustreClient (REST)."""
+        return self._rest_gapic("lustre", "google.cloud.lustre_v1", "LustreClient")
+
+    def _rest_gapic(self, key: str, module: str, cls_name: str) -> Any:
+        with self._lock:
+            if key not in self._cache:
+                import importlib
+
+                cls = getattr(importlib.import_module(module), cls_name)
+                if not self.emulator:
+                    self._cache[key] = cls(transport="rest")
+                else:
+                    from google.api_core.client_options import ClientOptions
+
+                    # The emulator serves each of these APIs under its own prefix (/filestore, /lustre),
+                    # as their paths (/v1/projects/...) are alike.
+                    self._cache[key] = cls(credentials=self._credentials(), transport="rest",
+                                           client_options=ClientOptions(api_endpoint=f"http://{self.emulator}/{key}"))
+            return self._cache[key]
+
+    def servicenetworking(self) -> Any:
+        """servicenetworking v1 (private service access) through googleapiclient: Google publishes no
+        Cloud Client Library for it. The discovery document is the one the library ships (no fetch)."""
+        with self._lock:
+            if "servicenetworking" not in self._cache:
+                from googleapiclient.discovery import build
+
+                if self.emulator:
+                    self._cache["servicenetworking"] = build(
+                        "servicenetworking", "v1", credentials=self._credentials(), static_discovery=True,
+                        client_options={"api_endpoint": f"http://{self.emulator}/servicenetworking/"})
+                else:
+                    self._cache["servicenetworking"] = build("servicenetworking", "v1", static_discovery=True)
+            return self._cache["servicenetworking"]
+
     def cloudbuild(self) -> Any:
         """A google.cloud.devtools.cloudbuild_v1 CloudBuildClient (gRPC, the library's default transport)."""
         with self._lock:

@@ -109,3 +109,14 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_not_found(exc: BaseException) -> bool:
     return getattr(exc, "code", None) == 404
+
+
+def is_service_off(e: BaseException) -> bool:
+    """The API is not enabled in the project, or not served by the emulator: nothing of it can exist there."""
+    from google.api_core import exceptions
+
+    if is_not_found(e) or isinstance(e, exceptions.MethodNotImplemented):
+        return True
+    text = str(e).lower()
+    return isinstance(e, exceptions.PermissionDenied) and any(
+        s in text for s in ("service_disabled", "has not been used", "is disabled"))

@@ -110,7 +110,7 @@ def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str
     assert job.machine is not None and job.region is not None  # validate() made sure
     image = _image(settings, job, job.region, job.machine, dry_run, say)
     job = replace(job, image=image, image_pending=False, workdir_uri=_workdir(settings, job, dry_run, say))
-    request = vertex.build_request(job, settings.project)
+    request = vertex.build_request(job, settings.project, *vertex.resolve_nfs(settings.clients, settings.project, job))
     for note in job.notes:
         say(f"note: {note}")
     if dry_run:

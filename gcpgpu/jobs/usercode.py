@@ -100,11 +100,40 @@ def parse_mounts(values: Any, where: str = "--mount") -> list[Mount]:
         values = [values]
     mounts: list[Mount] = []
     for value in values:
+        if is_file_system(value):
+            continue  # nfs_mounts'
         mount = parse_mount(str(value) if not isinstance(value, str) else value, where)
         if any(m.target == mount.target for m in mounts):
             raise UsageProblem(f"{where}: two mounts on {mount.target}; give each mount point once")
         mounts.append(mount)
     return mounts
+
+
+def is_file_system(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(("filestore:", "lustre:"))
+
+
+def nfs_mounts(values: Any, target: str | None, where: str = "--mount") -> list[Any]:
+    """A Vertex job's --mount filestore:NAME:/mnt/nfs/DIR (storage.spec.Want each). Vertex AI mounts NFS
+    shares under /mnt/nfs/ by a name (aiplatform v1 NfsMount.mountPoint), so the path must say where the
+    job will find it; a cluster job gets the cluster's own file systems instead."""
+    from gcpgpu.storage.spec import parse_mount as parse_file_system
+
+    values = [values] if isinstance(values, str) else list(values or [])
+    out = []
+    for value in filter(is_file_system, values):
+        if target != "vertex":
+            raise UsageProblem(f"{where} {specfile.shown(value)}: a cluster job sees the cluster's file systems; "
+                               "attach it to the cluster instead (gcpgpu cluster up NAME --mount KIND:NAME:/PATH)")
+        want = parse_file_system(value, where)
+        if want.kind != "filestore":
+            raise UsageProblem(f"{where} {specfile.shown(value)}: Vertex AI mounts NFS shares only: use "
+                               "filestore:NAME:/mnt/nfs/DIR, or run the job on a cluster with the Lustre attached")
+        if not re.fullmatch(r"/mnt/nfs/[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}", want.path):
+            raise UsageProblem(f"{where} {specfile.shown(value)}: Vertex AI mounts an NFS share at /mnt/nfs/DIR; "
+                               f"write e.g. filestore:{want.existing}:/mnt/nfs/shared")
+        out.append(want)
+    return out
 
 
 def parse_secrets(values: Any, where: str = "--secret") -> dict[str, str]:
@@ -162,7 +191,15 @@ def check(spec: Any, env: dict[str, str]) -> None:
     """Check the spec's workdir, mounts and secrets; normalise them in place on `spec`."""
     if spec.workdir is not None:
         spec.workdir = check_folder(spec.workdir)
-    spec.mounts = [m.source + ":" + m.target + (":ro" if m.ro else "") for m in parse_mounts(spec.mounts)]
+    shares = nfs_mounts(spec.mounts, spec.target)
+    mounts = parse_mounts(spec.mounts)
+    buckets = [m.source + ":" + m.target + (":ro" if m.ro else "") for m in mounts]
+    taken = {m.target for m in mounts}
+    for w in shares:
+        if w.path in taken:
+            raise UsageProblem(f"--mount: two mounts on {w.path}; give each mount point once")
+        taken.add(w.path)
+    spec.mounts = buckets + [f"filestore:{w.existing}:{w.path}" for w in shares]
     spec.secrets = parse_secrets(spec.secrets)
     for name in spec.secrets:
         if name in env:

@@ -20,8 +20,9 @@ LABEL_JOB = "gcpgpu-job"
 EMULATOR_LABEL = "gcpgpu-emulator"  # the emulator says whether it ran a job locally or simulated it
 
 
-def build_request(job: ValidJob, project: str) -> dict:
-    """The CreateCustomJob request as REST JSON: {"parent": ..., "customJob": {...}}. No API call."""
+def build_request(job: ValidJob, project: str, nfs: list[dict] | None = None, network: str | None = None) -> dict:
+    """The CreateCustomJob request as REST JSON: {"parent": ..., "customJob": {...}}. No API call: `nfs` (each
+    worker pool's nfsMounts) and `network` (the peered VPC they need) come from resolve_nfs."""
     import yaml
 
     machine = job.machine
@@ -50,8 +51,33 @@ def build_request(job: ValidJob, project: str) -> dict:
         restart=job.spec.restart,
         output_dir=job.spec.output_dir,
         service_account=job.spec.service_account,
+        nfs_mounts=nfs or [],
+        network=network,
     )
     return {"parent": f"projects/{project}/locations/{job.region}", "customJob": yaml.safe_load(text)}
+
+
+def resolve_nfs(clients: Clients, project: str, job: ValidJob) -> tuple[list[dict], str | None]:
+    """The job's --mount filestore:NAME:/mnt/nfs/DIR as Vertex AI's NfsMount (server, path, mountPoint) and
+    the network the job must peer with to reach them (CustomJobSpec.network: projects/NUMBER/global/
+    networks/NAME, the Filestore instance's; Vertex reaches it over private service access)."""
+    from gcpgpu.storage.access import peering_network
+    from gcpgpu.storage.apply import nfs_share
+
+    from .usercode import nfs_mounts
+
+    shares = nfs_mounts(job.spec.mounts, "vertex")
+    if not shares:
+        return [], None
+    out, networks = [], set()
+    for want in shares:
+        server, path, net = nfs_share(clients, project, want, str(job.region))
+        out.append({"server": server, "path": path, "mountPoint": want.path.removeprefix("/mnt/nfs/")})
+        networks.add(net)
+    if len(networks) > 1:
+        raise CloudError(f"--mount: the Filestore instances are on networks {', '.join(sorted(networks))}; a Vertex "
+                         "AI job peers with one network")
+    return out, peering_network(clients, project, networks.pop())
 
 
 def submit(clients: Clients, request: dict) -> tuple[ids.JobId, JobState]:

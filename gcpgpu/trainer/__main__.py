@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+
+from gcpgpu.trainer.argv import DIE_WITH_PARENT
+
+_PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if os.environ.get(DIE_WITH_PARENT) == "1":
+        die_with_parent()
     if "CLUSTER_SPEC" in os.environ and "LOCAL_RANK" not in os.environ:
         return _launch_from_cluster_spec(argv)
     from gcpgpu.trainer.config import parse_args
@@ -44,6 +51,19 @@ def _launch_from_cluster_spec(argv: list[str]) -> int:
         print(f"gcpgpu.trainer: a worker failed: {type(e).__name__}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the one that started it ends (Linux), as $GCPGPU_DIE_WITH_PARENT asks: torchrun
+    killed outright cannot stop its workers, and a worker left behind would train on for nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it ended before the request took hold
+        os._exit(1)
 
 
 def _nproc_per_node() -> int:

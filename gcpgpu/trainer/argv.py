@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
 MODULE = "gcpgpu.trainer"
+# Set (to 1) by a launcher whose trainers must not outlive it (the emulator's): each process then dies with its parent.
+DIE_WITH_PARENT = "GCPGPU_DIE_WITH_PARENT"
 # The gcpgpu training image (`gcpgpu container build` pushes it): its entrypoint runs
 # torchrun -m gcpgpu.trainer with the container's arguments.
 IMAGE = re.compile(r"(^|/)gcpgpu-trainer(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")

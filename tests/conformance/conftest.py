@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def _gcloud_config(_gcp_server, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One gcloud configuration for the session's emulator, made by running what `gcpgpu emulator gcloud-env`
-    prints, as a user's shell would eval it. Each of its ten `gcloud config set` lines starts gcloud (1-2 s
+    prints, as a user's shell would eval it. Each of its `gcloud config set` lines (one per API) starts gcloud (1-2 s
     each on a quiet machine, several times that under load), so it is paid once, not per test: the emulator's
     address does not change between tests, and no test changes the configuration (each resets the emulator)."""
     scratch = tmp_path_factory.mktemp("gcloud-env")

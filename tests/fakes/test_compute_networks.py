@@ -182,3 +182,26 @@ def test_full_urls_partial_paths_and_names_reach_the_network(instances, link) ->
                          subnetwork=f"projects/{PROJECT}/regions/{REGION}/subnetworks/default"))
     nic = instances.get(project=PROJECT, zone="us-central1-a", instance="web-1").network_interfaces[0]
     assert nic.network.endswith(f"/projects/{PROJECT}/global/networks/default")
+
+
+def test_global_addresses_for_private_service_access(compute) -> None:
+    addresses = compute("GlobalAddressesClient")
+    for n in (1, 2):
+        addresses.insert(project=PROJECT, address_resource=compute_v1.Address(
+            name=f"psa-{n}", purpose="VPC_PEERING", address_type="INTERNAL", prefix_length=16,
+            network="global/networks/default")).result()
+    got = {a.name: a for a in addresses.list(project=PROJECT)}
+    assert got["psa-1"].address != got["psa-2"].address and got["psa-1"].status == "RESERVED"
+    assert got["psa-1"].network.endswith("/global/networks/default") and got["psa-1"].prefix_length == 16
+    with pytest.raises(exceptions.Conflict):
+        addresses.insert(project=PROJECT, address_resource=compute_v1.Address(
+            name="psa-1", purpose="VPC_PEERING", prefix_length=16, network="global/networks/default"))
+    for bad, field in ((compute_v1.Address(name="x", purpose="VPC_PEERING", prefix_length=16), "network"),
+                       (compute_v1.Address(name="x", purpose="VPC_PEERING", network="global/networks/default"),
+                        "prefixLength"),
+                       (compute_v1.Address(name="x", purpose="VPC_PEERING", prefix_length=16,
+                                           network="global/networks/nowhere"), "nowhere")):
+        with pytest.raises((exceptions.BadRequest, exceptions.NotFound), match=field):
+            addresses.insert(project=PROJECT, address_resource=bad)
+    addresses.delete(project=PROJECT, address="psa-1").result()
+    assert [a.name for a in addresses.list(project=PROJECT)] == ["psa-2"]

@@ -5,7 +5,8 @@ EC2 backend: `state` (projects, lock, clock, helpers), `operations`, `catalog` (
 types, images, quotas), `crud` (get/list/delete for every kind), `networks`, `placement` (policies
 and reservations), `dense` (DENSE reservations' blocks and sub-blocks), `future` (future reservations, advice), `routers` (Cloud Router + NAT), `instance_spec` (an instance body checked and
 stored), `instances`, `templates`, `preemption` (losing a VM), `runtime` (a VM's maxRunDuration),
-`topology` (where a compact-placed VM sits) and `flex` (flex-start requests that wait for capacity).
+`topology` (where a compact-placed VM sits), `flex` (flex-start requests that wait for capacity) and
+`disks` (standalone disks and attaching them: Hyperdisk ML's read-only sharing).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from .catalog import CatalogMixin
 from .crud import CrudMixin
 from .dense import DenseReservationsMixin
+from .disks import DisksMixin
 from .flex import FlexStartMixin
 from .future import FutureReservationsMixin
 from .instance_spec import InstanceSpecMixin
@@ -38,5 +40,5 @@ __all__ = ["BASE", "GLOBAL", "MAX_PAGE", "REGIONAL", "ZONAL", "ComputeBackend", 
 class ComputeBackend(OperationsMixin, ProjectsMixin, CatalogMixin, CrudMixin, NetworksMixin, NetworkOpsMixin,
                      RoutersMixin, MigsMixin, PlacementMixin, DenseReservationsMixin, FutureReservationsMixin,
                      MaintenanceMixin, InstanceSpecMixin, InstancesMixin, TemplatesMixin, PreemptionMixin,
-                     RunDurationMixin, TopologyMixin, FlexStartMixin, BackendBase):
+                     RunDurationMixin, TopologyMixin, FlexStartMixin, DisksMixin, BackendBase):
     """The Compute Engine v1 API's behaviour over in-memory state, one lock for all of it."""

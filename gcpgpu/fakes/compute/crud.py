@@ -54,6 +54,9 @@ class CrudMixin:
             upcoming = self._upcoming_maintenance(res)
             if upcoming:  # a fault scheduled it (compute/maintenance.py)
                 out["resourceStatus"] = {**out.get("resourceStatus", {}), "upcomingMaintenance": upcoming}
+        elif kind == "compute#disk":  # its users: the VMs that have it attached now (compute/disks.py)
+            project = res["selfLink"].split("/projects/", 1)[1].split("/", 1)[0]
+            out["users"] = [u for u, _mode in self.disk_users(self.project(project), res["selfLink"])]
         elif kind == "compute#reservation":
             out["specificReservation"]["inUseCount"] = str(self._reservation_in_use(res))
         return out
@@ -107,7 +110,7 @@ class CrudMixin:
         for _path, other in p.iter_kind("instances"):
             if other.get("_gone_at") is not None and other["_gone_at"] <= self.now():
                 continue
-            refs = [*other.get("resourcePolicies", [])]
+            refs = [*other.get("resourcePolicies", []), *(d.get("source") for d in other.get("disks", []))]
             for nic in other.get("networkInterfaces", []):
                 refs += [nic.get("network"), nic.get("subnetwork")]
             if link in refs:

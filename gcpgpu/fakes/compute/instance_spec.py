@@ -64,6 +64,11 @@ class InstanceSpecMixin:
             raise required(f"{field}.disks")
         stored_disks = []
         for i, d in enumerate(disks):
+            if d.get("source"):  # an existing disk (disks.py checks who else has it)
+                link = self.link(project, f"zones/{zone}/instances/{body['name']}")
+                stored_disks.append(self.attached_disk(p, zone, link, {**d, "boot": d.get("boot", i == 0)}, i,
+                                                       f"{field}.disks[{i}]"))
+                continue
             init = d.get("initializeParams") or {}
             if d.get("boot", i == 0) and not d.get("source"):
                 if not init.get("sourceImage"):

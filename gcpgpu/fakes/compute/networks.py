@@ -1,4 +1,5 @@
-"""Networks (with the default network every project starts with), subnetworks and firewalls."""
+"""Networks (with the default network every project starts with), subnetworks, firewalls and global addresses
+(the ranges private service access allocates)."""
 
 from __future__ import annotations
 
@@ -150,6 +151,47 @@ class NetworksMixin:
         if fw["direction"] == "INGRESS" and not any(fw.get(k) for k in ("sourceRanges", "sourceTags", "sourceServiceAccounts")):
             fw["sourceRanges"] = ["0.0.0.0/0"]  # the real API's default, which is why we always set ranges
         return fw
+
+    @_mutation(sweep=False)
+    def insert_global_address(self, p: Project, body: dict) -> dict:
+        """globalAddresses.insert. What this emulator serves them for: the ranges private service access
+        allocates (purpose VPC_PEERING, INTERNAL, on a network, with a prefix length), which Service Networking
+        connections name; an external global address gets one from TEST-NET-3. The prefix bounds (8 to 29) are
+        the emulator's own, not a documented figure."""
+        check_name("resource.name", body.get("name"))
+        purpose = body.get("purpose")
+        addr: dict = {"kind": "compute#address", "status": "RESERVED", **body}
+        if purpose == "VPC_PEERING":
+            if body.get("addressType", "INTERNAL") != "INTERNAL":
+                raise invalid("resource.addressType", body.get("addressType"), "A VPC_PEERING range is INTERNAL.")
+            if not body.get("network"):
+                raise required("resource.network")
+            net_name = global_name(body["network"], "networks", "resource.network")
+            net = p.coll("global/networks").get(net_name)
+            if net is None:
+                raise not_found(f"projects/{p.name}/global/networks/{net_name}")
+            length = body.get("prefixLength")
+            if not isinstance(length, int) or not 8 <= length <= 29:
+                raise invalid("resource.prefixLength", length, "A VPC_PEERING range needs a prefix length of 8 to 29.")
+            if body.get("address"):
+                try:
+                    cidr = ipaddress.ip_network(f"{body['address']}/{length}")
+                except ValueError as e:
+                    raise invalid("resource.address", body["address"], f"Not the start of a /{length} range.") from e
+            else:  # the next /16-aligned block of 10.64.0.0/10 not handed out yet
+                n = p.next_ip.get("global/addresses", 0)
+                p.next_ip["global/addresses"] = n + 1
+                cidr = ipaddress.ip_network((int(ipaddress.ip_address("10.64.0.0")) + n * 65536, length), strict=False)
+            addr.update(addressType="INTERNAL", network=net["selfLink"], address=str(cidr.network_address),
+                        prefixLength=length)
+        elif purpose in (None, ""):
+            n = p.next_ip.get("global/addresses/external", 0)
+            p.next_ip["global/addresses/external"] = n + 1
+            addr.update(addressType="EXTERNAL", address=body.get("address") or f"203.0.113.{10 + n % 240}")
+        else:
+            raise invalid("resource.purpose", purpose, "The emulator serves global addresses of purpose VPC_PEERING "
+                          "(or external ones).")
+        return self._insert(p, "global/addresses", "global", addr)
 
     def _network_profile(self, p: Project, link: str) -> str:
         """A network profile link (ZONE-vpc-roce: the RDMA VPCs of A3 Ultra and A4), as a full URL."""

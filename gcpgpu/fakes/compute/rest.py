@@ -28,6 +28,7 @@ LIST_KINDS = {
     "resourcePolicies": "compute#resourcePolicyList",
     "networks": "compute#networkList",
     "firewalls": "compute#firewallList",
+    "addresses": "compute#addressList",
     "routers": "compute#routerList",
     "operations": "compute#operationList",
     "zones": "compute#zoneList",
@@ -41,9 +42,9 @@ LIST_KINDS = {
 
 _KIND = "<any(instances,reservations,disks):kind>"
 _RKIND = "<any(subnetworks,resourcePolicies,instanceTemplates,routers):kind>"
-_GKIND = "<any(networks,firewalls,instanceTemplates):kind>"
+_GKIND = "<any(networks,firewalls,instanceTemplates,addresses):kind>"
 _AKIND = "<any(instanceGroupManagers,instances,reservations,disks,subnetworks,resourcePolicies,routers,networks,firewalls,machineTypes,acceleratorTypes,operations,instanceTemplates):kind>"
-_ACTION = "<any(setLabels,setMetadata,setTags,setDeletionProtection,stop,start):action>"
+_ACTION = "<any(setLabels,setMetadata,setTags,setDeletionProtection,stop,start,attachDisk,detachDisk):action>"
 
 URLS = Map(
     [
@@ -106,6 +107,7 @@ URLS = Map(
         Rule(f"{PREFIX}/regions/<region>/{_RKIND}/<name>", endpoint="get", methods=["GET"]),
         Rule(f"{PREFIX}/regions/<region>/{_RKIND}/<name>", endpoint="delete", methods=["DELETE"]),
         Rule(f"{PREFIX}/regions/<region>/routers/<name>", endpoint="router_patch", methods=["PATCH"]),
+        Rule(f"{PREFIX}/zones/<zone>/disks/<name>", endpoint="disk_update", methods=["PATCH"]),
         Rule(f"{PREFIX}/global/{_GKIND}", endpoint="list", methods=["GET"]),
         Rule(f"{PREFIX}/global/{_GKIND}", endpoint="insert", methods=["POST"]),
         Rule(f"{PREFIX}/global/{_GKIND}/<name>", endpoint="get", methods=["GET"]),
@@ -128,11 +130,13 @@ def _method(endpoint: str, args: dict) -> tuple[str, str]:
     """The discovery document's (resource, method) for a body-bearing request, to check its body by."""
     if endpoint == "insert":
         kind = args["kind"]
+        if kind == "addresses":
+            return "globalAddresses", "insert"  # only global addresses are served (private service access ranges)
         return ("regionInstanceTemplates" if kind == "instanceTemplates" and "region" in args else kind), "insert"
     if endpoint == "bulk_insert":
         return ("regionInstances" if "region" in args else "instances"), "bulkInsert"
-    if endpoint == "router_patch":
-        return "routers", "patch"
+    if endpoint in ("router_patch", "disk_update"):
+        return ("routers", "patch") if endpoint == "router_patch" else ("disks", "update")
     if endpoint in ("mig_insert", "rr_insert"):
         base = "instanceGroupManagers" if endpoint == "mig_insert" else "instanceGroupManagerResizeRequests"
         return ("region" + base[0].upper() + base[1:] if "region" in args else base), "insert"
@@ -323,6 +327,9 @@ class ComputeRest:
         self._check_scope(scope)
         return self.b.get(project, f"{_scope(scope)}/{kind}", name)
 
+    def on_disk_update(self, req: Request, body: dict, project: str, zone: str, name: str) -> dict:
+        return self.b.update_disk(project, zone, name, body, request_id=req.args.get("requestId"))
+
     def on_router_patch(self, req: Request, body: dict, project: str, region: str, name: str) -> dict:
         return self.b.patch_router(project, region, name, body, request_id=req.args.get("requestId"))
 
@@ -364,6 +371,10 @@ class ComputeRest:
             return self.b.insert_network(project, body, request_id=rid)
         if kind == "firewalls":
             return self.b.insert_firewall(project, body, request_id=rid)
+        if kind == "addresses":
+            return self.b.insert_global_address(project, body, request_id=rid)
+        if kind == "disks":
+            return self.b.insert_disk(project, scope["zone"], body, request_id=rid)
         raise ApiError(400, "invalid", f"Creating {kind} is not supported by the emulator.")
 
     def _check_scope(self, scope: dict) -> None:
@@ -443,6 +454,9 @@ class ComputeRest:
             return self.b.set_deletion_protection(project, zone, name, protect, request_id=rid)
         if action == "stop":
             return self.b.stop(project, zone, name, request_id=rid)
+        if action in ("attachDisk", "detachDisk"):  # compute/disks.py
+            return (self.b.attach_disk(project, zone, name, body, request_id=rid) if action == "attachDisk" else
+                    self.b.detach_disk(project, zone, name, req.args.get("deviceName", ""), request_id=rid))
         return self.b.start(project, zone, name, request_id=rid)
 
     # -- operations --------------------------------------------------------------------

@@ -40,7 +40,7 @@ FLEX_START_RANGE = (600, 604800)
 # Zone-scoped, region-scoped and global collections this backend serves.
 ZONAL = ("instances", "reservations", "disks")
 REGIONAL = ("subnetworks", "resourcePolicies", "instanceTemplates", "routers")
-GLOBAL = ("networks", "firewalls", "instanceTemplates")
+GLOBAL = ("networks", "firewalls", "instanceTemplates", "addresses")
 
 
 def last(link: str | None) -> str:
@@ -247,7 +247,7 @@ def check_project(name: str) -> None:
 def _kind_word(kind: str) -> str:
     return {"resourcePolicies": "resource policy", "subnetworks": "subnetwork", "networks": "network",
             "firewalls": "firewall", "reservations": "reservation", "instances": "instance",
-            "instanceTemplates": "instance template", "routers": "router"}.get(kind, kind)
+            "instanceTemplates": "instance template", "routers": "router", "addresses": "address", "disks": "disk"}.get(kind, kind)
 
 
 def _check_labels(labels: dict, field_name: str) -> None:

@@ -46,6 +46,7 @@ from . import mounts
 from .lastwords import killed
 from .node import NodeHealth
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
+from .shared_mounts import SharedStorage
 from .storage import PathRefused, Storage
 from .usercmd import UserCommands, is_user_command
 
@@ -91,6 +92,8 @@ class ClusterAgent:
         self.storage = storage or Storage()  # where --output-dir folders live, across jobs
         # Users' own commands: run through the image's entrypoint in a sandbox, when the owner allowed it.
         self.user = user or UserCommands(gcs_root=lambda: self.storage.root / "gcs")
+        # The node's shared file systems (gcpgpu-storage metadata); the emulator plugs its services in.
+        self.shared = SharedStorage()
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
@@ -291,10 +294,16 @@ class ClusterAgent:
             self.runner.record(run_id, describe).log("", "stderr", f"gcpgpu agent: {unmounted}")
             self.report(iid, state="FAILED", ended=_stamp(time.time()), message=unmounted)
             return
+        try:  # the node mounts its shared file systems at boot: a job on a node whose mount failed fails
+            shared = self.shared.mounts(inst)
+        except PathRefused as e:
+            self._fail_at_once(iid, run_id, describe, str(e))
+            return
+        self.storage.share(iid, [(m.target, m.parts) for m in shared])
         argv = trainer_argv(job.get("image", ""), list(job.get("command") or []), list(job.get("args") or []))
         if argv is None and is_user_command(list(job.get("command") or []), list(job.get("args") or [])) \
                 and nnodes >= 1:
-            self._start_user(project, job, job_id, inst, rank, nnodes, run_id, describe)
+            self._start_user(project, job, job_id, inst, rank, nnodes, run_id, describe, shared)
             return
         if argv is None or nnodes < 1:
             run = self.runner.record(run_id, describe)
@@ -343,7 +352,7 @@ class ClusterAgent:
                 print(f"gcpgpu emulator: job agent on {inst['name']}: {type(e).__name__}: {e}", file=sys.stderr)
 
     def _start_user(self, project: str, job: dict, job_id: str, inst: dict, rank: int, nnodes: int, run_id: str,
-                    describe: Callable[[LogLine], dict]) -> None:
+                    describe: Callable[[LogLine], dict], shared: list | None = None) -> None:
         """A user's command on this node: the image's entrypoint in a sandbox (usercmd.py), or FAILED at once
         with the one line saying why it cannot run here."""
         iid = inst["id"]
@@ -355,7 +364,8 @@ class ClusterAgent:
         env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         command = [*map(str, job.get("command") or []), *map(str, job.get("args") or [])]
-        replica = self.user.replica(inst["name"], command, env, self.runner.workdir(run_id) / "workdir")
+        replica = self.user.replica(inst["name"], command, env, self.runner.workdir(run_id) / "workdir",
+                                    shared=shared, shared_root=self.storage.root)
         run = self.runner.start(run_id, [replica], on_change=self._on_change(iid), describe=describe,
                                 on_line=self._stepper(run_id))
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id}'s "

@@ -1,11 +1,29 @@
-"""A replica's processes as /proc shows them: every descendant, each known by (pid, start time) so that a
-pid reused since is never signalled. The runner (runner.py) stops replicas and what they started with these."""
+"""A replica's processes: how each starts (spawn), and as /proc shows them: every descendant, each known by
+(pid, start time) so that a pid reused since is never signalled. The runner (runner.py) starts and stops
+replicas and what they started with these."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
+
+from . import forked
+
+
+def spawn(argv: list[str], env: dict[str, str], cwd: str | os.PathLike, fds: list[int]) -> subprocess.Popen | forked.Forked:
+    """A replica's or sidecar's process, in its own session with its output piped: forked from the emulator's
+    template process when it is one of gcpgpu's own helpers (forked.py), else a fresh subprocess."""
+    if not fds and forked.enabled() and forked.module_of(argv):
+        return forked.start(argv, env, cwd)
+    # It dies with the emulator's process, even one killed outright (a missing program still fails as itself).
+    setpriv = shutil.which("setpriv")
+    if setpriv and shutil.which(os.path.join(cwd, argv[0]), path=env.get("PATH", os.defpath)):
+        argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, pass_fds=fds,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
 def signal_group(pid: int, sig: int) -> None:

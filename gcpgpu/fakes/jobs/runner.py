@@ -34,11 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gcpgpu.trainer.argv import DIE_WITH_PARENT, trainer_args
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
-from gcpgpu.trainer.argv import trainer_args
 
+from . import forked
 from .lastwords import banner
-from .procs import descendants, kill_family, signal_group, start_time
+from .procs import descendants, kill_family, signal_group, spawn, start_time
 from .storage import PathRefused
 
 # Variables of the emulator's own process that must not leak into a job: a replica's rendezvous
@@ -108,7 +109,7 @@ class LogLine:
 @dataclass
 class Replica:
     spec: ReplicaSpec
-    popen: subprocess.Popen | None = None
+    popen: subprocess.Popen | forked.Forked | None = None
     returncode: int | None = None
     started: float | None = None
     ended: float | None = None
@@ -335,12 +336,10 @@ class Runner:
                                                          "job's environment: this process runs outside any sandbox, "
                                                          "where they would load code from where they point")
                 job_env = {k: v for k, v in replica.spec.env.items() if k not in dropped}
-                argv, process_env, fds = replica.spec.argv, {**env, **job_env}, []
+                # The bundled trainer's workers die with the torchrun that started them (a sandbox dies whole).
+                argv, process_env, fds = replica.spec.argv, {**env, **job_env, DIE_WITH_PARENT: "1"}, []
             try:
-                popen = subprocess.Popen(
-                    argv, env=process_env, cwd=run.workdir, stdin=subprocess.DEVNULL, pass_fds=fds,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                )
+                popen = spawn(argv, process_env, run.workdir, fds)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -367,10 +366,7 @@ class Runner:
             argv = self.sidecar(run, replica)
             if not argv:
                 return
-            popen = subprocess.Popen(
-                argv, env=env, cwd=run.workdir, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )
+            popen = spawn(argv, env, run.workdir, [])
         except Exception as e:
             what = argv[2] if argv and argv[1:2] == ["-m"] and len(argv) > 2 else Path((argv or ["helper"])[0]).name
             run.log(replica.spec.task, "stderr", f"gcpgpu emulator: {what} did not start beside "

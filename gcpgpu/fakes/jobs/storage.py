@@ -55,6 +55,9 @@ class Storage:
         self._root = Path(root) if root else None
         self._made: Path | None = None  # a temporary root this object created (removed on cleanup)
         self._lock = threading.Lock()
+        # instance id -> [(mount path, folder parts under ROOT)]: the node's shared file systems
+        # (shared_mounts.py), where its node paths under a mount path land instead of its own disk.
+        self._shared: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
 
     @property
     def root(self) -> Path:
@@ -73,7 +76,19 @@ class Storage:
             base, rel = self.root / "gcs", value[len("/gcs/"):]
         else:
             base, rel = self.root / "nodes" / _segment(str(instance_id)), value
+            node_path = "/" + "/".join(_inside(value))
+            for target, parts in self._shared.get(str(instance_id), []):
+                if node_path == target or node_path.startswith(target.rstrip("/") + "/"):
+                    base, rel = self.root.joinpath(*parts), node_path[len(target):]
+                    break
         return str(_kept_under(base, base.joinpath(*_inside(rel)), value)) + keep_slash
+
+    def share(self, instance_id: str, mounts: list[tuple[str, tuple[str, ...]]]) -> None:
+        """Where node `instance_id`'s shared file systems are: (mount path, folder parts under ROOT) each. Only
+        the bundled trainer's paths need it (it runs outside the sandbox, so a read-only mount is not read-only
+        to it); users' commands have the folders bound in their sandbox."""
+        with self._lock:
+            self._shared[str(instance_id)] = list(mounts)
 
     def localize_env(self, env: dict[str, str], instance_id: str) -> dict[str, str]:
         """The job's environment with its output folders made local (the folders are created)."""
@@ -136,6 +151,7 @@ class Storage:
         """Empty every bucket and disk (the emulator's reset)."""
         with self._lock:
             root = self._root
+            self._shared.clear()
         if root is not None and root.exists():
             for child in root.iterdir():
                 shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)

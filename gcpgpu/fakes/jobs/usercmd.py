@@ -12,6 +12,8 @@ bubblewrap so the paths a script names on the cloud mean the same here:
     /workdir           a private, empty folder per node or replica
     each GCPGPU_MOUNTS target   its gs://BUCKET/PATH folder, bound read-only when "ro" (as a node's
                        read-only Cloud Storage FUSE mount is); the entrypoint finds it mounted and leaves it
+    each gcpgpu-storage path    on a cluster node, its Filestore or Lustre instance's (or Hyperdisk ML
+                       disk's) folder, read-only when "ro" (shared_mounts.py)
     /tmp /proc /dev    private
 
 The command runs in its own user namespace as an unprivileged user (the image's uid 10001 when the
@@ -101,10 +103,13 @@ class UserCommands:
             return OLD_BWRAP
         return None
 
-    def replica(self, task: str, command: list[str], env: dict[str, str], private: Path) -> ReplicaSpec:
+    def replica(self, task: str, command: list[str], env: dict[str, str], private: Path,
+                shared: list[Mount] | None = None, shared_root: Path | None = None) -> ReplicaSpec:
         """The replica that runs `command` through the image's entrypoint in a sandbox whose /workdir is
         `private` (made here). `env` is the container's environment plus what the platform gives (NNODES...
-        on a cluster node, CLUSTER_SPEC on Vertex AI). Its mounts are opened when it starts (`prepare`)."""
+        on a cluster node, CLUSTER_SPEC on Vertex AI). Its mounts are opened when it starts (`prepare`):
+        GCPGPU_MOUNTS' buckets, and `shared`, the node's file systems (shared_mounts.py), whose folders are
+        found from `shared_root` (the emulator's storage root) the same way."""
         if self.refusal() is not None or self._gcs_root is None or self.bwrap is None:
             raise RuntimeError(self.refusal() or "no storage folder for /gcs")
         bwrap = self.bwrap
@@ -117,7 +122,7 @@ class UserCommands:
         job_env = self._env(env)
 
         def prepare(base: dict[str, str]) -> Launch:
-            return launch(bwrap, before, mounts, gcs, after, {**base, **job_env})
+            return launch(bwrap, before, mounts, gcs, after, {**base, **job_env}, shared or [], shared_root)
 
         return ReplicaSpec(task, [bwrap, *before, *after], job_env, prepare)
 
@@ -243,10 +248,11 @@ def parse_mounts(raw: str) -> list[Mount]:
 
 
 def launch(bwrap: str, before: list[str], mounts: list[Mount], gcs: Path, after: list[str],
-           env: dict[str, str]) -> Launch:
+           env: dict[str, str], shared: list[Mount] | None = None, shared_root: Path | None = None) -> Launch:
     """The bwrap command line with each mount bound by a descriptor opened now, and `env` for the sandbox
     in a memfd (--args): bwrap itself starts with an empty environment. PathRefused, with every descriptor
-    closed, when a mount's path leads out of `gcs` through a link."""
+    closed, when a mount's path leads out of `gcs` (a shared one's out of `shared_root`) through a link, or
+    a shared file system's folder is missing."""
     fds: list[int] = []
     try:
         binds: list[str] = []
@@ -255,6 +261,12 @@ def launch(bwrap: str, before: list[str], mounts: list[Mount], gcs: Path, after:
             if fd is not None:  # a read-only mount with nothing to read: the entrypoint says so
                 fds.append(fd)
                 binds += ["--ro-bind-fd" if mount.ro else "--bind-fd", str(fd), mount.target]
+        for mount in shared or []:
+            fd = open_inside(shared_root, mount, make=False) if shared_root is not None else None
+            if fd is None:
+                raise PathRefused(f"{mount.source} on {mount.target}: its folder in the emulator is missing")
+            fds.append(fd)
+            binds += ["--ro-bind-fd" if mount.ro else "--bind-fd", str(fd), mount.target]
         args = os.memfd_create("gcpgpu-sandbox-env")  # close-on-exec: only pass_fds hands it on
         fds.append(args)
         pairs = [word for key, value in sorted(env.items()) for word in ("--setenv", key, value)]
@@ -273,7 +285,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_inside(gcs: Path, mount: Mount, make: bool) -> int | None:
-    """The bucket folder of `mount`, opened from `gcs` one name at a time without following a link, made
+    """The bucket folder of `mount` (or a shared file system's folder), opened from `gcs` one name at a time without following a link, made
     (as a folder the job will fill) where missing when `make`; None when missing and not `make`."""
     fd = os.open(gcs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -290,11 +302,13 @@ def open_inside(gcs: Path, mount: Mount, make: bool) -> int | None:
                         pass
                     step = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as e:
-                where = "gs://" + "/".join(mount.parts[: i + 1])
+                where = "gs://" + "/".join(mount.parts[: i + 1]) if mount.source.startswith("gs://") else (
+                    f"its folder {'/'.join(mount.parts[: i + 1])}")
                 why = ("is a link (or a file), not a folder of the bucket" if e.errno in (errno.ELOOP, errno.ENOTDIR)
                        else f"cannot be opened ({e.strerror})")
-                raise PathRefused(f"GCPGPU_MOUNTS: {mount.source} on {mount.target}: {where} {why}; refused, "
-                                  "a mount is bound only from inside the emulator's storage") from None
+                raise PathRefused(f"{'GCPGPU_MOUNTS: ' if mount.source.startswith('gs://') else ''}{mount.source} "
+                                  f"on {mount.target}: {where} {why}; refused, a mount is bound only from inside "
+                                  "the emulator's storage") from None
             os.close(fd)
             fd = step
         out, fd = fd, -1

@@ -76,6 +76,8 @@ class VertexBackend:
         self.compute = compute
         # Whether and how users' own commands run (jobs/usercmd.UserCommands); None: never.
         self.user = user
+        # Where a worker pool's nfsMounts (server, path) are: the emulator's Filestore folder parts, or None.
+        self.nfs: Callable[[str, str], tuple[str, ...] | None] | None = None
         self.timings = dict(DEFAULT_TIMINGS)
         self.jobs: dict[str, dict] = {}  # full name (project number) -> job
         self.operations: dict[str, Operation] = {}
@@ -176,7 +178,7 @@ class VertexBackend:
             q, p = self.timings["queued_s"], self.timings["pending_s"]
             job["_phases"] = [[now, "JOB_STATE_QUEUED"], [now + q, "JOB_STATE_PENDING"]]
             self.jobs[name] = job
-            plan = local_run.local_plan(job, self.user, self.storage)
+            plan = local_run.local_plan(job, self.user, self.storage, self.nfs)
             describe = local_run.describer(job)
             replicas = []
             if isinstance(plan, local_run.LocalPlan):

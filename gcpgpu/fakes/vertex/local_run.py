@@ -6,7 +6,9 @@ on loopback ports and AIP_* output directories under a local folder standing in 
 base_output_directory. A pool whose container runs any other command runs it through the image's
 entrypoint in a sandbox (jobs/usercmd.py), when the emulator's owner allowed users' commands; when
 not, `local_plan` gives a Refusal and the job fails with its line (as it does for a GCPGPU_MOUNTS bucket
-that does not exist: jobs/mounts.py). Anything else (no command, an
+that does not exist: jobs/mounts.py). A pool's nfsMounts (SERVER:PATH at /mnt/nfs/MOUNT_POINT) are the
+emulator's Filestore folders, bound in the sandbox (or the trainer's paths mapped there), as on a cluster
+node (jobs/shared_mounts.py); one no instance exports fails the job in one line. Anything else (no command, an
 image that is not gcpgpu's, a Python package) cannot run here; `local_plan` says why, and the job
 is simulated.
 """
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..jobs import mounts
 from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
-from ..jobs.usercmd import is_user_command
+from ..jobs.usercmd import Mount, is_user_command
 
 if TYPE_CHECKING:
     from ..jobs.storage import Storage
@@ -47,14 +49,15 @@ class LocalPlan:
     env: list[dict[str, str]]
     gpus_per_replica: int
     user: list[bool] | None = None  # per pool: a user's command (run through the entrypoint in a sandbox)
+    nfs: list[list[tuple[str, tuple[str, ...]]]] | None = None  # per pool: (/mnt/nfs/POINT, folder parts)
 
 
-def local_plan(job: dict, user: UserCommands | None = None, storage: Storage | None = None
-               ) -> LocalPlan | Refusal | str:
+def local_plan(job: dict, user: UserCommands | None = None, storage: Storage | None = None,
+               nfs: Callable[[str, str], tuple[str, ...] | None] | None = None) -> LocalPlan | Refusal | str:
     """The local processes for a job, a Refusal (it fails at once), or why it cannot run here (then it
-    is simulated)."""
+    is simulated). `nfs` finds a pool's nfsMounts among the emulator's Filestore instances."""
     pools = (job.get("jobSpec") or {}).get("workerPoolSpecs") or []
-    counts, argvs, envs, users = [], [], [], []
+    counts, argvs, envs, users, shares = [], [], [], [], []
     gpus = 0
     for i, pool in enumerate(pools[:2]):
         pool = pool or {}
@@ -64,7 +67,12 @@ def local_plan(job: dict, user: UserCommands | None = None, storage: Storage | N
             argvs.append([])
             envs.append({})
             users.append(False)
+            shares.append([])
             continue
+        found = _nfs_mounts(pool, nfs)
+        if isinstance(found, Refusal):
+            return found
+        shares.append(found)
         container = pool.get("containerSpec")
         if not container:
             return f"worker pool {i} uses a Python package, which the emulator cannot install"
@@ -91,7 +99,27 @@ def local_plan(job: dict, user: UserCommands | None = None, storage: Storage | N
         return "worker pools 2 and 3 (parameter or reduction servers) are not run by the emulator"
     if not all(users) and importlib.util.find_spec("torch") is None:
         return "torch is not installed where the emulator runs"
-    return LocalPlan(counts, argvs, envs, gpus, users)
+    return LocalPlan(counts, argvs, envs, gpus, users, shares)
+
+
+def _nfs_mounts(pool: dict, nfs: Callable[[str, str], tuple[str, ...] | None] | None
+                ) -> list[tuple[str, tuple[str, ...]]] | Refusal:
+    """A pool's nfsMounts as (mount path, folder parts): Vertex AI mounts SERVER:PATH at /mnt/nfs/MOUNT_POINT
+    (aiplatform v1 NfsMount's reference); one no Filestore instance here exports fails the job, as the
+    mount would."""
+    out = []
+    for m in pool.get("nfsMounts") or []:
+        server, path, point = (str((m or {}).get(k) or "") for k in ("server", "path", "mountPoint"))
+        target = f"/mnt/nfs/{point}"
+        if not point or "/" in point or point in (".", "..") or not path.startswith("/"):
+            return Refusal(f"nfsMounts: {server}:{path} on {target}: give a server, a path starting with '/' and "
+                           "a mount point that is one folder name")
+        parts = nfs(server, path) if nfs is not None else None
+        if parts is None:
+            return Refusal(f"nfsMounts: mounting {server}:{path} on {target} failed: no READY Filestore instance of "
+                           "this emulator exports it")
+        out.append((target, parts))
+    return out
 
 
 def output_uri(job: dict) -> str | None:
@@ -105,6 +133,7 @@ def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None 
     Storage (`storage`: the job's gs:// output is objects there), else under `run_dir`. The trainer's
     path arguments are kept in the storage (PathRefused, one line, when one would leave it)."""
     pools = plan.pools
+    shares = plan.nfs or [[] for _ in pools]
     hosts = {f"workerpool{i}": [f"127.0.0.1:{_free_port()}" for _ in range(n)] for i, n in enumerate(pools) if n}
     job_id = job["name"].rsplit("/", 1)[1]
     out = output_uri(job)
@@ -137,10 +166,13 @@ def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None 
                     if out:
                         env[key] = f"{out.rstrip('/')}/{sub}/"
                 del env["GCPGPU_TRAINER_ALLOW_CPU"], env["GCPGPU_NPROC_PER_NODE"]
-                replicas.append(user.replica(task, plan.argv[pool], env, run_dir / f"{task}-workdir"))
+                shared = [Mount(f"nfs {target}", parts, target, False) for target, parts in shares[pool]]
+                replicas.append(user.replica(task, plan.argv[pool], env, run_dir / f"{task}-workdir", shared=shared,
+                                             shared_root=storage.root if storage is not None else None))
                 continue
             argv = plan.argv[pool]
             if storage is not None:  # the trainer runs outside any sandbox: its paths are the replica's own
+                storage.share(f"{job_id}-{task}", shares[pool])  # its nfsMounts' paths land in their folders
                 argv = [*argv[:3], *storage.localize_args(argv[3:], f"{job_id}-{task}", run_dir)]
             replicas.append(ReplicaSpec(task, argv, env))
     for sub in ("model", "checkpoints", "logs"):

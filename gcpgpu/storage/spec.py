@@ -1,0 +1,172 @@
+"""What the user asked for: new shared file systems (--filestore, --lustre, --hyperdisk-ml) and existing
+ones to attach (--mount KIND:NAME:/PATH), checked before any request.
+
+Each refusal is one line naming the flag (or spec-file key) and what would be right.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gcpgpu.errors import UsageProblem
+from gcpgpu.specfile import BUCKET, shown
+
+from . import tiers
+
+KINDS = ("filestore", "lustre", "hyperdisk-ml")
+DEFAULT_PATH = {"filestore": "/shared", "lustre": "/scratch", "hyperdisk-ml": "/data"}
+# Mount points the node image or a job's container already owns (jobs/usercode.py keeps a job's
+# --mount gs:// off them too): a shared file system there would hide the system or the user's code.
+RESERVED = ("/workdir", "/gcs", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/sys", "/dev",
+            "/tmp", "/boot", "/run", "/var", "/root", "/mnt/disks", "/opt/gcpgpu")
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|g|gb|tib|t|tb)?\s*$", re.IGNORECASE)
+_ID = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+FULL_NAME = re.compile(rf"^projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/locations/[a-z]+-[a-z]+[0-9]+(?:-[a-z])?/instances/{_ID}$")
+SHORT_NAME = re.compile(rf"^{_ID}$")
+GS_SOURCE = re.compile(r"^gs://([^/]+)/(.+)$")
+
+
+@dataclass(frozen=True)
+class Want:
+    """One shared file system of the cluster: new (size_gib set) or attached (existing set)."""
+
+    kind: str
+    path: str
+    size_gib: int | None = None
+    tier: str | None = None
+    existing: str | None = None  # NAME or projects/P/locations/L/instances/N: attached, never deleted
+    source: str | None = None  # hyperdisk-ml: gs://BUCKET/PREFIX
+
+    @property
+    def created(self) -> bool:
+        return self.existing is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def parse_size(value: Any, where: str) -> int:
+    """A size as GiB: 2560, "2560GiB", "2.5TiB", "10T" (binary units: Filestore and Lustre size in GiB)."""
+    if isinstance(value, bool):
+        raise UsageProblem(f"{where} {shown(value)} is not a size; write e.g. 1TiB, 2560GiB or 2.5TiB")
+    if isinstance(value, int):
+        return value
+    m = SIZE.match(str(value))
+    if not m:
+        raise UsageProblem(f"{where} {shown(value)} is not a size; write e.g. 1TiB, 2560GiB or 2.5TiB")
+    number, unit = float(m.group(1)), (m.group(2) or "gib").lower()
+    gib = number * (tiers.TIB if unit.startswith("t") else 1)
+    if gib != int(gib):
+        raise UsageProblem(f"{where} {shown(value)} is not a whole number of GiB")
+    return int(gib)
+
+
+def check_path(path: Any, where: str) -> str:
+    """An absolute mount point outside the reserved ones, normalised."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise UsageProblem(f"{where} {shown(path)}: the mount point must be an absolute path, e.g. /shared")
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts) or re.search(r"[\x00-\x20\x7f:,'\"\\$`]", path):
+        raise UsageProblem(f"{where} {shown(path)}: the mount point must not hold '.', '..', spaces, quotes or "
+                           "control characters")
+    norm = "/" + "/".join(parts)
+    if norm == "/" or any(norm == r or norm.startswith(r + "/") or r.startswith(norm + "/") for r in RESERVED):
+        raise UsageProblem(f"{where} {shown(path)}: {norm} is reserved (/, {', '.join(RESERVED)}, above or below "
+                           "them); choose another mount point, e.g. /shared or /scratch")
+    return norm
+
+
+def parse_mount(value: Any, where: str = "--mount") -> Want:
+    """--mount filestore:NAME:/PATH or lustre:NAME:/PATH: an existing instance, attached and never deleted."""
+    example = "e.g. --mount filestore:my-share:/shared or --mount lustre:my-lustre:/scratch"
+    parts = str(value).split(":") if isinstance(value, str) else []
+    if len(parts) != 3 or parts[0] not in ("filestore", "lustre"):
+        raise UsageProblem(f"{where} {shown(value)} must be filestore:NAME:/PATH or lustre:NAME:/PATH, {example}")
+    kind, name, path = parts
+    if not (SHORT_NAME.match(name) or FULL_NAME.match(name)):
+        raise UsageProblem(f"{where} {shown(value)}: {shown(name)} must be an instance name (lowercase letters, digits "
+                           "and -, starting with a letter) or projects/PROJECT/locations/LOCATION/instances/NAME")
+    return Want(kind, check_path(path, where), existing=name)
+
+
+def wanted(spec: Any) -> list[Want]:
+    """Every shared file system a ClusterSpec asks for, checked (tiers, sizes, mount points; zones apart)."""
+    out: list[Want] = []
+    for kind, key, tier_key in (("filestore", "filestore", "filestore_tier"), ("lustre", "lustre", "lustre_tier")):
+        size, tier_name = getattr(spec, key), getattr(spec, tier_key)
+        if size is None:
+            if tier_name is not None:
+                raise UsageProblem(f"--{kind}-tier needs --{kind} SIZE (e.g. --{kind} "
+                                   f"{'1TiB' if kind == 'filestore' else '18000GiB'})")
+            continue
+        out.append(_new(kind, size, tier_name))
+    if spec.hyperdisk_ml is not None:
+        out.append(_hyperdisk_ml(spec.hyperdisk_ml))
+    mounts = spec.mounts if isinstance(spec.mounts, (list, tuple)) else [spec.mounts]
+    out += [parse_mount(m) for m in mounts]
+    seen: dict[str, Want] = {}
+    for w in out:
+        if w.path in seen:
+            raise UsageProblem(f"mount point {w.path} is given twice ({seen[w.path].kind} and {w.kind}): give each "
+                               "shared file system its own, e.g. --mount lustre:NAME:/scratch")
+        seen[w.path] = w
+    return out
+
+
+def _new(kind: str, size: Any, tier_name: Any) -> Want:
+    gib = parse_size(size, f"--{kind}")
+    table = tiers.FILESTORE if kind == "filestore" else tiers.LUSTRE
+    name = str(tier_name if tier_name is not None else
+               tiers.FILESTORE_DEFAULT if kind == "filestore" else tiers.LUSTRE_DEFAULT)
+    tier = tiers.tier(kind, name)
+    if tier is None:
+        unit = " (MB/s per TiB)" if kind == "lustre" else ""
+        raise UsageProblem(f"--{kind}-tier {shown(tier_name)} must be one of {', '.join(table)}{unit}")
+    if not tier.holds(gib):
+        raise UsageProblem(f"--{kind} {gib:,} GiB is outside the {kind} {tier.name} tier: give {tier.rule()}")
+    return Want(kind, DEFAULT_PATH[kind], size_gib=gib, tier=tier.name)
+
+
+def _hyperdisk_ml(source: Any) -> Want:
+    m = GS_SOURCE.match(source) if isinstance(source, str) else None
+    if not m or not BUCKET.match(m.group(1)) or any(p in ("", ".", "..") for p in m.group(2).rstrip("/").split("/")):
+        raise UsageProblem(f"--hyperdisk-ml {shown(source)} must be a bucket path gs://BUCKET/PREFIX (the data "
+                           "copied onto the disk), e.g. gs://my-bucket/datasets/c4")
+    # Checked in full above so a spec file is right once it lands; refused until the fill path is built.
+    raise UsageProblem(f"--hyperdisk-ml {source}: not built yet (the disk, its fill from the bucket and the "
+                       "read-only attach); mount the bucket in a job with --mount gs://BUCKET/PREFIX:/data:ro")
+
+
+def check_zones(wants: list[Want], zones: list[str], region: str, explicit: bool) -> list[str]:
+    """The candidate zones where every new zonal file system can be made (new ones follow the nodes).
+    An explicit zone the service does not offer is refused; otherwise the candidates narrow to it."""
+    keep = list(zones)
+    for w in wants:
+        if not w.created or w.kind == "hyperdisk-ml":
+            continue
+        offered = tiers.zones_offering(w.kind, region)
+        if offered is None:
+            continue
+        bad = [z for z in keep if z not in offered]
+        if bad and explicit:
+            raise UsageProblem(f"--zone {bad[0]}: {w.kind} is not offered there; in {region} it is offered in "
+                               f"{', '.join(offered) or 'no zone'}")
+        keep = [z for z in keep if z in offered]
+        if not keep:
+            raise UsageProblem(f"--{w.kind}: no zone of {region} that offers the machine type offers {w.kind} "
+                               f"({', '.join(offered) or 'none'}); pick another --region")
+    return keep
+
+
+def describe(spec: Any) -> list[str]:
+    """The plan's lines for a spec's shared file systems (what `cluster plan` says before anything is made)."""
+    out = []
+    for w in wanted(spec):
+        if w.created:
+            out.append(f"{w.kind} {w.size_gib:,} GiB ({w.tier}) at {w.path} on every node: made in the nodes' zone "
+                       "once they are placed, deleted by 'cluster down'")
+        else:
+            out.append(f"{w.kind} {w.existing} attached at {w.path} on every node (never deleted)")
+    return out

@@ -1,0 +1,138 @@
+"""gcpgpu's own helpers (node agents, Slurm node supervisors, metrics reporters) are forked from a template
+process that imported them once (gcpgpu/fakes/jobs/forked.py), yet each is still a process of its own, as
+on a real node: its own session, the environment, folder and arguments it was given, its output in the
+run's log, its exit code the run's; and it dies with the emulator's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import wait_for
+
+from gcpgpu.fakes.jobs import forked
+from gcpgpu.fakes.jobs.procs import start_time
+from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+
+PROBE = "fakes.forked_probe"  # tests/fakes/forked_probe.py
+
+
+@pytest.fixture
+def probe_forked(monkeypatch):
+    monkeypatch.setattr(forked, "MODULES", (*forked.MODULES, PROBE))
+    monkeypatch.delenv("GCPGPU_EMULATOR_FORK", raising=False)
+
+
+def _said(run) -> dict:
+    return json.loads(next(line.text for line in run.log_lines() if line.text.startswith("{")))
+
+
+@pytest.mark.parametrize("code, state", [(0, "succeeded"), (3, "failed")])
+def test_a_forked_helper_is_its_own_process_with_what_it_was_given(probe_forked, tmp_path, code, state):
+    runner = Runner(root=tmp_path / "runs")
+    try:
+        run = runner.start("agent-1", [ReplicaSpec("node-0", [sys.executable, "-m", PROBE, str(code), "--x", "y z"],
+                                                   {"FOO": "bar"})])
+        assert run.wait(60) and run.state == state, [line.text for line in run.log_lines()]
+        said = _said(run)
+        assert said["preloaded"]  # forked from the template, which imported Compute's client once
+        assert said["ppid"] != os.getpid()
+        assert said["sid"] == said["pgid"] == said["pid"] == run.pids()[0]  # its own session, as a subprocess's
+        assert said["cwd"] == str(run.workdir)
+        assert said["argv"] == [str(code), "--x", "y z"]
+        assert said["stdin"] == ""
+        assert said["env"]["FOO"] == "bar" and said["env"]["PYTHONUNBUFFERED"] == "1"
+        assert said["env"] == {**{k: v for k, v in os.environ.items() if k in said["env"]}, "FOO": "bar",
+                               "PYTHONUNBUFFERED": "1", "PYTHONPATH": said["env"]["PYTHONPATH"], "GCPGPU_DIE_WITH_PARENT": "1",
+                               **{k: said["env"][k] for k in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME")}}
+        assert ("stderr", "a line on stderr") in [(line.stream, line.text) for line in run.log_lines()]
+        assert run.replicas[0].returncode == code
+        if code:
+            assert run.failure == ("node-0", code, "a line on stderr")
+    finally:
+        runner.reset()
+
+
+def test_a_forked_helper_is_killed_with_its_group_when_its_node_is_lost(probe_forked, tmp_path):
+    runner = Runner(root=tmp_path / "runs")
+    try:
+        run = runner.start("agent-1", [ReplicaSpec("node-0", [sys.executable, "-m", PROBE, "sleep"], {})])
+        wait_for(lambda: any(line.text.startswith("{") for line in run.log_lines()), timeout=60, what="the helper up")
+        runner.lose("agent-1", 0.0, "node node-0 is no longer RUNNING")
+        assert run.wait(30) and run.state == "failed"
+        assert run.replicas[0].returncode == -signal.SIGKILL
+        assert start_time(_said(run)["pid"]) is None
+    finally:
+        runner.reset()
+
+
+def test_forked_helpers_die_with_the_emulators_process_however_it_ends(tmp_path):
+    """An emulator killed outright (a pytest worker killed mid-test) leaves none of its helpers running."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        from gcpgpu.fakes.jobs import forked
+        from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+        forked.MODULES = (*forked.MODULES, {PROBE!r})
+        run = Runner(root={str(tmp_path / 'runs')!r}).start("a", [ReplicaSpec("n", [sys.executable, "-m", {PROBE!r}, "sleep"], {{}})])
+        while not any(line.text.startswith("{{") for line in run.log_lines()):
+            time.sleep(0.05)
+        print(next(line.text for line in run.log_lines() if line.text.startswith("{{")), flush=True)
+        time.sleep(600)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
+    env.pop("GCPGPU_EMULATOR_FORK", None)
+    emulator = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        helper = json.loads(emulator.stdout.readline())["pid"]
+        assert start_time(helper) is not None
+        emulator.kill()  # SIGKILL: no atexit, no cleanup of its own
+        emulator.wait(30)
+        wait_for(lambda: start_time(helper) is None, timeout=30, what="the helper gone with the emulator's process")
+    finally:
+        emulator.kill()
+        emulator.wait(30)
+
+
+# What a bundled trainer's replica is without a sandbox: a launcher (torchrun) whose worker runs in a session
+# of its own, as torchrun starts them. Neither writes to the emulator's pipes once started (a write there would
+# end them anyway); the worker logs its steps to a file.
+LAUNCHER = ("import subprocess, sys; w = subprocess.Popen([sys.executable, '-m', 'gcpgpu.trainer', '--model', 'tiny', "
+            "'--steps', '100000', '--seq-len', '16', '--batch-size', '2', '--data', 'synthetic', '--log-every', '1', "
+            "'--quiet', '--log-json', sys.argv[1]], start_new_session=True, stdout=subprocess.DEVNULL, "
+            "stderr=subprocess.DEVNULL); print('worker', w.pid, flush=True); w.wait()")
+
+
+def test_a_bundled_trainers_launcher_and_workers_die_with_the_emulators_process(tmp_path):
+    """Issue 37: a pytest worker killed mid-test left its emulator's torchrun and trainers running."""
+    steps = tmp_path / "steps.jsonl"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+        run = Runner(root={str(tmp_path / 'runs')!r}).start(
+            "a", [ReplicaSpec("n", [sys.executable, "-c", {LAUNCHER!r}, {str(steps)!r}],
+                              {{"GCPGPU_TRAINER_ALLOW_CPU": "1"}})])
+        while not (Path({str(steps)!r}).exists() and '"step"' in Path({str(steps)!r}).read_text()):
+            time.sleep(0.05)  # the worker is training
+        worker = next(line.text for line in run.log_lines() if line.text.startswith("worker")).split()[1]
+        print(run.pids()[0], worker, flush=True)
+        time.sleep(600)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "GCPGPU_EMULATOR_FORK"}
+    emulator = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in emulator.stdout.readline().split()]
+        assert len(pids) == 2 and all(start_time(p) is not None for p in pids)
+        emulator.kill()
+        emulator.wait(30)
+        wait_for(lambda: all(start_time(p) is None for p in pids), timeout=30,
+                 what="the launcher and its worker gone with the emulator's process")
+    finally:
+        emulator.kill()
+        emulator.wait(30)
