@@ -31,7 +31,7 @@ from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
 from .gate import guarded
 from .jobs import LocalJobs
-from .jobs.shared_mounts import disk_resolver
+from .jobs.shared_mounts import SharedStorage, disk_resolver
 from .jobs.storage import Storage
 from .jobs.usercmd import UserCommands
 from .lro import Operations
@@ -138,12 +138,9 @@ class Emulator:
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
         # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
         self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address)
-        self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
-                              user=self.user_commands, clock_file=lambda: self.clock.published)
-        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
-                                    user=self.user_commands, activity=self.activity)
-        # Shared file systems (issue 41): one folder per instance under the storage root, bound into jobs;
-        # private service access (Service Networking) on the networks that need it.
+        # Shared file systems (issue 41): one folder per instance under the storage root, bound into the jobs
+        # of the nodes whose gcpgpu-storage metadata names it (and Vertex AI's nfsMounts); private service
+        # access (Service Networking) on the networks that need it.
         self.servicenetworking = ServiceNetworkingBackend(self.clock, self._operation_seconds, self.compute,
                                                           self._private_access_users)
         self.filestore = FilestoreBackend(
@@ -155,9 +152,13 @@ class Emulator:
             Operations(self.clock, "type.googleapis.com/google.cloud.lustre.v1.OperationMetadata",
                        cancel_field="requestedCancellation"),
             network_exists=self._network_exists, has_private_access=self.servicenetworking.connected)
-        self.jobs.agent.shared.services.update(filestore=self.filestore, lustre=self.lustre)
-        self.jobs.agent.shared.disk = disk_resolver(self.compute, lambda: disk.root)
-        self.vertex.nfs = self.filestore.nfs_folder  # a Vertex AI pool's nfsMounts
+        shared = SharedStorage()
+        shared.services.update(filestore=self.filestore, lustre=self.lustre)
+        shared.disk = disk_resolver(self.compute, lambda: disk.root)
+        self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
+                              user=self.user_commands, clock_file=lambda: self.clock.published, shared=shared)
+        self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
+                                    user=self.user_commands, activity=self.activity, nfs=self.filestore.nfs_folder)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)

@@ -34,6 +34,7 @@ from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 from .agent import ClusterAgent
 from .node_agent import NodeAgents
 from .runner import MetricsTarget, Replica, Run, Runner
+from .shared_mounts import SharedStorage
 from .slurm import SlurmNodes
 from .slurm_engine import Engine
 from .storage import Storage
@@ -59,9 +60,9 @@ class LocalJobs:
     def __init__(self, compute: ComputeBackend | None, activity: Activity | None = None,
                  events: VmEvents | None = None, storage: Storage | None = None,
                  address: Callable[[], str | None] | None = None, user: UserCommands | None = None,
-                 clock_file: Callable[[], str | None] = lambda: None) -> None:
+                 clock_file: Callable[[], str | None] = lambda: None, shared: SharedStorage | None = None) -> None:
         self.runner = Runner(sidecar=self.reporter_argv)
-        self.agent = ClusterAgent(compute, self.runner, activity, events, storage, user)
+        self.agent = ClusterAgent(compute, self.runner, activity, events, storage, user, shared)
         self._address = address
         # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop),
         # on the emulator's clock where it is published (clock_file: its path, gcpgpu.gcp.clock).

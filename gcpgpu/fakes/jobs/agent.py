@@ -81,7 +81,7 @@ class ClusterAgent:
 
     def __init__(self, compute: ComputeBackend | None, runner: Runner, activity: Activity | None = None,
                  events: VmEvents | None = None, storage: Storage | None = None,
-                 user: UserCommands | None = None) -> None:
+                 user: UserCommands | None = None, shared: SharedStorage | None = None) -> None:
         self.compute = compute
         self.runner = runner
         # Where the agent records which node runs which job, for Monitoring to observe (busy vs idle nodes).
@@ -93,7 +93,7 @@ class ClusterAgent:
         # Users' own commands: run through the image's entrypoint in a sandbox, when the owner allowed it.
         self.user = user or UserCommands(gcs_root=lambda: self.storage.root / "gcs")
         # The node's shared file systems (gcpgpu-storage metadata); the emulator plugs its services in.
-        self.shared = SharedStorage()
+        self.shared = shared or SharedStorage()
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job

@@ -63,7 +63,8 @@ class VertexBackend:
     """Custom jobs per project and location, their state machine, and the local runs behind them."""
 
     def __init__(self, regions: dict[str, list[str]], clock: Clock, ids: IdSource, runner: Runner,
-                 compute: Any = None, storage: Any = None, user: Any = None, activity: Any = None) -> None:
+                 compute: Any = None, storage: Any = None, user: Any = None, activity: Any = None,
+                 nfs: Callable[[str, str], tuple[str, ...] | None] | None = None) -> None:
         self.regions = regions
         # The world's ledger of what runs (fakes/activity.py): a local run's steps, which its metrics follow.
         self.activity = activity
@@ -77,7 +78,7 @@ class VertexBackend:
         # Whether and how users' own commands run (jobs/usercmd.UserCommands); None: never.
         self.user = user
         # Where a worker pool's nfsMounts (server, path) are: the emulator's Filestore folder parts, or None.
-        self.nfs: Callable[[str, str], tuple[str, ...] | None] | None = None
+        self.nfs = nfs
         self.timings = dict(DEFAULT_TIMINGS)
         self.jobs: dict[str, dict] = {}  # full name (project number) -> job
         self.operations: dict[str, Operation] = {}
