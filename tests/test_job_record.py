@@ -307,3 +307,19 @@ def test_an_attempt_that_ended_before_its_leader_looked_was_running_all_the_same
         assert [m["event"] for m in hook.got] == ["RUNNING", "SUCCEEDED"], hook.got
     (kept,) = record.read(clients(gcp), PROJECT, "e").records
     assert kept["state"] == "SUCCEEDED" and kept["started"]
+
+
+def test_a_queue_longer_than_keep_loses_no_queued_or_running_job_and_only_ended_ones_age_out(gcp):
+    """A Slurm cluster's queue (jobs/queue.py) is records too: twelve queued jobs and one running are all kept
+    past KEEP (10); the ended ones go first, and once the queue has drained the cluster keeps its last KEEP."""
+    c = clients(gcp)
+    ended = [{"id": f"old-{i}", "state": "SUCCEEDED"} for i in range(3)]
+    running = [{"id": "run", "state": "RUNNING", "queue": {"priority": "normal", "nodes": 2}}]
+    queued = [{"id": f"q-{i}", "state": "PENDING", "queue": {"priority": "low", "nodes": 1}} for i in range(12)]
+    record.update(c, PROJECT, "s", lambda now: [*now, *ended, *running, *queued])
+    kept = [r["id"] for r in record.read(c, PROJECT, "s").records]
+    assert kept == ["run", *(r["id"] for r in queued)]  # 13 open jobs: no ended one fits, none open is lost
+    record.update(c, PROJECT, "s", lambda now: [{**r, "state": "SUCCEEDED"} for r in now])
+    record.update(c, PROJECT, "s", lambda now: [*now, {"id": "new", "state": "PENDING", "queue": {"priority": "low"}}])
+    kept = [r["id"] for r in record.read(c, PROJECT, "s").records]
+    assert kept == [*(r["id"] for r in queued[-9:]), "new"]  # the last KEEP in all, oldest ended gone first

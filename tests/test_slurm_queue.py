@@ -157,17 +157,19 @@ def test_a_pending_job_is_cancelled_before_it_runs(gcp):
 
 
 def job_output(gcp, job: str) -> str:
+    """What the batch job said (its tasks' lines, in Slurm's output file) and what its nodes' processes said
+    (`job logs`, from Cloud Logging, as for any cluster job)."""
     folder = gcp.jobs.slurm.folder(PROJECT, "q")
     out = folder / "jobs" / f"{job.rsplit(':', 1)[-1]}.out" if folder else None
-    return out.read_text(errors="replace") if out is not None and out.exists() else ""
+    tasks = out.read_text(errors="replace") if out is not None and out.exists() else ""
+    return tasks + cli("job", "logs", job).output
 
 
 @needs_slurm
-def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_checkpoint(gcp, tmp_path):
+def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_checkpoint(gcp):
     assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
-    ckpt = tmp_path / "ckpt"
     low = submitted("--name", "low", "--priority", "low", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16",
-                    "--batch-size", "2", "--ckpt-dir", str(ckpt), "--ckpt-every", "2", "--log-every", "1")
+                    "--batch-size", "2", "--ckpt-dir", "gs://ckpt/low", "--ckpt-every", "2", "--log-every", "1")
     wait_for(lambda: "step      4 " in job_output(gcp, low), timeout=180, what="the low job past a checkpoint")
     high = submitted("--name", "high", "--priority", "high", "--", *QUICK)  # needs both nodes: the low job's
     wait_for(lambda: state(gcp, high) == "SUCCEEDED", timeout=180, what="the high job done")
@@ -179,15 +181,61 @@ def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_check
 
 
 @needs_slurm
-def test_a_node_lost_under_a_running_job_comes_back_and_the_job_resumes_to_succeeded(gcp, tmp_path):
+def test_a_node_lost_under_a_running_job_comes_back_and_the_job_resumes_to_succeeded(gcp):
+    """Each step waits for the state that says it happened (a checkpoint in the log, the node RUNNING again, the
+    job SUCCEEDED), with room to spare for a loaded machine: nothing here counts on how long a step takes."""
     assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
     job = submitted("--name", "kept", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16", "--batch-size", "2",
-                    "--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "2", "--log-every", "1")
-    wait_for(lambda: "step      4 " in job_output(gcp, job), timeout=180, what="the job past a checkpoint")
+                    "--ckpt-dir", "gs://ckpt/kept", "--ckpt-every", "2", "--log-every", "1")
+    wait_for(lambda: "step      4 " in job_output(gcp, job), timeout=600, interval=0.5, what="the job past a checkpoint")
     assert gcp.compute.lose_instance(PROJECT, "us-central1-a", "q-1", "preempt", 1.0)
-    wait_for(lambda: state(gcp, job) == "SUCCEEDED", timeout=300, what="the job resumed and done")
+    wait_for(lambda: state(gcp, job) == "SUCCEEDED", timeout=900, interval=0.5, what="the job resumed and done")
     assert recorded(gcp, job)["attempt"] >= 1 and "resumed from" in job_output(gcp, job)
     inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "q-1")
     assert inst["status"] == "RUNNING"  # node 0 brought it back under its name
-    assert set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}
+    wait_for(lambda: set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}, timeout=120, what="both nodes' daemons")
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_follow_and_logs_follow_a_slurm_job_to_its_end_as_any_cluster_job(gcp):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    job = submitted("--name", "seen", "--nodes", "1", "--", *QUICK, "--log-every", "1")
+    followed = cli("job", "follow", job)
+    assert followed.exit_code == 0, followed.output
+    assert "SUCCEEDED" in followed.output and state(gcp, job) == "SUCCEEDED"
+    logs = cli("job", "logs", job, "--follow")  # returns once the job has ended, with the trainer's lines
+    assert logs.exit_code == 0 and "step      2 " in logs.output, logs.output
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_can_be_cancelled(gcp, tmp_path):
+    import os
+    import subprocess
+
+    from gcpgpu.slurm.node import conf_path
+
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    wait_for(lambda: "q-0" in gcp.jobs.slurm.running() and gcp.jobs.slurm.folder(PROJECT, "q"), timeout=60,
+             what="node 0's daemons")
+    env = {**os.environ, "SLURM_CONF": str(conf_path(gcp.jobs.slurm.folder(PROJECT, "q"), "q-0"))}
+
+    def sbatch() -> subprocess.CompletedProcess:  # what someone on `cluster ssh q` types
+        return subprocess.run(["sbatch", "--parsable", "-J", "by-hand", "-N", "1", "-o", str(tmp_path / "by-hand.out"),
+                               "--wrap", "sleep 600"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    done = wait_for(lambda: (r := sbatch()).returncode == 0 and r, timeout=120, interval=1.0,
+                    what="slurmctld taking a job")
+    slurm_id = done.stdout.strip().split(";")[0]
+
+    def row() -> dict | None:
+        rows = json.loads(cli("job", "list", "--cluster", "q", fmt="json").output)
+        return next((r for r in rows if r["name"] == "by-hand" and r["state"] == "RUNNING"), None)
+
+    found = wait_for(row, timeout=60, interval=0.5, what="the hand-made job listed")
+    assert found["id"] == f"cluster:q:slurm-{slurm_id}" and found["via"] == "sbatch" and found["nodes"] == 1
+    assert cli("job", "cancel", found["id"]).exit_code == 0
+    wait_for(lambda: state(gcp, found["id"]) == "CANCELLED", timeout=60, what="the hand-made job cancelled")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0

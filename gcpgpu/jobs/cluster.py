@@ -263,6 +263,18 @@ def run_key(job_id: str, attempt: int) -> str:
     return job_id if attempt == 0 else f"{job_id}-r{attempt}"
 
 
+def resumed(record: dict, attempt: int) -> dict:
+    """`record` as its attempt `attempt` (> 0) runs: the bundled trainer with --resume (its newest complete
+    checkpoint; a fresh start if there is none), and GCPGPU_RESUME=1, GCPGPU_RESTART=N for a user's own command,
+    which resumes from its own checkpoint when it sees them (containers/README.md). gcpgpu's recovery and a Slurm
+    job that Slurm requeued (gcpgpu/slurm/task.py) resume the same way."""
+    args = list(record["args"])
+    if record.get("bundled_trainer") and "--resume" not in args and "--no-resume" not in args:
+        args.append("--resume")
+    env = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
+    return {**record, "args": args, "env": env, "attempt": attempt, "run": run_key(str(record["id"]), attempt)}
+
+
 def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fence: Fence = unfenced) -> None:
     """Put `record` (a job attempt) on `chosen` in rank order: metadata with the agent, rank and rendezvous.
     `fence()` runs right before each request (a recovery's lease check)."""
@@ -274,19 +286,12 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
     record.setdefault("created", record["submitted"])
     run = str(record.get("run") or record["id"])
     want = int(record["nnodes"])
-    # TCPX/TCPXO: the agent starts Google's receive-datapath manager before the trainer (a recovery too).
-    machine = catalog.get_machine_type(str(record["machine_type"]))
-    rxdm = catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
+    rxdm = _rxdm(record)
     record["rxdm"] = rxdm.rxdm_image if rxdm else None
 
     def put(pair: tuple[int, Node]) -> Any:
         rank, node = pair
-        agent = render("job_agent.sh.j2", job_id=run, container=container_name(str(record["id"])), rank=rank,
-                       nnodes=want, master_addr=master, master_port=MASTER_PORT, image=record["image"],
-                       command=record["command"], args=record["args"], env=record["env"], mounts=record["mounts"],
-                       gcs_buckets=record.get("gcs_buckets") or [], node_dirs=record.get("node_dirs") or [],
-                       user_mounts=record.get("user_mounts") or [],
-                       timeout=record.get("timeout") or 0, rxdm=rxdm, rxdm_wait=RXDM_WAIT_S)
+        agent = agent_script(record, rank, want, master, MASTER_PORT)
         items = {k: v for k, v in node.metadata.items() if k not in JOB_KEYS}
         items.update({
             "enable-guest-attributes": "TRUE",  # how the agent reports its state
@@ -305,6 +310,24 @@ def deliver(clients: Clients, project: str, record: dict, chosen: list[Node], fe
         return _set_metadata(clients, project, node, items, fence)
 
     batch(clients, project, put, list(enumerate(chosen)))
+
+
+def _rxdm(record: dict) -> Any:
+    """TCPX/TCPXO: the agent starts Google's receive-datapath manager before the trainer (a recovery too)."""
+    machine = catalog.get_machine_type(str(record["machine_type"]))
+    return catalog.gpudirect_host(machine.gpudirect) if machine.gpu_nics else None
+
+
+def agent_script(record: dict, rank: int, nnodes: int, master: str, port: int, slurm: bool = False) -> str:
+    """The node's job agent (templates/job_agent.sh.j2) for `record` (a job attempt) at `rank` of `nnodes`:
+    it runs the job's container and reports its state. `slurm`: run as a Slurm task's (gcpgpu/slurm/task.py),
+    it ends with the container's exit code and stops the container on Slurm's SIGTERM."""
+    return render("job_agent.sh.j2", job_id=str(record.get("run") or record["id"]),
+                  container=container_name(str(record["id"])), rank=rank, nnodes=nnodes, master_addr=master,
+                  master_port=port, image=record["image"], command=record["command"], args=record["args"],
+                  env=record["env"], mounts=record["mounts"], gcs_buckets=record.get("gcs_buckets") or [],
+                  node_dirs=record.get("node_dirs") or [], user_mounts=record.get("user_mounts") or [],
+                  timeout=record.get("timeout") or 0, rxdm=_rxdm(record), rxdm_wait=RXDM_WAIT_S, slurm=slurm)
 
 
 def _set_metadata(clients: Clients, project: str, node: Node, items: dict[str, str], fence: Fence) -> Any:

@@ -92,11 +92,13 @@ def cancel(clients: Clients, project: str, jid: ids.JobId) -> None:
 
 
 def row_extras(record: dict) -> dict:
-    """`job list`'s queue columns for a queued job: priority, and why it waits."""
+    """`job list`'s queue columns for a queued job: priority, why it waits, and how it came (VIA: `job submit`,
+    or sbatch by hand on a node)."""
     queue = record.get("queue") or {}
     waiting = record.get("state") == PENDING
     return {"priority": queue.get("priority"), "reason": record.get("reason") if waiting else None,
-            "position": queue.get("position") if waiting else None, "slurm_nodes": record.get("slurm_nodes")}
+            "position": queue.get("position") if waiting else None, "slurm_nodes": record.get("slurm_nodes"),
+            "via": "sbatch" if record.get("by_hand") else "gcpgpu"}  # sbatch'ed on a node by hand, or job submit
 
 
 def wait(status: Callable[[], JobState], tell: Callable[[JobState], None], poll_s: float = WAIT_POLL_S) -> JobState:

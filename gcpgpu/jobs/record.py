@@ -1,7 +1,7 @@
 """A cluster job's record: its life as whoever leads it wrote it, and the one rule every view reads it by.
 
 One record per job, in the project's metadata (key `gcpgpu-jobs-<cluster>`: the cluster's last KEEP
-jobs, oldest first), so it outlives the nodes a recovery replaces and the next job that takes them.
+jobs, oldest first, and every job not ended yet however many), so it outlives the nodes a recovery replaces and the next job that takes them.
 `job submit` opens it (PENDING) and closes the job before it where nobody did; from then on the
 job's leader writes it (jobs/recover.py's Follower: a node's follower, `job follow` or `--wait`):
 
@@ -120,15 +120,24 @@ def _compact(record: dict) -> dict:
     return {**record, "history": history}
 
 
+def _kept(records: list[dict]) -> list[dict]:
+    """The records a cluster keeps, oldest first: every job that has not ended (a Slurm cluster's queue may hold
+    more than KEEP: a queued or running job is never dropped), and the newest ended ones, KEEP in all."""
+    room = max(0, KEEP - sum(1 for r in records if not is_final(r.get("state"))))
+    ended = [i for i, r in enumerate(records) if is_final(r.get("state"))]
+    dropped = set(ended[: max(0, len(ended) - room)])
+    return [r for i, r in enumerate(records) if i not in dropped]
+
+
 def update(clients: Clients, project: str, cluster: str, change: Callable[[list[dict]], list[dict] | None],
            fence: Fence = lambda: None) -> bool:
     """Compare-and-swap the cluster's records: change(records) gives them all anew (None: leave them).
-    The oldest beyond KEEP go. Returns whether it wrote."""
+    The oldest ended ones beyond KEEP go (_kept). Returns whether it wrote."""
     def swap(current: str | None) -> str | bool:
         new = change(_parse(current))
         if new is None:
             return False
-        return json.dumps({"jobs": [_compact(r) for r in new][-KEEP:]}, sort_keys=True)
+        return json.dumps({"jobs": [_compact(r) for r in _kept(new)]}, sort_keys=True)
 
     return journal.swap(clients, project, key(cluster), swap, fence, f"cluster {cluster}'s job records")
 

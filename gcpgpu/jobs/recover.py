@@ -232,17 +232,11 @@ class Follower:
         """Write down the job's next attempt (resuming from its last checkpoint; `entry`, why, in its
         history; `how`, the VMs to replace) in the journal, then bring the cluster to size and deliver it."""
         attempt = int(record.get("attempt") or 0) + 1
-        args = list(record["args"])
-        if record.get("bundled_trainer") and "--resume" not in args and "--no-resume" not in args:
-            args.append("--resume")  # from the newest complete checkpoint; a fresh start if there is none
         history = list(record.get("history") or [])
         history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         **entry, "log_every": log_every(record["args"])})
-        pending = dict(record)
-        # A user's own command resumes from its own checkpoint when it sees these (containers/README.md).
-        pending["env"] = {**(record.get("env") or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
-        pending.update(args=args, attempt=attempt, run=cluster_jobs.run_key(str(record["id"]), attempt),
-                       history=history, recover=self.recover)
+        pending = cluster_jobs.resumed(record, attempt)  # from its last checkpoint
+        pending.update(history=history, recover=self.recover)
         pending["recovering"] = {**how, "spec": self._cluster_spec_raw()}
         journal.put(self.clients, self.project, self.jid.cluster or "", pending, s.check_lease)
         record_mod.amend(self.clients, self.project, self.jid, attempt, history=history)

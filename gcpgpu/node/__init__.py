@@ -8,4 +8,6 @@ ckptsync   a user command's GCPGPU_CKPT_DIR: emptied or restored before it start
            uploaded to the output directory beside it
 reporter   the trainer-side metrics reporter: the trainer's JSON log -> Cloud Monitoring
 agent      the node agent: a cluster node's follower (job following, recovery, autostop)
+service    what a node's long-running programs share (the follower, the Slurm daemons' supervisor): their
+           arguments, clients, log lines, and SIGTERM as the node going
 """

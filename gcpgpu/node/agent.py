@@ -18,11 +18,7 @@ reaches its services as SIGTERM) it hands what it holds over before it goes.
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
 import sys
-import time
 from collections.abc import Callable
 
 from gcpgpu.cluster import autostop
@@ -36,6 +32,7 @@ from gcpgpu.jobs import follower, journal, notify, queue, record
 from gcpgpu.jobs.recover import GaveUp
 from gcpgpu.jobs.state import is_final
 from gcpgpu.jobs.view import job_status
+from gcpgpu.node import service
 from gcpgpu.times import format_duration
 
 GPU_WINDOW_S = 180.0  # the newest GPU point within this window counts (Ops Agent writes once a minute)
@@ -192,23 +189,10 @@ def _serve(clients: Clients, project: str, cluster: str, node: str, poll_s: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gcpgpu.node.agent",
-                                     description="The follower a gcpgpu cluster's node runs (one of them leads).")
-    parser.add_argument("--project", required=True)
-    parser.add_argument("--cluster", required=True)
-    parser.add_argument("--node", required=True, help="this node's name")
+    parser = service.parser("gcpgpu.node.agent", "The follower a gcpgpu cluster's node runs (one of them leads).")
     parser.add_argument("--poll", type=float, default=15.0, help="seconds between looks (default 15)")
-    parser.add_argument("--emulator", help="HOST:PORT of a gcpgpu emulator ($GCPGPU_EMULATOR)")
-    args = parser.parse_args(argv)
-    clients = Clients(emulator=args.emulator or os.environ.get("GCPGPU_EMULATOR") or None, project=args.project)
-
-    def say(text: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} gcpgpu follower on {args.node}: {text}", flush=True)
-
-    def going(_signum: int, _frame: object) -> None:  # systemd stops the service: the node shuts down
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, going)
+    args = service.add_emulator(parser).parse_args(argv)
+    clients, say = service.start(args, "follower", KeyboardInterrupt)
     mine = next((n for n in observe_nodes(clients, args.project, args.cluster) if n.name == args.node), None)
     if mine is not None:  # this VM (the one RUNNING now under this name): the leases taken here name it
         leases.on_node(mine.name, mine.zone, mine.id)

@@ -14,7 +14,6 @@ In the emulator (--emulator) every node shares one host: --dir is the cluster's 
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import ctypes
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from gcpgpu.cluster.names import node_name
 from gcpgpu.cluster.observe import Node, observe_nodes
-from gcpgpu.gcp.clients import Clients
+from gcpgpu.node import service
 
 from . import conf
 from .queue import QueueAgent
@@ -202,27 +201,14 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gcpgpu.slurm.node",
-                                     description="The Slurm daemons of one node of a gcpgpu cluster.")
-    parser.add_argument("--project", required=True)
-    parser.add_argument("--cluster", required=True)
-    parser.add_argument("--node", required=True, help="this node's name")
+    parser = service.parser("gcpgpu.slurm.node", "The Slurm daemons of one node of a gcpgpu cluster.")
     parser.add_argument("--dir", default=DEFAULT_DIR, help=f"where the files go (default {DEFAULT_DIR})")
     parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR,
                         help=f"short-lived files, munged's socket among them (default {DEFAULT_RUN_DIR})")
     parser.add_argument("--port-base", type=int, help="slurmctld's port; node r's slurmd gets base + 1 + r")
-    parser.add_argument("--emulator", help="HOST:PORT of a gcpgpu emulator ($GCPGPU_EMULATOR)")
-    args = parser.parse_args(argv)
-    emulator = args.emulator or os.environ.get("GCPGPU_EMULATOR") or None
-    clients = Clients(emulator=emulator, project=args.project)
-
-    def say(text: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} gcpgpu slurm on {args.node}: {text}", flush=True)
-
-    def going(_signum: int, _frame: object) -> None:
-        raise Going
-
-    signal.signal(signal.SIGTERM, going)
+    args = service.add_emulator(parser).parse_args(argv)
+    emulator = service.emulator_of(args)
+    clients, say = service.start(args, "slurm", Going)
     nodes = [n for n in observe_nodes(clients, args.project, args.cluster) if n.rank is not None]
     me = next((n for n in nodes if n.name == args.node), None)
     if me is None or me.rank is None:

@@ -9,14 +9,14 @@ agent, beside slurmctld on node 0:
 - reads `scontrol show job` once and writes each job's state (PENDING, RUNNING, SUCCEEDED, FAILED,
   CANCELLED; a requeue is a new attempt), why it waits, its place in the queue and its nodes into its record.
 It also keeps the cluster whole (keeper.py): a lost node is marked DOWN, its jobs requeued, and the node
-brought back. Jobs submitted with `sbatch` on a node (cluster ssh) have no record; `squeue` shows them.
+brought back. A job someone sbatch'ed on a node by hand (cluster ssh) gets a record of its own too, marked
+`by_hand`, so `job list --cluster` shows it beside gcpgpu's (its state, nodes, place), and `job cancel` scancels it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -78,6 +78,29 @@ def seen_fields(job: dict[str, str], place: int | None) -> dict:
     return fields
 
 
+def hand_record(job: dict[str, str]) -> dict:
+    """The record of a job someone sbatch'ed on a node by hand (`cluster ssh`), so `job list` shows it too,
+    marked as such (`by_hand`); it is written from what scontrol says, as gcpgpu's own are."""
+    nodes = job.get("NumNodes", "1").split("-")[0]
+    return {"id": f"slurm-{job['JobId']}", "name": job.get("JobName"), "slurm_id": job["JobId"], "by_hand": True,
+            "state": PENDING, "attempt": 0, "created": _utc(job.get("SubmitTime")),
+            "nnodes": int(nodes) if nodes.isdigit() else None,
+            "queue": {"priority": job.get("Partition"), "nodes": int(nodes) if nodes.isdigit() else None}}
+
+
+def _utc(local: str | None) -> str:
+    """scontrol's times (the controller's local time, no zone) as the records' UTC stamps; now if unknown."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.mktime(time.strptime(local or "",
+                                                                                          "%Y-%m-%dT%H:%M:%S"))))
+    except ValueError:
+        return _stamp()
+
+
+def _has(current: list[dict], slurm_id: str) -> bool:
+    return any(str(r.get("slurm_id")) == slurm_id for r in current)
+
+
 class QueueAgent:
     """The agent's rounds; `run` in a thread of node 0's process."""
 
@@ -126,17 +149,23 @@ class QueueAgent:
                 # Slurm holds a requeued job back a while; a preempted or lost job resumes as soon as it can.
                 self._slurm("scontrol", "update", f"JobId={job['JobId']}", "StartTime=now")
         places = queue_places(jobs)
-        records.update(self.clients, self.project, self.cluster, lambda current: self._merged(current, jobs, places))
+        known = {str(r.get("slurm_id")) for r in seen.records if r.get("slurm_id")} | {str(r["id"]) for r in seen.records}
+        # sbatch'ed on a node by hand (cluster ssh): not gcpgpu's (its jobs are named by their records' ids)
+        by_hand = [j for i, j in jobs.items() if i not in known and j.get("JobName") not in known
+                   and not is_final(STATES.get(j.get("JobState", ""), PENDING))]
+
+        def change(current: list[dict]) -> list[dict] | None:
+            added = [hand_record(j) for j in by_hand if not _has(current, j["JobId"])]
+            merged = self._merged([*current, *added], jobs, places)
+            return merged if merged is not None else [*current, *added] if added else None
+
+        records.update(self.clients, self.project, self.cluster, change)
 
     def _sbatch(self, rec: dict) -> None:
         job = dict(rec["submit"])
         job_file = self.jobs_dir / f"{rec['id']}.json"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        job["emulated"] = self.emulated
-        if self.emulated:  # every emulated cluster shares this host: a port free now, not one per Slurm job id
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                job["master_port"] = probe.getsockname()[1]
+        job.update(emulated=self.emulated, project=self.project)
         job_file.write_text(json.dumps(job))
         script = self.jobs_dir / f"{rec['id']}.sh"
         script.write_text(render("slurm_job.sh.j2", job_id=rec["id"], python=sys.executable, job_file=str(job_file)))

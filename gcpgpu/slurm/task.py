@@ -1,28 +1,34 @@
 """One node's task of a gcpgpu job run by Slurm: `python -m gcpgpu.slurm.task JOB.json` (from the batch script).
 
-Ranks and rendezvous come from Slurm's allocation: NODE_RANK = SLURM_NODEID, NNODES = SLURM_NNODES, the
-master the allocation's first node, the port from the Slurm job id (in the emulator, where clusters share
-one host, a port the queue agent found free). A requeued job (SLURM_RESTART_COUNT > 0: preempted by a higher priority, or a node lost)
-resumes: GCPGPU_RESUME=1 and GCPGPU_RESTART=N, as gcpgpu's own recovery sets them, and the bundled
-trainer gets --resume (its newest complete checkpoint; a fresh start if there is none).
+It runs the same job command a cluster's job agent runs for a job put on the node's metadata: the job's
+container (image, command, the rendered NCCL environment, workdir, setup, mounts, secrets, --output-dir),
+with its rank and rendezvous from Slurm's allocation instead of the metadata: NODE_RANK = SLURM_NODEID,
+NNODES = SLURM_NNODES, the master the allocation's first node, the port from the Slurm job id. A requeued
+job (SLURM_RESTART_COUNT > 0: preempted by a higher priority, or a node lost) resumes as gcpgpu's own
+recovery resumes one (jobs/cluster.py's resumed: --resume for the bundled trainer, GCPGPU_RESUME=1 and
+GCPGPU_RESTART=N for a user's command), as attempt N.
 
-In the emulator the task runs the bundled trainer on this machine's CPU (torchrun, one process per node,
-as the emulator's job agent does); any other command is refused in one line, since only the job agent's
-sandbox may run a user's command here. On Google Cloud it would run the job's container as the node's
-job agent does (templates/job_agent.sh.j2): not built yet, said in one line.
+In the emulator the node's container engine is the emulator's job agent, which GCPGPU_SLURM_ENGINE names
+(gcpgpu/fakes/jobs/slurm_engine.py: the call goes over a socket, as `docker run` talks to its daemon), so
+the job runs exactly as a cluster job without Slurm does there. On Google Cloud the task runs the node's
+job agent script (templates/job_agent.sh.j2, rendered as `job submit` renders it for a node without
+Slurm), which pulls and runs the job's container, mounts its buckets and output folders, and ends with
+the container's exit code; Slurm's SIGTERM stops the container.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
-from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
-from gcpgpu.trainer.argv import trainer_args
+from gcpgpu.jobs.cluster import agent_script, resumed
 
 PORT_BASE = 29500
+ENGINE_ENV = "GCPGPU_SLURM_ENGINE"  # the emulator's container engine for its Slurm nodes
 
 
 def rendezvous(environ: dict[str, str], emulated: bool) -> dict[str, str]:
@@ -38,29 +44,30 @@ def rendezvous(environ: dict[str, str], emulated: bool) -> dict[str, str]:
             "MASTER_ADDR": master, "MASTER_PORT": str(PORT_BASE + job_id % 1000)}
 
 
-def command(job: dict, environ: dict[str, str]) -> tuple[list[str], dict[str, str]] | str:
-    """(argv, environment) of this node's process, or the one line saying why it cannot run here."""
+def attempt_of(job: dict, environ: dict[str, str]) -> dict:
+    """The job record as this attempt runs it: the first as submitted, a requeued one resuming."""
     restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
-    env.update(rendezvous(environ, bool(job.get("emulated"))))
-    if job.get("emulated") and job.get("master_port"):
-        env["MASTER_PORT"] = str(job["master_port"])  # the queue agent's pick: clusters share the emulator's host
-    if restarts:
-        env.update(GCPGPU_RESUME="1", GCPGPU_RESTART=str(restarts))
+    return resumed(job, restarts) if restarts else dict(job)
+
+
+def command(job: dict, environ: dict[str, str], call_file: str) -> tuple[list[str], dict | str] | str:
+    """(argv, what it reads from `call_file`) of this node's task, or the one line saying why it cannot run
+    here. On a node of Google Cloud: the node's job agent script for this attempt, rank and rendezvous, which
+    runs the job's container (jobs/cluster.py's agent_script, as `job submit` puts it on a node without
+    Slurm). In the emulator: the call the emulator's container engine reads."""
+    attempt = attempt_of(job, environ)
     if not job.get("emulated"):
-        return ("gcpgpu slurm task: running a job's container under Slurm on Google Cloud is not built yet; "
-                "use 'gcpgpu cluster ssh' and sbatch")
-    own = trainer_args(str(job.get("image") or ""), list(job.get("command") or []), list(job.get("args") or []))
-    if own is None:
-        return ("gcpgpu emulator: its Slurm runs the bundled trainer only; a command of your own runs in the "
-                "job agent's sandbox, on a cluster without --scheduler slurm")
-    if restarts and "--resume" not in own and "--no-resume" not in own:
-        own.append("--resume")
-    env["GCPGPU_TRAINER_ALLOW_CPU"] = "1"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", env["NNODES"], "--node-rank", env["NODE_RANK"],
-            "--nproc-per-node", "1", "--master-addr", env["MASTER_ADDR"], "--master-port", env["MASTER_PORT"],
-            "-m", TRAINER_MODULE, *own]
-    return argv, env
+        rdzv = rendezvous(environ, False)
+        script = agent_script(attempt, int(rdzv["NODE_RANK"]), int(rdzv["NNODES"]), rdzv["MASTER_ADDR"],
+                              int(rdzv["MASTER_PORT"]), slurm=True)
+        return ["bash", call_file], script
+    engine = environ.get(ENGINE_ENV)
+    if not engine:
+        return f"gcpgpu slurm task: {ENGINE_ENV} is not set: this node has no container engine to run the job"
+    rdzv = rendezvous(environ, True)
+    call = {"project": job.get("project"), "node": environ.get("SLURMD_NODENAME", ""),
+            "rank": int(rdzv["NODE_RANK"]), "nnodes": int(rdzv["NNODES"]), "job": attempt}
+    return [*shlex.split(engine), call_file], json.dumps(call)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,15 +77,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(args[0]) as f:
         job = json.load(f)
-    got = command(job, dict(os.environ))
+    environ = dict(os.environ)
+    node, restart = environ.get("SLURMD_NODENAME", "node"), environ.get("SLURM_RESTART_COUNT", "0") or "0"
+    call_file = Path(args[0]).with_name(f"{Path(args[0]).stem}.{node}.{restart}.call")
+    got = command(job, environ, str(call_file))
     if isinstance(got, str):
         print(got, file=sys.stderr, flush=True)
         return 1
-    run, env = got
-    print(f"gcpgpu slurm task: job {job.get('id')} rank {env['NODE_RANK']} of {env['NNODES']} "
-          f"(Slurm job {os.environ.get('SLURM_JOB_ID')}, restart {os.environ.get('SLURM_RESTART_COUNT', '0')})",
+    run, call = got
+    call_file.write_text(str(call))
+    print(f"gcpgpu slurm task: job {job.get('id')} rank {environ.get('SLURM_NODEID', '0')} of "
+          f"{environ.get('SLURM_NNODES', '1')} on {node} (Slurm job {environ.get('SLURM_JOB_ID')}, restart {restart})",
           flush=True)
-    os.execvpe(run[0], run, {**os.environ, **env})
+    os.execvp(run[0], run)
     return 1  # not reached
 
 

@@ -36,6 +36,7 @@ from .node_agent import NodeAgents
 from .runner import MetricsTarget, Replica, Run, Runner
 from .shared_mounts import SharedStorage
 from .slurm import SlurmNodes
+from .slurm_engine import Engine
 from .storage import Storage
 from .usercmd import UserCommands
 
@@ -68,7 +69,8 @@ class LocalJobs:
         self.node_agents = NodeAgents(compute, self.runner, self.address, clock_file) if compute is not None else None
         # The Slurm daemons of the nodes of clusters made with --scheduler slurm (slurm.py).
         slurm_root = (lambda: storage.root) if storage is not None else (lambda: self.runner.root)
-        self.slurm = SlurmNodes(compute, self.runner, self.address, slurm_root) if compute is not None else None
+        self.slurm = SlurmNodes(compute, self.runner, self.address, slurm_root,
+                                Engine(compute, self.agent)) if compute is not None else None
 
     def address(self) -> str | None:
         """HOST:PORT of the emulator, once it serves; else GCPGPU_EMULATOR (an in-process emulator's)."""

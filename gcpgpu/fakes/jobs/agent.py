@@ -166,16 +166,48 @@ class ClusterAgent:
                 if items.get("gcpgpu-job-dump") == job_id:
                     self._dump(inst, run_id, job)
                 return  # the same job again (e.g. a retried setMetadata): already handled
-            if current is not None:
-                self.runner.cancel(current)  # a new job replaces the node's old one, as the real agent does
-                if self.activity is not None:
-                    self.activity.end(inst["id"], current)
-            self.node_runs[inst["id"]] = run_id
+            self._take(inst["id"], run_id)
             if inst.get("status") != "RUNNING":
                 self.report(inst["id"], job_id=job_id, state="PENDING", rank=rank,
                             message="the node is not RUNNING; the agent starts the job when it boots")
                 return
             self._start(project, zone, inst, job, job_id, rank, nnodes, run_id)
+
+    def _take(self, instance_id: str, run_id: str) -> None:
+        """`run_id` is the node's job now: a new job replaces the node's old one, as the real agent does."""
+        current = self.node_runs.get(instance_id)
+        if current is not None and current != run_id:
+            self.runner.cancel(current)
+            if self.activity is not None:
+                self.activity.end(instance_id, current)
+        self.node_runs[instance_id] = run_id
+
+    # -- a Slurm task's container (slurm_engine.py) ---------------------------------------------
+    def run_job(self, project: str, zone: str, inst: dict, job: dict, job_id: str, rank: int, nnodes: int) -> str:
+        """Run `job` (attempt `job_id`) on node `inst` exactly as for a job put in its metadata, with the rank
+        and node count Slurm's allocation gave; its run id."""
+        run_id = f"cluster/{project}/{job_id}/{inst['name']}"
+        with self._lock:
+            self._take(inst["id"], run_id)
+            self._start(project, zone, inst, job, job_id, rank, nnodes, run_id)
+        return run_id
+
+    def stop(self, instance_id: str, run_id: str) -> None:
+        """Stop the node's run `run_id` (SIGTERM, SIGKILL after the runner's grace), as a cancel does."""
+        with self._lock:
+            if self.node_runs.get(instance_id) == run_id:
+                self._cancel(instance_id, run_id)
+
+    def exit_code(self, instance_id: str, job_id: str) -> int | None:
+        """How the node's process of attempt `job_id` ended, as a container's exit code; None while it has not."""
+        attrs = self.attributes(instance_id)
+        state = attrs.get(f"{NAMESPACE}/state")
+        if attrs.get(f"{NAMESPACE}/job-id") != job_id or state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return None
+        if state == "SUCCEEDED":
+            return 0
+        code = attrs.get(f"{NAMESPACE}/exit-code", "")
+        return int(code) if code.lstrip("-").isdigit() and int(code) > 0 else 143 if state == "CANCELLED" else 1
 
     def on_lost(self, project: str, zone: str, name: str, instance_id: str, kind: str, notice_s: float) -> None:
         """A loss observer: the VM was preempted (SIGTERM, then SIGKILL after the notice) or its host failed

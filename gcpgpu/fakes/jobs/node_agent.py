@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .runner import LogLine, ReplicaSpec, Runner
+from .vmlife import alive, keep_with_vms
 
 if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
@@ -57,13 +58,7 @@ class NodeAgents:
     def running(self) -> dict[str, str]:
         """Instance name -> run id of each node agent alive now (tests read it)."""
         with self._lock:
-            items = list(self.runs.values())
-        out = {}
-        for run_id, _project, name in items:
-            run = self.runner.get(run_id)
-            if run is not None and not run.done:
-                out[name] = run_id
-        return out
+            return alive(self.runner, self.runs)
 
     def _loop(self) -> None:
         while True:
@@ -82,22 +77,8 @@ class NodeAgents:
             for inst in self.compute.instance_summaries(project, (AGENT_KEY, CLUSTER_KEY)):
                 live[inst["id"]] = (project, inst)
         with self._lock:
-            for iid, (run_id, _project, name) in list(self.runs.items()):
-                project_inst = live.get(iid)
-                status = project_inst[1].get("status") if project_inst is not None else None
-                if status == "STOPPING":  # shutting down: SIGTERM now (once), SIGKILL after the grace
-                    self.runner.lose(run_id, STOP_GRACE_S, f"node {name} is stopping")
-                    continue
-                if status != "RUNNING":
-                    self.runner.lose(run_id, 0.0, f"node {name} is no longer RUNNING")
-                    del self.runs[iid]
-                    continue
-                run = self.runner.get(run_id)
-                if run is not None and run.done:
-                    seen = self._ended.setdefault(iid, time.monotonic())
-                    if time.monotonic() - seen >= RESTART_S:
-                        del self.runs[iid]
-                        self._ended.pop(iid, None)
+            keep_with_vms(self.runner, self.runs, self._ended, {i: str(p[1].get("status")) for i, p in live.items()},
+                          STOP_GRACE_S, RESTART_S)
             for iid, (project, inst) in live.items():
                 items = inst["metadata"]
                 if inst["status"] != "RUNNING" or AGENT_KEY not in items or iid in self.runs:

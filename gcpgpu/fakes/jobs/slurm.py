@@ -9,7 +9,8 @@ every job step under them at once (SIGKILL to the whole tree); one that exited w
 started again. Every node of one host shares 127.0.0.1, so each cluster gets a folder of its own under the
 emulator's storage (its controller's state, spool, logs, each node's slurm.conf) and a block of free ports
 (slurmctld's, then one per node); a cluster none of whose VMs exists any more loses both.
-The daemons' output goes to Cloud Logging as log `gcpgpu-slurm` of the VM.
+The daemons' output goes to Cloud Logging as log `gcpgpu-slurm` of the VM. Their batch tasks run the
+job's process through the emulator's job agent, as `docker run` on a real node (slurm_engine.py).
 
 Unlike the emulator's own servers, slurmctld and slurmd listen on every interface (Slurm 22.05 has no
 bind address); what they accept must carry a munge credential of the cluster's random key, which only
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .runner import LogLine, ReplicaSpec, Runner
+from .slurm_engine import ENGINE_ENV, Engine
+from .vmlife import alive, keep_with_vms
 
 if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
@@ -77,9 +80,10 @@ class SlurmNodes:
     """Starts and ends the Slurm daemons of emulated VMs; one per emulator."""
 
     def __init__(self, compute: ComputeBackend, runner: Runner, address: Callable[[], str | None],
-                 root: Callable[[], Path]) -> None:
+                 root: Callable[[], Path], engine: Engine | None = None) -> None:
         self.compute = compute
         self.runner = runner
+        self.engine = engine  # the nodes' "Docker": runs the jobs' processes as the job agent does
         self.address = address
         self.root = root  # the emulator's storage folder: each cluster's Slurm folder goes under it
         self.runs: dict[str, tuple[str, str, str]] = {}  # instance id -> (run id, project, name)
@@ -116,9 +120,7 @@ class SlurmNodes:
     def running(self) -> dict[str, str]:
         """Instance name -> run id of each node whose daemons run now (tests read it)."""
         with self._lock:
-            items = list(self.runs.values())
-        return {name: run_id for run_id, _p, name in items
-                if (run := self.runner.get(run_id)) is not None and not run.done}
+            return alive(self.runner, self.runs)
 
     def _loop(self) -> None:
         while True:
@@ -144,21 +146,8 @@ class SlurmNodes:
                     present.add((project, str(cluster)))
         gone: list[Path] = []
         with self._lock:
-            for iid, (run_id, _project, name) in list(self.runs.items()):
-                status = live[iid][1]["status"] if iid in live else None
-                if status == "STOPPING":
-                    self.runner.lose(run_id, STOP_GRACE_S, f"node {name} is stopping")
-                    continue
-                if status != "RUNNING":
-                    self.runner.lose(run_id, 0.0, f"node {name} is no longer RUNNING")
-                    del self.runs[iid]
-                    continue
-                run = self.runner.get(run_id)
-                if run is not None and run.done:
-                    seen = self._ended.setdefault(iid, time.monotonic())
-                    if time.monotonic() - seen >= RESTART_S:
-                        del self.runs[iid]
-                        self._ended.pop(iid, None)
+            keep_with_vms(self.runner, self.runs, self._ended, {i: str(p[1]["status"]) for i, p in live.items()},
+                          STOP_GRACE_S, RESTART_S)
             for key in [k for k in self.clusters if k not in present]:
                 gone.extend(self.clusters.pop(key)[:2])  # no VM of it is left: its folders and ports go
             for iid, (project, inst) in live.items():
@@ -197,5 +186,6 @@ class SlurmNodes:
                     "jsonPayload": {"instance": {"name": name, "zone": zone, "id": iid}, "message": line.text},
                     "severity": "ERROR" if line.stream == "stderr" else "INFO"}
 
-        self.runner.start(run_id, [ReplicaSpec(name, argv, {"GCPGPU_EMULATOR": address})], describe=describe)
+        env = {"GCPGPU_EMULATOR": address, **({ENGINE_ENV: self.engine.command()} if self.engine else {})}
+        self.runner.start(run_id, [ReplicaSpec(name, argv, env)], describe=describe)
         self.runs[iid] = (run_id, project, name)
