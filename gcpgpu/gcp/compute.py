@@ -19,6 +19,7 @@ from typing import Any
 
 _PACKAGE = "google.cloud.compute_v1"
 _lock = threading.Lock()
+_init_lock = threading.RLock()  # reentrant: the __init__ it guards may read the package's names
 
 
 def _register_package() -> None:
@@ -41,11 +42,14 @@ def _register_package() -> None:
             # Lowercase names are submodules (`from google.cloud.compute_v1 import gapic_version`), which
             # the import system loads itself when this says there is no such attribute yet.
             nonlocal ran
-            if ran or not name[:1].isupper():
-                raise AttributeError(f"module {_PACKAGE!r} has no attribute {name!r}")
-            ran = True
-            spec.loader.exec_module(package)
-            return getattr(package, name)
+            if name[:1].isupper():
+                with _init_lock:  # another thread reading a name meanwhile waits for the whole package
+                    if not ran:
+                        ran = True
+                        spec.loader.exec_module(package)
+                if name in package.__dict__:
+                    return package.__dict__[name]
+            raise AttributeError(f"module {_PACKAGE!r} has no attribute {name!r}")
 
         package.__getattr__ = __getattr__  # type: ignore[attr-defined]
         sys.modules[_PACKAGE] = package
