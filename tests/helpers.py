@@ -60,6 +60,22 @@ def leftovers(gcp: Any) -> dict[str, list[str]]:
     return out
 
 
+def refused(gcp: Any, *argv: str) -> str:
+    """The one line a bad input gets from `gcpgpu ARGV`: asserts exit 2, one line, and that nothing reached
+    the emulator `gcp`."""
+    from click.testing import CliRunner
+
+    from gcpgpu.cli import main
+
+    gcp.requests.clear()
+    result = CliRunner().invoke(main, list(argv))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
+    assert gcp.requests.all() == [], [r.path for r in gcp.requests.all()]
+    return lines[0]
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05) -> Any:
     """Poll `predicate` until it returns something truthy and return that; fail the test after `timeout` s."""
     deadline = time.monotonic() + timeout
