@@ -8,7 +8,7 @@ import json
 import helpers
 import pytest
 from click.testing import CliRunner
-from helpers import PROJECT, clients, leftovers, make_plan
+from helpers import PROJECT, clients, job_logs_of, leftovers, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster.apply import Cluster
@@ -111,11 +111,7 @@ def test_a_job_writes_a_file_on_node_0_and_node_1_reads_it_through_the_filestore
     script = ('if [ "$NODE_RANK" = 0 ]; then echo "written on $(hostname) rank 0" > /shared/hello.txt; '
               'else for i in $(seq 600); do [ -s /shared/hello.txt ] && break; sleep 0.1; done; '
               'echo "node 1 read: $(cat /shared/hello.txt)"; fi')
-    result = cli("--region", "us-central1", "job", "submit", "--cluster", "c", "--image", "busybox", "--wait",
-                 "--command", script)
-    assert result.exit_code == 0, result.output
-    job_id = result.stdout.splitlines()[0]
-    logs = cli("--region", "us-central1", "job", "logs", job_id).output
+    logs = job_logs_of(script)
     assert "node 1 read: written on" in logs and "rank 0" in logs, logs
     assert [line for line in logs.splitlines() if "node 1 read" in line][0].startswith("[c-1]")
     # The file is in the instance's own folder: the share, not a node's disk.
@@ -147,10 +143,7 @@ def test_lustre_gets_private_service_access_made_and_removed_with_it_and_a_job_s
 
     script = ('if [ "$NODE_RANK" = 0 ]; then echo from-0 > /scratch/x; else for i in $(seq 600); do '
               '[ -s /scratch/x ] && break; sleep 0.1; done; echo "node 1 read $(cat /scratch/x)"; fi')
-    job = cli("--region", "us-central1", "job", "submit", "--cluster", "c", "--image", "busybox", "--wait",
-              "--command", script)
-    assert job.exit_code == 0, job.output
-    assert "node 1 read from-0" in cli("--region", "us-central1", "job", "logs", job.stdout.splitlines()[0]).output
+    assert "node 1 read from-0" in job_logs_of(script)
 
     down = cli("cluster", "down", "c", "--yes")
     assert down.exit_code == 0, down.output
