@@ -215,3 +215,29 @@ def test_an_attached_regional_share_is_found_in_the_nodes_region(gcp):
     assert [e["name"] for e in _storage_metadata(gcp, "c-0")] == [kept]
     assert cli("cluster", "down", "c", "--yes").exit_code == 0
     assert set(_instances(gcp)) == {kept}
+
+
+def test_an_emulator_restarted_on_its_state_file_keeps_filestore_lustre_and_private_access(tmp_path):
+    """`gcpgpu emulator start --state-file` saved Compute only: after a restart a cluster's shared file
+    systems and its private service connection were gone while its nodes still named them."""
+    from gcpgpu.cluster.spec import ClusterSpec
+    from gcpgpu.fakes.server import Emulator
+    from gcpgpu.storage.access import connected
+    from gcpgpu.storage.apply import ensure
+    from gcpgpu.storage.spec import wanted
+
+    state = tmp_path / "emulator.json"
+    spec = ClusterSpec(name="c", machine_type="a3-highgpu-8g", nodes=1, filestore="1TiB",
+                       lustre=18000).validate(default_region="us-central1")
+    with Emulator(state_file=state) as first:
+        first.faults.update({"operation_seconds": 0})
+        entries = ensure(Clients(emulator=first.address), PROJECT, "c", wanted(spec), "us-central1-a", "default",
+                         {"gcpgpu-cluster": "c"}, say=lambda line: None)
+        names = [e["name"] for e in entries]  # full instance names, Filestore's first
+        (first.filestore.folder_path(names[0]) / "kept.txt").write_text("data")
+    with Emulator(state_file=state) as second:
+        c = Clients(emulator=second.address)
+        assert c.filestore().get_instance(name=names[0]).state.name == "READY"
+        assert c.lustre().get_instance(name=names[1]).state.name == "ACTIVE"
+        assert connected(c, PROJECT, "default")
+        assert (second.filestore.folder_path(names[0]) / "kept.txt").read_text() == "data"
