@@ -136,3 +136,25 @@ def test_a_bundled_trainers_launcher_and_workers_die_with_the_emulators_process(
     finally:
         emulator.kill()
         emulator.wait(30)
+
+
+def test_the_forkserver_preloads_the_compute_services_its_helpers_use_not_the_whole_package():
+    # What the forkserver imports (its PRELOAD, in order, as multiprocessing does): the followers' and Slurm
+    # supervisors' Compute services, so they start warm, without compute_v1's __init__ importing all ~100.
+    script = textwrap.dedent(f"""
+        import json, sys
+        for name in {list(forked.PRELOAD)!r}:
+            __import__(name)
+        package = vars(sys.modules.get("google.cloud.compute_v1", json))
+        prefix = "google.cloud.compute_v1.services."
+        print(json.dumps({{"services": sorted(m[len(prefix):] for m in sys.modules
+                                              if m.startswith(prefix) and m.count(".") == 4),
+                          "whole_package": "InstancesClient" in package,
+                          "monitoring": "google.cloud.monitoring_v3" in sys.modules}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    got = json.loads(out.splitlines()[-1])
+    assert not got["whole_package"]
+    assert {"instances", "projects", "zone_operations", "region_operations", "global_operations"} <= set(got["services"])
+    assert len(got["services"]) < 20
+    assert got["monitoring"]

@@ -1,8 +1,8 @@
 """Start the emulator's own Python helpers from a template process that has imported them already.
 
 A node agent, a Slurm node's supervisor and a metrics reporter are each `python -m MODULE ...`: a fresh
-interpreter that spends about 3 s of CPU importing gcpgpu and Google's clients (compute_v1 alone takes
-2) before it does anything. An emulated cluster starts one agent per node, again after every preemption,
+interpreter that spends about 3 s of CPU importing gcpgpu and Google's clients (compute_v1's whole
+package alone takes 2) before it does anything. An emulated cluster starts one agent per node, again after every preemption,
 and a reporter beside every job, so on a small machine those imports were much of a test run's CPU.
 
 Here they are forked instead from one forkserver per emulator process (multiprocessing's, which
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 MODULES = ("gcpgpu.node.agent", "gcpgpu.node.reporter", "gcpgpu.slurm.node")
-# Imported once by the forkserver: the modules and the Google clients they load when they first call.
-PRELOAD = (*MODULES, "google.cloud.compute_v1", "google.cloud.monitoring_v3", "google.cloud.logging_v2",
-           "google.cloud.secretmanager_v1", "gcpgpu.gcp.clients", __name__)
+# Imported once by the forkserver: the modules, and the Google clients they load when they first call
+# (gcpgpu.node.warm: the few Compute services they use, not all of google.cloud.compute_v1's ~100).
+PRELOAD = (*MODULES, "gcpgpu.gcp.clients", "gcpgpu.node.warm", __name__)
 _PR_SET_PDEATHSIG = 1
 
 _lock = threading.Lock()
