@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
 MODULE = "gcpgpu.trainer"
+TORCHRUN_MODULE = "gcpgpu.trainer.torchrun"  # torchrun, ending without the interpreter's teardown
 # Set (to 1) by a launcher whose trainers must not outlive it (the emulator's): each process then dies with its parent.
 DIE_WITH_PARENT = "GCPGPU_DIE_WITH_PARENT"
 # The gcpgpu training image (`gcpgpu container build` pushes it): its entrypoint runs

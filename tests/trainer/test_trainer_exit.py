@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """\
 import atexit, sys, threading, time
 from gcpgpu.trainer.__main__ import exit_now
@@ -28,3 +30,30 @@ def test_exit_now_keeps_what_a_normal_exit_does_and_skips_the_teardown():
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 3, done.stderr
     assert done.stdout.split() == ["buffered", "thread", "finished", "atexit", "ran"], done.stdout
+
+
+TORCHRUN_PROBE = """\
+import runpy, sys
+
+class Last:
+    def __del__(self):  # teardown would run it; gcpgpu.trainer.torchrun ends without one
+        print("torn down", flush=True)
+
+keep = Last()
+sys.argv = ["torchrun", "--standalone", "--nproc-per-node", "1", sys.argv[1]]
+runpy.run_module("gcpgpu.trainer.torchrun", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(("worker_code", "expected"), [(0, 0), (3, 1)])
+def test_the_emulators_torchrun_runs_torchruns_code_keeps_its_exit_code_and_skips_the_teardown(
+        tmp_path, worker_code, expected):
+    worker = tmp_path / "worker.py"
+    worker.write_text(f"import os, sys\nprint('rank', os.environ['RANK'], flush=True)\nsys.exit({worker_code})\n")
+    done = subprocess.run([sys.executable, "-c", TORCHRUN_PROBE, str(worker)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == expected, done.stderr
+    assert "rank 0" in done.stdout  # torchrun started its worker
+    assert "torn down" not in done.stdout
+    if worker_code:  # torchrun's own failure report, as `python -m torch.distributed.run` prints it
+        assert "ChildFailedError" in done.stderr and "exitcode  : 3" in done.stderr

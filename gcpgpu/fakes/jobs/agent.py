@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
+from gcpgpu.trainer.argv import TORCHRUN_MODULE
 
 from ..activity import Activity, step_in
 from ..core import ApiError, parse_rfc3339
@@ -326,8 +327,9 @@ class ClusterAgent:
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    GCPGPU_TRAINER_ALLOW_CPU="1")
         if not job.get("command"):
-            # The image's entrypoint: torchrun with one process per GPU; one process on this CPU.
-            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(rank),
+            # The image's entrypoint: torchrun with one process per GPU; one process on this CPU. torchrun's
+            # own code, ended without the interpreter's teardown (trainer/torchrun.py): ~1 s less per node.
+            argv = [sys.executable, "-m", TORCHRUN_MODULE, "--nnodes", str(nnodes), "--node-rank", str(rank),
                     "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
                     "-m", TRAINER_MODULE, *argv[3:]]
         cluster = _cluster_of(inst, job)
