@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 
+from gcpgpu.trainer.__main__ import exit_now
 from gcpgpu.trainer.checkpoint import barrier
 from gcpgpu.trainer.config import ALLOW_CPU_ENV, parse_args
 from gcpgpu.trainer.dist import leave_process_group, read_env
@@ -54,4 +55,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))  # as python -m gcpgpu.trainer ends: no interpreter teardown of torch
