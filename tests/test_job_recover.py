@@ -13,13 +13,15 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from helpers import short_runs_after_a_loss
 
 from gcpgpu.cli import main
 
 pytest.importorskip("torch")
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
-STEPS = 40
+STEPS = 20
+CKPT_EVERY = 5  # the preemption lands after the second checkpoint (step 10), ten steps before the end
 
 
 def cli(*argv: str, fmt: str | None = None):
@@ -29,7 +31,7 @@ def cli(*argv: str, fmt: str | None = None):
 def trainer(run: str) -> list[str]:
     return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
             str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
-            "--log-every", "1", "--ckpt-every", "10", "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+            "--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
 
 
 def last_step(path) -> dict:
@@ -57,10 +59,10 @@ def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_clust
     assert base.exit_code == 0, base.output
     c1_before = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "c-1")["id"]
 
-    # Preempt c-1 once the run has saved its second checkpoint, well before its last step.
+    # Preempt c-1 once the run has saved its second checkpoint, half-way through.
     def preempt_mid_run() -> None:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (bucket / "run" / "checkpoints" / "step_00000020").is_dir():
+        while time.monotonic() < deadline and not (bucket / "run" / "checkpoints" / f"step_{2 * CKPT_EVERY:08d}").is_dir():
             time.sleep(0.05)
         gcp.faults.preempt("c-1")
 
@@ -82,7 +84,7 @@ def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_clust
     base_end, run_end = last_step(bucket / "base" / "log.jsonl"), last_step(bucket / "run" / "log.jsonl")
     assert run_end["step"] == base_end["step"] == STEPS - 1
     assert run_end["loss"] == base_end["loss"]
-    # The log shows the interruption: steps before the resume point logged once, the job went past 20.
+    # The log shows the interruption: steps before the resume point logged once, the job went past 10.
     steps = [json.loads(line)["step"] for line in (bucket / "run" / "log.jsonl").read_text().splitlines()
              if "loss" in json.loads(line)]
     assert steps[0] == 0 and max(steps) == STEPS - 1 and len(steps) >= STEPS
@@ -93,8 +95,8 @@ def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_clust
     assert entry["lost"] == ["c-1"] and entry["cause"] == "preempted" and entry["zone"] == "us-central1-a"
     # Resumed from the newest complete checkpoint: a periodic one, or the one the trainers saved on the
     # preemption notice (SIGTERM), right after the last step they logged.
-    assert entry["resumed_at"] >= 20
-    assert entry["resumed_at"] % 10 == 0 or entry["resumed_at"] == entry["last_step"] + 1
+    assert entry["resumed_at"] >= 2 * CKPT_EVERY
+    assert entry["resumed_at"] % CKPT_EVERY == 0 or entry["resumed_at"] == entry["last_step"] + 1
     redone = len(steps) - STEPS  # steps the JSON log holds twice
     assert entry["steps_redone"] == redone == status["steps_redone"]
     table = cli("job", "status", job_id).output
@@ -156,7 +158,8 @@ def test_a_stocked_out_zone_moves_the_whole_cluster_to_the_next(gcp, monkeypatch
     assert up.exit_code == 0, up.output
     gcp.faults.stockout("us-central1-a", "a2-highgpu-1g")  # nothing left where the cluster is
     gcp.faults.preempt("m-1", after_s=0.5)
-    result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", "sleep 4", "--wait")
+    with short_runs_after_a_loss(gcp):
+        result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", "sleep 4", "--wait")
     assert result.exit_code == 0, result.output
     assert "no capacity" in result.output and "moving cluster m to us-central1-b" in result.output
     nodes = json.loads(cli("cluster", "status", "m", fmt="json").stdout)["nodes"]
@@ -229,7 +232,8 @@ def test_job_follow_picks_up_an_unfollowed_spot_job_and_recovers_it(gcp):
     job_id = submitted.stdout.splitlines()[0]
     assert f"'gcpgpu job follow {job_id}'" in submitted.output  # said, since nothing follows it
     gcp.faults.preempt("f-0", after_s=0)
-    followed = cli("job", "follow", job_id)
+    with short_runs_after_a_loss(gcp):
+        followed = cli("job", "follow", job_id)
     assert followed.exit_code == 0, followed.output
     assert "Recovery 1/3" in followed.output and f"Job {job_id} SUCCEEDED." in followed.output
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
@@ -245,7 +249,9 @@ def test_a_node_that_is_deleted_rather_than_stopped_is_recovered_too(gcp):
     inst = gcp.compute.projects["test-proj"].coll("zones/us-central1-a/instances")["x-1"]
     inst["scheduling"]["instanceTerminationAction"] = "DELETE"  # as a flex-start node is made
     gcp.faults.preempt("x-1", after_s=0.5)
-    result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", "sleep 4", "--recover", "1")
+    with short_runs_after_a_loss(gcp):
+        result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", "sleep 4", "--recover",
+                     "1")
     assert result.exit_code == 0, result.output
     assert "lost x-1 (preempted)" in result.output
     status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
