@@ -26,10 +26,17 @@ PRELOAD = ("gcpgpu.cli", "gcpgpu.cli.cluster", "gcpgpu.cli.job", "gcpgpu.cli.aut
            "gcpgpu.cluster.apply", "gcpgpu.cluster.spec", "gcpgpu.specfile", "gcpgpu.catalog")
 
 _TEMPLATE = r"""
-import importlib, json, os, resource, select, signal, sys, traceback
+import importlib, json, os, resource, select, signal, sys, tempfile, traceback
+# What the imports print (a warning, say) a fresh child would print too: kept, and written to each child's stderr.
+stderr, said = os.dup(2), tempfile.TemporaryFile()
+os.dup2(said.fileno(), 2)
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
 from gcpgpu.cli import main
+sys.stderr.flush()
+os.dup2(stderr, 2)
+said.seek(0)
+said = said.read()
 
 requests, replies = os.fdopen(0, "rb", buffering=0), os.fdopen(os.dup(1), "w")
 while line := requests.readline():
@@ -44,6 +51,7 @@ while line := requests.readline():
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             os.dup2(out, 1)
             os.dup2(err, 2)
+            os.write(2, said)
             sys.stdin = open(0, closefd=False)
             os.environ.clear()
             os.environ.update(ask["env"])
