@@ -71,20 +71,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "c
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@contextmanager
-def short_runs_after_a_loss(gcp: Any, seconds: float = 0.5) -> Iterator[None]:
-    """Within: once a VM is lost, the emulator's simulated jobs run `seconds`. The attempt a recovery starts
-    only has to end; the one before must run until the loss, however long that takes, and so ran longer."""
-    def lost(*_: Any) -> None:
-        gcp.jobs.agent.simulated_run_s = seconds
-
-    gcp.events.on_vm_lost(lost)
-    try:
-        yield
-    finally:
-        gcp.events.forget_vm_lost(lost)
-
-
 def alive(pid: int) -> bool:
     """Whether process `pid` is running: a zombie (exited, not yet reaped) is not."""
     try:

@@ -13,7 +13,6 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from helpers import short_runs_after_a_loss
 
 from gcpgpu.cli import main
 
@@ -32,6 +31,12 @@ def trainer(run: str) -> list[str]:
     return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
             str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
             "--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+
+
+def sleeps(seconds: int) -> str:
+    """A user command that runs `seconds` (long enough for the loss to land in it); the attempt a recovery starts
+    (told GCPGPU_RESTART) only has to end, so it runs half a second."""
+    return f"sh -c 'n={seconds}; [ -n \"$GCPGPU_RESTART\" ] && n=0.5; sleep $n'"
 
 
 def last_step(path) -> dict:
@@ -158,8 +163,7 @@ def test_a_stocked_out_zone_moves_the_whole_cluster_to_the_next(gcp, monkeypatch
     assert up.exit_code == 0, up.output
     gcp.faults.stockout("us-central1-a", "a2-highgpu-1g")  # nothing left where the cluster is
     gcp.faults.preempt("m-1", after_s=0.5)
-    with short_runs_after_a_loss(gcp):
-        result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", "sleep 4", "--wait")
+    result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", sleeps(4), "--wait")
     assert result.exit_code == 0, result.output
     assert "no capacity" in result.output and "moving cluster m to us-central1-b" in result.output
     nodes = json.loads(cli("cluster", "status", "m", fmt="json").stdout)["nodes"]
@@ -227,13 +231,12 @@ def test_job_follow_picks_up_an_unfollowed_spot_job_and_recovers_it(gcp):
     gcp.jobs.agent.simulated_run_s = 5.0
     assert cli("cluster", "up", "f", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
                "--spot", "--yes").exit_code == 0
-    submitted = cli("job", "submit", "--cluster", "f", "--image", "busybox", "--command", "sleep 5")
+    submitted = cli("job", "submit", "--cluster", "f", "--image", "busybox", "--command", sleeps(5))
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.splitlines()[0]
     assert f"'gcpgpu job follow {job_id}'" in submitted.output  # said, since nothing follows it
     gcp.faults.preempt("f-0", after_s=0)
-    with short_runs_after_a_loss(gcp):
-        followed = cli("job", "follow", job_id)
+    followed = cli("job", "follow", job_id)
     assert followed.exit_code == 0, followed.output
     assert "Recovery 1/3" in followed.output and f"Job {job_id} SUCCEEDED." in followed.output
     status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
@@ -249,9 +252,7 @@ def test_a_node_that_is_deleted_rather_than_stopped_is_recovered_too(gcp):
     inst = gcp.compute.projects["test-proj"].coll("zones/us-central1-a/instances")["x-1"]
     inst["scheduling"]["instanceTerminationAction"] = "DELETE"  # as a flex-start node is made
     gcp.faults.preempt("x-1", after_s=0.5)
-    with short_runs_after_a_loss(gcp):
-        result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", "sleep 4", "--recover",
-                     "1")
+    result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", sleeps(4), "--recover", "1")
     assert result.exit_code == 0, result.output
     assert "lost x-1 (preempted)" in result.output
     status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)

@@ -33,12 +33,6 @@ class VmEvents:
         with self._lock:
             self._losses.append(listener)
 
-    def forget_vm_lost(self, listener: LossListener) -> None:
-        """Stop telling `listener` (a test's, on an emulator that outlives the test)."""
-        with self._lock:
-            if listener in self._losses:
-                self._losses.remove(listener)
-
     def metadata_changed(self, project: str, zone: str, name: str) -> None:
         """instances.setMetadata changed `name`'s metadata."""
         with self._lock:
