@@ -65,9 +65,11 @@ def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_clust
     c1_before = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "c-1")["id"]
 
     # Preempt c-1 once the run has saved its second checkpoint, half-way through.
+    second = bucket / "run" / "checkpoints" / f"step_{2 * CKPT_EVERY:08d}"
+
     def preempt_mid_run() -> None:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (bucket / "run" / "checkpoints" / f"step_{2 * CKPT_EVERY:08d}").is_dir():
+        while time.monotonic() < deadline and not second.is_dir():
             time.sleep(0.05)
         gcp.faults.preempt("c-1")
 
