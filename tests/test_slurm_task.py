@@ -37,7 +37,8 @@ def task_script(tmp_path, restarts: int) -> str:
     got = command({**JOB, "emulated": False}, {**SLURM, "SLURM_RESTART_COUNT": str(restarts)}, str(tmp_path / "x"))
     assert not isinstance(got, str), got
     argv, script = got
-    assert argv == ["bash", str(tmp_path / "x")]
+    # Run in the host's namespaces (the daemons run in gcpgpu's image), without a fork: Slurm signals the agent.
+    assert argv == ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--", "bash", str(tmp_path / "x")]
     return str(script)
 
 

@@ -31,7 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core import ApiError
 from .runner import LogLine, ReplicaSpec, Runner
+from .shared_mounts import disk_folder_parts
 from .slurm_engine import ENGINE_ENV, Engine
 from .vmlife import alive, keep_with_vms
 
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 SCHEDULER_KEY = "gcpgpu-scheduler"  # gcpgpu.slurm.node's keys (fakes/ imports nothing of the tool)
 SIZE_KEY = "gcpgpu-nodes"
 CLUSTER_KEY = "gcpgpu-cluster"
+STATE_KEY = "gcpgpu-slurm-state"  # node 0's state disk (gcpgpu/cluster/slurm_state.py), attached as STATE_DEVICE
+STATE_DEVICE = "gcpgpu-slurm-state"
 LOG_NAME = "gcpgpu-slurm"
 MODULE = "gcpgpu.slurm.node"
 SCAN_S = 0.25
@@ -137,7 +141,7 @@ class SlurmNodes:
         live: dict[str, tuple[str, dict]] = {}
         present: set[tuple[str, str]] = set()
         for project in list(self.compute.projects):
-            for inst in self.compute.instance_summaries(project, (SCHEDULER_KEY, SIZE_KEY, CLUSTER_KEY)):
+            for inst in self.compute.instance_summaries(project, (SCHEDULER_KEY, SIZE_KEY, CLUSTER_KEY, STATE_KEY)):
                 if inst["metadata"].get(SCHEDULER_KEY) != "slurm":
                     continue
                 cluster = inst["metadata"].get(CLUSTER_KEY) or inst["labels"].get(CLUSTER_KEY)
@@ -175,9 +179,13 @@ class SlurmNodes:
         except ValueError:
             size = 1
         folder, run, base = self._cluster(project, cluster, size)
+        state = self._state_dir(project, inst, cluster, folder)
+        if state is None:
+            return  # node 0 waits for its state disk, as its startup script does: the next scan looks again
         run_id = f"slurm/{project}/{name}/{iid}/{time.monotonic_ns()}"
         argv = [sys.executable, "-m", MODULE, "--project", project, "--cluster", cluster, "--node", name,
-                "--dir", str(folder), "--run-dir", str(run), "--port-base", str(base), "--emulator", address]
+                "--dir", str(folder), "--run-dir", str(run), "--port-base", str(base), "--emulator", address,
+                "--state-dir", str(state)]
 
         def describe(line: LogLine) -> dict:
             return {"logName": f"projects/{project}/logs/{LOG_NAME}",
@@ -189,3 +197,27 @@ class SlurmNodes:
         env = {"GCPGPU_EMULATOR": address, **({ENGINE_ENV: self.engine.command()} if self.engine else {})}
         self.runner.start(run_id, [ReplicaSpec(name, argv, env)], describe=describe)
         self.runs[iid] = (run_id, project, name)
+
+    def _state_dir(self, project: str, inst: dict, cluster: str, folder: Path) -> Path | None:
+        """Where the node's slurmctld keeps the queue. Node 0 of a cluster with a state disk: that disk's folder,
+        once the disk is attached (None until then); node 0 without one: its boot disk, a folder of this VM's
+        own, so a node 0 made again starts with an empty queue, as a real one would. Other nodes run no
+        slurmctld: the cluster's folder."""
+        if inst["name"] != f"{cluster}-0":
+            return folder / "state"
+        disk_key = inst["metadata"].get(STATE_KEY)
+        if not disk_key:
+            return folder / "boot" / str(inst["id"]) / "state"
+        zone = inst["zone"]
+        try:
+            body = self.compute.get(project, f"zones/{zone}/instances", inst["name"])
+            attached = next((d for d in body.get("disks", []) if d.get("deviceName") == STATE_DEVICE), None)
+            if attached is None:
+                return None
+            name = str(attached["source"]).rsplit("/", 1)[-1]
+            disk = self.compute.get(project, f"zones/{zone}/disks", name)
+        except ApiError:
+            return None
+        path = self.root().joinpath(*disk_folder_parts(project, zone, name, disk["id"]))
+        path.mkdir(parents=True, exist_ok=True)
+        return path
