@@ -53,12 +53,12 @@ def test_the_plan_and_a_dry_run_show_the_state_disk_and_make_nothing(gcp):
     shown = cli("cluster", "plan", "q", *SPEC)
     assert shown.exit_code == 0, shown.output
     assert "q-slurm-state" in shown.output and "10 GB pd-balanced, Slurm's queue" in shown.output
-    as_json = json.loads(cli("cluster", "plan", "q", *SPEC, fmt="json").output)
+    as_json = json.loads((out := cli("cluster", "plan", "q", *SPEC, fmt="json").output)[out.index("{"):])
     assert [d["name"] for d in as_json["disks"]] == ["q-slurm-state"]
     dry = cli("cluster", "up", "q", *SPEC, "--dry-run")
     assert dry.exit_code == 0 and "q-slurm-state" in dry.output, dry.output
-    plain = cli("cluster", "plan", "q", *SPEC[:-2], fmt="json")
-    assert "disks" not in json.loads(plain.output) and "slurm-state" not in plain.output
+    plain = cli("cluster", "plan", "q", *SPEC[:-2], fmt="json").output
+    assert "disks" not in json.loads(plain[plain.index("{"):]) and "slurm-state" not in plain
     assert leftovers(gcp) == {}
 
 

@@ -217,7 +217,7 @@ def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bo
     found = remembered(emulated=settings.emulator is not None, project=project, region=region, flavor=flavor)
     where = image_path(project, region)
     if found is None and dry_run:
-        runs = "Slurm's daemons" if what == "--scheduler slurm" else "follower"
+        runs = "Slurm daemons" if what == "--scheduler slurm" else "follower"
         say(f"{what}: the nodes' {runs} will run the newest {flavor}-* image in {where} (looked up then)")
         return f"{where}:{flavor}-*"
     found = found or newest_in_registry(settings.clients, project, region, flavor)
