@@ -60,6 +60,39 @@ def leftovers(gcp: Any) -> dict[str, list[str]]:
     return out
 
 
+def refused(gcp: Any, *argv: str) -> str:
+    """The one line a bad input gets from `gcpgpu ARGV`: asserts exit 2, one line, and that nothing reached
+    the emulator `gcp`."""
+    from click.testing import CliRunner
+
+    from gcpgpu.cli import main
+
+    gcp.requests.clear()
+    result = CliRunner().invoke(main, list(argv))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
+    assert gcp.requests.all() == [], [r.path for r in gcp.requests.all()]
+    return lines[0]
+
+
+def job_logs_of(script: str, cluster: str = "c", project: str = PROJECT, region: str = "us-central1") -> str:
+    """Runs `script` as a busybox job on every node of `cluster` (job submit --wait, which must succeed) and
+    returns the job's logs, each line prefixed with its node as `job logs` prints them."""
+    from click.testing import CliRunner
+
+    from gcpgpu.cli import main
+
+    def cli(*argv: str):
+        return CliRunner().invoke(main, ["--project", project, "--region", region, *argv])
+
+    job = cli("job", "submit", "--cluster", cluster, "--image", "busybox", "--wait", "--command", script)
+    assert job.exit_code == 0, job.output
+    logs = cli("job", "logs", job.stdout.splitlines()[0])
+    assert logs.exit_code == 0, logs.output
+    return logs.output
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05) -> Any:
     """Poll `predicate` until it returns something truthy and return that; fail the test after `timeout` s."""
     deadline = time.monotonic() + timeout

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import refused
 
 from gcpgpu.cli import main
 
@@ -19,17 +20,6 @@ P = ["--project", "my-project"]
 
 def run(*argv: str):
     return CliRunner().invoke(main, list(argv))
-
-
-def refused(gcp, *argv: str) -> str:
-    """The one line a bad input gets; asserts exit 2 and that nothing reached the emulator."""
-    gcp.requests.clear()
-    result = run(*argv)
-    lines = result.output.strip().splitlines()
-    assert result.exit_code == 2, result.output
-    assert len(lines) == 1, result.output
-    assert gcp.requests.all() == [], [r.path for r in gcp.requests.all()]
-    return lines[0]
 
 
 # -- item 11: a capital is refused alike in every name, with the lowercase name suggested

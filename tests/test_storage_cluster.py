@@ -8,7 +8,7 @@ import json
 import helpers
 import pytest
 from click.testing import CliRunner
-from helpers import PROJECT, clients, leftovers, make_plan
+from helpers import PROJECT, clients, job_logs_of, leftovers, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster.apply import Cluster
@@ -111,11 +111,7 @@ def test_a_job_writes_a_file_on_node_0_and_node_1_reads_it_through_the_filestore
     script = ('if [ "$NODE_RANK" = 0 ]; then echo "written on $(hostname) rank 0" > /shared/hello.txt; '
               'else for i in $(seq 600); do [ -s /shared/hello.txt ] && break; sleep 0.1; done; '
               'echo "node 1 read: $(cat /shared/hello.txt)"; fi')
-    result = cli("--region", "us-central1", "job", "submit", "--cluster", "c", "--image", "busybox", "--wait",
-                 "--command", script)
-    assert result.exit_code == 0, result.output
-    job_id = result.stdout.splitlines()[0]
-    logs = cli("--region", "us-central1", "job", "logs", job_id).output
+    logs = job_logs_of(script)
     assert "node 1 read: written on" in logs and "rank 0" in logs, logs
     assert [line for line in logs.splitlines() if "node 1 read" in line][0].startswith("[c-1]")
     # The file is in the instance's own folder: the share, not a node's disk.
@@ -147,10 +143,7 @@ def test_lustre_gets_private_service_access_made_and_removed_with_it_and_a_job_s
 
     script = ('if [ "$NODE_RANK" = 0 ]; then echo from-0 > /scratch/x; else for i in $(seq 600); do '
               '[ -s /scratch/x ] && break; sleep 0.1; done; echo "node 1 read $(cat /scratch/x)"; fi')
-    job = cli("--region", "us-central1", "job", "submit", "--cluster", "c", "--image", "busybox", "--wait",
-              "--command", script)
-    assert job.exit_code == 0, job.output
-    assert "node 1 read from-0" in cli("--region", "us-central1", "job", "logs", job.stdout.splitlines()[0]).output
+    assert "node 1 read from-0" in job_logs_of(script)
 
     down = cli("cluster", "down", "c", "--yes")
     assert down.exit_code == 0, down.output
@@ -222,3 +215,29 @@ def test_an_attached_regional_share_is_found_in_the_nodes_region(gcp):
     assert [e["name"] for e in _storage_metadata(gcp, "c-0")] == [kept]
     assert cli("cluster", "down", "c", "--yes").exit_code == 0
     assert set(_instances(gcp)) == {kept}
+
+
+def test_an_emulator_restarted_on_its_state_file_keeps_filestore_lustre_and_private_access(tmp_path):
+    """`gcpgpu emulator start --state-file` saved Compute only: after a restart a cluster's shared file
+    systems and its private service connection were gone while its nodes still named them."""
+    from gcpgpu.cluster.spec import ClusterSpec
+    from gcpgpu.fakes.server import Emulator
+    from gcpgpu.storage.access import connected
+    from gcpgpu.storage.apply import ensure
+    from gcpgpu.storage.spec import wanted
+
+    state = tmp_path / "emulator.json"
+    spec = ClusterSpec(name="c", machine_type="a3-highgpu-8g", nodes=1, filestore="1TiB",
+                       lustre=18000).validate(default_region="us-central1")
+    with Emulator(state_file=state) as first:
+        first.faults.update({"operation_seconds": 0})
+        entries = ensure(Clients(emulator=first.address), PROJECT, "c", wanted(spec), "us-central1-a", "default",
+                         {"gcpgpu-cluster": "c"}, say=lambda line: None)
+        names = [e["name"] for e in entries]  # full instance names, Filestore's first
+        (first.filestore.folder_path(names[0]) / "kept.txt").write_text("data")
+    with Emulator(state_file=state) as second:
+        c = Clients(emulator=second.address)
+        assert c.filestore().get_instance(name=names[0]).state.name == "READY"
+        assert c.lustre().get_instance(name=names[1]).state.name == "ACTIVE"
+        assert connected(c, PROJECT, "default")
+        assert (second.filestore.folder_path(names[0]) / "kept.txt").read_text() == "data"

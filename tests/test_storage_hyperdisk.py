@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from helpers import PROJECT, clients, leftovers, make_plan
+from helpers import PROJECT, clients, job_logs_of, leftovers, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster.apply import Cluster
@@ -58,10 +58,7 @@ def test_up_fills_a_hyperdisk_ml_from_the_bucket_jobs_read_it_read_only_and_down
     script = ('cat /data/shard-0.txt /data/sub/shard-1.txt; ls /data/other 2>/dev/null || echo no-other; '
               'if echo x > /data/written 2>/dev/null; then echo "rank $NODE_RANK wrote"; '
               'else echo "rank $NODE_RANK read-only"; fi')
-    job = cli("--region", "us-central1", "job", "submit", "--cluster", "c", "--image", "busybox", "--wait",
-              "--command", script)
-    assert job.exit_code == 0, job.output
-    logs = cli("--region", "us-central1", "job", "logs", job.stdout.splitlines()[0]).output
+    logs = job_logs_of(script)
     for node, rank in (("c-0", 0), ("c-1", 1)):
         mine = [line for line in logs.splitlines() if line.startswith(f"[{node}]")]
         assert any("tokens of shard zero" in line for line in mine), logs

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from gcpgpu.cli.options import with_options
 from gcpgpu.errors import UsageProblem
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
@@ -21,11 +22,7 @@ UP_OPTIONS = [
 ]
 
 
-def autostop_options(command: Any) -> Any:
-    """`cluster up`'s --autostop, --down and --notify."""
-    for option in reversed(UP_OPTIONS):
-        command = option(command)
-    return command
+autostop_options = with_options(*UP_OPTIONS)  # `cluster up`'s --autostop, --down and --notify
 
 
 def autostop_flags(kw: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import click
 
 from gcpgpu.cli.autostop import autostop_flags, autostop_options
 from gcpgpu.cli.cluster_columns import AUTOSTOP_COLUMN, COST_COLUMNS, NODE_COLUMNS, _autostop
+from gcpgpu.cli.options import with_options
 from gcpgpu.cli.storage import storage_flags, storage_options
 from gcpgpu.errors import Interrupted, UsageProblem
 from gcpgpu.output import emit, info
@@ -64,9 +65,7 @@ def _spec_options(fn: Callable) -> Callable:
                      help="No Cloud NAT for the nodes (default: one on the primary network unless it has one or "
                           "--external-ip; without it, nodes reach Google only through Private Google Access)."),
     ]
-    for option in reversed(options):
-        fn = option(fn)
-    return storage_options(fn)
+    return storage_options(with_options(*options)(fn))
 
 
 def _build_spec(settings: Settings, kw: dict[str, Any]) -> Any:

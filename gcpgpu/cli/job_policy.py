@@ -3,10 +3,11 @@ webhooks (checked in jobs/policy.py, stored in the job's record). Only click is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
+
+from gcpgpu.cli.options import with_options
 
 OPTIONS = [
     click.option("--max-restarts-on-errors", type=click.IntRange(0, 100), metavar="N",
@@ -22,10 +23,7 @@ OPTIONS = [
 ]
 
 
-def follower_options(command: Callable) -> Callable:
-    for option in reversed(OPTIONS):
-        command = option(command)
-    return command
+follower_options = with_options(*OPTIONS)
 
 
 def policy_flags(kw: dict[str, Any]) -> dict[str, Any]:

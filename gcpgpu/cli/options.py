@@ -71,6 +71,15 @@ EPILOG_NOTE = ("Global options (--project, --region, --zone, --format, --emulato
                "here; see 'gcpgpu --help'.")
 
 
+def with_options(*options: Callable[[Callable], Callable]) -> Callable[[Callable], Callable]:
+    """One decorator for a list of click options, which --help then shows in the order they are written."""
+    def apply(fn: Callable) -> Callable:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return apply
+
+
 def root_options(fn: Callable) -> Callable:
     """Decorate the root command with every global option (as visible, documented options)."""
     for option in reversed(GLOBAL_OPTIONS):

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from gcpgpu.cli.options import with_options
+
 STORAGE_OPTIONS = [
     click.option("--filestore", metavar="SIZE",
                  help="Create a Filestore NFS share with the cluster, mounted at /shared on every node and in every "
@@ -27,10 +29,7 @@ STORAGE_OPTIONS = [
 ]
 
 
-def storage_options(command: Any) -> Any:
-    for option in reversed(STORAGE_OPTIONS):
-        command = option(command)
-    return command
+storage_options = with_options(*STORAGE_OPTIONS)
 
 
 def storage_flags(kw: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ bind at the mount path their `gcpgpu-storage` metadata names (jobs/shared_mounts
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 import shutil
@@ -62,6 +63,20 @@ class ManagedInstances:
             self._items.clear()
             self._next_ip = 0
         self.operations.reset()
+
+    def snapshot(self) -> dict:
+        """The instances as plain JSON (the server's --state-file); their folders are kept under the storage
+        root beside that file already."""
+        with self._lock:
+            self._sweep()
+            return copy.deepcopy({"items": self._items, "next_ip": self._next_ip})
+
+    def restore(self, data: dict) -> None:
+        with self._lock:
+            self._items = copy.deepcopy(data.get("items", {}))
+            self._next_ip = int(data.get("next_ip", 0))
+            for name in self._items:
+                self.folder_path(name).mkdir(parents=True, exist_ok=True)
 
     def create(self, project: str, location: str, instance_id: str, body: dict) -> dict:
         parent = self._parent(project, location, allow_any=False)

@@ -187,7 +187,9 @@ class Emulator:
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
         target = Path(path or self.state_file or ".emulator-state.json")
-        data = {"version": STATE_VERSION, "compute": self.compute.snapshot(), "faults": self.faults.to_dict()}
+        data = {"version": STATE_VERSION, "compute": self.compute.snapshot(), "faults": self.faults.to_dict(),
+                "filestore": self.filestore.snapshot(), "lustre": self.lustre.snapshot(),
+                "servicenetworking": self.servicenetworking.snapshot()}
         tmp = target.with_suffix(target.suffix + ".tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, target)  # atomic: a crash mid-write never leaves half a state file
@@ -198,6 +200,9 @@ class Emulator:
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"{path}: state file version {data.get('version')} is not {STATE_VERSION}")
         self.compute.restore(data.get("compute", {}))
+        self.filestore.restore(data.get("filestore", {}))
+        self.lustre.restore(data.get("lustre", {}))
+        self.servicenetworking.restore(data.get("servicenetworking", []))
         self.faults.update(data.get("faults", {}))
 
     def _network_exists(self, project: str, name: str) -> bool:

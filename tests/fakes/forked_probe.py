@@ -3,8 +3,8 @@ itself in, as JSON on stdout, then exits with the code given (or sleeps until ki
 
 import json
 import os
+import signal
 import sys
-import time
 
 if __name__ == "__main__":
     print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
@@ -12,5 +12,5 @@ if __name__ == "__main__":
                       "preloaded": "google.cloud.compute_v1" in sys.modules}))
     print("a line on stderr", file=sys.stderr)
     if sys.argv[1] == "sleep":
-        time.sleep(600)
+        signal.pause()  # until the test kills it
     sys.exit(int(sys.argv[1]))

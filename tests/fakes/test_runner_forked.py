@@ -75,7 +75,7 @@ def test_a_forked_helper_is_killed_with_its_group_when_its_node_is_lost(probe_fo
 def test_forked_helpers_die_with_the_emulators_process_however_it_ends(tmp_path):
     """An emulator killed outright (a pytest worker killed mid-test) leaves none of its helpers running."""
     script = textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
         from gcpgpu.fakes.jobs import forked
         from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
         forked.MODULES = (*forked.MODULES, {PROBE!r})
@@ -83,7 +83,7 @@ def test_forked_helpers_die_with_the_emulators_process_however_it_ends(tmp_path)
         while not any(line.text.startswith("{{") for line in run.log_lines()):
             time.sleep(0.05)
         print(next(line.text for line in run.log_lines() if line.text.startswith("{{")), flush=True)
-        time.sleep(600)
+        signal.pause()  # until the test kills this process
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
     env.pop("GCPGPU_EMULATOR_FORK", None)
@@ -112,7 +112,7 @@ def test_a_bundled_trainers_launcher_and_workers_die_with_the_emulators_process(
     """Issue 37: a pytest worker killed mid-test left its emulator's torchrun and trainers running."""
     steps = tmp_path / "steps.jsonl"
     script = textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
         from pathlib import Path
         from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
         run = Runner(root={str(tmp_path / 'runs')!r}).start(
@@ -122,7 +122,7 @@ def test_a_bundled_trainers_launcher_and_workers_die_with_the_emulators_process(
             time.sleep(0.05)  # the worker is training
         worker = next(line.text for line in run.log_lines() if line.text.startswith("worker")).split()[1]
         print(run.pids()[0], worker, flush=True)
-        time.sleep(600)
+        signal.pause()  # until the test kills this process
     """)
     env = {k: v for k, v in os.environ.items() if k != "GCPGPU_EMULATOR_FORK"}
     emulator = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)

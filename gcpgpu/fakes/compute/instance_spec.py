@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from ..core import ApiError, check_name, invalid, not_found, required
+from ..core import ApiError, check_name, invalid, required
 from .gpus import attached_gpus
-from .links import fingerprint, global_name
+from .links import fingerprint, global_name, network
 from .netops import check_tags
 from .state import FLEX_START_RANGE, GPU_FREE_MIGRATION_ERROR, Project, _check_labels, last
 
@@ -178,10 +178,8 @@ class InstanceSpecMixin:
             if net_link and global_name(net_link, "networks", f"{field}.network") != net["name"]:
                 raise invalid(f"{field}.network", net_link, "Subnetwork does not belong to this network.")
         else:
-            net_name = global_name(net_link or "global/networks/default", "networks", f"{field}.network")
-            net = p.coll("global/networks").get(net_name)
-            if net is None:
-                raise not_found(f"projects/{project}/global/networks/{net_name}")
+            net = network(p, net_link or "global/networks/default", f"{field}.network")
+            net_name = net["name"]
             sub = next((s for s in p.coll(f"regions/{region}/subnetworks").values() if s["network"] == net["selfLink"]), None)
             if sub is None:
                 raise ApiError(400, "SUBNET_NOT_FOUND_FOR_VPC",

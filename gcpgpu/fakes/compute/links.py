@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from ..core import invalid
+from ..core import invalid, not_found
 
 # Any host: clients aimed at the emulator (gcloud's api_endpoint_overrides) write its own address.
 _API = r"(?:https?://[A-Za-z0-9.-]+(?::\d{1,5})?/compute/(?:v1|beta|alpha)/)"
@@ -47,6 +47,15 @@ def global_name(link: Any, kind: str, field: str) -> str:
     if m is None:
         raise invalid(field, link, "The URL is malformed.")
     return m.group(1) or m.group(2)
+
+
+def network(p: Any, link: Any, field: str = "resource.network") -> dict:
+    """The network a reference names in project `p`: 400 if the reference is malformed, 404 if it is not there."""
+    name = global_name(link, "networks", field)
+    net = p.coll("global/networks").get(name)
+    if net is None:
+        raise not_found(f"projects/{p.name}/global/networks/{name}")
+    return net
 
 
 def regional_name(link: Any, kind: str, field: str, region: str) -> tuple[str, str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ..core import already_exists, check_name, invalid, not_found, required, rfc3339
-from .links import fingerprint, global_name
+from ..core import already_exists, check_name, invalid, required, rfc3339
+from .links import fingerprint, network
 from .state import Project, _mutation, last
 
 
@@ -109,10 +109,7 @@ class NetworksMixin:
             cidr = ipaddress.ip_network(body["ipCidrRange"])
         except ValueError as e:
             raise invalid("resource.ipCidrRange", body["ipCidrRange"], "Must be a valid IPv4 CIDR range.") from e
-        net_name = global_name(body["network"], "networks", "resource.network")
-        net = p.coll("global/networks").get(net_name)
-        if net is None:
-            raise not_found(f"projects/{p.name}/global/networks/{net_name}")
+        net = network(p, body["network"])
         if body["name"] in p.coll(f"regions/{region}/subnetworks"):
             raise already_exists(f"projects/{p.name}/regions/{region}/subnetworks/{body['name']}")
         for _path, other in p.iter_kind("subnetworks"):
@@ -140,10 +137,7 @@ class NetworksMixin:
                 ipaddress.ip_network(rng)
             except ValueError as e:
                 raise invalid("resource.sourceRanges", rng, "Must be a CIDR range.") from e
-        net_name = global_name(body.get("network") or "global/networks/default", "networks", "resource.network")
-        net = p.coll("global/networks").get(net_name)
-        if net is None:
-            raise not_found(f"projects/{p.name}/global/networks/{net_name}")
+        net = network(p, body.get("network") or "global/networks/default")
         fw = {
             "kind": "compute#firewall", "direction": "INGRESS", "priority": 1000, "disabled": False,
             "logConfig": {"enable": False}, **body, "network": net["selfLink"],
@@ -166,10 +160,7 @@ class NetworksMixin:
                 raise invalid("resource.addressType", body.get("addressType"), "A VPC_PEERING range is INTERNAL.")
             if not body.get("network"):
                 raise required("resource.network")
-            net_name = global_name(body["network"], "networks", "resource.network")
-            net = p.coll("global/networks").get(net_name)
-            if net is None:
-                raise not_found(f"projects/{p.name}/global/networks/{net_name}")
+            net = network(p, body["network"])
             length = body.get("prefixLength")
             if not isinstance(length, int) or not 8 <= length <= 29:
                 raise invalid("resource.prefixLength", length, "A VPC_PEERING range needs a prefix length of 8 to 29.")

@@ -9,8 +9,8 @@ for that network in that region.
 
 from __future__ import annotations
 
-from ..core import ApiError, already_exists, check_name, invalid, not_found, required
-from .links import global_name
+from ..core import ApiError, already_exists, check_name, invalid, required
+from .links import network
 from .state import Project, _mutation, last
 
 NAT_RANGES = ("ALL_SUBNETWORKS_ALL_IP_RANGES", "ALL_SUBNETWORKS_ALL_PRIMARY_IP_RANGES", "LIST_OF_SUBNETWORKS")
@@ -24,10 +24,7 @@ class RoutersMixin:
         check_name("resource.name", body.get("name"))
         if not body.get("network"):
             raise required("resource.network")
-        net_name = global_name(body["network"], "networks", "resource.network")
-        net = p.coll("global/networks").get(net_name)
-        if net is None:
-            raise not_found(f"projects/{p.name}/global/networks/{net_name}")
+        net = network(p, body["network"])
         if body["name"] in p.coll(f"regions/{region}/routers"):
             raise already_exists(f"projects/{p.name}/regions/{region}/routers/{body['name']}")
         nats = self._checked_nats(p, region, net["selfLink"], body.get("nats"), body["name"])

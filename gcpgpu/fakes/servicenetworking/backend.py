@@ -15,6 +15,7 @@ refusals is the emulator's own (Google's exact messages were not verified).
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 from collections.abc import Callable
@@ -47,6 +48,16 @@ class ServiceNetworkingBackend:
         with self._lock:
             self._conns.clear()
         self.operations.reset()
+
+    def snapshot(self) -> list[dict]:
+        """The connections as plain JSON (the server's --state-file)."""
+        with self._lock:
+            return [{"project": project, "network": network, "connection": copy.deepcopy(conn)}
+                    for (project, network), conn in sorted(self._conns.items())]
+
+    def restore(self, data: list[dict]) -> None:
+        with self._lock:
+            self._conns = {(d["project"], d["network"]): copy.deepcopy(d["connection"]) for d in data}
 
     def connected(self, project: str, network: str) -> bool:
         with self._lock:
