@@ -107,6 +107,17 @@ def test_every_command_help_imports_nothing_heavy():
     assert failures == {}
 
 
+def test_cluster_status_imports_only_the_compute_services_it_reads(gcp):
+    # google.cloud.compute_v1's package __init__ imports all of its ~100 service clients (about 1.5 s
+    # of every command that touches Compute); gcp/compute.py imports each service on its own instead.
+    result = probe(["--project", "my-project", "cluster", "status", "demo"])
+    assert "no cluster named demo" in result["output"]
+    services = {m.split(".")[4] for m in result["modules"] if m.startswith("google.cloud.compute_v1.services.")}
+    assert "instances" in services  # status read the project's instances...
+    assert "accelerator_types" not in services, sorted(services)  # ...and nothing ran the package's __init__
+    assert len(services) < 20, sorted(services)
+
+
 # --- the command registry ----------------------------------------------------------------------
 
 

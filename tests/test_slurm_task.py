@@ -51,7 +51,8 @@ def test_a_slurm_task_runs_the_jobs_container_with_slurms_rendezvous_and_ends_wi
                                                                                             metadata, code):
     script = tmp_path / "task.sh"
     script.write_text(task_script(tmp_path, 1))  # requeued once: attempt 1 resumes
-    env = {**stubs(tmp_path, metadata), "STUB_EXIT": str(code), "STUB_RXDM": "ok"}
+    # The RxDM ready at its first look: its wait (2 s a look) is test_node_scripts.py's, not the task's.
+    env = {**stubs(tmp_path, metadata), "STUB_EXIT": str(code), "STUB_RXDM": "ok", "STUB_RXDM_READY_AT": "1"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == code, done.stderr
     run = next(c for c in docker_calls(tmp_path) if c[0] == "run" and "gcpgpu-job-train-abc123" in c)

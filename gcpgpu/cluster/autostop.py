@@ -63,7 +63,9 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
     """Write the autostop (None: cancel it) on every node, in its metadata and in the spec it carries;
     `image` (the last `container build`) is what the nodes' follower runs from; `notify`, the webhooks
     told AUTOSTOPPED (the whole setting is written: none given, none kept)."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     from gcpgpu.gcp.operations import batch
 
@@ -87,8 +89,8 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
                     spec["agent_image"] = image  # a node a recovery re-creates runs the same follower
                 items["gcpgpu-spec"] = json.dumps(spec, sort_keys=True)
         fence()
-        body = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,
-                                   items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+        body = compute.Metadata(fingerprint=node.metadata_fingerprint,
+                                   items=[compute.Items(key=k, value=v) for k, v in items.items()])
         return call(clients.compute("InstancesClient").set_metadata,
                     {"project": project, "zone": node.zone, "instance": node.name, "metadata_resource": body})
 

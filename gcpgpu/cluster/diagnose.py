@@ -110,7 +110,9 @@ def request(clients: Any, project: str, nodes: list[Node]) -> str:
     setMetadata replaces the whole document, so it is written over the nodes' metadata as it is now,
     read in one list: the caller's view may be a partial one (`up` reads its nodes without metadata,
     whose startup script is most of a VM's size) or older than a job agent's last write."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     from gcpgpu.gcp.operations import batch, call
 
@@ -126,8 +128,8 @@ def request(clients: Any, project: str, nodes: list[Node]) -> str:
     def put(node: Node) -> Any:
         now = current.get((node.zone, node.name))
         items = {**({i.key: i.value for i in now.items} if now else node.metadata), "gcpgpu-diag": rid}
-        md = compute_v1.Metadata(fingerprint=now.fingerprint if now else node.metadata_fingerprint,
-                                 items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+        md = compute.Metadata(fingerprint=now.fingerprint if now else node.metadata_fingerprint,
+                                 items=[compute.Items(key=k, value=v) for k, v in items.items()])
         return call(clients.compute("InstancesClient").set_metadata,
                     {"project": project, "zone": node.zone, "instance": node.name, "metadata_resource": md})
 

@@ -86,14 +86,16 @@ def shrink(s: Session, name: str, nodes: int) -> list[Node]:
 
 def _set_size(s: Session, kept: list[Node], nodes: int) -> None:
     """The kept nodes' `gcpgpu-nodes` metadata says the new size."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     def put(n: Node) -> Any:
         items = {**n.metadata, "gcpgpu-nodes": str(nodes)}
         return s.call(s.client("InstancesClient").set_metadata, {
             "project": s.project, "zone": n.zone, "instance": n.name,
-            "metadata_resource": compute_v1.Metadata(
+            "metadata_resource": compute.Metadata(
                 fingerprint=n.metadata_fingerprint,
-                items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])})
+                items=[compute.Items(key=k, value=v) for k, v in items.items()])})
 
     s.batch(put, kept)

@@ -129,7 +129,9 @@ class Lease:
         change(current) returns the new value, None to delete the item, or False to leave it alone.
         confirm_by_read: a read that already shows the write stands for its operation (see _landed).
         """
-        from google.cloud import compute_v1
+        from gcpgpu.gcp.compute import compute_types
+
+        compute = compute_types()
 
         for _ in range(50):
             fp, items, current = self._read()
@@ -142,7 +144,7 @@ class Lease:
                 rest.append({"key": self.key, "value": value})
             elif len(rest) == len(items):
                 return current  # nothing to delete
-            body = compute_v1.Metadata(fingerprint=fp, items=[compute_v1.Items(**i) for i in rest])
+            body = compute.Metadata(fingerprint=fp, items=[compute.Items(**i) for i in rest])
             try:
                 op = call(self.clients.compute("ProjectsClient").set_common_instance_metadata,
                           {"project": self.project, "metadata_resource": body})

@@ -15,11 +15,13 @@ from .session import Session
 
 def send_label(session: Session, node: Node, labels: dict[str, str]) -> Any:
     """instances.setLabels (node's new labels) under its label fingerprint; the operation, not waited on."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     return session.call(session.client("InstancesClient").set_labels, {
         "project": session.project, "zone": node.zone, "instance": node.name,
-        "instances_set_labels_request_resource": compute_v1.InstancesSetLabelsRequest(
+        "instances_set_labels_request_resource": compute.InstancesSetLabelsRequest(
             labels=labels, label_fingerprint=node.label_fingerprint)})
 
 

@@ -75,15 +75,17 @@ def _zone(link: str) -> str:
 # ---------------------------------------------------------------------- reading
 def list_all(clients: Any, project: str) -> tuple[list[dict], list[dict]]:
     """(reservations, future reservations) of the project, one row each."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     res_rows, fr_rows = [], []
     for _scope, scoped in clients.compute("ReservationsClient").aggregated_list(
-            request=compute_v1.AggregatedListReservationsRequest(project=project)):
+            request=compute.AggregatedListReservationsRequest(project=project)):
         for r in scoped.reservations:
             res_rows.append(reservation_row(r))
     for _scope, scoped in clients.compute("FutureReservationsClient").aggregated_list(
-            request=compute_v1.AggregatedListFutureReservationsRequest(project=project)):
+            request=compute.AggregatedListFutureReservationsRequest(project=project)):
         for f in scoped.future_reservations:
             fr_rows.append(future_row(f))
     return sorted(res_rows, key=lambda r: r["name"]), sorted(fr_rows, key=lambda r: r["name"])
@@ -120,13 +122,15 @@ def find_zone(clients: Any, project: str, name: str, zone: str | None) -> tuple[
 
 def blocks(clients: Any, project: str, zone: str, name: str) -> list[dict]:
     """The reservation's blocks, each with its sub-blocks: size, in use, free and health."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     out = []
     for b in clients.compute("ReservationBlocksClient").list(
-            request=compute_v1.ListReservationBlocksRequest(project=project, zone=zone, reservation=name)):
+            request=compute.ListReservationBlocksRequest(project=project, zone=zone, reservation=name)):
         subs = []
-        for s in clients.compute("ReservationSubBlocksClient").list(request=compute_v1.ListReservationSubBlocksRequest(
+        for s in clients.compute("ReservationSubBlocksClient").list(request=compute.ListReservationSubBlocksRequest(
                 project=project, zone=zone, parent_name=f"reservations/{name}/reservationBlocks/{b.name}")):
             subs.append({"name": s.name, "count": s.count, "in_use": s.in_use_count, "free": s.count - s.in_use_count,
                          "health": s.health_info.health_status or "-"})
@@ -139,18 +143,20 @@ def blocks(clients: Any, project: str, zone: str, name: str) -> list[dict]:
 def advise(clients: Any, project: str, region: str, machine_type: str, count: int, seconds: int,
            earliest: float) -> dict:
     """advice.calendarMode for one spec: where and when, and why not elsewhere."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
 
-    spec = compute_v1.FutureResourcesSpec(
+    compute = compute_types()
+
+    spec = compute.FutureResourcesSpec(
         deployment_type="DENSE",
-        target_resources=compute_v1.FutureResourcesSpecTargetResources(
-            specific_sku_resources=compute_v1.FutureResourcesSpecSpecificSKUResources(
+        target_resources=compute.FutureResourcesSpecTargetResources(
+            specific_sku_resources=compute.FutureResourcesSpecSpecificSKUResources(
                 machine_type=machine_type, instance_count=count)),
-        time_range_spec=compute_v1.FlexibleTimeRange(start_time_not_earlier_than=format_timestamp(earliest),
+        time_range_spec=compute.FlexibleTimeRange(start_time_not_earlier_than=format_timestamp(earliest),
                                                      min_duration=f"{seconds}s", max_duration=f"{seconds}s"))
-    got = clients.compute("AdviceClient").calendar_mode(request=compute_v1.CalendarModeAdviceRpcRequest(
+    got = clients.compute("AdviceClient").calendar_mode(request=compute.CalendarModeAdviceRpcRequest(
         project=project, region=region,
-        calendar_mode_advice_request_resource=compute_v1.CalendarModeAdviceRequest(
+        calendar_mode_advice_request_resource=compute.CalendarModeAdviceRequest(
             future_resources_specs={"spec": spec})))
     recs = [r.recommendations_per_spec["spec"] for r in got.recommendations if "spec" in r.recommendations_per_spec]
     if not recs:
@@ -166,18 +172,20 @@ def create(clients: Any, project: str, zone: str, name: str, machine_type: str, 
            seconds: int) -> Any:
     """A calendar-mode future reservation whose delivered reservation carries the same name, so
     `cluster up --reservation NAME --wait-for-start` consumes it."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     from gcpgpu.gcp.operations import call, wait
 
-    fr = compute_v1.FutureReservation(
+    fr = compute.FutureReservation(
         name=name, reservation_mode="CALENDAR", planning_status="SUBMITTED", deployment_type="DENSE",
         reservation_name=name, specific_reservation_required=True, auto_delete_auto_created_reservations=True,
         description="gcpgpu calendar-mode reservation",
-        specific_sku_properties=compute_v1.FutureReservationSpecificSKUProperties(
-            total_count=count, instance_properties=compute_v1.AllocationSpecificSKUAllocationReservedInstanceProperties(
+        specific_sku_properties=compute.FutureReservationSpecificSKUProperties(
+            total_count=count, instance_properties=compute.AllocationSpecificSKUAllocationReservedInstanceProperties(
                 machine_type=machine_type)),
-        time_window=compute_v1.FutureReservationTimeWindow(start_time=format_timestamp(start),
+        time_window=compute.FutureReservationTimeWindow(start_time=format_timestamp(start),
                                                            end_time=format_timestamp(start + seconds)))
     op = call(clients.compute("FutureReservationsClient").insert,
               {"project": project, "zone": zone, "future_reservation_resource": fr})

@@ -58,9 +58,11 @@ def new_attempt_id() -> str:
 
 def message(type_name: str, body: dict) -> Any:
     """A compute_v1 message (e.g. "Network") from the API's own JSON, as a plan keeps its resources."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
 
-    return getattr(compute_v1, type_name).from_json(json.dumps(body))
+    compute = compute_types()
+
+    return getattr(compute, type_name).from_json(json.dumps(body))
 
 
 @dataclass

@@ -59,7 +59,9 @@ def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
     """Each node's `gcpgpu-storage` says `found` (left as it is where it already does)."""
     if not found and not wanted(plan.spec):
         return
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     value = entries.dumps(found)
     nodes = [n for n in observe_nodes(s.clients, s.project, plan.name) if n.name in plan.node_names]
@@ -75,9 +77,9 @@ def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
         items = {**n.metadata, entries.KEY: value}
         return s.call(s.client("InstancesClient").set_metadata, {
             "project": s.project, "zone": n.zone, "instance": n.name,
-            "metadata_resource": compute_v1.Metadata(
+            "metadata_resource": compute.Metadata(
                 fingerprint=n.metadata_fingerprint,
-                items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])})
+                items=[compute.Items(key=k, value=v) for k, v in items.items()])})
 
     if todo:
         s.report.step("storage", f"Telling {len(todo)} node(s) where to mount {len(found)} shared file system(s)")

@@ -63,9 +63,9 @@ class Clients:
             return self._cache[name]
 
     def _build_compute(self, name: str) -> Any:
-        from google.cloud import compute_v1
+        from gcpgpu.gcp.compute import client_class
 
-        cls = getattr(compute_v1, name)
+        cls = client_class(name)
         if not self.emulator:
             return cls()
         from google.api_core.client_options import ClientOptions
@@ -77,7 +77,7 @@ class Clients:
         services = getattr(client._transport, "_extended_operations_services", None)
         if services is not None:
             for key, ops_name in _OPERATION_SERVICES.items():
-                services[key] = getattr(compute_v1, ops_name)(credentials=self._credentials(), client_options=opts)
+                services[key] = client_class(ops_name)(credentials=self._credentials(), client_options=opts)
         return client
 
     def filestore(self) -> Any:

@@ -332,11 +332,13 @@ def agent_script(record: dict, rank: int, nnodes: int, master: str, port: int, s
 
 def _set_metadata(clients: Clients, project: str, node: Node, items: dict[str, str], fence: Fence) -> Any:
     """Start replacing the node's metadata with `items`, under the fingerprint it was read with."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     fence()
-    metadata = compute_v1.Metadata(fingerprint=node.metadata_fingerprint,
-                                   items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
+    metadata = compute.Metadata(fingerprint=node.metadata_fingerprint,
+                                   items=[compute.Items(key=k, value=v) for k, v in items.items()])
     return call(clients.compute("InstancesClient").set_metadata, {
         "project": project, "zone": node.zone, "instance": node.name, "metadata_resource": metadata})
 

@@ -60,7 +60,9 @@ def swap(clients: Clients, project: str, item: str, change: Callable[[str | None
     """Compare-and-swap one project metadata item: change(current value or None) gives the new value,
     None to remove it, or False to leave it as it is. `fence()` runs right before each write. Returns
     whether it wrote."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     for _ in range(50):
         fp, got = items(clients, project)
@@ -72,7 +74,7 @@ def swap(clients: Clients, project: str, item: str, change: Callable[[str | None
         if new is not None:
             rest.append({"key": item, "value": new})
         fence()
-        body = compute_v1.Metadata(fingerprint=fp, items=[compute_v1.Items(**i) for i in rest])
+        body = compute.Metadata(fingerprint=fp, items=[compute.Items(**i) for i in rest])
         try:
             op = call(clients.compute("ProjectsClient").set_common_instance_metadata,
                       {"project": project, "metadata_resource": body})

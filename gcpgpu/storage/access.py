@@ -49,7 +49,9 @@ def ensure_private_access(clients: Clients, project: str, network: str, cluster:
     """Reserve a range and connect the network to Google's service producers, unless it is connected."""
     if connected(clients, project, network):
         return
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     name = range_name(cluster)
     say(f"Setting up private service access on network {network} (range {name}, /{PREFIX_LENGTH}) for Managed Lustre")
@@ -60,7 +62,7 @@ def ensure_private_access(clients: Clients, project: str, network: str, cluster:
         if not is_not_found(e):
             raise
         fence()
-        wait(clients, project, call(addresses.insert, {"project": project, "address_resource": compute_v1.Address(
+        wait(clients, project, call(addresses.insert, {"project": project, "address_resource": compute.Address(
             name=name, purpose="VPC_PEERING", address_type="INTERNAL", prefix_length=PREFIX_LENGTH,
             network=f"projects/{project}/global/networks/{network}",
             labels={**labels, MADE_CONNECTION: "connection"},

@@ -38,14 +38,15 @@ def get(clients: Clients, project: str, zone: str, name: str) -> Any | None:
 def attach(clients: Clients, project: str, zone: str, node: str, source: str, device: str, mode: str) -> Any | None:
     """Attach disk `source` (projects/P/zones/Z/disks/N) to VM `node` as `device`, `mode` READ_WRITE or
     READ_ONLY, unless the VM has it already (autoDelete false: the disk outlives the VM); the operation, or None."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
 
+    compute = compute_types()
     instances = clients.compute("InstancesClient")
     inst = instances.get(project=project, zone=zone, instance=node)
     if any(d.source.endswith("/" + source) for d in inst.disks):
         return None
     return instances.attach_disk(project=project, zone=zone, instance=node,
-                                 attached_disk_resource=compute_v1.AttachedDisk(
+                                 attached_disk_resource=compute.AttachedDisk(
                                      source=source, device_name=device, mode=mode, auto_delete=False))
 
 

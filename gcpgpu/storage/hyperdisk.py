@@ -93,7 +93,9 @@ def ensure(clients: Clients, project: str, cluster: str, source: str, path: str,
            nic: dict, service_accounts: list, labels: dict[str, str], say: Say,
            fence: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Make (or find) the cluster's filled READ_ONLY_MANY disk in `zone`; its gcpgpu-storage entry."""
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     name = disk_name(cluster)
     full = f"projects/{project}/zones/{zone}/disks/{name}"
@@ -107,14 +109,14 @@ def ensure(clients: Clients, project: str, cluster: str, source: str, path: str,
         gib = size_gib(total, source)
         say(f"Creating {KIND} disk {name} ({gib:,} GiB for {total / 2**30:,.2f} GiB of {source}) in {zone}")
         fence()
-        _disks(clients).insert(project=project, zone=zone, disk_resource=compute_v1.Disk(
+        _disks(clients).insert(project=project, zone=zone, disk_resource=compute.Disk(
             name=name, size_gb=gib, type_=f"projects/{project}/zones/{zone}/diskTypes/{KIND}", access_mode="READ_WRITE_SINGLE",
             labels=labels, description=f"gcpgpu cluster {cluster}: {source}")).result()
     _fill(clients, project, cluster, source, zone, nic, service_accounts, labels, say, fence)
     say(f"Switching disk {name} to READ_ONLY_MANY")
     fence()
     _disks(clients).update(request={"project": project, "zone": zone, "disk": name, "update_mask": "accessMode",
-                                    "disk_resource": compute_v1.Disk(name=name, access_mode="READ_ONLY_MANY")}).result()
+                                    "disk_resource": compute.Disk(name=name, access_mode="READ_ONLY_MANY")}).result()
     return entries.entry(KIND, full, path, device=DEVICE, ro=True)
 
 
@@ -124,7 +126,9 @@ def _loader_labels(labels: dict[str, str]) -> dict[str, str]:
 
 def _fill(clients: Clients, project: str, cluster: str, source: str, zone: str, nic: dict,
           service_accounts: list, labels: dict[str, str], say: Say, fence: Callable[[], None]) -> None:
-    from google.cloud import compute_v1
+    from gcpgpu.gcp.compute import compute_types
+
+    compute = compute_types()
 
     vm = loader_name(cluster)
     instances = clients.compute("InstancesClient")
@@ -147,7 +151,7 @@ def _fill(clients: Clients, project: str, cluster: str, source: str, zone: str, 
     fence()
     try:
         instances.insert(project=project, zone=zone,
-                         instance_resource=compute_v1.Instance.from_json(json.dumps(body))).result()
+                         instance_resource=compute.Instance.from_json(json.dumps(body))).result()
     except Exception as e:
         if "already exists" not in str(e):
             raise

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from gcpgpu.trainer.argv import DIE_WITH_PARENT
 
@@ -66,6 +68,24 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def exit_now(code: int) -> NoReturn:
+    """Exit with `code` as a normal exit would, less the interpreter's teardown of every module and object,
+    which after a run with torch loaded takes about 1 s of CPU (5 s on a busy machine) and holds the job's
+    end back by as much. What a normal exit does that matters still happens, in its order: threads that
+    are not daemons are joined, atexit handlers run (logging's flush among them), stdout and stderr flushed."""
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing more can be said there
+            stream.flush()
+    os._exit(code)
+
+
 def _nproc_per_node() -> int:
     """GCPGPU_NPROC_PER_NODE if set, else one process per visible GPU, else one."""
     if os.environ.get("GCPGPU_NPROC_PER_NODE"):
@@ -76,4 +96,4 @@ def _nproc_per_node() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main() or 0)
