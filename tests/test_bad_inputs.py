@@ -3,20 +3,19 @@
 One table across the commands that reach the cloud (cluster up/plan/down/status, job submit) and
 their spec files, hostile ones included (alias bombs, /dev/zero, a FIFO, huge values, paths that
 climb out of a bucket, undecodable bytes). Each row runs the real CLI in a child process against
-the emulator, under an address-space limit and a timeout, and reads the emulator's request log.
+the emulator, under an address-space limit and a timeout, and reads the emulator's request log. The
+children are forked from one process per module that has imported the CLI once (tests/cli_forks.py), so
+the table pays that import once rather than once a row.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-import gcpgpu
+from cli_forks import CliForks
 
 P = ["--project", "test-proj"]
 UP = [*P, "cluster", "up", "--yes"]
@@ -426,12 +425,6 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
 ]
 
 
-# The child limits its own address space before importing anything (a preexec_fn would fork this
-# process, whose emulator runs gRPC threads that a fork leaves in a bad state).
-CHILD = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT})); "
-         "from gcpgpu.cli import main; main()")
-
-
 def _make(path: Path, content: Content) -> None:
     if callable(content):
         content(path)
@@ -439,17 +432,21 @@ def _make(path: Path, content: Content) -> None:
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
+@pytest.fixture(scope="module")
+def forks():
+    forks = CliForks()
+    yield forks
+    forks.close()
+
+
 @pytest.mark.parametrize(("argv", "files", "expect"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_refused_in_one_line_before_any_call(gcp, tmp_path, argv, files, expect):
+def test_bad_input_is_refused_in_one_line_before_any_call(gcp, forks, tmp_path, argv, files, expect):
     for name, content in files.items():
         _make(tmp_path / name, content)
     argv = [a.replace("{d}", str(tmp_path)) for a in argv]
-    # The child imports the same gcpgpu as this test (a worktree's, say), and talks to this emulator.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(gcpgpu.__file__).parents[1]),
-                                                        os.environ.get("PYTHONPATH", "")])}
     gcp.requests.clear()
-    done = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, env=env, timeout=TIME_LIMIT_S,
-                          stdin=subprocess.DEVNULL)
+    # A child of its own per row, limited in address space and time, talking to this emulator.
+    done = forks.run(argv, env=dict(os.environ), limit=MEMORY_LIMIT, timeout=TIME_LIMIT_S)
     output = (done.stdout + done.stderr).decode(errors="replace")
     lines = output.strip().splitlines()
     assert done.returncode == 2, output[-2000:]

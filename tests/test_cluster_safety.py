@@ -20,11 +20,13 @@ from gcpgpu.cluster.apply import Cluster, Reporter
 from gcpgpu.cluster.lease import Lease, LeaseHeld
 from gcpgpu.errors import CloudError
 
+TTL_S = 2.0
+
 
 @pytest.fixture(autouse=True)
 def short_lease(monkeypatch):
     """A lease that expires in 2 s and is polled every 0.1 s, so takeover tests finish quickly."""
-    monkeypatch.setenv("GCPGPU_LEASE_TTL", "2")
+    monkeypatch.setenv("GCPGPU_LEASE_TTL", str(int(TTL_S)))
     monkeypatch.setattr(lease_mod, "POLL_SECONDS", 0.1)
 
 
@@ -67,6 +69,23 @@ class Waiting(Reporter):
 
     def busy(self) -> bool:
         return any("is busy" in line for line in self.said)
+
+
+class LapseWhenBusy(Reporter):
+    """A run that, once it says it waits for another's lease, sets the emulator's clock on by the lease's lifetime
+    (the clock the lease and its polls read): a dead run's lease lapses then, instead of the test waiting it out."""
+
+    def __init__(self, gcp) -> None:
+        self.gcp, self.lapsed = gcp, False
+
+    @contextlib.contextmanager
+    def waiting(self, text: str):
+        def update(line: str) -> None:
+            if "is busy" in line and not self.lapsed:
+                self.lapsed = True
+                self.gcp.clock.advance(TTL_S)
+
+        yield update
 
 
 class Killed(BaseException):
@@ -191,7 +210,8 @@ def test_rerun_after_a_kill_between_bulkinsert_and_rank_labels_labels_every_node
     with pytest.raises(Killed):
         c.up(make_plan(nodes=3))
     assert all("gcpgpu-rank" not in i["labels"] for i in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"))
-    nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=3))  # waits out the dead run's lease
+    nodes = Cluster(clients(gcp), PROJECT, taker := LapseWhenBusy(gcp)).up(make_plan(nodes=3))
+    assert taker.lapsed  # it waited out the dead run's lease
     assert [n.labels.get("gcpgpu-rank") for n in nodes] == ["0", "1", "2"]
 
 
@@ -349,8 +369,9 @@ def test_race_first_killed_holding_the_lease_second_takes_over_and_completes(gcp
     with pytest.raises(Killed):
         a.up(p)
     assert lease_mod.current(clients(gcp), PROJECT, "c")["holder"] == a.attempt  # the dead run still holds it
-    b = Cluster(clients(gcp), PROJECT)
+    b = Cluster(clients(gcp), PROJECT, taker := LapseWhenBusy(gcp))
     nodes = b.up(p)  # waits for the lease to expire, then completes what A left
+    assert taker.lapsed  # it did wait
     assert [n.name for n in nodes] == ["c-0", "c-1", "c-2", "c-3"]
     assert bulk_inserts(gcp) == 1
     assert not gcp.requests.all(method="DELETE")  # B took over A's resources, it did not remove them

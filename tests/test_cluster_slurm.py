@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from helpers import PROJECT, leftovers, make_plan, wait_for
 
 from gcpgpu.cli import main
+from gcpgpu.fakes.jobs.shared_mounts import disk_folder_parts
 from gcpgpu.fakes.jobs.slurm import slurm_installed
 
 GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
@@ -106,3 +107,64 @@ def test_a_slurm_clusters_nodes_run_slurm_a_lost_vm_takes_its_slurmd_and_down_le
     wait_for(lambda: not slurm_pids(folder, run), timeout=120, what="no Slurm process of the cluster left")
     assert secrets(gcp) == [] and leftovers(gcp) == {}
     wait_for(lambda: not folder.exists() and not run.exists(), timeout=10, what="the cluster's Slurm folders gone")
+
+
+QUICK = ["--model", "tiny", "--steps", "3", "--seq-len", "16", "--batch-size", "2"]
+LONG = ["--model", "tiny", "--steps", "100000", "--seq-len", "16", "--batch-size", "2"]
+
+
+def job_rows(gcp) -> dict[str, dict]:
+    listed = cli("--format", "json", "job", "list", "--cluster", "q")
+    assert listed.exit_code == 0, listed.output
+    return {r["name"]: r for r in json.loads(listed.output)}
+
+
+def slurm_id(gcp, job: str) -> str | None:
+    from helpers import clients
+
+    from gcpgpu.jobs import record as records
+
+    return (records.read(clients(gcp), PROJECT, "q").of(job.rsplit(":", 1)[-1]) or {}).get("slurm_id")
+
+
+@needs_slurm
+def test_the_queue_outlives_node_0_on_its_state_disk_and_down_leaves_no_disk_and_no_slurm_process(gcp):
+    """Node 0 (slurmctld) is lost with one job running and one queued; `up` makes it again under its name and
+    attaches the cluster's Slurm state disk, whose folder is where the emulator's node 0 keeps slurmctld's state:
+    the queued job is still there and runs to SUCCEEDED. Each step waits for the event that says it happened."""
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+
+    def submit(*argv: str) -> str:
+        done = cli("--format", "json", "job", "submit", "--cluster", "q", *argv)
+        assert done.exit_code == 0, done.output
+        return json.loads(done.output[done.output.index("{"):])["id"]
+
+    running = submit("--name", "running", "--nodes", "1", "--", *LONG)
+    queued = submit("--name", "queued", "--nodes", "2", "--", *QUICK)  # waits for the running job's node
+    wait_for(lambda: (rows := job_rows(gcp)).get("running", {}).get("state") == "RUNNING"
+             and rows.get("queued", {}).get("state") == "PENDING" and slurm_id(gcp, queued),
+             timeout=300, interval=0.5, what="one job running, one queued in Slurm")
+    folder, run = gcp.jobs.slurm.folder(PROJECT, "q"), gcp.jobs.slurm.run_folder(PROJECT, "q")
+    # slurmctld has saved the queued job on the state disk (a few seconds after a change: Slurm's own pace).
+    disk = gcp.compute.get(PROJECT, "zones/us-central1-a/disks", "q-slurm-state")
+    state = gcp.jobs.agent.storage.root.joinpath(*disk_folder_parts(PROJECT, "us-central1-a", disk["name"], disk["id"]))
+    wait_for(lambda: (state / "job_state").exists() and queued.rsplit(":", 1)[-1].encode()
+             in (state / "job_state").read_bytes(), timeout=120, interval=0.5, what="the queued job on the state disk")
+    # Node 0 goes, its boot disk with it, and takes slurmctld along.
+    gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", "q-0")
+    wait_for(lambda: "q-0" not in leftovers(gcp).get("instances", []), timeout=120, what="q-0 deleted")
+    wait_for(lambda: not [c for c in slurm_pids(folder, run).values() if "slurmctld" in c], timeout=120,
+             what="slurmctld gone with node 0")
+    # Its replacement under its name gets the state disk, and the queue back.
+    again = cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm")
+    assert again.exit_code == 0, again.output
+    wait_for(lambda: [c for c in slurm_pids(folder, run).values() if "slurmctld" in c], timeout=120,
+             what="slurmctld on the new node 0")
+    assert job_rows(gcp)["queued"]["state"] == "PENDING" and slurm_id(gcp, queued)  # the same Slurm job, kept
+    cli("job", "cancel", running)  # pending, running or ended by the loss: either way its node is free
+    wait_for(lambda: job_rows(gcp)["queued"]["state"] == "SUCCEEDED", timeout=600, interval=0.5,
+             what="the queued job run to SUCCEEDED after node 0's replacement")
+    assert cli("job", "status", queued).exit_code == 0
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+    wait_for(lambda: not slurm_pids(folder, run), timeout=120, what="no Slurm process of the cluster left")
+    assert leftovers(gcp) == {} and secrets(gcp) == []  # the state disk went with the cluster

@@ -80,8 +80,12 @@ def test_the_image_the_makefile_pyproject_and_the_trainer_share_one_pytorch(dock
     # The Dockerfile's defaults (a bare `docker build`) equal the file; `container build` passes the file.
     args = dict(rest.split("=", 1) for word, rest in dockerfile if word == "ARG" and "=" in rest)
     for key in ("CUDA_BASE_IMAGE", "TORCH_VERSION", "TORCH_CUDA", "TORCHAO_VERSION", "NSYS_PACKAGE",
-                "TCPXO_PLUGIN_IMAGE"):
+                "TCPXO_PLUGIN_IMAGE", "SLURM_VERSION"):
         assert args[key] == pins[key], key
+    # Slurm is baked in at one release line, which the build proves (every node and the controller run it).
+    # (Debian's and Ubuntu's packages say "slurm-wlm 22.05.8" where upstream says "slurm 22.05.8".)
+    assert 'slurmd -V | grep -Eq "^slurm(-wlm)? ${SLURM_VERSION}\\."' in DOCKERFILE.read_text()
+    assert f"SLURM_VERSION={pins['SLURM_VERSION']}" in container.build_args("none")
     assert set(container.build_args("tcpx")) >= {f"TORCH_VERSION={pins['TORCH_VERSION']}",
                                                   f"TORCHAO_VERSION={pins['TORCHAO_VERSION']}"}
     # The tests run that very release (make install pins it from the same file).

@@ -56,6 +56,7 @@ def test_a_follower_killed_mid_recovery_leaves_it_for_job_follow_to_finish(gcp, 
     assert first.exit_code == 130, first.output
     job_id = first.stdout.splitlines()[0]
     monkeypatch.setattr(progress.ConsoleReporter, "step", real_step)
+    gcp.jobs.agent.simulated_run_s = 0.5  # the resubmitted attempt: nothing has to happen while it runs
     halfway = json.loads(cli("job", "status", job_id, fmt="json").stdout)
     assert halfway["state"] == "RECOVERING" and halfway["history"][0]["lost"] == ["k-1"]
 
@@ -88,6 +89,7 @@ def test_a_recovery_left_half_done_is_finished_by_the_cluster_s_own_followers(gc
     assert first.exit_code == 130, first.output
     job_id = first.stdout.splitlines()[0]
     assert nodes(gcp, "h") == [("h-0", "RUNNING")]
+    gcp.jobs.agent.simulated_run_s = 0.5  # the resubmitted attempt: nothing has to happen while it runs
     # Nobody here follows it any more; the node that is left starts its follower (autostop wants one).
     assert cli("cluster", "autostop", "h", "30d").exit_code == 0
 
@@ -104,13 +106,14 @@ def test_a_recovery_left_half_done_is_finished_by_the_cluster_s_own_followers(gc
     assert followers(gcp, "h") == {"h-0": seeded, "h-1": seeded}
 
 
-STEPS = 40
+STEPS = 20
+CKPT_EVERY = 5  # the preemption lands after the second checkpoint (step 10), ten steps before the end
 
 
 def trainer(run: str) -> list[str]:
     return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
             str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
-            "--log-every", "1", "--ckpt-every", "10", "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+            "--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
 
 
 def last_step(path) -> dict:
@@ -161,7 +164,8 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     request.addfinalizer(watcher.kill)  # a no-op once it has ended
 
     # Preempt the node whose follower leads, once the run has its second checkpoint.
-    wait_for(lambda: (bucket / "run" / "checkpoints" / "step_00000020").is_dir(), timeout=300, what="checkpoint 20")
+    wait_for(lambda: (bucket / "run" / "checkpoints" / f"step_{2 * CKPT_EVERY:08d}").is_dir(), timeout=300,
+             what="the second checkpoint")
     victim = wait_for(lambda: leader_node(gcp, "c"), timeout=60, what="a leading follower")
     gcp.faults.preempt(victim)
     # Its follower hands the lead over as its node shuts down (and a lease whose node Compute says is
@@ -181,7 +185,7 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     assert entry["lost"] == [victim] and entry["cause"] == "preempted"
     steps = [r["step"] for r in map(json.loads, (bucket / "run" / "log.jsonl").read_text().splitlines()) if "loss" in r]
     assert steps[0] == 0 and steps[-1] == last_step(bucket / "run" / "log.jsonl")["step"] == STEPS - 1
-    assert entry["resumed_at"] >= 20 and entry["steps_redone"] == len(steps) - STEPS  # resumed, not restarted
+    assert entry["resumed_at"] >= 2 * CKPT_EVERY and entry["steps_redone"] == len(steps) - STEPS  # resumed, not restarted
     assert "Recoveries" in cli("job", "status", job_id).output
     watched = watcher.communicate(timeout=60)[0]
     assert watcher.returncode == 0, watched

@@ -124,7 +124,8 @@ def test_the_series_written_to_monitoring_name_the_job_and_each_part():
 
 # -- on the emulator -------------------------------------------------------------------------------------------
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
-STEPS = 40
+STEPS = 20
+CKPT_EVERY = 5  # the preemption lands after the second checkpoint (step 10), ten steps before the end
 
 
 def cli(*argv: str, fmt: str | None = None):
@@ -138,7 +139,7 @@ def cli(*argv: str, fmt: str | None = None):
 def trainer(run: str) -> list[str]:
     return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
             str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
-            "--log-every", "1", "--ckpt-every", "10"]
+            "--log-every", "1", "--ckpt-every", str(CKPT_EVERY)]
 
 
 def check_adds_up(got: dict) -> None:
@@ -181,7 +182,8 @@ def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
     def preempt_mid_run() -> None:
         from helpers import wait_for
 
-        wait_for(lambda: (bucket / "run" / "checkpoints" / "step_00000020").is_dir(), 300, "step 20's checkpoint")
+        wait_for(lambda: (bucket / "run" / "checkpoints" / f"step_{2 * CKPT_EVERY:08d}").is_dir(), 300,
+                 "the second checkpoint")
         gcp.faults.preempt("c-1")
 
     threading.Thread(target=preempt_mid_run, daemon=True).start()

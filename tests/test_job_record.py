@@ -97,8 +97,9 @@ def leader_node(gcp, cluster: str) -> str | None:
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: the emulator cannot run users' commands")
-# A job that runs until it is stopped; the recovered attempt (told GCPGPU_RESTART) runs 10 s and ends.
-RUNS_ON = "sh -c 'n=600; [ -n \"$GCPGPU_RESTART\" ] && n=10; sleep $n'"
+# A job that runs until it is stopped; the recovered attempt (told GCPGPU_RESTART) runs 5 s and ends: the
+# poller, which looks as soon as the job's record changes, sees it RUNNING well before that.
+RUNS_ON = "sh -c 'n=600; [ -n \"$GCPGPU_RESTART\" ] && n=5; sleep $n'"
 
 
 @needs_bwrap

@@ -19,7 +19,8 @@ from gcpgpu.cli import main
 pytest.importorskip("torch")
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
-STEPS = 40
+STEPS = 20
+CKPT_EVERY = 5  # the preemption lands after the second checkpoint (step 10), ten steps before the end
 
 
 def cli(*argv: str, fmt: str | None = None):
@@ -29,7 +30,13 @@ def cli(*argv: str, fmt: str | None = None):
 def trainer(run: str) -> list[str]:
     return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
             str(STEPS), "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
-            "--log-every", "1", "--ckpt-every", "10", "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+            "--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+
+
+def sleeps(seconds: int) -> str:
+    """A user command that runs `seconds` (long enough for the loss to land in it); the attempt a recovery starts
+    (told GCPGPU_RESTART) only has to end, so it runs half a second."""
+    return f"sh -c 'n={seconds}; [ -n \"$GCPGPU_RESTART\" ] && n=0.5; sleep $n'"
 
 
 def last_step(path) -> dict:
@@ -57,10 +64,12 @@ def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_clust
     assert base.exit_code == 0, base.output
     c1_before = gcp.compute.get("test-proj", "zones/us-central1-a/instances", "c-1")["id"]
 
-    # Preempt c-1 once the run has saved its second checkpoint, well before its last step.
+    # Preempt c-1 once the run has saved its second checkpoint, half-way through.
+    second = bucket / "run" / "checkpoints" / f"step_{2 * CKPT_EVERY:08d}"
+
     def preempt_mid_run() -> None:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (bucket / "run" / "checkpoints" / "step_00000020").is_dir():
+        while time.monotonic() < deadline and not second.is_dir():
             time.sleep(0.05)
         gcp.faults.preempt("c-1")
 
@@ -82,7 +91,7 @@ def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_clust
     base_end, run_end = last_step(bucket / "base" / "log.jsonl"), last_step(bucket / "run" / "log.jsonl")
     assert run_end["step"] == base_end["step"] == STEPS - 1
     assert run_end["loss"] == base_end["loss"]
-    # The log shows the interruption: steps before the resume point logged once, the job went past 20.
+    # The log shows the interruption: steps before the resume point logged once, the job went past 10.
     steps = [json.loads(line)["step"] for line in (bucket / "run" / "log.jsonl").read_text().splitlines()
              if "loss" in json.loads(line)]
     assert steps[0] == 0 and max(steps) == STEPS - 1 and len(steps) >= STEPS
@@ -93,8 +102,8 @@ def test_preempted_spot_job_recovers_and_matches_an_uninterrupted_run(spot_clust
     assert entry["lost"] == ["c-1"] and entry["cause"] == "preempted" and entry["zone"] == "us-central1-a"
     # Resumed from the newest complete checkpoint: a periodic one, or the one the trainers saved on the
     # preemption notice (SIGTERM), right after the last step they logged.
-    assert entry["resumed_at"] >= 20
-    assert entry["resumed_at"] % 10 == 0 or entry["resumed_at"] == entry["last_step"] + 1
+    assert entry["resumed_at"] >= 2 * CKPT_EVERY
+    assert entry["resumed_at"] % CKPT_EVERY == 0 or entry["resumed_at"] == entry["last_step"] + 1
     redone = len(steps) - STEPS  # steps the JSON log holds twice
     assert entry["steps_redone"] == redone == status["steps_redone"]
     table = cli("job", "status", job_id).output
@@ -156,7 +165,7 @@ def test_a_stocked_out_zone_moves_the_whole_cluster_to_the_next(gcp, monkeypatch
     assert up.exit_code == 0, up.output
     gcp.faults.stockout("us-central1-a", "a2-highgpu-1g")  # nothing left where the cluster is
     gcp.faults.preempt("m-1", after_s=0.5)
-    result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", "sleep 4", "--wait")
+    result = cli("job", "submit", "--cluster", "m", "--image", "busybox", "--command", sleeps(4), "--wait")
     assert result.exit_code == 0, result.output
     assert "no capacity" in result.output and "moving cluster m to us-central1-b" in result.output
     nodes = json.loads(cli("cluster", "status", "m", fmt="json").stdout)["nodes"]
@@ -224,7 +233,7 @@ def test_job_follow_picks_up_an_unfollowed_spot_job_and_recovers_it(gcp):
     gcp.jobs.agent.simulated_run_s = 5.0
     assert cli("cluster", "up", "f", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
                "--spot", "--yes").exit_code == 0
-    submitted = cli("job", "submit", "--cluster", "f", "--image", "busybox", "--command", "sleep 5")
+    submitted = cli("job", "submit", "--cluster", "f", "--image", "busybox", "--command", sleeps(5))
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.splitlines()[0]
     assert f"'gcpgpu job follow {job_id}'" in submitted.output  # said, since nothing follows it
@@ -245,7 +254,7 @@ def test_a_node_that_is_deleted_rather_than_stopped_is_recovered_too(gcp):
     inst = gcp.compute.projects["test-proj"].coll("zones/us-central1-a/instances")["x-1"]
     inst["scheduling"]["instanceTerminationAction"] = "DELETE"  # as a flex-start node is made
     gcp.faults.preempt("x-1", after_s=0.5)
-    result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", "sleep 4", "--recover", "1")
+    result = cli("job", "submit", "--cluster", "x", "--image", "busybox", "--command", sleeps(4), "--recover", "1")
     assert result.exit_code == 0, result.output
     assert "lost x-1 (preempted)" in result.output
     status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)

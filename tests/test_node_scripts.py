@@ -138,7 +138,8 @@ def metadata() -> Iterator[Metadata]:
 
 
 # docker as the agent uses it: every call logged; the RxDM's behaviour set by STUB_RXDM (ok | dead).
-# A healthy RxDM logs its ready line from its third `docker logs` on, as a real one takes a while.
+# A healthy RxDM logs its ready line from its third `docker logs` on, as a real one takes a while
+# (STUB_RXDM_READY_AT: from that one on instead, for a test that is not about the wait).
 DOCKER = """#!{python}
 import json, os, sys
 args = sys.argv[1:]
@@ -156,7 +157,7 @@ elif args[:1] == ["logs"] and mode == "ok":
     n = int(open(seen).read()) + 1 if os.path.exists(seen) else 1
     open(seen, "w").write(str(n))
     print("I1123 rxdm.cc:40] waiting for NICs")
-    if n >= 3:
+    if n >= int(os.environ.get("STUB_RXDM_READY_AT", "3")):
         print("I1123 rxdm.cc:90] Buffer manager initialization complete")
 elif args[:1] == ["logs"]:
     print("F1123 rxdm.cc:88] cannot open /dev/aperture_devices")

@@ -37,7 +37,8 @@ def task_script(tmp_path, restarts: int) -> str:
     got = command({**JOB, "emulated": False}, {**SLURM, "SLURM_RESTART_COUNT": str(restarts)}, str(tmp_path / "x"))
     assert not isinstance(got, str), got
     argv, script = got
-    assert argv == ["bash", str(tmp_path / "x")]
+    # Run in the host's namespaces (the daemons run in gcpgpu's image), without a fork: Slurm signals the agent.
+    assert argv == ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--", "bash", str(tmp_path / "x")]
     return str(script)
 
 
@@ -50,7 +51,8 @@ def test_a_slurm_task_runs_the_jobs_container_with_slurms_rendezvous_and_ends_wi
                                                                                             metadata, code):
     script = tmp_path / "task.sh"
     script.write_text(task_script(tmp_path, 1))  # requeued once: attempt 1 resumes
-    env = {**stubs(tmp_path, metadata), "STUB_EXIT": str(code), "STUB_RXDM": "ok"}
+    # The RxDM ready at its first look: its wait (2 s a look) is test_node_scripts.py's, not the task's.
+    env = {**stubs(tmp_path, metadata), "STUB_EXIT": str(code), "STUB_RXDM": "ok", "STUB_RXDM_READY_AT": "1"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == code, done.stderr
     run = next(c for c in docker_calls(tmp_path) if c[0] == "run" and "gcpgpu-job-train-abc123" in c)
@@ -59,3 +61,28 @@ def test_a_slurm_task_runs_the_jobs_container_with_slurms_rendezvous_and_ends_wi
     assert run[-4:] == ["--steps", "3", "a b; rm -rf /", "--resume"]  # one argument each, never through a shell
     assert metadata.guest["gcpgpu/job-id"] == "train-abc123-r1"
     assert json.dumps(metadata.guest["gcpgpu/state"]) == json.dumps("SUCCEEDED" if code == 0 else "FAILED")
+
+
+def test_a_real_nodes_batch_script_hands_the_job_unchanged_to_every_node_with_sbcast(tmp_path):
+    """Real nodes share no folder and the batch script runs on the allocation's first node: the script carries
+    the job and sbcast copies it to the path every task reads (the emulator's nodes share one folder instead)."""
+    from gcpgpu.resources import render
+
+    job = {**JOB, "env": {"X": "$(id) `id` 'q' \"d\" \\ $HOME", "Y": "line\nGCPGPU_JOB\nend"}}
+    dest = tmp_path / "jobs" / "train-abc123.json"
+    text = render("slurm_job.sh.j2", job_id="train-abc123", python="/opt/venv/bin/python", job_file=str(dest),
+                  job_json=json.dumps(job))
+    lint(tmp_path, text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbcast").write_text('#!/bin/sh\n[ "$1" = --force ] && mkdir -p "$(dirname "$3")" && cp "$2" "$3"\n')
+    (bin_dir / "srun").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/srun.args\n')
+    for stub in ("sbcast", "srun"):
+        (bin_dir / stub).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", "-c", text], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(dest.read_text()) == job
+    assert (tmp_path / "srun.args").read_text().split()[-3:] == ["-m", "gcpgpu.slurm.task", str(dest)]
+    emulated = render("slurm_job.sh.j2", job_id="j", python="python", job_file=str(dest), job_json="")
+    assert "sbcast" not in emulated and "exec srun" in emulated

@@ -21,7 +21,7 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
-from . import munge, reservation_use, shared_fs
+from . import munge, reservation_use, shared_fs, slurm_state
 from .bootlabels import BootLabels
 from .lease import Lease, LeaseLost
 from .observe import ROW_FIELDS, Node, Observed, observe, observe_nodes, observe_nodes_by_name
@@ -126,7 +126,8 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         _start_stopped(s, plan, obs)
         existing = {n.name for n in obs.nodes}
         missing = [n for n in plan.node_names if n not in existing]
-        zones = sorted({n.zone for n in obs.nodes}) or shared_fs.pin_zones(s, plan, plan.zones)
+        zones = sorted({n.zone for n in obs.nodes}) or slurm_state.pin_zones(s, plan.spec, shared_fs.pin_zones(
+            s, plan, plan.zones))
         labels = BootLabels(s, plan, missing, fabric=not obs.nodes)
         if missing:
             zone = _place_nodes(s, plan, obs, missing, zones, labels)
@@ -138,6 +139,7 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         # A new cluster's nodes are all this attempt's, labelled above: nothing to repair.
         repaired = repair_labels(s, plan) if obs.nodes else False
         nodes = labels.confirm(_wait_running(s, plan))
+        slurm_state.ensure(s, plan.spec, zone)  # node 0 (new, or re-created under its name) gets Slurm's queue
         shared_fs.write_metadata(s, plan, mounts)
         if nat:
             with s.report.waiting("waiting for the Cloud NAT"):
@@ -436,7 +438,7 @@ def rollback(s: Session, cluster: str) -> None:
         for line in delete_observed(s.clients, s.project, mine, fence=s.check_lease):
             s.report.note(f"cleanup incomplete: {line}")
     try:  # after the nodes that mounted them
-        lines = shared_fs.delete(s, cluster, s.attempt)
+        lines = shared_fs.delete(s, cluster, s.attempt) + slurm_state.delete(s, cluster, s.attempt)
     except Exception as e:
         lines = [f"shared file systems: {one_line(e)}"]
     for line in lines:

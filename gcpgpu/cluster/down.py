@@ -13,7 +13,7 @@ from typing import Any
 
 from gcpgpu.errors import CloudError
 
-from . import munge, shared_fs
+from . import munge, shared_fs, slurm_state
 from .kinds import NODES
 from .nat import settle as settle_nats
 from .observe import Node, Observed, observe, observe_nodes
@@ -26,7 +26,7 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
     s.report.step("observe", f"Looking for resources of cluster {name} (by label, name and marker)")
     obs = observe(s.clients, s.project, name)
     if obs.empty:
-        lines = shared_fs.delete(s, name)  # left by a `down` that stopped after the nodes
+        lines = shared_fs.delete(s, name) + slurm_state.delete(s, name)  # left by a `down` stopped after the nodes
         if munge.delete_key(s.clients, s.project, name):  # left by an `up` that made nothing else
             s.report.step("munge", f"Deleted the Slurm munge key of cluster {name}")
         elif not lines:
@@ -52,6 +52,7 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
     if munge.delete_key(s.clients, s.project, name):  # after the nodes: none of them reads it any more
         s.report.step("munge", f"Deleted the Slurm munge key of cluster {name}")
     lines += shared_fs.delete(s, name)  # after the nodes that mounted them; never an attached one
+    lines += slurm_state.delete(s, name)  # after node 0, so no slurmctld writes to it any more
     left = observe(s.clients, s.project, name)
     left.routers = [r for r in left.routers if r in todo.routers]  # a NAT kept for other VMs is not "left"
     if keep_reservation:

@@ -17,7 +17,7 @@ from gcpgpu.resources import render
 from gcpgpu.storage.spec import describe as describe_storage
 from gcpgpu.times import format_duration
 
-from . import autostop, munge
+from . import autostop, slurm_state
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
 
@@ -174,6 +174,7 @@ class Plan:
             rows.append({"kind": "reservation (use)", "name": self.spec.reservation, "where": "existing",
                          "details": "SPECIFIC_RESERVATION; its own placement policy, if it has one, replaces ours"})
         rows.extend(self.node_rows())
+        rows.extend(slurm_state.plan_rows(self.spec))
         nics = self.instance_properties["networkInterfaces"]
         mrdma = sum(1 for n in nics if n.get("nicType") == "MRDMA")
         gpu_nics = len(nics) - 1
@@ -257,6 +258,7 @@ class Plan:
             "firewalls": self.firewalls,
             "routers": self.routers,
             "reservation": self.reservation,
+            **({"disks": r} if (r := slurm_state.plan_rows(self.spec)) else {}),  # a Slurm cluster's state disk
             **({"flexStartInserts": [self.flex_insert_body(n, self.zones[0]) for n in self.node_names]}
                if self.flex_start else {"bulkInsert": self.bulk_insert_body(self.node_names)}),
             "notes": self.notes,
@@ -387,7 +389,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
                      installer_args=host.installer_args if host else (),
                      ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds,
                      prepull="" if spec.prepull in (None, "none") else spec.prepull,
-                     storage=bool(spec.filestore or spec.lustre or spec.hyperdisk_ml or spec.mounts))
+                     storage=bool(spec.filestore or spec.lustre or spec.hyperdisk_ml or spec.mounts),
+                     slurm=bool(spec.scheduler), slurm_device=slurm_state.DEVICE)
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",
@@ -410,9 +413,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             *autostop.metadata_items(spec.autostop, spec.autostop_down, region, project, spec.agent_image,
                                      spec.autostop_notify),
             # A Slurm cluster: the nodes run its daemons (gcpgpu/slurm/node.py) with the munge key that
-            # `up` keeps in Secret Manager; the metadata names the secret, never the key.
-            *([{"key": "gcpgpu-scheduler", "value": spec.scheduler},
-               {"key": "gcpgpu-slurm-munge", "value": munge.secret_name(project, name)}] if spec.scheduler else []),
+            # `up` keeps in Secret Manager (named, never the key), node 0 with the queue on its state disk.
+            *slurm_state.metadata_items(spec, project),
             # The Deep Learning VM installs the NVIDIA driver on first boot when asked to.
             *([{"key": "install-nvidia-driver", "value": "True"}] if setup.driver == "dlvm-metadata" else []),
         ]},

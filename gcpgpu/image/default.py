@@ -217,7 +217,8 @@ def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bo
     found = remembered(emulated=settings.emulator is not None, project=project, region=region, flavor=flavor)
     where = image_path(project, region)
     if found is None and dry_run:
-        say(f"{what}: the nodes' follower will run the newest {flavor}-* image in {where} (looked up then)")
+        runs = "Slurm daemons" if what == "--scheduler slurm" else "follower"
+        say(f"{what}: the nodes' {runs} will run the newest {flavor}-* image in {where} (looked up then)")
         return f"{where}:{flavor}-*"
     found = found or newest_in_registry(settings.clients, project, region, flavor)
     if not found:
@@ -227,9 +228,11 @@ def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bo
 
 
 def fill_follower_image(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:
-    """Give a ClusterSpec with autostop the image its follower runs from (a spec file's agent_image stands)."""
-    if spec.autostop is not None and not spec.agent_image:
-        spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run, say=say)
+    """Give a ClusterSpec with autostop the image its follower runs from, and a Slurm cluster's the image its
+    nodes run Slurm from (gcpgpu's image carries Slurm); a spec file's agent_image stands."""
+    if (spec.autostop is not None or spec.scheduler) and not spec.agent_image:
+        spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run, say=say,
+                                          what="autostop" if spec.autostop is not None else "--scheduler slurm")
 
 
 def fill_prepull(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:

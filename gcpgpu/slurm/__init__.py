@@ -8,8 +8,10 @@ Where slurmctld runs: on node 0, not on a controller VM of its own. The clusters
 reserved ones (calendar or DENSE reservations) that outlive their jobs: their node 0 goes away only
 to a host error or a `cluster down`, and recovery re-creates it under its name. A controller VM
 would add a machine type, quota, an image and a failure of its own to every cluster for the one
-case (a Spot cluster losing node 0). The price: while node 0 is away the queue is too. In the
-emulator StateSaveLocation is the emulator's own folder, so the re-created node 0 reads the queue
-back; on Google Cloud it would need a disk or bucket that outlives node 0 (not built yet). The laptop never talks to these daemons: it reaches
-them through Google's APIs only (instance metadata and guest attributes), as every gcpgpu job does.
+case (a Spot cluster losing node 0). The price: while node 0 is away the queue is too. It waits on
+the cluster's Slurm state disk (StateSaveLocation; gcpgpu/cluster/slurm_state.py), which `up` attaches
+to node 0 and to any node 0 made again under its name, so the new node 0 reads the queue back (on the
+emulator too: node 0's slurmctld keeps its state in the disk's folder). The laptop never talks to these
+daemons: it reaches them through Google's APIs only (instance metadata and guest attributes), as every
+gcpgpu job does.
 """

@@ -7,7 +7,8 @@ error can beat the DOWN by a moment) is requeued too. Then the cluster is brough
 `gcpgpu-spec` its nodes carry) by `cluster up`'s own code, under the cluster's lease: a stopped node is
 started, a deleted one re-created under its name and rank; its slurmd registers again and Slurm
 (ReturnToService=2) runs the requeued jobs there, which resume from their checkpoints. While node 0
-itself is away, nobody does this: the queue is away with it (gcpgpu/slurm/__init__.py says why).
+itself is away, nobody does this: the queue waits on its state disk until a `cluster up` (or `cluster
+repair`) makes node 0 again, which gets the disk back (gcpgpu/slurm/__init__.py says why).
 """
 
 from __future__ import annotations

@@ -7,9 +7,16 @@ then slurmd under the node's own name. It is their parent and their children's s
 that exits ends the others and this process (its supervisor starts it again), and when the VM goes
 every job step under slurmd goes with it, as on a machine that is switched off.
 
+On a real node the startup script's unit gcpgpu-slurm (templates/startup.sh.j2) runs this from gcpgpu's
+training image, which carries Slurm (containers/Dockerfile, one pinned version, so every node and the
+controller run the same one): host network (Slurm's own ports, the metadata server), host pid (so Slurm
+tracks its job steps, and a step's agent enters the host: task.py), --dir and --run-dir bound at the same
+paths, and on node 0 the cluster's Slurm state disk mounted at DIR/state (cluster/slurm_state.py), so the
+queue outlives node 0. Its defaults are what that unit gives it.
+
 In the emulator (--emulator) every node shares one host: --dir is the cluster's own folder there,
---port-base gives slurmctld its port and node r's slurmd port base + 1 + r, and the GPUs are links to
-/dev/null (Slurm needs a file per GPU). On a real node the same code runs with Slurm's own ports.
+--state-dir node 0's state disk's folder, --port-base gives slurmctld its port and node r's slurmd port
+base + 1 + r, and the GPUs are links to /dev/null (Slurm needs a file per GPU).
 """
 
 from __future__ import annotations
@@ -31,14 +38,14 @@ from pathlib import Path
 
 from gcpgpu.cluster.names import node_name
 from gcpgpu.cluster.observe import Node, observe_nodes
+from gcpgpu.cluster.slurm_state import MUNGE_KEY
 from gcpgpu.node import service
 
 from . import conf
 from .queue import QueueAgent
 
-SCHEDULER_KEY = "gcpgpu-scheduler"  # metadata: "slurm" on every node of a Slurm cluster
-MUNGE_KEY = "gcpgpu-slurm-munge"  # metadata: the Secret Manager secret that holds the key (its name only)
-DEFAULT_DIR = "/var/lib/gcpgpu-slurm"
+DEFAULT_DIR = "/var/lib/gcpgpu-slurm"  # templates/startup.sh.j2 binds it into the container at the same path
+STATE_DIR = "state"  # under --dir: where node 0's startup script mounts the Slurm state disk (cluster/slurm_state.py)
 DEFAULT_RUN_DIR = "/run/gcpgpu-slurm"
 SECRETMANAGER_URL = "https://secretmanager.googleapis.com"
 TOKEN_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
@@ -58,6 +65,16 @@ class Paths:
     root: Path
     node: str
     run: Path = Path(DEFAULT_RUN_DIR)  # short-lived files: munged's socket (a path under 108 bytes), key, pid
+    state_dir: Path | None = None  # slurmctld's StateSaveLocation; None: ROOT/state
+
+    @property
+    def state(self) -> Path:
+        return self.state_dir or self.root / STATE_DIR
+
+    @property
+    def jobs(self) -> Path:
+        """The jobs' files (queue.py): on every node at the same path, where a job's tasks read it."""
+        return self.root / "jobs"
 
     @property
     def own(self) -> Path:
@@ -85,9 +102,11 @@ def layout(cluster: str, nodes: list[Node], me: Node, paths: Paths, emulated: bo
     return conf.Layout(
         cluster=cluster, controller="localhost" if emulated else node_name(cluster, 0),
         nodes=conf.slurm_nodes(cluster, me.machine_type, count, topology, port_base),
-        state_dir=str(root / "state"), spool_dir=str(root / "spool"), run_dir=str(root / "run"),
+        state_dir=str(paths.state), spool_dir=str(root / "spool"), run_dir=str(root / "run"),
         log_dir=str(root / "log"), controller_port=port_base if port_base is not None else conf.CONTROLLER_PORT,
-        munge_socket=str(paths.munge_dir / "munge.sock") if emulated else None,
+        # munged of our own on every node, real or emulated: the image runs no system munged, and its key is
+        # the cluster's (Secret Manager), never a file of the image's.
+        munge_socket=str(paths.munge_dir / "munge.sock"),
         node_host="127.0.0.1" if emulated else None, emulated=emulated, gpu_dir=str(root / "gpus") if emulated else "/dev",
         slurmd_timeout=10 if emulated else 60)
 
@@ -95,7 +114,7 @@ def layout(cluster: str, nodes: list[Node], me: Node, paths: Paths, emulated: bo
 def write_files(lay: conf.Layout, paths: Paths, key: bytes) -> None:
     """The node's configuration files, its spool folder, the GPU stand-ins and the munge key (mode 400)."""
     paths.own.mkdir(parents=True, exist_ok=True)
-    for where in (lay.state_dir, lay.run_dir, lay.log_dir, f"{lay.spool_dir}/{paths.node}"):
+    for where in (lay.state_dir, lay.run_dir, lay.log_dir, f"{lay.spool_dir}/{paths.node}", paths.jobs):
         Path(where).mkdir(parents=True, exist_ok=True)
     if lay.emulated:
         gpus = Path(lay.gpu_dir)
@@ -205,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=DEFAULT_DIR, help=f"where the files go (default {DEFAULT_DIR})")
     parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR,
                         help=f"short-lived files, munged's socket among them (default {DEFAULT_RUN_DIR})")
+    parser.add_argument("--state-dir", help=f"slurmctld's state (node 0; default DIR/{STATE_DIR}, where the startup "
+                                            "script mounts the cluster's Slurm state disk)")
     parser.add_argument("--port-base", type=int, help="slurmctld's port; node r's slurmd gets base + 1 + r")
     args = service.add_emulator(parser).parse_args(argv)
     emulator = service.emulator_of(args)
@@ -218,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if not secret:
         say(f"metadata {MUNGE_KEY} is missing: not a Slurm cluster's node")
         return 1
-    paths = Paths(Path(args.dir), args.node, Path(args.run_dir))
+    paths = Paths(Path(args.dir), args.node, Path(args.run_dir), Path(args.state_dir) if args.state_dir else None)
     lay = layout(args.cluster, nodes, me, paths, emulated=emulator is not None, port_base=args.port_base)
     endpoint = f"http://{emulator}" if emulator else SECRETMANAGER_URL
     key = munge_key(secret, endpoint, None if emulator else _token())
@@ -227,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"rank {me.rank}: SLURM_CONF={paths.conf}")
         agent = None
         if me.rank == 0:  # beside slurmctld: hands queued jobs to sbatch, writes their states back
-            agent = QueueAgent(clients, args.project, args.cluster, paths.root / "jobs", paths.conf,
-                               emulator is not None, say, poll_s=1.0 if emulator else 5.0)
+            # A round is a Compute list, a metadata read and one scontrol (~10 ms of CPU in the emulator,
+            # where every job's submit, start, requeue and end waits for the next one).
+            agent = QueueAgent(clients, args.project, args.cluster, paths.jobs, paths.conf,
+                               emulator is not None, say, poll_s=0.25 if emulator else 5.0)
             threading.Thread(target=agent.run, name="slurm-queue-agent", daemon=True).start()
         try:
             return supervise(daemons(lay, paths, me.rank), lay.munge_socket, say)

@@ -168,7 +168,9 @@ class QueueAgent:
         job.update(emulated=self.emulated, project=self.project)
         job_file.write_text(json.dumps(job))
         script = self.jobs_dir / f"{rec['id']}.sh"
-        script.write_text(render("slurm_job.sh.j2", job_id=rec["id"], python=sys.executable, job_file=str(job_file)))
+        # On the emulator every node shares this folder; real nodes get the job through the script (sbcast).
+        script.write_text(render("slurm_job.sh.j2", job_id=rec["id"], python=sys.executable, job_file=str(job_file),
+                                 job_json="" if self.emulated else json.dumps(job)))
         queue = rec.get("queue") or {}
         done = self._slurm("sbatch", "--parsable", "-J", str(rec["id"]), "-p", str(queue.get("priority", "normal")),
                            "-N", str(queue.get("nodes", 1)), "--exclusive", "--requeue", "--open-mode=append",

@@ -13,7 +13,12 @@ In the emulator the node's container engine is the emulator's job agent, which G
 the job runs exactly as a cluster job without Slurm does there. On Google Cloud the task runs the node's
 job agent script (templates/job_agent.sh.j2, rendered as `job submit` renders it for a node without
 Slurm), which pulls and runs the job's container, mounts its buckets and output folders, and ends with
-the container's exit code; Slurm's SIGTERM stops the container.
+the container's exit code; Slurm's SIGTERM stops the container. The Slurm daemons run in gcpgpu's image
+(host network, host pid, privileged: templates/startup.sh.j2), so the task enters the host's mount, UTS,
+IPC and network namespaces first (nsenter --target 1, no fork: the pid namespace is the host's already,
+and Slurm's signals reach the agent itself): the agent then sees the host's docker, gcsfuse, shared
+mounts and local SSDs exactly as the job watcher's agent does. On a host that runs Slurm itself it
+enters its own namespaces, a no-op. (Unverified on Google Cloud: no real node has run it.)
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from gcpgpu.jobs.cluster import agent_script, resumed
 
 PORT_BASE = 29500
+ENTER_HOST = ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--"]
 ENGINE_ENV = "GCPGPU_SLURM_ENGINE"  # the emulator's container engine for its Slurm nodes
 
 
@@ -60,7 +66,7 @@ def command(job: dict, environ: dict[str, str], call_file: str) -> tuple[list[st
         rdzv = rendezvous(environ, False)
         script = agent_script(attempt, int(rdzv["NODE_RANK"]), int(rdzv["NNODES"]), rdzv["MASTER_ADDR"],
                               int(rdzv["MASTER_PORT"]), slurm=True)
-        return ["bash", call_file], script
+        return [*ENTER_HOST, "bash", call_file], script
     engine = environ.get(ENGINE_ENV)
     if not engine:
         return f"gcpgpu slurm task: {ENGINE_ENV} is not set: this node has no container engine to run the job"

@@ -25,9 +25,8 @@ from typing import Any
 
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.gcp.errors import is_not_found
 
-from . import entries
+from . import disks, entries
 
 KIND = "hyperdisk-ml"
 DEVICE = "gcpgpu-hdml"  # the device name every VM attaches it as: /dev/disk/by-id/google-gcpgpu-hdml
@@ -87,16 +86,7 @@ fi
 
 
 def _disks(clients: Clients) -> Any:
-    return clients.compute("DisksClient")
-
-
-def _get_disk(clients: Clients, project: str, zone: str, name: str) -> Any | None:
-    try:
-        return _disks(clients).get(project=project, zone=zone, disk=name)
-    except Exception as e:
-        if is_not_found(e):
-            return None
-        raise
+    return disks.client(clients)
 
 
 def ensure(clients: Clients, project: str, cluster: str, source: str, path: str, zone: str,
@@ -109,7 +99,7 @@ def ensure(clients: Clients, project: str, cluster: str, source: str, path: str,
 
     name = disk_name(cluster)
     full = f"projects/{project}/zones/{zone}/disks/{name}"
-    disk = _get_disk(clients, project, zone, name)
+    disk = disks.get(clients, project, zone, name)
     if disk is not None and disk.access_mode == "READ_ONLY_MANY":
         return entries.entry(KIND, full, path, device=DEVICE, ro=True)
     if disk is None:
@@ -190,27 +180,14 @@ def _wait_done(instances: Any, project: str, zone: str, vm: str) -> str:
 
 def attach(clients: Clients, entry: dict[str, Any], project: str, zone: str, node: str) -> Any | None:
     """Attach the entry's disk read-only to `node` unless it has it; the operation, or None."""
-    from gcpgpu.gcp.compute import compute_types
-
-    compute = compute_types()
-
-    instances = clients.compute("InstancesClient")
-    inst = instances.get(project=project, zone=zone, instance=node)
-    if any(d.source.endswith("/" + entry["name"]) for d in inst.disks):
-        return None
-    return instances.attach_disk(project=project, zone=zone, instance=node,
-                                 attached_disk_resource=compute.AttachedDisk(
-                                     source=entry["name"], device_name=DEVICE, mode="READ_ONLY"))
+    return disks.attach(clients, project, zone, node, entry["name"], DEVICE, "READ_ONLY")
 
 
 def owned(clients: Clients, project: str, labels: dict[str, str]) -> list[tuple[str, str]]:
-    """(KIND, projects/P/zones/Z/disks/N) of every disk carrying all of `labels`."""
-    out = []
-    for scope, listed in _disks(clients).aggregated_list(project=project):
-        for d in listed.disks:
-            if all(d.labels.get(k) == v for k, v in labels.items()):
-                out.append((KIND, f"projects/{project}/{scope}/disks/{d.name}"))
-    return out
+    """(KIND, projects/P/zones/Z/disks/N) of every Hyperdisk ML disk carrying all of `labels` (a cluster's other
+    disks, such as a Slurm cluster's state disk, are not file systems)."""
+    return [(KIND, name) for name in disks.owned(clients, project, labels,
+                                                  lambda d: str(d.type_).endswith(f"/diskTypes/{KIND}"))]
 
 
 def delete(clients: Clients, project: str, found: list[str], labels: dict[str, str], say: Say,
@@ -219,31 +196,15 @@ def delete(clients: Clients, project: str, found: list[str], labels: dict[str, s
     instances = clients.compute("InstancesClient")
     loaders = _loader_labels(labels)
     lines: list[str] = []
-    vms = [(scope.rsplit("/", 1)[-1], i) for scope, listed in instances.aggregated_list(project=project)
-           for i in listed.instances]
+    vms = disks.vms(clients, project)
+
+    def is_loader(inst: Any) -> bool:
+        return all(inst.labels.get(k) == v for k, v in loaders.items())
+
     for zone, inst in vms:
-        if all(inst.labels.get(k) == v for k, v in loaders.items()):
+        if is_loader(inst):
             say(f"Deleting loader VM {inst.name}")
             fence()
-            _quiet(lines, f"loader VM {inst.name}", instances.delete, project=project, zone=zone, instance=inst.name)
-    for name in found:
-        _, _, _, zone, _, disk = name.split("/")
-        for vz, inst in vms:
-            for d in inst.disks:
-                if d.source.endswith("/" + name) and not all(inst.labels.get(k) == v for k, v in loaders.items()):
-                    fence()
-                    _quiet(lines, f"{KIND} disk {name} on {inst.name}", instances.detach_disk, project=project,
-                           zone=vz, instance=inst.name, device_name=d.device_name)
-        say(f"Deleting {KIND} disk {disk}")
-        fence()
-        _quiet(lines, f"{KIND} disk {name}", _disks(clients).delete, project=project, zone=zone, disk=disk)
-    return lines
-
-
-def _quiet(lines: list[str], what: str, call: Callable[..., Any], **request: Any) -> None:
-    """call(**request) and wait; gone counts as done; any other failure is one line in `lines`."""
-    try:
-        call(**request).result()
-    except Exception as e:
-        if not is_not_found(e):
-            lines.append(f"{what}: {e}")
+            disks.quiet(lines, f"loader VM {inst.name}", instances.delete, project=project, zone=zone,
+                        instance=inst.name)
+    return lines + disks.delete(clients, project, found, KIND, say, fence, users=vms, skip=is_loader)

@@ -85,6 +85,14 @@ def run(nproc: int, args: list[str], *, module: str = "gcpgpu.trainer", env: dic
     return procs
 
 
+def run_many(nproc: int, *runs: list[str], timeout: float = HUNG_S) -> list[Proc]:
+    """One launch of nproc ranks that trains each trainer command line in turn, in one process group
+    (_train_many.py): for tests that compare runs, torch's start-up paid once per rank, not once per run."""
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    args = [a for i, r in enumerate(runs) for a in ([] if i == 0 else ["--then"]) + r]
+    return run(nproc, args, module="_train_many", env=env, timeout=timeout)
+
+
 def read_log(path: Path, kind: str | None = None) -> list[dict]:
     """Per-step records of a --log-json file, or its records of one kind ("summary", "checkpoint")."""
     return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == kind]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _trainer_helpers import TINY, losses, run
+from _trainer_helpers import TINY, losses
 
 torch = pytest.importorskip("torch")
 
@@ -106,10 +106,13 @@ def test_adamw_is_fused_on_cuda_and_foreach_on_cpu_unless_told():
 
 
 def test_the_chunked_and_plain_loss_train_alike_and_prefetch_changes_nothing(small_text, tmp_path):
+    from gcpgpu.trainer.train import train
+
     runs = {}
     for name, extra in (("chunked", ["--loss-chunk", "100"]), ("plain", ["--loss-chunk", "0", "--no-prefetch"])):
+        # The flags as the command line gives them, trained here: no process (and torch start-up) of their own.
         log = tmp_path / f"{name}.jsonl"
-        run(1, [*TINY, "--data", str(small_text), "--steps", "4", "--log-json", str(log), *extra])
+        train(parse_args([*TINY, "--data", str(small_text), "--steps", "4", "--quiet", "--log-json", str(log), *extra]))
         runs[name] = losses(log)
     assert runs["chunked"].keys() == runs["plain"].keys()
     for step, loss in runs["plain"].items():

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from _trainer_helpers import TINY, losses, read_log, run  # noqa: E402
+from _trainer_helpers import TINY, losses, read_log, run_many  # noqa: E402
 
 from gcpgpu.trainer.config import ConfigError, TrainConfig, check  # noqa: E402
 from gcpgpu.trainer.dist import DistEnv  # noqa: E402
@@ -33,16 +31,16 @@ def test_tp2_over_fsdp2_trains_like_one_process_and_resumes_on_its_mesh(small_te
     ref = train(cfg).losses  # one process, in this one
     ckpt = ["--ckpt-dir", str(tmp_path / "ckpt"), "--ckpt-every", "2"]
     tp = [*TINY, *steps, "--tp", "2", *ckpt]
-    run(4, [*tp, "--ckpt-mode", "async", "--ckpt-local-dir", str(tmp_path / "local"),
-            "--log-json", str(tmp_path / "tp.jsonl")])
+    # One launch of the 4 ranks: the run, then its resume from the step-2 save (the final one removed
+    # first, and the local copies with it); a resume builds its model and optimizer afresh and reads the save.
+    run_many(4, [*tp, "--ckpt-mode", "async", "--ckpt-local-dir", str(tmp_path / "local"),
+                 "--log-json", str(tmp_path / "tp.jsonl")],
+             ["--remove", str(tmp_path / "ckpt" / "step_00000003"), "--remove", str(tmp_path / "local"),
+              *tp, "--ckpt-mode", "sync", "--resume", "--log-json", str(tmp_path / "resumed.jsonl")])
     got = losses(tmp_path / "tp.jsonl")
     assert got.keys() == ref.keys() == {0, 1, 2} and ref[2] < ref[0]
     for step in ref:
         assert got[step] == pytest.approx(ref[step], rel=1e-5, abs=1e-6), (step, got, ref)
-    # Resume from the step-2 save (the final one removed, and the local copies with it).
-    shutil.rmtree(tmp_path / "ckpt" / "step_00000003")
-    shutil.rmtree(tmp_path / "local")
-    run(4, [*tp, "--ckpt-mode", "sync", "--resume", "--log-json", str(tmp_path / "resumed.jsonl")])
     (resume,) = read_log(tmp_path / "resumed.jsonl", "resume")
     assert resume["ckpt_step"] == 2
     assert losses(tmp_path / "resumed.jsonl") == {k: v for k, v in got.items() if k >= 2}

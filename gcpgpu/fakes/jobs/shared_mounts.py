@@ -103,6 +103,12 @@ class SharedStorage:
         return Mount(f"{kind} {name}", backend.folder_parts(name), target, bool(entry.get("ro")))
 
 
+def disk_folder_parts(project: str, zone: str, name: str, disk_id: object) -> tuple[str, ...]:
+    """A disk's folder under the emulator's storage root: its bytes, as a disk of its own (the id makes a disk
+    deleted and made again under its name a new, empty one)."""
+    return ("disks", project, zone, f"{name}-{disk_id}")
+
+
 def disk_resolver(compute: Any, root: Callable[[], Path]) -> Callable[[str, dict, Any], tuple[tuple[str, ...], bool]]:
     """SharedStorage.disk over the emulator's Compute: the Hyperdisk ML disk `name` must exist and be attached to
     the node (as `device`, when given); its folder ROOT/disks/PROJECT/ZONE/NAME-ID is made here."""
@@ -121,7 +127,7 @@ def disk_resolver(compute: Any, root: Callable[[], Path]) -> Callable[[str, dict
             raise PathRefused(f"{what}: not attached to {inst.get('name')}")
         if device is not None and attached[0].get("deviceName") != device:
             raise PathRefused(f"{what}: attached to {inst.get('name')} as {attached[0].get('deviceName')}, not {device}")
-        parts = ("disks", project, zone, f"{disk_name}-{disk['id']}")
+        parts = disk_folder_parts(project, zone, disk_name, disk["id"])
         root().joinpath(*parts).mkdir(parents=True, exist_ok=True)
         writable = attached[0].get("mode") == "READ_WRITE" and disk.get("accessMode") == "READ_WRITE_SINGLE"
         return parts, writable

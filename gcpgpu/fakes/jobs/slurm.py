@@ -7,8 +7,12 @@ through the runner for every RUNNING VM whose metadata says gcpgpu-scheduler=slu
 emulator: a VM that stops being RUNNING (stopped, deleted, preempted, a host error) loses its daemons and
 every job step under them at once (SIGKILL to the whole tree); one that exited while its VM runs is
 started again. Every node of one host shares 127.0.0.1, so each cluster gets a folder of its own under the
-emulator's storage (its controller's state, spool, logs, each node's slurm.conf) and a block of free ports
-(slurmctld's, then one per node); a cluster none of whose VMs exists any more loses both.
+emulator's storage (spool, logs, each node's slurm.conf) and a block of free ports (slurmctld's, then one
+per node); a cluster none of whose VMs exists any more loses both. Node 0's slurmctld keeps its state
+where the real one does: on the cluster's Slurm state disk (metadata gcpgpu-slurm-state names it; the
+emulator gives each disk a folder), and starts only once that disk is attached, as the real startup script
+waits for its device; so a node 0 made again under its name finds the queue there. A node 0 of a cluster
+without one keeps it in a folder of that VM's own, lost with the VM, as a boot disk is.
 The daemons' output goes to Cloud Logging as log `gcpgpu-slurm` of the VM. Their batch tasks run the
 job's process through the emulator's job agent, as `docker run` on a real node (slurm_engine.py).
 
@@ -31,7 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core import ApiError
 from .runner import LogLine, ReplicaSpec, Runner
+from .shared_mounts import disk_folder_parts
 from .slurm_engine import ENGINE_ENV, Engine
 from .vmlife import alive, keep_with_vms
 
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
 SCHEDULER_KEY = "gcpgpu-scheduler"  # gcpgpu.slurm.node's keys (fakes/ imports nothing of the tool)
 SIZE_KEY = "gcpgpu-nodes"
 CLUSTER_KEY = "gcpgpu-cluster"
+STATE_KEY = "gcpgpu-slurm-state"  # node 0's state disk (gcpgpu/cluster/slurm_state.py), attached as STATE_DEVICE
+STATE_DEVICE = "gcpgpu-slurm-state"
 LOG_NAME = "gcpgpu-slurm"
 MODULE = "gcpgpu.slurm.node"
 SCAN_S = 0.25
@@ -137,7 +145,7 @@ class SlurmNodes:
         live: dict[str, tuple[str, dict]] = {}
         present: set[tuple[str, str]] = set()
         for project in list(self.compute.projects):
-            for inst in self.compute.instance_summaries(project, (SCHEDULER_KEY, SIZE_KEY, CLUSTER_KEY)):
+            for inst in self.compute.instance_summaries(project, (SCHEDULER_KEY, SIZE_KEY, CLUSTER_KEY, STATE_KEY)):
                 if inst["metadata"].get(SCHEDULER_KEY) != "slurm":
                     continue
                 cluster = inst["metadata"].get(CLUSTER_KEY) or inst["labels"].get(CLUSTER_KEY)
@@ -175,9 +183,13 @@ class SlurmNodes:
         except ValueError:
             size = 1
         folder, run, base = self._cluster(project, cluster, size)
+        state = self._state_dir(project, inst, cluster, folder)
+        if state is None:
+            return  # node 0 waits for its state disk, as its startup script does: the next scan looks again
         run_id = f"slurm/{project}/{name}/{iid}/{time.monotonic_ns()}"
         argv = [sys.executable, "-m", MODULE, "--project", project, "--cluster", cluster, "--node", name,
-                "--dir", str(folder), "--run-dir", str(run), "--port-base", str(base), "--emulator", address]
+                "--dir", str(folder), "--run-dir", str(run), "--port-base", str(base), "--emulator", address,
+                "--state-dir", str(state)]
 
         def describe(line: LogLine) -> dict:
             return {"logName": f"projects/{project}/logs/{LOG_NAME}",
@@ -189,3 +201,27 @@ class SlurmNodes:
         env = {"GCPGPU_EMULATOR": address, **({ENGINE_ENV: self.engine.command()} if self.engine else {})}
         self.runner.start(run_id, [ReplicaSpec(name, argv, env)], describe=describe)
         self.runs[iid] = (run_id, project, name)
+
+    def _state_dir(self, project: str, inst: dict, cluster: str, folder: Path) -> Path | None:
+        """Where the node's slurmctld keeps the queue. Node 0 of a cluster with a state disk: that disk's folder,
+        once the disk is attached (None until then); node 0 without one: its boot disk, a folder of this VM's
+        own, so a node 0 made again starts with an empty queue, as a real one would. Other nodes run no
+        slurmctld: the cluster's folder."""
+        if inst["name"] != f"{cluster}-0":
+            return folder / "state"
+        disk_key = inst["metadata"].get(STATE_KEY)
+        if not disk_key:
+            return folder / "boot" / str(inst["id"]) / "state"
+        zone = inst["zone"]
+        try:
+            body = self.compute.get(project, f"zones/{zone}/instances", inst["name"])
+            attached = next((d for d in body.get("disks", []) if d.get("deviceName") == STATE_DEVICE), None)
+            if attached is None:
+                return None
+            name = str(attached["source"]).rsplit("/", 1)[-1]
+            disk = self.compute.get(project, f"zones/{zone}/disks", name)
+        except ApiError:
+            return None
+        path = self.root().joinpath(*disk_folder_parts(project, zone, name, disk["id"]))
+        path.mkdir(parents=True, exist_ok=True)
+        return path
