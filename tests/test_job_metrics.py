@@ -61,7 +61,9 @@ def test_a_cluster_jobs_trainer_numbers_reach_monitoring(gcp, tmp_path):
     steps = [r for r in records if "loss" in r]  # the last line is the run's summary
     assert [r["step"] for r in steps] == [0, 1, 2, 3]
     series = trainer_series(gcp)
-    assert {"loss", "step", "tokens_per_s", "tokens_per_s_per_gpu", "step_time"} <= set(series), sorted(series)
+    said = [line.text for line in run.log_lines() if "gcpgpu-metrics-reporter" in line.text]
+    assert {"loss", "step", "tokens_per_s", "tokens_per_s_per_gpu", "step_time"} <= set(series), (
+        sorted(series), f"reporter exit {reporter.returncode}", said)  # why, when it fails under load
     loss = series["loss"]
     assert loss.project == "test-proj" and loss.resource_type == "generic_task"
     assert {k: loss.resource_labels[k] for k in ("namespace", "job", "task_id", "location")} == {

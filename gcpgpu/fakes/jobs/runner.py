@@ -62,7 +62,10 @@ _LOADS_CODE = re.compile(r"LD_\w*|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|BASH_EN
 # Keep what the captured log holds per run bounded (a long --follow demo must not grow forever).
 MAX_LINES = 20000
 STOP_GRACE_S = 5.0
-SIDECAR_STOP_S = 20.0  # the reporter's last write may take up to its 10 s timeout
+# What the training image's entrypoint gives the reporter after the trainer ends (stop_reporter: 300 tenths
+# of a second) before it SIGKILLs it: its stop may join a write in flight and then make a last one, each up
+# to its 10 s timeout, so 20 s was less than the reporter can need on a loaded node.
+SIDECAR_STOP_S = 30.0
 FAMILY_SCAN_S = 0.5  # how often a running replica's processes are listed (/proc), so its orphans can be killed
 
 
