@@ -102,3 +102,37 @@ def test_an_autostop_judged_while_a_submit_delivers_waits_and_then_finds_the_job
     assert judge(c, node, said) is None  # the next round finds the job just accepted
     assert [n.status for n in observe_nodes(c, PROJECT, "race")] == ["RUNNING"]
     assert json.loads(cli("--format", "json", "job", "status", job_id).stdout)["state"] in ("PENDING", "RUNNING")
+
+
+class Contended(BaseException):
+    """Raised where a follower would try to take the cluster's lead (BaseException: its loop catches Exception)."""
+
+
+@pytest.mark.parametrize("fate", ["deleted", "replaced"])
+def test_a_follower_whose_vm_is_gone_does_not_take_the_lead_again(gcp, monkeypatch, fate):
+    """The race an autostop down had under load: a deleted node's follower, still running until its VM's
+    processes are killed, took the lead lease again right after the judge let go of every lease, and the
+    lease outlived the cluster. Compute's word on its own VM (by instance id) now ends it first."""
+    from gcpgpu.jobs import follower
+
+    up = ("cluster", "up", "going", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+          "--no-placement", "--yes")
+    assert cli(*up).exit_code == 0
+    c = clients(gcp)
+    first, second = sorted(observe_nodes(c, PROJECT, "going"), key=lambda n: n.name)
+
+    def contend(_lead):
+        raise Contended
+
+    monkeypatch.setattr(follower, "lead", contend)
+    said: list[str] = []
+    with pytest.raises(Contended):  # a follower on a RUNNING node of its own id contends, as before
+        agent.serve(c, PROJECT, "going", second.name, 0.01, said.append, node_id=second.id)
+    c.compute("InstancesClient").delete(project=PROJECT, zone=second.zone, instance=second.name).result()
+    if fate == "replaced":  # `up` again makes a new VM of the same name (a repair or a recovery does so)
+        assert cli(*up).exit_code == 0
+        (again,) = [n for n in observe_nodes(c, PROJECT, "going") if n.name == second.name]
+        assert again.id != second.id and again.status == "RUNNING"
+    assert agent.serve(c, PROJECT, "going", second.name, 0.01, said.append, node_id=second.id) == 0
+    assert said[-1] == f"node {second.name} is gone: not leading any more"
+    assert first.status == "RUNNING"

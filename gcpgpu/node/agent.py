@@ -146,24 +146,40 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
 
 
 def serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float,
-          say: Callable[[str], None]) -> int:
-    """Lead when nobody does; follow the cluster's job; judge its autostop. Ends when the cluster is gone."""
+          say: Callable[[str], None], node_id: str = "") -> int:
+    """Lead when nobody does; follow the cluster's job; judge its autostop. Ends when the cluster is gone,
+    or when Compute no longer has this node (instance `node_id`, when known) RUNNING."""
     lead = follower.leadership(clients, project, cluster, f"node {node}")
     try:
-        return _serve(clients, project, cluster, node, poll_s, say, lead)
+        return _serve(clients, project, cluster, node, poll_s, say, lead, node_id)
     finally:  # the node is going (SIGTERM) or the cluster is gone: the lead is another node's at once
         lead.release()
 
 
+def going(nodes: list[Node], node: str, node_id: str) -> str | None:
+    """Why this follower's own VM is going (deleted, replaced under its name, or not RUNNING), else None.
+    A VM's services run on for a while after Compute began deleting or stopping it (its shutdown): a
+    follower there must not take the lead again, least of all after an autostop's judge let go of every
+    lease right before deleting the last node."""
+    mine = next((n for n in nodes if n.name == node), None)
+    if mine is None or (node_id and mine.id and mine.id != node_id):
+        return "gone"
+    return None if mine.status == "RUNNING" else mine.status
+
+
 def _serve(clients: Clients, project: str, cluster: str, node: str, poll_s: float, say: Callable[[str], None],
-           lead: Lease) -> int:
+           lead: Lease, node_id: str = "") -> int:
     done: set[str] = set()  # jobs this follower saw end (or gave up on)
     idle = autostop.IdleClock()
     while True:
         try:
             if lead.lost:  # another follower leads now: contend again, as a newcomer
                 lead = follower.leadership(clients, project, cluster, f"node {node}")
-            if not observe_nodes(clients, project, cluster):
+            nodes = observe_nodes(clients, project, cluster)
+            if not nodes:
+                return 0
+            if (why := going(nodes, node, node_id)) is not None:
+                say(f"node {node} is {why.lower()}: not leading any more")
                 return 0
             if follower.lead(lead):
                 found = follower.current_job(clients, project, cluster)
@@ -197,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     if mine is not None:  # this VM (the one RUNNING now under this name): the leases taken here name it
         leases.on_node(mine.name, mine.zone, mine.id)
     try:
-        return serve(clients, args.project, args.cluster, args.node, args.poll, say)
+        return serve(clients, args.project, args.cluster, args.node, args.poll, say,
+                     mine.id if mine is not None else "")
     except KeyboardInterrupt:
         say("the node is going: handed the lead over")
         return 0
