@@ -93,15 +93,30 @@ def job_logs_of(script: str, cluster: str = "c", project: str = PROJECT, region:
     return logs.output
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05) -> Any:
-    """Poll `predicate` until it returns something truthy and return that; fail the test after `timeout` s."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05,
+             explain: Callable[[], str] | None = None) -> Any:
+    """Poll `predicate` until it returns something truthy and return that; fail the test after `timeout` s,
+    saying what `explain()` (when given) says of the state things were left in."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{explain()}" if explain else ""))
+
+
+def emulator_threads(*names: str) -> str:
+    """The stacks of this process's threads whose names start with one of `names` (what a watcher is stuck in)."""
+    import sys
+    import traceback
+
+    frames = sys._current_frames()
+    out = []
+    for t in threading.enumerate():
+        if t.name.startswith(names) and t.ident in frames:
+            out.append(f"thread {t.name}:\n" + "".join(traceback.format_stack(frames[t.ident])))
+    return "\n".join(out) or f"no thread named {', '.join(names)}"
 
 
 def alive(pid: int) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import PROJECT, leftovers, make_plan, wait_for
+from helpers import PROJECT, alive, emulator_threads, leftovers, make_plan, wait_for
 
 from gcpgpu.cli import main
 from gcpgpu.fakes.jobs.shared_mounts import disk_folder_parts
@@ -97,16 +97,29 @@ def test_a_slurm_clusters_nodes_run_slurm_a_lost_vm_takes_its_slurmd_and_down_le
     folder = gcp.jobs.slurm.folder(PROJECT, "q")
     run = gcp.jobs.slurm.run_folder(PROJECT, "q")
     assert set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}
-    # A VM that goes takes its daemons with it, and Slurm sees the node stop answering.
+    # A VM that goes takes its daemons with it. Node 0's keeper may make a new q-1 at once (a lost node is
+    # replaced), whose daemons start under the same name: so this waits for the lost VM's own run and processes.
+    lost = gcp.jobs.slurm.running()["q-1"]
+    pids = [pid for pid, line in slurm_pids(folder, run).items() if "q-1" in line]
+    assert pids
     gcp.compute.delete(PROJECT, "zones/us-central1-a/instances", "q-1")
-    wait_for(lambda: set(gcp.jobs.slurm.running()) == {"q-0"}, timeout=120, what="q-1's daemons gone")
-    wait_for(lambda: not [c for c in slurm_pids(folder, run).values() if "q-1" in c], timeout=120,
-             what="no process of q-1 left")
+    wait_for(lambda: lost not in gcp.jobs.slurm.running().values(), timeout=120, what="the lost q-1's daemons gone",
+             explain=lambda: watcher_state(gcp))
+    wait_for(lambda: not [p for p in pids if alive(p)], timeout=120, what="no process of the lost q-1 left")
     assert [c for c in slurm_pids(folder, run).values() if "slurmctld" in c]  # node 0's controller goes on
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
     wait_for(lambda: not slurm_pids(folder, run), timeout=120, what="no Slurm process of the cluster left")
     assert secrets(gcp) == [] and leftovers(gcp) == {}
     wait_for(lambda: not folder.exists() and not run.exists(), timeout=10, what="the cluster's Slurm folders gone")
+
+
+def watcher_state(gcp) -> str:
+    """What the emulator's Slurm watcher holds and sees, and where its thread is: said when a wait on it fails."""
+    slurm = gcp.jobs.slurm
+    runs = {iid: (name, getattr(gcp.jobs.runner.get(run_id), "state", None), run_id)
+            for iid, (run_id, _p, name) in dict(slurm.runs).items()}
+    vms = {i["name"]: i["status"] for i in gcp.compute.instance_summaries(PROJECT)}
+    return f"runs {runs}\nVMs {vms}\n{emulator_threads('emulator-slurm')}"
 
 
 QUICK = ["--model", "tiny", "--steps", "3", "--seq-len", "16", "--batch-size", "2"]
