@@ -18,6 +18,8 @@ TORCHRUN = "torch.distributed.run"
 
 
 def main() -> int:
+    # Imported ahead (the emulator's forkserver preloads it), it would make runpy warn on stderr before it runs.
+    sys.modules.pop(TORCHRUN, None)
     try:
         runpy.run_module(TORCHRUN, run_name="__main__", alter_sys=True)
     except SystemExit as e:

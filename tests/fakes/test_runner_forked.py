@@ -150,7 +150,8 @@ def test_the_forkserver_preloads_the_compute_services_its_helpers_use_not_the_wh
         print(json.dumps({{"services": sorted(m[len(prefix):] for m in sys.modules
                                               if m.startswith(prefix) and m.count(".") == 4),
                           "whole_package": "InstancesClient" in package,
-                          "monitoring": "google.cloud.monitoring_v3" in sys.modules}}))
+                          "monitoring": "google.cloud.monitoring_v3" in sys.modules,
+                          "torch": "torch.distributed.elastic.agent.server.api" in sys.modules}}))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     got = json.loads(out.splitlines()[-1])
@@ -158,3 +159,33 @@ def test_the_forkserver_preloads_the_compute_services_its_helpers_use_not_the_wh
     assert {"instances", "projects", "zone_operations", "region_operations", "global_operations"} <= set(got["services"])
     assert len(got["services"]) < 20
     assert got["monitoring"]
+    assert got["torch"]  # the emulator's torchrun starts with torch imported
+
+
+@pytest.mark.parametrize(("worker_code", "state", "code"), [(0, "succeeded", 0), (3, "failed", 1)])
+def test_the_emulators_torchrun_is_forked_warm_and_ends_as_torchrun_does(tmp_path, monkeypatch, worker_code, state,
+                                                                         code):
+    """A bundled-trainer node's launcher (gcpgpu.trainer.torchrun) comes from the forkserver, which imported torch
+    once; torchrun still starts its worker as a process of its own, and its exit code and failure report are
+    torchrun's. No runpy warning about a preloaded module reaches the log."""
+    from gcpgpu.trainer.argv import TORCHRUN_MODULE
+
+    monkeypatch.delenv("GCPGPU_EMULATOR_FORK", raising=False)
+    worker = tmp_path / "worker.py"
+    worker.write_text(f"import os, sys\nprint('rank', os.environ['RANK'], os.getppid(), flush=True)\n"
+                      f"sys.exit({worker_code})\n")
+    runner = Runner(root=tmp_path / "runs")
+    try:
+        run = runner.start("job-1", [ReplicaSpec("node-0", [sys.executable, "-m", TORCHRUN_MODULE, "--standalone",
+                                                            "--nproc-per-node", "1", str(worker)], {})])
+        assert run.wait(300), [line.text for line in run.log_lines()]
+        texts = [line.text for line in run.log_lines()]
+        assert isinstance(run.replicas[0].popen, forked.Forked)
+        assert run.state == state and run.replicas[0].returncode == code, texts
+        (started,) = [t for t in texts if t.startswith("rank 0 ")]
+        assert int(started.split()[2]) == run.pids()[0]  # torchrun's own child, not a fork of the template
+        assert not [t for t in texts if "RuntimeWarning" in t], texts
+        if worker_code:
+            assert any("ChildFailedError" in t for t in texts) and any("exitcode  : 3" in t for t in texts), texts
+    finally:
+        runner.reset()

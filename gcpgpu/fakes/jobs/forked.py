@@ -4,6 +4,9 @@ A node agent, a Slurm node's supervisor and a metrics reporter are each `python 
 interpreter that spends about 3 s of CPU importing gcpgpu and Google's clients (compute_v1's whole
 package alone takes 2) before it does anything. An emulated cluster starts one agent per node, again after every preemption,
 and a reporter beside every job, so on a small machine those imports were much of a test run's CPU.
+The same holds for the launcher each node of a bundled-trainer job starts (gcpgpu.trainer.torchrun:
+torchrun's own code), which spends about 1.6 s of CPU importing torch before it launches its worker; its
+workers are still started by torchrun itself, as fresh interpreters, exactly as on a real node.
 
 Here they are forked instead from one forkserver per emulator process (multiprocessing's, which
 imported PRELOAD once when first asked). Each child is still a process of its own, as on a real node:
@@ -31,10 +34,13 @@ from multiprocessing import reduction
 from pathlib import Path
 from typing import Any
 
-MODULES = ("gcpgpu.node.agent", "gcpgpu.node.reporter", "gcpgpu.slurm.node")
-# Imported once by the forkserver: the modules, and the Google clients they load when they first call
-# (gcpgpu.node.warm: the few Compute services they use, not all of google.cloud.compute_v1's ~100).
-PRELOAD = (*MODULES, "gcpgpu.gcp.clients", "gcpgpu.node.warm", __name__)
+from gcpgpu.trainer.argv import TORCHRUN_MODULE
+
+MODULES = ("gcpgpu.node.agent", "gcpgpu.node.reporter", "gcpgpu.slurm.node", TORCHRUN_MODULE)
+# Imported once by the forkserver: the modules, the Google clients they load when they first call
+# (gcpgpu.node.warm: the few Compute services they use, not all of google.cloud.compute_v1's ~100), and
+# torchrun's code with torch (where torch is installed: multiprocessing skips a preload it cannot import).
+PRELOAD = (*MODULES, "gcpgpu.gcp.clients", "gcpgpu.node.warm", "torch.distributed.run", __name__)
 _PR_SET_PDEATHSIG = 1
 
 _lock = threading.Lock()
@@ -161,6 +167,9 @@ def _child(module: str, args: list[str], env: dict[str, str], cwd: str, out: int
     os.write(ready, b"x")
     os.close(ready)
     sys.argv = [str(Path(module.replace(".", "/")).name), *args]
+    # Preloaded, the module itself would be found in sys.modules by runpy, which then warns on stderr (a line in
+    # every helper's log) that running it again "may result in unpredictable behaviour". Its imports stay loaded.
+    sys.modules.pop(module, None)
     code = 0
     try:
         import runpy
