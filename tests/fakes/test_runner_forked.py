@@ -189,3 +189,39 @@ def test_the_emulators_torchrun_is_forked_warm_and_ends_as_torchrun_does(tmp_pat
             assert any("ChildFailedError" in t for t in texts) and any("exitcode  : 3" in t for t in texts), texts
     finally:
         runner.reset()
+
+
+def test_a_vertex_replicas_launcher_is_forked_and_a_training_process_is_not(tmp_path, monkeypatch):
+    """With CLUSTER_SPEC, `python -m gcpgpu.trainer` is Vertex AI's launcher (torchrun in its own process): it comes
+    from the forkserver. Without it (a worker, or a cluster job whose command is the trainer), it trains, and
+    starts fresh, so torch reads its environment at import as on a node."""
+    from gcpgpu.trainer.argv import MODULE
+
+    monkeypatch.delenv("GCPGPU_EMULATOR_FORK", raising=False)
+    argv = [sys.executable, "-m", MODULE, "--model", "tiny", "--steps", "2", "--seq-len", "16", "--batch-size", "2",
+            "--data", "synthetic"]
+    spec = json.dumps({"cluster": {"workerpool0": [f"127.0.0.1:{_free_port()}"]}, "environment": "cloud",
+                       "task": {"type": "workerpool0", "index": 0, "trial": ""}, "job": "{}"})
+    assert forked.module_of(argv, {"CLUSTER_SPEC": spec}) == MODULE
+    assert forked.module_of(argv, {"CLUSTER_SPEC": spec, "LOCAL_RANK": "0"}) is None
+    assert forked.module_of(argv, {}) is None and forked.module_of(argv) is None
+    runner = Runner(root=tmp_path / "runs")
+    try:
+        run = runner.start("vertex-1", [ReplicaSpec("workerpool0-0", argv, {
+            "CLUSTER_SPEC": spec, "GCPGPU_NPROC_PER_NODE": "1", "GCPGPU_TRAINER_ALLOW_CPU": "1"})])
+        assert run.wait(300)
+        texts = [line.text for line in run.log_lines()]
+        assert isinstance(run.replicas[0].popen, forked.Forked)
+        assert run.state == "succeeded", texts
+        assert any(t.startswith("gcpgpu.trainer: CLUSTER_SPEC -> torchrun ") for t in texts), texts
+        assert not [t for t in texts if "RuntimeWarning" in t], texts
+    finally:
+        runner.reset()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -5,8 +5,10 @@ interpreter that spends about 3 s of CPU importing gcpgpu and Google's clients (
 package alone takes 2) before it does anything. An emulated cluster starts one agent per node, again after every preemption,
 and a reporter beside every job, so on a small machine those imports were much of a test run's CPU.
 The same holds for the launcher each node of a bundled-trainer job starts (gcpgpu.trainer.torchrun:
-torchrun's own code), which spends about 1.6 s of CPU importing torch before it launches its worker; its
-workers are still started by torchrun itself, as fresh interpreters, exactly as on a real node.
+torchrun's own code), which spends about 1.6 s of CPU importing torch before it launches its worker, and
+for a Vertex AI replica's `python -m gcpgpu.trainer` (with CLUSTER_SPEC it is that launcher: it runs
+torchrun in its own process). Their workers are still started by torchrun itself, as fresh interpreters,
+exactly as on a real node, so torch reads each worker's environment as it imports.
 
 Here they are forked instead from one forkserver per emulator process (multiprocessing's, which
 imported PRELOAD once when first asked). Each child is still a process of its own, as on a real node:
@@ -34,6 +36,7 @@ from multiprocessing import reduction
 from pathlib import Path
 from typing import Any
 
+from gcpgpu.trainer.argv import MODULE as TRAINER_MODULE
 from gcpgpu.trainer.argv import TORCHRUN_MODULE
 
 MODULES = ("gcpgpu.node.agent", "gcpgpu.node.reporter", "gcpgpu.slurm.node", TORCHRUN_MODULE)
@@ -51,9 +54,14 @@ def enabled() -> bool:
     return sys.platform.startswith("linux") and os.environ.get("GCPGPU_EMULATOR_FORK", "1") != "0"
 
 
-def module_of(argv: list[str]) -> str | None:
-    """The module of a `python -m MODULE ...` line this process's Python would run, when it is one of MODULES."""
-    if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2] in MODULES:
+def module_of(argv: list[str], env: dict[str, str] | None = None) -> str | None:
+    """The module of a `python -m MODULE ...` line this process's Python would run, when it is one of MODULES,
+    or the bundled trainer when `env` makes it Vertex AI's launcher (CLUSTER_SPEC, not yet a worker)."""
+    if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
+        return None
+    if argv[2] in MODULES:
+        return argv[2]
+    if argv[2] == TRAINER_MODULE and env is not None and "CLUSTER_SPEC" in env and "LOCAL_RANK" not in env:
         return argv[2]
     return None
 
@@ -110,7 +118,7 @@ class Forked:
 def start(argv: list[str], env: dict[str, str], cwd: str | os.PathLike) -> Forked:
     """Fork `argv` (a `python -m MODULE ...` line module_of() accepts) from the forkserver; it returns once
     the child is in its own session, with its output going to the pipes returned."""
-    module = module_of(argv)
+    module = module_of(argv, env)
     if module is None:
         raise ValueError(f"not a forkable command: {argv[:3]}")
     out_r, out_w = os.pipe()
@@ -167,9 +175,11 @@ def _child(module: str, args: list[str], env: dict[str, str], cwd: str, out: int
     os.write(ready, b"x")
     os.close(ready)
     sys.argv = [str(Path(module.replace(".", "/")).name), *args]
-    # Preloaded, the module itself would be found in sys.modules by runpy, which then warns on stderr (a line in
-    # every helper's log) that running it again "may result in unpredictable behaviour". Its imports stay loaded.
-    sys.modules.pop(module, None)
+    # Preloaded, the module run (a package's __main__) would be found in sys.modules by runpy, which then warns on
+    # stderr (a line in every helper's log) that running it again "may result in unpredictable behaviour". What it
+    # imports stays loaded.
+    package = hasattr(sys.modules.get(module), "__path__")
+    sys.modules.pop(f"{module}.__main__" if package else module, None)
     code = 0
     try:
         import runpy

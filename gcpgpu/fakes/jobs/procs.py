@@ -16,7 +16,7 @@ from . import forked
 def spawn(argv: list[str], env: dict[str, str], cwd: str | os.PathLike, fds: list[int]) -> subprocess.Popen | forked.Forked:
     """A replica's or sidecar's process, in its own session with its output piped: forked from the emulator's
     template process when it is one of gcpgpu's own helpers (forked.py), else a fresh subprocess."""
-    if not fds and forked.enabled() and forked.module_of(argv):
+    if not fds and forked.enabled() and forked.module_of(argv, env):
         return forked.start(argv, env, cwd)
     # It dies with the emulator's process, even one killed outright (a missing program still fails as itself).
     setpriv = shutil.which("setpriv")
