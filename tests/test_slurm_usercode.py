@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import wait_for
+from helpers import PROJECT, wait_for
 from test_job_user_command import (
     BUCKET,
     LAUNCH,
@@ -53,4 +53,7 @@ def test_users_script_on_a_slurm_cluster_sees_its_workdir_setup_mounts_secret_an
 
     logs = wait_for(said, timeout=60, what="the script's words in job logs")
     assert "unpacked into /workdir" in logs
+    # What the nodes' tasks wrote to their batch output: no runpy warning from the engine client they run.
+    outs = [f.read_text() for f in gcp.jobs.slurm.folder(PROJECT, "s").rglob("*.out")]
+    assert outs and not [o for o in outs if "RuntimeWarning" in o], outs
     assert cli("cluster", "down", "s", "--yes").exit_code == 0

@@ -2,7 +2,7 @@
 
 On Google Cloud, gcpgpu's Slurm task (gcpgpu/slurm/task.py) runs the job's container on its node as the
 node's job agent runs it (templates/job_agent.sh.j2). Here every node's "Docker" is the emulator's job
-agent (agent.py): the task runs `python -m gcpgpu.fakes.jobs.slurm_engine SOCKET CALL.json` (the command
+agent (agent.py): the task runs `python -m gcpgpu.fakes.engine_call SOCKET CALL.json` (the command
 GCPGPU_SLURM_ENGINE names; slurm.py sets it for the nodes' daemons and sbatch hands it on to the tasks),
 which passes the call (the job record as that attempt runs it, the node, its rank and the node count of
 Slurm's allocation) over a unix socket to this emulator. The agent then runs the node's process exactly
@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import shlex
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -39,6 +37,9 @@ ENGINE_ENV = "GCPGPU_SLURM_ENGINE"  # gcpgpu/slurm/task.py reads it
 POLL_S = 0.2
 
 
+CLIENT = "gcpgpu.fakes.engine_call"  # outside this package: a task's start imports none of the job emulator
+
+
 class Engine:
     """Serves the Slurm tasks' calls of one emulator."""
 
@@ -50,7 +51,7 @@ class Engine:
 
     def command(self) -> str:
         """What a task runs, followed by its call file (GCPGPU_SLURM_ENGINE)."""
-        return shlex.join([sys.executable, "-m", __name__, str(self._serving())])
+        return shlex.join([sys.executable, "-m", CLIENT, str(self._serving())])
 
     def _serving(self) -> Path:
         with self._lock:
@@ -107,34 +108,3 @@ class Engine:
             self.agent.stop(found["id"], run_id)  # "stop" (a SIGTERM to the task), or the task is gone
             if not asked:
                 return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m gcpgpu.fakes.jobs.slurm_engine SOCKET CALL.json", file=sys.stderr)
-        return 2
-    with open(args[1]) as f:
-        call = f.read()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(args[0])
-
-    def stop(_signum: int, _frame: object) -> None:
-        conn.sendall(b"stop\n")  # the process stops; its end comes back as usual
-
-    signal.signal(signal.SIGTERM, stop)
-    conn.sendall(call.encode().rstrip(b"\n") + b"\n")
-    reply = conn.makefile("rb").readline()
-    try:
-        said = json.loads(reply) if reply else {"exit": 1, "error": "the emulator went away"}
-    except ValueError:
-        said = {"exit": 1, "error": "the emulator's answer was not understood"}
-    if said.get("error"):
-        print(f"gcpgpu emulator: {said['error']}", file=sys.stderr, flush=True)
-    code = int(said.get("exit", 1))
-    return code if 0 <= code < 256 else 1
-
-
-if __name__ == "__main__":
-    os.umask(0o077)
-    sys.exit(main())
