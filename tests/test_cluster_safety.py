@@ -335,19 +335,20 @@ def test_race_second_starts_mid_bulkinsert(gcp, second_waits):
     p = make_plan(nodes=4)
     told = Waiting()
     b = Cluster(clients(gcp), PROJECT, told)
-    second: list = []
+    second: list = []  # B's result (its nodes, or the LeaseHeld it was refused with), once it has one
+    threads: list[threading.Thread] = []
 
     def start_second() -> None:
         t = threading.Thread(target=lambda: second.append(_catch(lambda: b.up(p, wait_for_lease=second_waits))))
+        threads.append(t)
         t.start()
-        second.append(t)
         # B is now blocked on (or refused by) the lease while A's bulkInsert runs
-        wait_for(lambda: told.busy() or len(second) > 1, timeout=120, what="B finding the lease held")
+        wait_for(lambda: told.busy() or second, timeout=120, what="B finding the lease held")
 
     a = Cluster(clients(gcp), PROJECT, Hook("instances", start_second))
     nodes = a.up(p)
-    second[0].join(timeout=120)
-    result = second[1]
+    threads[0].join(timeout=120)
+    (result,) = second
     assert [n.name for n in nodes] == ["c-0", "c-1", "c-2", "c-3"]
     if second_waits:
         assert [n.name for n in result] == ["c-0", "c-1", "c-2", "c-3"]
