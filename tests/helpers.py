@@ -119,6 +119,15 @@ def emulator_threads(*names: str) -> str:
     return "\n".join(out) or f"no thread named {', '.join(names)}"
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` is running: a zombie (exited, not yet reaped) is not."""
     try:

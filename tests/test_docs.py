@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import free_port
 
 from gcpgpu.fakes.jobs.slurm import slurm_installed
 
@@ -292,14 +293,6 @@ def test_readme_code_block_runs_on_the_emulator_and_reaches_nothing_else(lines, 
     assert guard.problems() + [f"in-process: {r}" for r in here] == []
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_readme_emulator_blocks_run_as_shown(tmp_path):
     """The emulator section's two blocks, in two shells as the README says, on a free port instead of 8085
@@ -310,7 +303,7 @@ def test_readme_emulator_blocks_run_as_shown(tmp_path):
     blocks = {lines[0]: lines for _, lines in readme_blocks()}
     start = blocks["gcpgpu emulator start --port 8085"]
     point = blocks["export GCPGPU_EMULATOR=127.0.0.1:8085"]
-    port = str(_free_port())
+    port = str(free_port())
     guard = Guard(tmp_path / "guard")
     env = guard.env(ROOT)
     server = subprocess.Popen(["bash", "-c", "exec " + start[0].replace("8085", port)], env=env, cwd=tmp_path,

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
+from helpers import free_port, wait_for
 
 from gcpgpu.fakes.jobs import forked
 from gcpgpu.fakes.jobs.procs import start_time
@@ -200,7 +200,7 @@ def test_a_vertex_replicas_launcher_is_forked_and_a_training_process_is_not(tmp_
     monkeypatch.delenv("GCPGPU_EMULATOR_FORK", raising=False)
     argv = [sys.executable, "-m", MODULE, "--model", "tiny", "--steps", "2", "--seq-len", "16", "--batch-size", "2",
             "--data", "synthetic"]
-    spec = json.dumps({"cluster": {"workerpool0": [f"127.0.0.1:{_free_port()}"]}, "environment": "cloud",
+    spec = json.dumps({"cluster": {"workerpool0": [f"127.0.0.1:{free_port()}"]}, "environment": "cloud",
                        "task": {"type": "workerpool0", "index": 0, "trial": ""}, "job": "{}"})
     assert forked.module_of(argv, {"CLUSTER_SPEC": spec}) == MODULE
     assert forked.module_of(argv, {"CLUSTER_SPEC": spec, "LOCAL_RANK": "0"}) is None
@@ -218,10 +218,3 @@ def test_a_vertex_replicas_launcher_is_forked_and_a_training_process_is_not(tmp_
     finally:
         runner.reset()
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
