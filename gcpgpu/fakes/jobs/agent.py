@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ from ..core import ApiError, parse_rfc3339
 from . import mounts
 from .lastwords import killed
 from .node import NodeHealth
+from .ports import free_block
 from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
 from .shared_mounts import SharedStorage
 from .storage import PathRefused, Storage
@@ -60,12 +60,6 @@ NAMESPACE = "gcpgpu"
 MAX_VALUE = 256
 SIMULATED_RUN_S = 3.0  # how long a job the emulator cannot run pretends to run
 LOG_NAME = "gcplogs-docker-driver"  # what Docker's gcplogs driver writes to
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stamp(ts: float) -> str:
@@ -316,7 +310,7 @@ class ClusterAgent:
                 self.activity.begin(iid, run_id)
             self._timers.append(self._later(self.simulated_run_s, self._simulated_end, iid, run_id))
             return
-        port = self.ports.setdefault((project, job_id), _free_port())
+        port = self.ports.setdefault((project, job_id), free_block())
         # Output folders (gs:// buckets, node paths) as local folders that outlive the job, as on a node.
         try:
             env = self.storage.localize_env({str(k): str(v) for k, v in (job.get("env") or {}).items()}, iid)
@@ -362,7 +356,7 @@ class ClusterAgent:
         if why is not None:
             self._fail_at_once(iid, run_id, describe, why)
             return
-        port = self.ports.setdefault((project, job_id), _free_port())
+        port = self.ports.setdefault((project, job_id), free_block())
         env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
         env.update(NNODES=str(nnodes), NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         command = [*map(str, job.get("command") or []), *map(str, job.get("args") or [])]

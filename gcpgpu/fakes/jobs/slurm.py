@@ -24,9 +24,7 @@ this emulator's Secret Manager and the nodes' mode-700 run folders hold.
 from __future__ import annotations
 
 import atexit
-import random
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core import ApiError
+from .ports import free_block
 from .runner import LogLine, ReplicaSpec, Runner
 from .shared_mounts import disk_folder_parts
 from .slurm_engine import ENGINE_ENV, Engine
@@ -63,25 +62,6 @@ def slurm_installed() -> str | None:
         return None
     return (f"Slurm is not installed here ({', '.join(missing)} missing): "
             "apt-get install -y slurmctld slurmd slurm-client munge")
-
-
-def _free_block(count: int) -> int:
-    """A port P such that P .. P+count-1 are free on 127.0.0.1 now."""
-    for _ in range(200):
-        base = random.randrange(20000, 60000 - count)
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {count} free ports in a row on 127.0.0.1")
 
 
 class SlurmNodes:
@@ -172,7 +152,7 @@ class SlurmNodes:
             # munged's socket path must stay under 108 bytes, which the storage folder's may not.
             run = Path(tempfile.mkdtemp(prefix="gcpgpu-slurm-"))
             atexit.register(shutil.rmtree, run, True)  # an emulator that exits with the cluster up leaves none
-            self.clusters[key] = (folder, run, _free_block(size + 1))
+            self.clusters[key] = (folder, run, free_block(size + 1))
         return self.clusters[key]
 
     def _start(self, project: str, inst: dict, address: str) -> None:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..jobs import mounts
+from ..jobs.ports import free_block
 from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
 from ..jobs.usercmd import Mount, is_user_command
 
@@ -134,7 +134,7 @@ def replicas(job: dict, plan: LocalPlan, run_dir: Path, storage: Storage | None 
     path arguments are kept in the storage (PathRefused, one line, when one would leave it)."""
     pools = plan.pools
     shares = plan.nfs or [[] for _ in pools]
-    hosts = {f"workerpool{i}": [f"127.0.0.1:{_free_port()}" for _ in range(n)] for i, n in enumerate(pools) if n}
+    hosts = {f"workerpool{i}": [f"127.0.0.1:{free_block()}" for _ in range(n)] for i, n in enumerate(pools) if n}
     job_id = job["name"].rsplit("/", 1)[1]
     out = output_uri(job)
     if out and storage is not None:
@@ -198,9 +198,3 @@ def describer(job: dict) -> Callable[[LogLine], dict]:
         }
 
     return describe
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
