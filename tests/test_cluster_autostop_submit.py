@@ -20,7 +20,7 @@ from gcpgpu.cluster import autostop
 from gcpgpu.cluster.lease import Lease
 from gcpgpu.cluster.observe import observe_nodes
 from gcpgpu.gcp import clock
-from gcpgpu.jobs import cluster as cluster_jobs
+from gcpgpu.jobs.cluster import deliver as cluster_jobs
 from gcpgpu.node import agent
 
 GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
@@ -113,7 +113,7 @@ def test_a_follower_whose_vm_is_gone_does_not_take_the_lead_again(gcp, monkeypat
     """The race an autostop down had under load: a deleted node's follower, still running until its VM's
     processes are killed, took the lead lease again right after the judge let go of every lease, and the
     lease outlived the cluster. Compute's word on its own VM (by instance id) now ends it first."""
-    from gcpgpu.jobs import follower
+    from gcpgpu.jobs.cluster import follower
 
     up = ("cluster", "up", "going", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
           "--no-placement", "--yes")

@@ -115,14 +115,14 @@ def test_a_recovery_stalled_past_its_lease_does_not_rebuild_a_cluster_taken_down
     """A recovery that stalls between deciding and deleting the lost node, while the user takes the
     cluster down: it stops at its next step instead of re-creating the cluster."""
     from gcpgpu.cluster.session import Reporter
-    from gcpgpu.jobs import cluster as cluster_jobs
-    from gcpgpu.jobs import recover
+    from gcpgpu.jobs.cluster import backend, recover
+    from gcpgpu.jobs.cluster import nodes as job_nodes
     from gcpgpu.jobs.spec import JobSpec, validate
 
     nodes = Cluster(clients(gcp), PROJECT).up(make_plan(nodes=2))
     job = validate(JobSpec(target="cluster", cluster="c", image="busybox", command=["sleep", "30"]),
                    project=PROJECT, region="us-central1", zone=None)
-    jid, _ = cluster_jobs.submit(clients(gcp), PROJECT, job, "c")
+    jid = backend.submit(clients(gcp), PROJECT, job).jid
     follower: list[recover.Follower] = []
 
     class Stall(Reporter):
@@ -136,7 +136,7 @@ def test_a_recovery_stalled_past_its_lease_does_not_rebuild_a_cluster_taken_down
     f = recover.Follower(clients(gcp), PROJECT, jid, 3, Stall(), poll_s=0.2)
     follower.append(f)
     assert gcp.compute.lose_instance(PROJECT, nodes[1].zone, "c-1", "host_error", 0.0)  # the lost node
-    state = cluster_jobs.status(clients(gcp), PROJECT, jid)
+    state = job_nodes.status(clients(gcp), PROJECT, jid)
     lost = [r for r in state["per_node"] if r["node_status"] != "RUNNING"]
     with pytest.raises(LeaseLost, match="lost the lease of cluster c"):
         f.recover_once(state, lost, {r["node"]: "preempted" for r in lost})

@@ -9,7 +9,8 @@ from helpers import PROJECT, clients, make_plan
 
 from gcpgpu.cli import main
 from gcpgpu.cluster.apply import Cluster
-from gcpgpu.jobs import ids, recover
+from gcpgpu.jobs import ids
+from gcpgpu.jobs.cluster import recover
 
 
 def cli(*argv: str):
@@ -48,7 +49,8 @@ def test_a_host_error_after_an_earlier_preemption_of_the_same_node_is_called_a_h
 def test_job_follow_keeps_the_recover_count_submit_was_given(gcp):
     """submit --recover 2, the submitting process gone, then 'job follow' elsewhere: it said 'up to 3
     recoveries' (the Spot default), not the 2 the job was submitted with."""
-    from gcpgpu.jobs import cluster as cluster_jobs
+    from gcpgpu.jobs.cluster import backend
+    from gcpgpu.jobs.cluster.placement import Asked
     from gcpgpu.jobs.spec import JobSpec, validate
 
     gcp.jobs.agent.simulated_run_s = 0.5
@@ -57,7 +59,7 @@ def test_job_follow_keeps_the_recover_count_submit_was_given(gcp):
     assert up.exit_code == 0, up.output
     job = validate(JobSpec(target="cluster", cluster="k", image="busybox", command=["true"]), project=PROJECT,
                    region="us-central1", zone=None)
-    jid, _ = cluster_jobs.submit(clients(gcp), PROJECT, job, "k", recover=2)
+    jid = backend.submit(clients(gcp), PROJECT, job, Asked(recover=2)).jid
     followed = cli("job", "follow", str(jid))
     assert followed.exit_code == 0, followed.output
     assert "up to 2 recoveries" in followed.output and "up to 3" not in followed.output

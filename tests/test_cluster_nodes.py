@@ -205,14 +205,14 @@ def test_tcpxo_job_starts_the_datapath_manager_and_fails_in_one_line_without_it(
     # A recovery re-delivers the stored record as attempt 1: its agent starts the RxDM first too.
     from gcpgpu.cluster.observe import ranked_nodes
     from gcpgpu.gcp.clients import Clients
-    from gcpgpu.jobs import cluster as cluster_jobs
+    from gcpgpu.jobs.cluster.deliver import deliver, run_key
+    from gcpgpu.jobs.cluster.record import JobRecord
 
     clients = Clients(emulator=gcp.address)
     nodes = ranked_nodes(clients, PROJECT, "c")
-    record = json.loads(meta(inst)["gcpgpu-job"])
-    record.pop("rxdm", None)
-    record.update(attempt=1, run=cluster_jobs.run_key(str(record["id"]), 1))
-    cluster_jobs.deliver(clients, PROJECT, record, nodes)
+    record = JobRecord.from_json(json.loads(meta(inst)["gcpgpu-job"]))
+    record = record.but(rxdm=None, attempt=1, run=run_key(record.id, 1))
+    deliver(clients, PROJECT, record, nodes)
     again = meta(gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "c-1"))
     assert again["gcpgpu-job-id"].endswith("-r1")
     assert again["gcpgpu-job-agent"].index(f"RXDM_IMAGE={rxdm.rxdm_image}") < again["gcpgpu-job-agent"].index(

@@ -105,8 +105,7 @@ def test_a_follower_does_not_undo_the_clusters_own_run_cap(gcp):
     """Nodes stopped by their --max-run-duration are what the user asked for: a recovery would start
     them again with a fresh full run. The follower stops the job and says why instead."""
     from gcpgpu.errors import CloudError
-    from gcpgpu.jobs import cluster as cluster_jobs
-    from gcpgpu.jobs import recover
+    from gcpgpu.jobs.cluster import backend, recover
     from gcpgpu.jobs.spec import JobSpec, validate
 
     gcp.faults.preempt_grace_s = 0.0
@@ -116,7 +115,7 @@ def test_a_follower_does_not_undo_the_clusters_own_run_cap(gcp):
     assert up.exit_code == 0, up.output
     job = validate(JobSpec(target="cluster", cluster="c", image="busybox", command=["sleep", "3600"]),
                    project=PROJECT, region="us-central1", zone=None)
-    jid, _ = cluster_jobs.submit(clients(gcp), PROJECT, job, "c")
+    jid = backend.submit(clients(gcp), PROJECT, job).jid
     gcp.clock.advance(601)
     wait_for(lambda: {n.status for n in observe_nodes(clients(gcp), PROJECT, "c")} == {"TERMINATED"},
              what="both nodes stopped by their maxRunDuration")

@@ -135,9 +135,10 @@ def job_rows(gcp) -> dict[str, dict]:
 def slurm_id(gcp, job: str) -> str | None:
     from helpers import clients
 
-    from gcpgpu.jobs import record as records
+    from gcpgpu.jobs.cluster import store as records
 
-    return (records.read(clients(gcp), PROJECT, "q").of(job.rsplit(":", 1)[-1]) or {}).get("slurm_id")
+    found = records.read(clients(gcp), PROJECT, "q").of(job.rsplit(":", 1)[-1])
+    return found.slurm_id if found is not None else None
 
 
 @needs_slurm

@@ -10,8 +10,7 @@ from helpers import PROJECT, clients, wait_for
 from gcpgpu import times
 from gcpgpu.cli import main
 from gcpgpu.cluster.session import Reporter
-from gcpgpu.jobs import ahead, recover
-from gcpgpu.jobs import cluster as cluster_jobs
+from gcpgpu.jobs.cluster import ahead, backend, nodes, recover
 from gcpgpu.jobs.spec import JobSpec, validate
 
 ZONE = "us-central1-a"
@@ -35,8 +34,8 @@ def _submit(gcp, cluster: str, run_s: float = 3600.0):
     gcp.jobs.agent.simulated_run_s = run_s
     job = validate(JobSpec(target="cluster", cluster=cluster, image="busybox",
                            output_dir="gs://bkt/run"), project=PROJECT, region="us-central1", zone=None)
-    jid, _ = cluster_jobs.submit(clients(gcp), PROJECT, job, cluster)
-    wait_for(lambda: cluster_jobs.status(clients(gcp), PROJECT, jid)["state"] == "RUNNING", what="job running")
+    jid = backend.submit(clients(gcp), PROJECT, job).jid
+    wait_for(lambda: nodes.status(clients(gcp), PROJECT, jid)["state"] == "RUNNING", what="job running")
     return jid
 
 

@@ -119,7 +119,7 @@ def test_a_nodes_message_is_never_a_banner_and_the_first_node_to_fail_is_the_err
 
 def test_the_error_names_the_node_that_failed_itself_over_a_peer_that_ended_in_the_same_second():
     """CI: rank 1 was killed and rank 0's collective failed within the same (whole) second; ERROR named c-0."""
-    from gcpgpu.jobs.cluster import first_failed
+    from gcpgpu.jobs.cluster.nodes import first_failed
 
     def row(node, rank, message, ended="2026-11-28T01:00:05Z", status="RUNNING", state="FAILED"):
         return {"node": node, "rank": rank, "state": state, "message": message, "ended": ended, "node_status": status}

@@ -203,7 +203,9 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
 def test_the_follower_s_settings_travel_in_the_job_s_record(monkeypatch):
     """Whatever settings the Follower takes reach it from record["follow"], on any machine; a key this
     gcpgpu's Follower does not take (a newer gcpgpu wrote it) is left out rather than failing."""
-    from gcpgpu.jobs import follower, ids, recover
+    from gcpgpu.jobs import ids
+    from gcpgpu.jobs.cluster import follower, recover
+    from gcpgpu.jobs.cluster.record import JobRecord
 
     seen = {}
 
@@ -211,7 +213,8 @@ def test_the_follower_s_settings_travel_in_the_job_s_record(monkeypatch):
         seen.update(recover=recover, poll_s=poll_s, stall_timeout=stall_timeout)
 
     monkeypatch.setattr(recover.Follower, "__init__", init)
-    record = {"recover": 2, "follow": {"stall_timeout": 600, "poll_s": 99.0, "from_a_newer_gcpgpu": True}}
+    record = JobRecord(id="train-abc123", recover=2,
+                       follow={"stall_timeout": 600, "poll_s": 99.0, "from_a_newer_gcpgpu": True})
     follower.make(None, "p", ids.parse("cluster:c:train-abc123"), record, poll_s=1.0)
     assert seen == {"recover": 2, "poll_s": 1.0, "stall_timeout": 600}
     follower.make(None, "p", ids.parse("cluster:c:train-abc123"), record, recover=5)

@@ -227,3 +227,56 @@ def test_a_vertex_job_has_its_goodput_and_its_parts_add_up(gcp):
     check_adds_up(got)
     assert got["productive_s"] > 0 and got["lost_s"]["recovery"] == got["lost_s"]["redone"] == 0
     assert written(gcp, job_id.rsplit(":", 1)[1])["goodput"] == pytest.approx(got["percent"], abs=2)
+
+
+def test_a_recovered_job_s_times_are_all_on_the_clock_its_record_is_stamped_by(gcp):
+    """Every time a job's records hold is stamped on gcpgpu.gcp.clock (jobs/cluster/record.py's stamp): with the
+    emulator's clock a day ahead of this machine's, a job recovered from a preemption still has its loss seen
+    after it was created, its next attempt delivered after the loss, and goodput's parts that add up, the
+    recovery taking what the record says it took and no day of it."""
+    import json
+    import threading
+
+    from helpers import clients, wait_for
+
+    from gcpgpu.jobs.cluster import backend, recover
+    from gcpgpu.jobs.cluster.placement import Asked
+    from gcpgpu.jobs.spec import JobSpec, validate
+    from gcpgpu.times import parse_timestamp
+
+    gcp.faults.preempt_grace_s = 0.0
+    gcp.jobs.agent.simulated_run_s = 600.0  # of the emulator's clock: each attempt runs until the test moves it
+    assert cli("cluster", "up", "t", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    gcp.clock.advance(86400.0)  # the cloud's clock a day ahead of the wall's
+    c = clients(gcp)
+    job = validate(JobSpec(target="cluster", cluster="t", image="busybox"), project="test-proj",
+                   region="us-central1", zone=None)
+    jid = backend.submit(c, "test-proj", job, Asked(recover=1)).jid
+    ended: list = []
+    follower = threading.Thread(target=lambda: ended.append(recover.Follower(c, "test-proj", jid, 1, poll_s=0.1).run()),
+                                daemon=True)
+    follower.start()
+
+    def shown() -> dict:
+        got = cli("job", "status", str(jid), fmt="json")
+        assert got.exit_code == 0, got.output
+        return json.loads(got.stdout)
+
+    wait_for(lambda: shown()["state"] == "RUNNING", timeout=60, what="attempt 0 running")
+    gcp.clock.advance(120.0)
+    gcp.faults.preempt("t-1")
+    wait_for(lambda: (s := shown())["attempt"] == 1 and s["state"] == "RUNNING", timeout=120, what="attempt 1")
+    gcp.clock.advance(601.0)  # attempt 1's run ends
+    follower.join(timeout=120)
+    assert ended and ended[0].state == "SUCCEEDED", ended
+    status = shown()
+    created, done = parse_timestamp(status["created"]), parse_timestamp(status["ended"])
+    (entry,) = status["history"]
+    seen, delivered = parse_timestamp(entry["at"]), parse_timestamp(entry["delivered"])
+    assert created + 120 <= seen <= delivered <= done, (status["created"], entry, status["ended"])
+    got = status["goodput"]
+    assert total(got) == pytest.approx(got["node_s"], rel=0.01)
+    assert got["node_s"] == pytest.approx(2 * (done - created), abs=2)
+    assert got["lost_s"]["recovery"] <= 2 * (delivered - seen) + 2  # the recovery as its record tells it
+    assert got["productive_s"] >= 2 * 600  # attempt 1 ran its 600 s on both nodes, productive (no step lines)

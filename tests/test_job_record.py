@@ -1,5 +1,5 @@
 """A cluster job's life, told truthfully by `job status` while it happens: the done-when tests of its
-record (jobs/record.py).
+record (jobs/cluster/store.py).
 
 A script polls `job status --format json` once a second through a job's loss of a node, or its retried
 failure: it never sees a final state before the last one, it sees RECOVERING (or RETRYING) with the node
@@ -23,7 +23,9 @@ from helpers import PROJECT, clients, followers_log, wait_for, webhook_server
 
 from gcpgpu.cli import main
 from gcpgpu.errors import CloudError
-from gcpgpu.jobs import ids, record
+from gcpgpu.jobs import ids
+from gcpgpu.jobs.cluster import store, view
+from gcpgpu.jobs.cluster.record import JobRecord
 from gcpgpu.jobs.state import JobState
 
 GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
@@ -170,10 +172,10 @@ def test_status_polled_through_a_retry_under_wait_on_a_cluster_whose_nodes_follo
         watch.states()
 
 
-# -- the rule every view reads a job by (record.shown), and the record's writes ------------------------
+# -- the rule every view reads a job by (view.shown), and the record's writes ------------------------
 JID = ids.parse("cluster:c:j")
-LED = record.Seen([], {"holder": "node c-0-1234", "expires": 2e9}, None)  # a leader follows the cluster
-ALONE = record.Seen([], None, None)  # nobody does
+LED = store.Seen([], {"holder": "node c-0-1234", "expires": 2e9}, None)  # a leader follows the cluster
+ALONE = store.Seen([], None, None)  # nobody does
 
 
 def row(name: str, rank: int, state: str, node_status: str = "RUNNING", exit_code: int | None = None) -> dict:
@@ -186,9 +188,9 @@ def nodes_say(state: str, *rows: dict, attempt: int = 0) -> JobState:
                     attempt=attempt, restarts=0)
 
 
-def said(state: str, attempt: int = 0, **kw) -> dict:
-    return {"id": "j", "state": state, "attempt": attempt, "history": [], "recover": 2,
-            "policy": {"max_restarts_on_errors": 1}, **kw}
+def said(state: str, attempt: int = 0, **kw) -> JobRecord:
+    return JobRecord(**{"id": "j", "state": state, "attempt": attempt, "history": [], "recover": 2,
+                        "policy": {"max_restarts_on_errors": 1}, **kw})
 
 
 def preempted(_lost: list[dict]) -> dict[str, str]:
@@ -197,66 +199,66 @@ def preempted(_lost: list[dict]) -> dict[str, str]:
 
 def test_a_lost_node_is_recovering_while_a_recovery_is_left_and_the_job_is_followed():
     lost = nodes_say("FAILED", row("c-0", 0, "RUNNING"), row("c-1", 1, "FAILED", node_status="STOPPING"))
-    shown = record.shown(JID, lost, said("RUNNING"), LED, preempted)
+    shown = view.shown(JID, lost, said("RUNNING"), LED, preempted)
     assert (shown.state, shown.attempt, shown.node, shown.cause) == ("RECOVERING", 1, "c-1", "preempted")
     assert shown.to_dict()["node"] == "c-1" and shown.to_dict()["cause"] == "preempted"
     # Nobody follows it: the nodes' word is the job's.
-    assert record.shown(JID, lost, said("RUNNING"), ALONE, preempted).state == "FAILED"
+    assert view.shown(JID, lost, said("RUNNING"), ALONE, preempted).state == "FAILED"
     # Its own nodes follow a detached job, leader or not this instant.
-    assert record.shown(JID, lost, said("RUNNING", detached=True), ALONE, preempted).state == "RECOVERING"
+    assert view.shown(JID, lost, said("RUNNING", detached=True), ALONE, preempted).state == "RECOVERING"
     # No recovery left: the leader writes the end; until then the job is what its record said.
     spent = said("RUNNING", recover=0)
-    assert record.shown(JID, lost, spent, LED, preempted).state == "RUNNING"
-    assert record.shown(JID, lost, {**spent, "state": "FAILED", "error": "gave up"}, LED, preempted).state == "FAILED"
+    assert view.shown(JID, lost, spent, LED, preempted).state == "RUNNING"
+    assert view.shown(JID, lost, spent.but(state="FAILED", error="gave up"), LED, preempted).state == "FAILED"
 
 
 def test_a_failure_with_a_retry_left_is_retrying_and_the_end_is_the_leader_s_to_write():
     failed = nodes_say("FAILED", row("c-0", 0, "SUCCEEDED", exit_code=0), row("c-1", 1, "FAILED", exit_code=3))
-    shown = record.shown(JID, failed, said("RUNNING"), LED, preempted)
+    shown = view.shown(JID, failed, said("RUNNING"), LED, preempted)
     assert (shown.state, shown.attempt, shown.node, shown.cause) == ("RETRYING", 1, "c-1", "exit code 3")
     none_left = said("RUNNING", policy={})
-    assert record.shown(JID, failed, none_left, LED, preempted).state == "RUNNING"
-    assert record.shown(JID, failed, none_left, ALONE, preempted).state == "FAILED"
+    assert view.shown(JID, failed, none_left, LED, preempted).state == "RUNNING"
+    assert view.shown(JID, failed, none_left, ALONE, preempted).state == "FAILED"
 
 
 def test_the_record_s_later_word_stands_over_what_the_nodes_report():
     stopped = nodes_say("CANCELLED", row("c-0", 0, "CANCELLED"), row("c-1", 1, "CANCELLED"))
     verdict = said("FAILED", cause="stalled", error="stalled: no progress for 5s; suspect node c-1")
-    shown = record.shown(JID, stopped, verdict, ALONE, preempted)
-    assert (shown.state, shown.cause, shown.error) == ("FAILED", "stalled", verdict["error"])
-    assert record.shown(JID, stopped, said("STALLED", node="c-1"), LED, preempted).state == "STALLED"
+    shown = view.shown(JID, stopped, verdict, ALONE, preempted)
+    assert (shown.state, shown.cause, shown.error) == ("FAILED", "stalled", verdict.error)
+    assert view.shown(JID, stopped, said("STALLED", node="c-1"), LED, preempted).state == "STALLED"
     running = nodes_say("RUNNING", row("c-0", 0, "RUNNING"), row("c-1", 1, "RUNNING"))
-    assert record.shown(JID, running, said("STALLED", node="c-1"), LED, preempted).state == "STALLED"
+    assert view.shown(JID, running, said("STALLED", node="c-1"), LED, preempted).state == "STALLED"
     # A recovery's next attempt: RECOVERING until that attempt runs, whatever the old one's nodes say.
     recovering = said("RECOVERING", attempt=1, node="c-1", cause="preempted")
-    assert record.shown(JID, stopped, recovering, LED, preempted).state == "RECOVERING"
+    assert view.shown(JID, stopped, recovering, LED, preempted).state == "RECOVERING"
     pending = nodes_say("PENDING", row("c-0", 0, "PENDING"), row("c-1", 1, "PENDING"), attempt=1)
-    assert record.shown(JID, pending, recovering, LED, preempted).state == "RECOVERING"
-    back = record.shown(JID, replace(running, attempt=1), recovering, LED, preempted)
+    assert view.shown(JID, pending, recovering, LED, preempted).state == "RECOVERING"
+    back = view.shown(JID, replace(running, attempt=1), recovering, LED, preempted)
     assert (back.state, back.attempt, back.cause) == ("RUNNING", 1, None)
     # No node holds the job any more: its record alone tells it; with no record either, it is unknown.
-    assert record.shown(JID, None, said("SUCCEEDED", attempt=1), ALONE, preempted).state == "SUCCEEDED"
+    assert view.shown(JID, None, said("SUCCEEDED", attempt=1), ALONE, preempted).state == "SUCCEEDED"
     with pytest.raises(CloudError, match="not on cluster c"):
-        record.shown(JID, None, None, ALONE, preempted)
+        view.shown(JID, None, None, ALONE, preempted)
 
 
 def test_the_record_is_written_once_per_change_and_its_end_once(gcp):
     c = clients(gcp)
-    base = {"id": "j", "name": "train", "nnodes": 2, "recover": 1}
-    assert record.advance(c, PROJECT, JID, "RUNNING", 0, base=base)
-    assert not record.advance(c, PROJECT, JID, "RUNNING", 0, base=base)  # another leader says it again
-    assert record.advance(c, PROJECT, JID, "RECOVERING", 1, node="c-1", cause="preempted")
-    assert not record.advance(c, PROJECT, JID, "RUNNING", 0)  # an older attempt's news comes too late
-    assert record.advance(c, PROJECT, JID, "RUNNING", 1)
-    assert record.advance(c, PROJECT, JID, "FAILED", 1, error="gave up")
-    assert not record.advance(c, PROJECT, JID, "SUCCEEDED", 1)  # there is one end
-    (kept,) = record.read(c, PROJECT, "c").records
-    assert (kept["state"], kept["attempt"], kept["error"], kept["name"]) == ("FAILED", 1, "gave up", "train")
-    assert kept["started"] and kept["ended"]
+    base = JobRecord(id="j", name="train", nnodes=2, recover=1)
+    assert store.advance(c, PROJECT, JID, "RUNNING", 0, base=base)
+    assert not store.advance(c, PROJECT, JID, "RUNNING", 0, base=base)  # another leader says it again
+    assert store.advance(c, PROJECT, JID, "RECOVERING", 1, node="c-1", cause="preempted")
+    assert not store.advance(c, PROJECT, JID, "RUNNING", 0)  # an older attempt's news comes too late
+    assert store.advance(c, PROJECT, JID, "RUNNING", 1)
+    assert store.advance(c, PROJECT, JID, "FAILED", 1, error="gave up")
+    assert not store.advance(c, PROJECT, JID, "SUCCEEDED", 1)  # there is one end
+    (kept,) = store.read(c, PROJECT, "c").records
+    assert (kept.state, kept.attempt, kept.error, kept.name) == ("FAILED", 1, "gave up", "train")
+    assert kept.started and kept.ended
 
 
 def test_a_cluster_keeps_its_last_jobs_records(gcp, monkeypatch):
-    monkeypatch.setattr(record, "KEEP", 2)
+    monkeypatch.setattr(store, "KEEP", 2)
     gcp.jobs.agent.simulated_run_s = 0.2
     assert cli("cluster", "up", "l", *UP).exit_code == 0
     done = []
@@ -293,7 +295,7 @@ def test_a_lease_whose_node_is_going_is_taken_over_at_once(gcp, monkeypatch):
 def test_an_attempt_that_ended_before_its_leader_looked_was_running_all_the_same(gcp):
     """RUNNING is written (and told) from the nodes' own `started`, not from what a poll happened to see:
     a job that ended before its follower's first look still goes RUNNING, then its end."""
-    from gcpgpu.jobs import cluster as cluster_jobs
+    from gcpgpu.jobs.cluster import backend, nodes
     from gcpgpu.jobs.spec import JobSpec, validate
 
     gcp.jobs.agent.simulated_run_s = 0.05
@@ -301,26 +303,28 @@ def test_an_attempt_that_ended_before_its_leader_looked_was_running_all_the_same
     with webhook_server(fail_first=False) as (url, hook):
         job = validate(JobSpec(target="cluster", cluster="e", image="busybox", notify=[url]), project=PROJECT,
                        region="us-central1", zone=None)
-        jid, _ = cluster_jobs.submit(clients(gcp), PROJECT, job, "e")  # nobody follows it yet
-        wait_for(lambda: cluster_jobs.status(clients(gcp), PROJECT, jid).state == "SUCCEEDED", what="its end")
+        jid = backend.submit(clients(gcp), PROJECT, job).jid  # nobody follows it yet
+        wait_for(lambda: nodes.status(clients(gcp), PROJECT, jid).state == "SUCCEEDED", what="its end")
         followed = cli("job", "follow", str(jid))
         assert followed.exit_code == 0, followed.output
         assert [m["event"] for m in hook.got] == ["RUNNING", "SUCCEEDED"], hook.got
-    (kept,) = record.read(clients(gcp), PROJECT, "e").records
-    assert kept["state"] == "SUCCEEDED" and kept["started"]
+    (kept,) = store.read(clients(gcp), PROJECT, "e").records
+    assert kept.state == "SUCCEEDED" and kept.started
 
 
 def test_a_queue_longer_than_keep_loses_no_queued_or_running_job_and_only_ended_ones_age_out(gcp):
-    """A Slurm cluster's queue (jobs/queue.py) is records too: twelve queued jobs and one running are all kept
-    past KEEP (10); the ended ones go first, and once the queue has drained the cluster keeps its last KEEP."""
+    """A Slurm cluster's queue (jobs/cluster/slurm.py) is records too: twelve queued jobs and one running are all
+    kept past KEEP (10); the ended ones go first, and once the queue has drained the cluster keeps its last KEEP."""
+    from gcpgpu.jobs.cluster.record import QueuePlace
+
     c = clients(gcp)
-    ended = [{"id": f"old-{i}", "state": "SUCCEEDED"} for i in range(3)]
-    running = [{"id": "run", "state": "RUNNING", "queue": {"priority": "normal", "nodes": 2}}]
-    queued = [{"id": f"q-{i}", "state": "PENDING", "queue": {"priority": "low", "nodes": 1}} for i in range(12)]
-    record.update(c, PROJECT, "s", lambda now: [*now, *ended, *running, *queued])
-    kept = [r["id"] for r in record.read(c, PROJECT, "s").records]
-    assert kept == ["run", *(r["id"] for r in queued)]  # 13 open jobs: no ended one fits, none open is lost
-    record.update(c, PROJECT, "s", lambda now: [{**r, "state": "SUCCEEDED"} for r in now])
-    record.update(c, PROJECT, "s", lambda now: [*now, {"id": "new", "state": "PENDING", "queue": {"priority": "low"}}])
-    kept = [r["id"] for r in record.read(c, PROJECT, "s").records]
-    assert kept == [*(r["id"] for r in queued[-9:]), "new"]  # the last KEEP in all, oldest ended gone first
+    ended = [JobRecord(id=f"old-{i}", state="SUCCEEDED") for i in range(3)]
+    running = [JobRecord(id="run", state="RUNNING", queue=QueuePlace("normal", 2))]
+    queued = [JobRecord(id=f"q-{i}", state="PENDING", queue=QueuePlace("low", 1)) for i in range(12)]
+    store.update(c, PROJECT, "s", lambda now: [*now, *ended, *running, *queued])
+    kept = [r.id for r in store.read(c, PROJECT, "s").records]
+    assert kept == ["run", *(r.id for r in queued)]  # 13 open jobs: no ended one fits, none open is lost
+    store.update(c, PROJECT, "s", lambda now: [r.but(state="SUCCEEDED") for r in now])
+    store.update(c, PROJECT, "s", lambda now: [*now, JobRecord(id="new", state="PENDING", queue=QueuePlace("low"))])
+    kept = [r.id for r in store.read(c, PROJECT, "s").records]
+    assert kept == [*(r.id for r in queued[-9:]), "new"]  # the last KEEP in all, oldest ended gone first

@@ -127,7 +127,8 @@ def test_gives_up_after_n_recoveries_with_one_line(spot_cluster):
 
 
 def test_steps_redone_come_from_the_trainer_s_own_lines(monkeypatch):
-    from gcpgpu.jobs import ids, recover
+    from gcpgpu.jobs import ids
+    from gcpgpu.jobs.cluster import recover
 
     lines = ["no checkpoint in /gcs/b/c: starting from step 0", "step      9 | loss 1.0",
              "resumed from /gcs/b/c/step_00000010 at step 10", "step     17 | loss 0.9",
@@ -181,7 +182,7 @@ def test_a_recovery_with_no_capacity_anywhere_ends_the_job_failed_not_recovering
     saying RECOVERING (and its journal kept a recovery nobody would finish)."""
     from helpers import clients
 
-    from gcpgpu.jobs import journal
+    from gcpgpu.jobs.cluster import journal
 
     gcp.faults.preempt_grace_s = 0.5
     gcp.jobs.agent.simulated_run_s = 4.0

@@ -137,7 +137,7 @@ def test_a_stalled_job_is_restarted_then_fails_with_cause_stalled(cluster, webho
 
 def test_the_suspect_is_the_node_whose_step_lags(monkeypatch):
     from gcpgpu.jobs import logs as job_logs
-    from gcpgpu.jobs import stall
+    from gcpgpu.jobs.cluster import stall
 
     def line(node: str, n: int, text: str) -> dict:
         return {"insertId": f"{node}-{n}", "timestamp": f"2026-11-25T04:00:{n:02d}Z",
@@ -164,7 +164,7 @@ def test_the_suspect_is_the_node_whose_step_lags(monkeypatch):
 def test_job_cost_counts_recreated_and_lost_nodes():
     from gcpgpu import times
     from gcpgpu.cluster import cost
-    from gcpgpu.jobs import spent
+    from gcpgpu.jobs.cluster import spent
 
     node = SimpleNamespace(machine_type="a2-highgpu-1g", provisioning="SPOT", status="RUNNING", last_stop=None)
     nodes = [SimpleNamespace(**vars(node), name="c-0", last_start="2026-11-25T00:00:00Z", created=None),
@@ -174,7 +174,7 @@ def test_job_cost_counts_recreated_and_lost_nodes():
              "history": [{"kind": "recovery", "at": "2026-11-25T01:00:00Z", "lost": ["c-1"]},
                          {"kind": "retry", "at": "2026-11-25T01:30:00Z", "lost": []}]}
     now = times.parse_timestamp("2026-11-25T02:00:00Z")
-    import gcpgpu.jobs.spent as mod
+    import gcpgpu.jobs.cluster.spent as mod
 
     original = mod.observe_nodes
     mod.observe_nodes = lambda *a: nodes

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gcpgpu import catalog
-from gcpgpu.jobs.cluster import Placement
+from gcpgpu.jobs.cluster.placement import Placement
 from gcpgpu.jobs.spec import JobSpec, validate
 from gcpgpu.jobs.state import CAUSE_FOLLOWER, CAUSE_LOG, FINAL, JobState, is_final
 

@@ -247,3 +247,76 @@ def test_the_preflight_check_sees_a_heavy_import():
     assert "google" in _third_party(PACKAGE / "node" / "upload.py", lazy=True)  # a verb apart from the preflight
     assert _third_party(PACKAGE / "trainer" / "dist.py", lazy=True) >= {"torch"}
     assert "torch" not in _third_party(PACKAGE / "trainer" / "dist.py", lazy=False)
+
+
+# Inside jobs/: the target-neutral face (route, submit, follow, detail) hands each verb to a target's backend
+# (vertex.py; cluster/ for a gcpgpu cluster's jobs, which hands it on to its scheduler's backend). A backend
+# never imports the face above it nor another target; the rest of jobs/ (state, ids, spec, logs, goodput,
+# steplines, policy, notify, usercode, workdir) is the vocabulary every target shares, and imports no target.
+JOBS_FACE = {"gcpgpu.jobs.route", "gcpgpu.jobs.submit", "gcpgpu.jobs.follow", "gcpgpu.jobs.detail"}
+JOBS_TARGETS = {"gcpgpu.jobs.vertex", "gcpgpu.jobs.cluster"}
+MAX_JOBS_MODULES = 16
+MAX_JOBS_CLUSTER_LINES = 400
+
+
+def _target(module: str) -> str | None:
+    return next((t for t in JOBS_TARGETS if module == t or module.startswith(t + ".")), None)
+
+
+def test_jobs_targets_sit_under_the_face_and_beside_each_other():
+    graph = _graph()
+    jobs = {m: deps for m, deps in graph.items() if m.startswith("gcpgpu.jobs.")}
+    wrong = [f"{m} imports {d}" for m, deps in jobs.items() for d in sorted(deps)
+             if (_target(m) and (d in JOBS_FACE or (_target(d) and _target(d) != _target(m))))
+             or (not _target(m) and m not in JOBS_FACE and _target(d))]
+    assert wrong == []
+    assert "gcpgpu.jobs.cluster.backend" in graph["gcpgpu.jobs.route"]  # the checker sees the lazy hand-over
+
+
+def test_jobs_keeps_its_face_small_and_the_cluster_room_in_modules_under_four_hundred_lines():
+    top = sorted(p.name for p in (PACKAGE / "jobs").glob("*.py"))
+    assert len(top) <= MAX_JOBS_MODULES, f"{len(top)} modules at gcpgpu/jobs/: {top}"
+    assert not (PACKAGE / "jobs" / "cluster.py").exists()
+    long = {p.name: n for p in (PACKAGE / "jobs" / "cluster").glob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_JOBS_CLUSTER_LINES}
+    assert long == {}
+
+
+# Whether a cluster runs Slurm is its backend's business: the scheduler table (jobs/cluster/backend.py) names
+# it, the Slurm backend (jobs/cluster/slurm.py) is it, and a record written before records named their
+# scheduler is read as Slurm's by its queue fields (jobs/cluster/record.py). Nothing else in jobs/, nor the
+# job commands, nor the node's follower asks.
+SLURM_KNOWERS = {"jobs/cluster/backend.py", "jobs/cluster/slurm.py", "jobs/cluster/record.py"}
+
+
+SLURM_FIELDS = {"queue", "slurm_id", "slurm_nodes", "by_hand", "SCHEDULER_KEY"}
+
+
+def _asks_about_slurm(path: Path) -> list[str]:
+    """Code in `path` that asks whether a job or cluster runs Slurm: a comparison with 'slurm' or with a
+    scheduler field, a read of a record's Slurm fields (attribute, subscript or .get), a Slurm predicate, a
+    name that says Slurm. Passing a scheduler's name along, messages, help texts and column titles ask nothing."""
+    def slurmy(node: ast.AST, compared: bool = False) -> bool:
+        name = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else \
+            node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        field = name in SLURM_FIELDS and not isinstance(node, ast.Name)  # a record's, not a module (queue.Queue)
+        return "slurm" in name.lower() or field or name in ("runs_slurm", "is_queued") or \
+            (compared and "scheduler" in name.lower())
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        asks = (isinstance(node, ast.Compare) and any(slurmy(n, True) for n in (node.left, *node.comparators))) or \
+            (isinstance(node, (ast.Attribute, ast.Name)) and slurmy(node)) or \
+            (isinstance(node, ast.Subscript) and slurmy(node.slice)) or \
+            (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+             and node.args and slurmy(node.args[0]))
+        if asks:
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_only_the_slurm_backend_asks_whether_a_job_runs_slurm():
+    paths = [*sorted((PACKAGE / "jobs").rglob("*.py")), PACKAGE / "cli" / "job.py", PACKAGE / "node" / "agent.py"]
+    asked = [line for p in paths if str(p.relative_to(PACKAGE)) not in SLURM_KNOWERS for line in _asks_about_slurm(p)]
+    assert asked == []
+    assert _asks_about_slurm(PACKAGE / "jobs" / "cluster" / "slurm.py")  # the check sees code that does

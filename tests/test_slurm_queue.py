@@ -14,8 +14,9 @@ from helpers import PROJECT, wait_for
 
 from gcpgpu.cli import main
 from gcpgpu.fakes.jobs.slurm import slurm_installed
-from gcpgpu.jobs import record as records
-from gcpgpu.jobs.queue import position
+from gcpgpu.jobs.cluster import store as records
+from gcpgpu.jobs.cluster.record import JobRecord
+from gcpgpu.jobs.cluster.slurm import position
 from gcpgpu.slurm.queue import parse_jobs, queue_places, seen_fields
 from gcpgpu.trainer import ckpt_rule
 
@@ -41,7 +42,8 @@ def submitted(*argv: str) -> str:
 def recorded(gcp, job: str) -> dict:
     from helpers import clients
 
-    return records.read(clients(gcp), PROJECT, "q").of(job.rsplit(":", 1)[-1]) or {}
+    found = records.read(clients(gcp), PROJECT, "q").of(job.rsplit(":", 1)[-1])
+    return found.to_json() if found is not None else {}
 
 
 def state(gcp, job: str) -> str | None:
@@ -68,9 +70,9 @@ def test_priority_on_a_cluster_without_slurm_is_refused_and_nothing_is_queued(gc
 
 # -- the queue as records and scontrol say it (no Slurm needed) ------------------------------------------
 def test_a_new_job_joins_the_queue_behind_its_tier_and_above_lower_ones():
-    queued = [{"id": "a", "state": "PENDING", "queue": {"priority": "normal"}},
-              {"id": "b", "state": "PENDING", "queue": {"priority": "low"}},
-              {"id": "c", "state": "RUNNING", "queue": {"priority": "high"}}]
+    queued = [JobRecord.from_json(r) for r in ({"id": "a", "state": "PENDING", "queue": {"priority": "normal"}},
+                                               {"id": "b", "state": "PENDING", "queue": {"priority": "low"}},
+                                               {"id": "c", "state": "RUNNING", "queue": {"priority": "high"}})]
     assert position(queued, "high") == 1 and position(queued, "normal") == 2 and position(queued, "low") == 3
 
 
@@ -93,17 +95,17 @@ def test_a_queued_or_running_slurm_job_is_work_that_keeps_autostop_away(gcp):
     from gcpgpu.node.agent import job_running
 
     c = clients(gcp)
-    records.update(c, PROJECT, "q", lambda now: [*now, {"id": "w-1", "state": "PENDING",
-                                                        "queue": {"priority": "low", "nodes": 1}}])
+    records.update(c, PROJECT, "q", lambda now: [*now, JobRecord.from_json({
+        "id": "w-1", "state": "PENDING", "queue": {"priority": "low", "nodes": 1}})])
     assert job_running(c, PROJECT, "q")
-    records.update(c, PROJECT, "q", lambda now: [{**r, "state": "SUCCEEDED"} for r in now])
+    records.update(c, PROJECT, "q", lambda now: [r.but(state="SUCCEEDED") for r in now])
     assert not job_running(c, PROJECT, "q")
 
 
 def test_wait_tells_each_state_and_requeue_once_and_returns_the_end():
     from types import SimpleNamespace
 
-    from gcpgpu.jobs.queue import wait
+    from gcpgpu.jobs.cluster.slurm import wait
 
     seen = iter([("PENDING", 0), ("PENDING", 0), ("RUNNING", 0), ("PENDING", 1), ("RUNNING", 1), ("SUCCEEDED", 1)])
     told = []

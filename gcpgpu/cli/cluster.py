@@ -317,7 +317,7 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
     except KeyboardInterrupt:
         raise Interrupted(f"Run 'gcpgpu cluster down {name}' again to finish.") from None
     dashboards = _delete_dashboards(settings, project, name)
-    from gcpgpu.jobs.follower import forget
+    from gcpgpu.jobs.cluster.follower import forget
 
     forget(settings.clients, project, name)  # its followers' lease and any unfinished recovery went with it
     if settings.format != "table":

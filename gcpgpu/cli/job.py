@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from gcpgpu.cli.autostop import detached_follower
-from gcpgpu.cli.job_policy import follower_options, policy_flags
-from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.cli.options import with_options
+from gcpgpu.errors import CloudError
 from gcpgpu.jobs.state import (
     ACTIVE,
     CANCELLED,
@@ -29,6 +29,20 @@ from gcpgpu.jobs.state import (
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
 
+# What the follower does besides recovering lost nodes: retries, stalls, webhooks (checked in
+# jobs/policy.py, stored in the job's record).
+follower_options = with_options(
+    click.option("--max-restarts-on-errors", type=click.IntRange(0, 100), metavar="N",
+                 help="Cluster: restart the job from its last checkpoint when it fails by itself (a non-zero exit, "
+                 "or one of --retry-on-exit-codes; a stall), at most N times."),
+    click.option("--retry-on-exit-codes", metavar="CODES", help="Cluster: only these exit codes (comma-separated, "
+                 "1-255) count as retryable, e.g. 3,75."),
+    click.option("--stall-timeout", metavar="DURATION", help="Cluster: no new trainer step (a user command: no log "
+                 "line) for this long is a stall: stacks are captured, the job stopped and restarted (counted as a "
+                 "retry), or FAILED with cause 'stalled'."),
+    click.option("--notify", "notify", multiple=True, metavar="URL", help="POST one JSON message per state change "
+                 "to this http(s) webhook (repeatable); stored with the job in plain text."),
+)
 STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
                ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
@@ -127,9 +141,6 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     """
     from gcpgpu.jobs.submit import submit as submit_job
 
-    if recover is not None and kw.get("vertex"):
-        raise UsageProblem("--recover applies to --cluster jobs; Vertex AI restarts a job's workers itself "
-                           "(see --restart)")
     done = submit_job(settings, _spec(trainer_args, kw), region=kw.get("job_region"), dry_run=dry_run,
                       recover=recover, detach=detach, wait=wait, say=info,
                       follower_image=lambda image, nodes: detached_follower(settings, image, nodes, dry_run=dry_run))
@@ -137,19 +148,12 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     if jid is None:  # --dry-run
         emit(shown, fmt=settings.format if settings.format != "table" else "yaml")
         return
-    if shown.get("scheduler") == "slurm":
-        _queued(settings, shown, jid, wait)
-        return
     if settings.format == "table":
         click.echo(str(jid))
-        info(f"Submitted {shown['name']} as {jid} ({shown.get('nodes')} x {shown.get('machine_type')}); "
-             f"follow it with 'gcpgpu job logs {jid} --follow'")
+        info(done.line)
+    for note in done.notes:
+        info(note)
     if not done.follow:
-        if detach:
-            info(f"The cluster's nodes follow {jid} now; this machine may go. 'gcpgpu job follow {jid}' watches it.")
-        elif shown.get("provisioning") in ("SPOT", "FLEX_START"):
-            info(f"note: cluster {shown['cluster']} has {shown['provisioning'].lower()} nodes and nothing follows "
-                 f"this job: 'gcpgpu job follow {jid}' (or --wait here) recovers it when a node is lost")
         if settings.format != "table":
             emit(shown)
         return
@@ -159,37 +163,13 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     _fail_unless_succeeded(final)
 
 
-def _queued(settings: Settings, shown: dict, jid: Any, wait: bool) -> None:
-    """A job a Slurm cluster queued: its id and place in the queue; with --wait, its states to its end."""
-    from gcpgpu.jobs import route
-    from gcpgpu.jobs.queue import wait as wait_queued
-
-    if settings.format == "table":
-        click.echo(str(jid))
-        info(f"Queued {shown['name']} as {jid} ({shown['nodes']} x {shown['machine_type']}, priority "
-             f"{shown['priority']}): position {shown['position']} in cluster {shown['cluster']}'s queue; "
-             f"'gcpgpu job list --cluster {shown['cluster']}' shows the queue")
-    if not wait:
-        if settings.format != "table":
-            emit(shown)
-        return
-    final = wait_queued(lambda: route.status(settings.clients, settings.project, jid), _teller(jid))
-    if settings.format != "table":
-        emit(final.to_dict())
-    _fail_unless_succeeded(final)
-
-
 def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
     """The JobSpec the options and the spec file (-f) say, options over the file."""
-    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env
+    from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, strategy_of
     from gcpgpu.jobs.usercode import command_words
     from gcpgpu.specfile import check_option_values, parse_pairs
 
     check_option_values(click.get_current_context())
-    if kw.get("vertex") and kw.get("cluster"):
-        raise UsageProblem("--vertex and --cluster exclude each other: choose one target")
-    if kw.get("spot") and kw.get("flex_start"):
-        raise UsageProblem("--spot and --flex-start exclude each other: choose one scheduling strategy")
     labels = parse_pairs(kw.get("labels"), "--label")
     flags: dict[str, Any] = {
         "target": "vertex" if kw.get("vertex") else ("cluster" if kw.get("cluster") else None),
@@ -201,7 +181,7 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "image": kw.get("image"),
         "command": command_words(kw["command"]) if kw.get("command") else None,
         "args": list(trainer_args) or None,
-        "strategy": "spot" if kw.get("spot") else ("flex-start" if kw.get("flex_start") else None),
+        "strategy": strategy_of(spot=bool(kw.get("spot")), flex_start=bool(kw.get("flex_start"))),
         "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,
         "reservation": kw.get("reservation"),
         "env": parse_env(kw.get("env") or ()) or None,
@@ -215,14 +195,21 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "setup": kw.get("setup"),
         "mounts": list(kw.get("mounts") or ()) or None,
         "secrets": list(kw.get("secrets") or ()) or None,
-        **policy_flags(kw),
+        **_policy_flags(kw),
     }
-    spec = JobSpec.from_sources(kw.get("spec_file"), flags)
-    if spec.target == "vertex" and flags["target"] is None and spec.cluster:
-        raise UsageProblem("the spec file names both vertex and cluster: keep one")
-    if flags["env"] and kw.get("spec_file"):
-        spec.env = {**JobSpec.from_sources(kw["spec_file"], {}).env, **flags["env"]}  # flags add to the file's env
-    return spec
+    return JobSpec.from_sources(kw.get("spec_file"), flags)
+
+
+def _policy_flags(kw: dict[str, Any]) -> dict[str, Any]:
+    """The follower's settings from the flags, as JobSpec fields (jobs/policy.py checks them together)."""
+    from gcpgpu.jobs.policy import parse_exit_codes
+    from gcpgpu.jobs.spec import parse_duration
+
+    stall, codes = kw.get("stall_timeout"), kw.get("retry_on_exit_codes")
+    return {"max_restarts_on_errors": kw.get("max_restarts_on_errors"),
+            "retry_on_exit_codes": parse_exit_codes(codes) if codes is not None else None,
+            "stall_timeout": parse_duration(stall, "--stall-timeout") if stall is not None else None,
+            "notify": list(kw.get("notify") or ()) or None}
 
 
 def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
@@ -315,11 +302,8 @@ def follow(settings: Settings, job_id: str, recover: int | None) -> None:
 
     Picks up where an interrupted 'job submit --wait' (or one without --wait) left off."""
     from gcpgpu.jobs import ids
-    from gcpgpu.jobs.follow import check
 
-    jid = ids.parse(job_id)
-    check(jid, recover)
-    final = _follow(settings, jid, recover)
+    final = _follow(settings, ids.parse(job_id), recover)
     if settings.format != "table":
         emit(final.to_dict())
     _fail_unless_succeeded(final)

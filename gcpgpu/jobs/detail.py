@@ -38,11 +38,11 @@ def detail(clients: Clients, project: str, jid: JobId) -> JobState:
     steps redone (read from the trainer's log lines), and a failed job's with its cause."""
     state = route.status(clients, project, jid)
     if state.target == "cluster":
-        from .spent import with_spent
+        from .cluster.spent import with_spent
 
         state = with_spent(clients, project, state)
     if state.history:
-        from .recover import steps_redone
+        from .cluster.recover import steps_redone
 
         history = steps_redone(clients, project, jid, state.history)
         for h in history:  # the table shows a range where the trainer's log cadence hides the end

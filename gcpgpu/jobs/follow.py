@@ -1,11 +1,11 @@
 """Following a job to its end from here (`job follow`, `job submit --wait`, `job cancel --wait`).
 
 watch() polls the job's state (route.status) until it is final: all a Vertex AI job needs, since
-Vertex runs and restarts its own workers. A target with a follower of its own (a cluster: follower.follow)
-is followed by it: this command leads the job's followers when nobody does, recovering it from lost
-nodes (recover.py), else watches the leader; a Slurm cluster's job is watched through its record (Slurm
-requeues it itself). Either way a job that ends FAILED comes back with the cause
-its log gives.
+Vertex runs and restarts its own workers. A target with a follower of its own (a cluster's: its backend
+follows it, jobs/cluster/backend.py) is followed by it: on a cluster without a scheduler this command
+leads the job's followers when nobody does, recovering it from lost nodes, else watches the leader; a
+Slurm cluster's job is watched through its record (Slurm requeues it itself). Either way a job that ends
+FAILED comes back with the cause its log gives.
 """
 
 from __future__ import annotations
@@ -45,14 +45,6 @@ def watch(clients: Clients, project: str, jid: JobId, on_state: OnState, poll_s:
         time.sleep(poll_s)
 
 
-def _queued(clients: Clients, project: str, jid: JobId) -> bool:
-    """Whether the job is a Slurm cluster's (jobs/queue.py): its record says so."""
-    from . import queue
-    from . import record as records
-
-    return queue.is_queued(records.read(clients, project, jid.cluster or "").of(jid.job))
-
-
 def check(jid: JobId, recover: int | None) -> None:
     """Refuse --recover for a job whose target runs and restarts its workers itself (no follower here)."""
     if recover is not None and route.backend(jid.target).follow is None:
@@ -83,11 +75,6 @@ def follow(clients: Clients, project: str, jid: JobId, *, recover: int | None, o
 
     with lines or contextlib.nullcontext():
         follower = route.backend(jid.target).follow
-        if follower is not None and _queued(clients, project, jid):
-            # A Slurm cluster's job: Slurm requeues and restarts it itself, and its record says what it does.
-            from .queue import wait
-
-            return with_cause(clients, project, wait(lambda: route.status(clients, project, jid), changed, poll_s))
         if follower is not None:
             return with_cause(clients, project, follower(clients, project, jid, recover=recover, on_state=changed,
                                                          say=say, poll_s=poll_s, reporter=reporter))

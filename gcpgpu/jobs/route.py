@@ -4,11 +4,11 @@ follow, for a target with a follower of its own: jobs/follow.py).
 A job's id says where the job lives (ids.py: vertex:LOCATION:ID, cluster:CLUSTER:JOB); each verb here
 hands the call to that target's backend, as SkyPilot's sky/provision hands each verb to the provider's
 module. The CLI, the metrics' job span and anything else that acts on a job by its id come through here,
-so a new target (a Slurm cluster, say) is one more entry in BACKENDS.
+so a new target is one more entry in BACKENDS and its module.
 
     vertex    jobs/vertex.py: Vertex AI's JobService
-    cluster   jobs/cluster.py on the cluster's nodes; its status, list and cancel from jobs/view.py,
-              as the job's record says (jobs/record.py)
+    cluster   jobs/cluster/backend.py: a gcpgpu cluster's jobs, each handed on to the backend of the
+              cluster's scheduler (gcpgpu's job agent on each node, or the cluster's Slurm)
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ def _vertex() -> Backend:
 
 
 def _cluster() -> Backend:
-    from . import cluster, follower, view
+    from .cluster import backend
 
     def listed(clients: Clients, project: str, region: str | None, state: str | None, limit: int) -> list[dict]:
-        # A cluster's last jobs (jobs/record.py's KEEP): the rows are few, and the state is filtered here.
-        return [r for r in view.list_jobs(clients, project) if not state or r["state"] == state]
+        # A cluster's last jobs (jobs/cluster/store.py's KEEP): the rows are few, and the state is filtered here.
+        return [r for r in backend.list_jobs(clients, project) if not state or r["state"] == state]
 
-    return Backend(status=view.job_status, cancel=view.cancel_job, log_filter=cluster.log_filter,
-                   list_jobs=listed, follow=follower.follow)
+    return Backend(status=backend.status, cancel=backend.cancel, log_filter=backend.log_filter,
+                   list_jobs=listed, follow=backend.follow)
 
 
 # Imported when first used: `gcpgpu --help` loads no backend.

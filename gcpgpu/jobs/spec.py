@@ -110,16 +110,19 @@ class JobSpec:
     retry_on_exit_codes: list[int] = field(default_factory=list)
     stall_timeout: int | None = None  # seconds
     notify: list[str] = field(default_factory=list)
-    priority: str | None = None  # a Slurm cluster's queue: high | normal | low (jobs/queue.py)
+    priority: str | None = None  # a Slurm cluster's queue: high | normal | low (jobs/cluster/slurm.py)
 
     @classmethod
     def from_sources(cls, path: str | None, flags: dict[str, Any]) -> JobSpec:
-        """A spec from a YAML file (if any) with the flags that were given (not None) on top."""
+        """A spec from a YAML file (if any) with the flags that were given (not None) on top; --env adds
+        to the file's env."""
         values = _load_file(path) if path else {}
+        if values.get("target") == "vertex" and values.get("cluster") and flags.get("target") is None:
+            raise UsageProblem(f"-f {path}: the spec file names both vertex and cluster: keep one")
         for key, value in flags.items():
             if value is None or (isinstance(value, (list, tuple, dict)) and not value and key in values):
                 continue
-            values[key] = value
+            values[key] = {**values[key], **value} if key == "env" and isinstance(values.get(key), dict) else value
         return cls(**values)
 
 
@@ -149,6 +152,13 @@ class ValidJob:
     @property
     def bundled_trainer(self) -> bool:
         return runs_bundled_trainer(self.image, self.command)
+
+
+def strategy_of(*, spot: bool, flex_start: bool) -> str | None:
+    """The scheduling strategy --spot or --flex-start asks for (None: on-demand); both is one line."""
+    if spot and flex_start:
+        raise UsageProblem("--spot and --flex-start exclude each other: choose one scheduling strategy")
+    return "spot" if spot else "flex-start" if flex_start else None
 
 
 def validate(spec: JobSpec, *, project: str | None, region: str | None, zone: str | None) -> ValidJob:

@@ -1,18 +1,20 @@
-"""`job submit`'s one path: validate -> image -> workdir -> place -> submit.
+"""`job submit`'s one path: validate -> place -> image -> workdir -> submit.
 
 Each step returns a value and changes nothing it was given. The job is checked once (spec.validate,
 before any request; a frozen ValidJob); the default image (gcpgpu/image/default.py), the staged
---workdir (workdir.py) and a cluster job's placement (cluster.place: its nodes, and the trainer's
-arguments fitted to them) are values of their own, and the job the target receives is made from them.
-A Vertex AI job's image is known from its region before anything is staged; a cluster job's region
-and GPUDirect flavour are its nodes', known once it is placed.
+--workdir (workdir.py) and a cluster job's placement (jobs/cluster/placement.py: the cluster's nodes,
+read once, and the trainer's arguments fitted to them) are values of their own, and the job the target
+receives is made from them. A Vertex AI job's image is known from its region before anything is staged;
+a cluster job's region and GPUDirect flavour are its nodes', known once it is placed. A cluster job then
+goes to its cluster's backend (jobs/cluster/backend.py, by the scheduler its nodes name), which holds the
+cluster while the job is staged (the agent backend: the cluster's lease) and puts it there.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gcpgpu import catalog
@@ -35,8 +37,10 @@ class Submitted:
     job: ValidJob  # image, workdir and a cluster job's arguments decided
     shown: dict[str, Any]  # --dry-run: the request (Vertex) or the job (cluster); else the job's summary
     jid: JobId | None = None  # None with --dry-run
-    # Whether the submitting command follows the job: --wait and --recover do, and retries, stall
-    # detection and webhooks need a follower (the nodes' own after --detach).
+    line: str = ""  # the one line said of the job beside its id (table format)
+    notes: list[str] = field(default_factory=list)  # said whatever the format
+    # Whether the submitting command follows the job now: --wait and --recover do, and retries, stall
+    # detection and webhooks need a follower (the nodes' own after --detach); on Slurm, --wait only.
     follow: bool = False
 
 
@@ -44,7 +48,7 @@ def submit(settings: Settings, spec: JobSpec, *, region: str | None = None, dry_
            recover: int | None = None, detach: bool = False, wait: bool = False,
            say: Callable[[str], None] = lambda _line: None,
            follower_image: FollowerImage | None = None) -> Submitted:
-    """Check `spec`, decide its image, stage its workdir, place it (cluster) and submit it (not with
+    """Check `spec`, place it (cluster), decide its image, stage its workdir and submit it (not with
     `dry_run`). `region`: the job's own (job submit --region), else the global one. `say` tells
     warnings, notes and what was decided on stderr."""
     job = _validate(settings, spec, region)
@@ -56,11 +60,13 @@ def submit(settings: Settings, spec: JobSpec, *, region: str | None = None, dry_
                            "(see --restart)")
     for warning in job.warnings:
         say(f"warning: {warning}")
-    follow = (wait or recover is not None or bool(policy.record_fields(job.spec))) and not detach
     if job.target == "vertex":
+        follow = (wait or bool(policy.record_fields(job.spec))) and not detach
         return replace(_vertex(settings, job, dry_run, say), follow=follow)
-    return replace(_cluster(settings, job, dry_run, say, recover, follower_image if detach else None, detach, follow),
-                   follow=follow)
+    from .cluster.placement import Asked
+
+    return _cluster(settings, job, dry_run, say, Asked(recover, detach, wait),
+                    follower_image if detach else None)
 
 
 def _validate(settings: Settings, spec: JobSpec, region: str | None) -> ValidJob:
@@ -116,13 +122,15 @@ def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str
     if dry_run:
         return Submitted(job, request)
     jid, state = vertex.submit(settings.clients, request)
-    return Submitted(job, state.to_dict(), jid)
+    return Submitted(job, state.to_dict(), jid,
+                     line=f"Submitted {job.name} as {jid} ({state.nodes} x {state.machine_type}); follow it with "
+                          f"'gcpgpu job logs {jid} --follow'")
 
 
-def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], recover: int | None,
-             follower_image: FollowerImage | None, detach: bool, follow: bool = False) -> Submitted:
-    from . import cluster as cluster_jobs
-    from . import queue, usercode
+def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], asked: Any,
+             follower_image: FollowerImage | None) -> Submitted:
+    from . import usercode
+    from .cluster import backend, placement
     from .spec import job_env
 
     cluster = str(job.spec.cluster)
@@ -132,29 +140,31 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
         from gcpgpu.image.pack import pack
 
         packed = pack(job.spec.workdir)
-    # The cluster's nodes say how many processes run: read them (nothing changes) for --dry-run too,
-    # so it refuses, and fits defaults, as submit does. Before the upload, so a cluster that is not
-    # there (a typo) is said before anything is uploaded.
-    placed = cluster_jobs.place(settings.clients, settings.project, job, cluster)
-    slurm = queue.runs_slurm(placed.nodes[0].metadata)
-    if job.spec.priority and not slurm:
-        raise UsageProblem(f"--priority {job.spec.priority}: cluster {cluster} runs one job at a time, without "
-                           f"Slurm; drop --priority, or make a cluster with 'gcpgpu cluster up NAME --scheduler slurm'")
-    workdir_uri = _workdir(settings, job, dry_run, say, packed)
-    image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
-    job = placed.apply(replace(job, image=image, image_pending=False, workdir_uri=workdir_uri))
-    agent = follower_image(job.image, placed.nodes) if follower_image is not None else None
-    for note in job.notes:
-        say(f"note: {note}")
+    # The cluster's nodes, read once, say how many processes run and which backend takes the job: read
+    # them (nothing changes) for --dry-run too, so it refuses, and fits defaults, as submit does; before
+    # anything is uploaded, so a cluster that is not there (a typo) is said first.
+    placed, target = backend.placed(settings.clients, settings.project, job)
+
+    def staged() -> ValidJob:
+        workdir_uri = _workdir(settings, job, dry_run, say, packed)
+        image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
+        return placed.apply(replace(job, image=image, image_pending=False, workdir_uri=workdir_uri))
+
     if dry_run:
-        command, args = usercode.container_call(job)
-        return Submitted(job, {"target": "cluster", "cluster": cluster, "name": job.name, "nodes": len(placed.nodes),
-                               "machine_type": placed.machine.name, "image": cluster_jobs.image_of(job),
-                               "command": command, "args": args, "env": job_env(job, placed.machine, "vm"),
-                               **({"follower_image": agent} if agent else {})})
-    if slurm:  # queued by the cluster's Slurm: submit returns at once (jobs/queue.py)
-        jid, summary = queue.submit(settings.clients, settings.project, job, cluster, placed)
-        return Submitted(job, summary, jid)
-    jid, summary = cluster_jobs.submit(settings.clients, settings.project, job, cluster, recover, placed,
-                                       detach=detach, agent=agent, followed=follow)
-    return Submitted(job, summary, jid)
+        ready = staged()
+        agent = follower_image(ready.image, placed.nodes) if follower_image is not None else None
+        for note in ready.notes:
+            say(f"note: {note}")
+        command, args = usercode.container_call(ready)
+        return Submitted(ready, {"target": "cluster", "cluster": cluster, "name": ready.name,
+                                 "nodes": len(placed.nodes), "machine_type": placed.machine.name,
+                                 "image": placement.image_of(ready), "command": command, "args": args,
+                                 "env": job_env(ready, placed.machine, "vm"),
+                                 **({"follower_image": agent} if agent else {})})
+    with target.claim(settings.clients, settings.project, placed) as put:
+        ready = staged()
+        agent = follower_image(ready.image, placed.nodes) if follower_image is not None else None
+        for note in ready.notes:
+            say(f"note: {note}")
+        done = put(ready, replace(asked, agent=agent))
+    return Submitted(ready, done.shown, done.jid, done.line, done.notes, done.follow)

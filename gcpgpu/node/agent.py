@@ -4,7 +4,7 @@ A node runs it when its metadata says `gcpgpu-agent` (a job submitted with --det
 with --autostop): on a real node from the training image, which has gcpgpu, as the node's service
 account (templates/startup.sh.j2); in the emulator as a local process that dies with its node.
 
-Each round, the one node whose follower leads (jobs/follower.py: a lease in project metadata)
+Each round, the one node whose follower leads (jobs/cluster/follower.py: a lease in project metadata)
 follows the cluster's job to its end, recovering it from lost nodes with the settings its record
 carries, and while no job runs judges the cluster's autostop (cluster/autostop.py): idle means no
 job running and every GPU under the idle floor `gcpgpu metrics` uses; before it stops or deletes the
@@ -28,10 +28,9 @@ from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.jobs import follower, journal, notify, queue, record
-from gcpgpu.jobs.recover import GaveUp
-from gcpgpu.jobs.state import is_final
-from gcpgpu.jobs.view import job_status
+from gcpgpu.jobs import notify
+from gcpgpu.jobs.cluster import backend, follower
+from gcpgpu.jobs.cluster.recover import GaveUp
 from gcpgpu.node import service
 from gcpgpu.times import format_duration
 
@@ -51,15 +50,8 @@ class Said(Reporter):
 
 
 def job_running(clients: Clients, project: str, cluster: str) -> bool:
-    """Whether a job runs (or is being recovered) on the cluster, or waits in its Slurm queue."""
-    if journal.read(clients, project, cluster) is not None:
-        return True
-    if any(queue.is_queued(r) and not is_final(r.get("state")) for r in record.read(clients, project, cluster).records):
-        return True  # a Slurm cluster's queued and running jobs are work: its nodes stay up for them
-    found = follower.current_job(clients, project, cluster)
-    if found is None:
-        return False
-    return not job_status(clients, project, found[0]).final
+    """Whether a job runs on the cluster, is being recovered, or waits in its queue."""
+    return backend.has_work(clients, project, cluster)
 
 
 def gpus_busy(clients: Clients, project: str, cluster: str) -> bool:
@@ -183,7 +175,7 @@ def _serve(clients: Clients, project: str, cluster: str, node: str, poll_s: floa
                 return 0
             if follower.lead(lead):
                 found = follower.current_job(clients, project, cluster)
-                if found is not None and str(found[1]["id"]) not in done:
+                if found is not None and found[1].id not in done:
                     say(f"leading: following job {found[0]}")
                     f = follower.make(clients, project, found[0], found[1], reporter=Said(say), poll_s=poll_s,
                                       on_state=lambda st: say(f"job {st.id}: {st.state} (attempt {st.attempt})"))
@@ -193,7 +185,7 @@ def _serve(clients: Clients, project: str, cluster: str, node: str, poll_s: floa
                         say(f"job {found[0]} ended {final.state}")
                     except GaveUp as e:  # written FAILED in the job's record
                         say(str(e))
-                    done.add(str(found[1]["id"]))
+                    done.add(found[1].id)
                     idle.reset()
                 elif tick(clients, project, cluster, node, idle, lead, say) is not None:
                     return 0

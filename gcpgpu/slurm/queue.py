@@ -1,8 +1,8 @@
 """Node 0's queue agent: hands queued jobs to sbatch and writes back what Slurm says of them.
 
 `job submit` on a Slurm cluster writes the job into the cluster's job records (project metadata:
-jobs/record.py, jobs/queue.py) with `submit` (the job as the nodes run it) and returns. Each round this
-agent, beside slurmctld on node 0:
+jobs/cluster/store.py, jobs/cluster/slurm.py) with `submit` (the job as the nodes run it) and returns.
+Each round this agent, beside slurmctld on node 0:
 - sbatches every record that has `submit` and no `slurm_id` (its partition is its priority, -N its nodes,
   --exclusive: a job has whole nodes, --requeue: preempted or lost, it starts again), then drops `submit`;
 - scancels every job whose record asks (`cancel`);
@@ -25,13 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.jobs import record as records
+from gcpgpu.jobs.cluster import slurm as backend
+from gcpgpu.jobs.cluster import store
+from gcpgpu.jobs.cluster.record import JobRecord, QueuePlace, stamp
 from gcpgpu.jobs.state import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, is_final
 from gcpgpu.resources import render
 
 from .keeper import Keeper
 
-TIERS = {"high": 3, "normal": 2, "low": 1}  # conf.py's partitions
+TIERS = backend.TIERS  # conf.py's partitions
 STATES = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
           "REQUEUE_FED": PENDING, "PREEMPTED": PENDING, "SUSPENDED": PENDING, "RESIZING": PENDING,
           "RUNNING": RUNNING, "COMPLETING": RUNNING, "STAGE_OUT": RUNNING, "SIGNALING": RUNNING,
@@ -40,10 +42,6 @@ STATES = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQU
 REASONS = {"Priority": "jobs ahead of it", "Resources": "free nodes", "BeginTime": "its requeue delay",
            "Dependency": "another job", "PartitionNodeLimit": "more nodes than the cluster has",
            "ReqNodeNotAvail": "its nodes to come back", "NodeDown": "its nodes to come back"}
-
-
-def _stamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def parse_jobs(text: str) -> dict[str, dict[str, str]]:
@@ -78,27 +76,27 @@ def seen_fields(job: dict[str, str], place: int | None) -> dict:
     return fields
 
 
-def hand_record(job: dict[str, str]) -> dict:
+def hand_record(job: dict[str, str]) -> JobRecord:
     """The record of a job someone sbatch'ed on a node by hand (`cluster ssh`), so `job list` shows it too,
     marked as such (`by_hand`); it is written from what scontrol says, as gcpgpu's own are."""
     nodes = job.get("NumNodes", "1").split("-")[0]
-    return {"id": f"slurm-{job['JobId']}", "name": job.get("JobName"), "slurm_id": job["JobId"], "by_hand": True,
-            "state": PENDING, "attempt": 0, "created": _utc(job.get("SubmitTime")),
-            "nnodes": int(nodes) if nodes.isdigit() else None,
-            "queue": {"priority": job.get("Partition"), "nodes": int(nodes) if nodes.isdigit() else None}}
+    count = int(nodes) if nodes.isdigit() else None
+    return JobRecord(id=f"slurm-{job['JobId']}", name=job.get("JobName"), scheduler=backend.NAME,
+                     slurm_id=job["JobId"], by_hand=True, state=PENDING, attempt=0,
+                     created=_utc(job.get("SubmitTime")), nnodes=count,
+                     queue=QueuePlace(job.get("Partition"), count))
 
 
 def _utc(local: str | None) -> str:
     """scontrol's times (the controller's local time, no zone) as the records' UTC stamps; now if unknown."""
     try:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.mktime(time.strptime(local or "",
-                                                                                          "%Y-%m-%dT%H:%M:%S"))))
+        return stamp(time.mktime(time.strptime(local or "", "%Y-%m-%dT%H:%M:%S")))
     except ValueError:
-        return _stamp()
+        return stamp()
 
 
-def _has(current: list[dict], slurm_id: str) -> bool:
-    return any(str(r.get("slurm_id")) == slurm_id for r in current)
+def _has(current: list[JobRecord], slurm_id: str) -> bool:
+    return any(r.slurm_id == slurm_id for r in current)
 
 
 class QueueAgent:
@@ -130,17 +128,17 @@ class QueueAgent:
 
     def round(self) -> None:
         self.keeper.round()
-        seen = records.read(self.clients, self.project, self.cluster)
+        seen = store.read(self.clients, self.project, self.cluster)
         for rec in seen.records:
-            if rec.get("submit") and not rec.get("slurm_id") and not is_final(rec.get("state")):
+            if rec.submit is not None and not rec.slurm_id and not rec.final:
                 self._sbatch(rec)
-            elif rec.get("cancel") and rec.get("slurm_id") and not is_final(rec.get("state")):
-                self._slurm("scancel", str(rec["slurm_id"]))
+            elif rec.cancel and rec.slurm_id and not rec.final:
+                self._slurm("scancel", rec.slurm_id)
         shown = self._slurm("scontrol", "show", "job", "-o")
         if shown.returncode != 0:
             return
         jobs = parse_jobs(shown.stdout)
-        open_ids = {str(r.get("slurm_id")) for r in seen.records if r.get("slurm_id") and not is_final(r.get("state"))}
+        open_ids = {r.slurm_id for r in seen.records if r.slurm_id and not r.final}
         for slurm_id in [i for i in jobs if i in open_ids]:
             if self.keeper.requeue_failed(jobs[slurm_id]):
                 del jobs[slurm_id]  # requeued: the next round reads it PENDING
@@ -149,67 +147,60 @@ class QueueAgent:
                 # Slurm holds a requeued job back a while; a preempted or lost job resumes as soon as it can.
                 self._slurm("scontrol", "update", f"JobId={job['JobId']}", "StartTime=now")
         places = queue_places(jobs)
-        known = {str(r.get("slurm_id")) for r in seen.records if r.get("slurm_id")} | {str(r["id"]) for r in seen.records}
+        known = {r.slurm_id for r in seen.records if r.slurm_id} | {r.id for r in seen.records}
         # sbatch'ed on a node by hand (cluster ssh): not gcpgpu's (its jobs are named by their records' ids)
         by_hand = [j for i, j in jobs.items() if i not in known and j.get("JobName") not in known
                    and not is_final(STATES.get(j.get("JobState", ""), PENDING))]
 
-        def change(current: list[dict]) -> list[dict] | None:
+        def change(current: list[JobRecord]) -> list[JobRecord] | None:
             added = [hand_record(j) for j in by_hand if not _has(current, j["JobId"])]
             merged = self._merged([*current, *added], jobs, places)
             return merged if merged is not None else [*current, *added] if added else None
 
-        records.update(self.clients, self.project, self.cluster, change)
+        store.update(self.clients, self.project, self.cluster, change)
 
-    def _sbatch(self, rec: dict) -> None:
-        job = dict(rec["submit"])
-        job_file = self.jobs_dir / f"{rec['id']}.json"
+    def _sbatch(self, rec: JobRecord) -> None:
+        assert rec.submit is not None
+        job = {**rec.submit.to_json(), "emulated": self.emulated, "project": self.project}  # the task's file
+        job_file = self.jobs_dir / f"{rec.id}.json"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        job.update(emulated=self.emulated, project=self.project)
         job_file.write_text(json.dumps(job))
-        script = self.jobs_dir / f"{rec['id']}.sh"
+        script = self.jobs_dir / f"{rec.id}.sh"
         # On the emulator every node shares this folder; real nodes get the job through the script (sbcast).
-        script.write_text(render("slurm_job.sh.j2", job_id=rec["id"], python=sys.executable, job_file=str(job_file),
+        script.write_text(render("slurm_job.sh.j2", job_id=rec.id, python=sys.executable, job_file=str(job_file),
                                  job_json="" if self.emulated else json.dumps(job)))
-        queue = rec.get("queue") or {}
-        done = self._slurm("sbatch", "--parsable", "-J", str(rec["id"]), "-p", str(queue.get("priority", "normal")),
-                           "-N", str(queue.get("nodes", 1)), "--exclusive", "--requeue", "--open-mode=append",
-                           "-o", str(self.jobs_dir / f"{rec['id']}.out"), str(script))
+        queue = rec.queue or QueuePlace()
+        done = self._slurm("sbatch", "--parsable", "-J", rec.id, "-p", str(queue.priority or "normal"),
+                           "-N", str(queue.nodes or 1), "--exclusive", "--requeue", "--open-mode=append",
+                           "-o", str(self.jobs_dir / f"{rec.id}.out"), str(script))
         slurm_id = done.stdout.strip().split(";")[0]
         if done.returncode != 0 or not re.fullmatch(r"\d+", slurm_id):
-            self.say(f"sbatch of {rec['id']} failed: {(done.stderr or done.stdout).strip()[:200]}")
+            self.say(f"sbatch of {rec.id} failed: {(done.stderr or done.stdout).strip()[:200]}")
             return
-        self.say(f"job {rec['id']} is Slurm job {slurm_id}")
-
-        def change(current: list[dict]) -> list[dict]:
-            out = []
-            for r in current:
-                if r.get("id") == rec["id"]:
-                    r = {k: v for k, v in r.items() if k != "submit"}
-                    r.update(slurm_id=slurm_id, reason="its turn")
-                out.append(r)
-            return out
-
-        records.update(self.clients, self.project, self.cluster, change)
+        self.say(f"job {rec.id} is Slurm job {slurm_id}")
+        store.update(self.clients, self.project, self.cluster, store.change_one(
+            rec.id, lambda r: r.but(submit=None, slurm_id=slurm_id, reason="its turn")))
 
     @staticmethod
-    def _merged(current: list[dict], jobs: dict[str, dict[str, str]], places: dict[str, int]) -> list[dict] | None:
+    def _merged(current: list[JobRecord], jobs: dict[str, dict[str, str]],
+                places: dict[str, int]) -> list[JobRecord] | None:
         changed = False
         out = []
         for r in current:
-            job = jobs.get(str(r.get("slurm_id") or ""))
-            if job is None or is_final(r.get("state")):
+            job = jobs.get(r.slurm_id or "")
+            if job is None or r.final:
                 out.append(r)
                 continue
             fields = seen_fields(job, places.get(job["JobId"]))
-            queue = {**(r.get("queue") or {}), "position": fields.pop("position", None)}
-            new = {**r, **fields, "queue": queue}
-            if new["state"] != r.get("state") or new["attempt"] != r.get("attempt"):
-                new["at"] = _stamp()
-                if new["state"] == RUNNING:
-                    new["started"] = _stamp()
-                if is_final(new["state"]):
-                    new["ended"] = _stamp()
+            queue = QueuePlace(*((r.queue.priority, r.queue.nodes) if r.queue else (None, None)),
+                               fields.pop("position", None))
+            new = r.but(**fields, queue=queue)
+            if new.state != r.state or new.attempt != r.attempt:
+                new = new.but(at=stamp())
+                if new.state == RUNNING:
+                    new = new.but(started=stamp())
+                if new.final:
+                    new = new.but(ended=stamp())
             if new != r:
                 changed = True
             out.append(new)

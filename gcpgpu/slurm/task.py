@@ -5,8 +5,8 @@ container (image, command, the rendered NCCL environment, workdir, setup, mounts
 with its rank and rendezvous from Slurm's allocation instead of the metadata: NODE_RANK = SLURM_NODEID,
 NNODES = SLURM_NNODES, the master the allocation's first node, the port from the Slurm job id. A requeued
 job (SLURM_RESTART_COUNT > 0: preempted by a higher priority, or a node lost) resumes as gcpgpu's own
-recovery resumes one (jobs/cluster.py's resumed: --resume for the bundled trainer, GCPGPU_RESUME=1 and
-GCPGPU_RESTART=N for a user's command), as attempt N.
+recovery resumes one (jobs/cluster/deliver.py's resumed: --resume for the bundled trainer, GCPGPU_RESUME=1
+and GCPGPU_RESTART=N for a user's command), as attempt N.
 
 In the emulator the node's container engine is the emulator's job agent, which GCPGPU_SLURM_ENGINE names
 (gcpgpu/fakes/jobs/slurm_engine.py: the call goes over a socket, as `docker run` talks to its daemon), so
@@ -30,7 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gcpgpu.jobs.cluster import agent_script, resumed
+from gcpgpu.jobs.cluster.deliver import agent_script, resumed
+from gcpgpu.jobs.cluster.record import JobRecord
 
 PORT_BASE = 29500
 ENTER_HOST = ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--"]
@@ -50,29 +51,33 @@ def rendezvous(environ: dict[str, str], emulated: bool) -> dict[str, str]:
             "MASTER_ADDR": master, "MASTER_PORT": str(PORT_BASE + job_id % 1000)}
 
 
-def attempt_of(job: dict, environ: dict[str, str]) -> dict:
+def attempt_of(job: JobRecord, environ: dict[str, str]) -> JobRecord:
     """The job record as this attempt runs it: the first as submitted, a requeued one resuming."""
     restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    return resumed(job, restarts) if restarts else dict(job)
+    return resumed(job, restarts) if restarts else job
 
 
-def command(job: dict, environ: dict[str, str], call_file: str) -> tuple[list[str], dict | str] | str:
-    """(argv, what it reads from `call_file`) of this node's task, or the one line saying why it cannot run
+def command(task: dict, environ: dict[str, str], call_file: str) -> tuple[list[str], dict | str] | str:
+    """(argv, what it reads from `call_file`) of this node's task (`task`: the job file node 0's queue agent
+    wrote: the job's node record, with `emulated` and `project`), or the one line saying why it cannot run
     here. On a node of Google Cloud: the node's job agent script for this attempt, rank and rendezvous, which
-    runs the job's container (jobs/cluster.py's agent_script, as `job submit` puts it on a node without
-    Slurm). In the emulator: the call the emulator's container engine reads."""
+    runs the job's container (jobs/cluster/deliver.py's agent_script, as `job submit` puts it on a node
+    without Slurm). In the emulator: the call the emulator's container engine reads."""
+    job = JobRecord.from_json(task)
+    if job is None:
+        return "gcpgpu slurm task: the job file holds no job record"
     attempt = attempt_of(job, environ)
-    if not job.get("emulated"):
+    if not task.get("emulated"):
         rdzv = rendezvous(environ, False)
         script = agent_script(attempt, int(rdzv["NODE_RANK"]), int(rdzv["NNODES"]), rdzv["MASTER_ADDR"],
-                              int(rdzv["MASTER_PORT"]), slurm=True)
+                              int(rdzv["MASTER_PORT"]), as_task=True)
         return [*ENTER_HOST, "bash", call_file], script
     engine = environ.get(ENGINE_ENV)
     if not engine:
         return f"gcpgpu slurm task: {ENGINE_ENV} is not set: this node has no container engine to run the job"
     rdzv = rendezvous(environ, True)
-    call = {"project": job.get("project"), "node": environ.get("SLURMD_NODENAME", ""),
-            "rank": int(rdzv["NODE_RANK"]), "nnodes": int(rdzv["NNODES"]), "job": attempt}
+    call = {"project": task.get("project"), "node": environ.get("SLURMD_NODENAME", ""),
+            "rank": int(rdzv["NODE_RANK"]), "nnodes": int(rdzv["NNODES"]), "job": attempt.to_json()}
     return [*shlex.split(engine), call_file], json.dumps(call)
 
 

@@ -1,5 +1,5 @@
-"""Why a cluster job's node was lost, as Compute tells it: the views (jobs/view.py) and the follower
-(jobs/recover.py) name a loss the same way."""
+"""Why a cluster job's node was lost, as Compute tells it: the views (view.py) and the follower
+(recover.py) name a loss the same way."""
 
 from __future__ import annotations
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call, retrying, wait
+
+from .record import JobRecord
 
 KEY_PREFIX = "gcpgpu-recovery-"
 
@@ -32,27 +33,26 @@ def key(cluster: str) -> str:
 
 
 def items(clients: Clients, project: str) -> tuple[str, list[dict[str, str]]]:
-    """The project's metadata: (fingerprint, [{key, value}]), one read (jobs/record.py reads it too)."""
+    """The project's metadata: (fingerprint, [{key, value}]), one read (store.py reads it too)."""
     proj = retrying()(clients.compute("ProjectsClient").get)(project=project)
     md = proj.common_instance_metadata
     return md.fingerprint, [{"key": i.key, "value": i.value} for i in md.items]
 
 
-def read(clients: Clients, project: str, cluster: str) -> dict[str, Any] | None:
-    """The pending recovery of `cluster`'s job (the next attempt's record), or None."""
+def read(clients: Clients, project: str, cluster: str) -> JobRecord | None:
+    """The pending recovery of `cluster`'s job (the next attempt's record, with `recovering`), or None."""
     return pending_in(items(clients, project)[1], cluster)
 
 
-def pending_in(got: list[dict[str, str]], cluster: str) -> dict[str, Any] | None:
+def pending_in(got: list[dict[str, str]], cluster: str) -> JobRecord | None:
     """The pending recovery of `cluster`'s job in project metadata items already read, or None."""
     raw = next((i["value"] for i in got if i["key"] == key(cluster)), None)
     if not raw:
         return None
     try:
-        value = json.loads(raw)
+        return JobRecord.from_json(json.loads(raw))
     except ValueError:
         return None
-    return value if isinstance(value, dict) and "id" in value else None
 
 
 def swap(clients: Clients, project: str, item: str, change: Callable[[str | None], str | None | bool],
@@ -87,8 +87,9 @@ def swap(clients: Clients, project: str, item: str, change: Callable[[str | None
     raise CloudError(f"could not write {what}: project metadata keeps changing")
 
 
-def put(clients: Clients, project: str, cluster: str, value: dict[str, Any] | None,
+def put(clients: Clients, project: str, cluster: str, value: JobRecord | None,
         fence: Callable[[], None] = lambda: None) -> None:
     """Write (or, with None, remove) the pending recovery; `fence()` right before each write (the lease)."""
-    swap(clients, project, key(cluster), lambda _current: None if value is None else json.dumps(value, sort_keys=True),
+    swap(clients, project, key(cluster),
+         lambda _current: None if value is None else json.dumps(value.to_json(), sort_keys=True),
          fence, f"the recovery of cluster {cluster}'s job")

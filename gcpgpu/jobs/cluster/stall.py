@@ -18,18 +18,16 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gcpgpu.cluster.observe import guest_attributes
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp import clock as cloud_clock
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.gcp.operations import batch
+from gcpgpu.jobs import ids
+from gcpgpu.jobs import logs as job_logs
 from gcpgpu.times import parse_timestamp
 
-from . import cluster as cluster_jobs
-from . import ids
-from . import logs as job_logs
+from . import nodes
 
 STEP = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)?step\s+(\d+) \| loss ")
 CAPTURE_WAIT_S = 30.0  # an agent looks at its metadata every 5 s; py-spy takes a second or two
@@ -41,7 +39,7 @@ class Watch:
     def __init__(self, clients: Clients, project: str, jid: ids.JobId, timeout_s: float, trainer: bool,
                  clock: Callable[[], float] = cloud_clock.monotonic) -> None:
         self.clients, self.project, self.timeout_s, self.trainer, self.clock = clients, project, timeout_s, trainer, clock
-        self.flt = cluster_jobs.log_filter(project, jid)
+        self.flt = nodes.log_filter(project, jid)
         self._seen: set[str] = set()
         self._since: str | None = None
         self.reset()
@@ -94,17 +92,11 @@ class Watch:
 def capture(clients: Clients, project: str, jid: ids.JobId, wait_s: float = CAPTURE_WAIT_S,
             poll_s: float = 1.0) -> dict[str, str]:
     """Ask every running node of the job for stacks (and NCCL's flight recorder); {node: what it said}."""
-    record = cluster_jobs.record_of(clients, project, jid)
-    run = cluster_jobs.run_of(record)
-    mine = [(n, j) for n, j in cluster_jobs._job_nodes(clients, project, jid) if n.status == "RUNNING"]
-
-    def ask(pair: tuple[Any, dict]) -> Any:
-        node, _job = pair
-        return cluster_jobs._set_metadata(clients, project, node, {**node.metadata, "gcpgpu-job-dump": run},
-                                          cluster_jobs.unfenced)
-
+    held = nodes.job_nodes(clients, project, jid)
+    run = nodes.newest(held).run_key
+    mine = [(n, j) for n, j in held if n.status == "RUNNING"]
     try:
-        batch(clients, project, ask, mine)
+        nodes.ask(clients, project, mine, nodes.DUMP_KEY)
     except CloudError as e:
         return {"*": f"capture not requested: {e}"}
     said: dict[str, str] = {}

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -40,15 +39,16 @@ from gcpgpu.cluster.session import Reporter, Session
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.jobs import ids
+from gcpgpu.jobs import logs as job_logs
+from gcpgpu.jobs.state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
+from gcpgpu.jobs.steplines import resumed_at
 from gcpgpu.trainer.argv import log_every
 
-from . import ahead, ids, journal
-from . import cluster as cluster_jobs
-from . import logs as job_logs
-from . import record as record_mod
+from . import ahead, journal, nodes, store
+from .deliver import deliver, resumed
 from .loss import RUN_LIMIT, loss_causes
-from .state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
-from .steplines import resumed_at
+from .record import HistoryEntry, JobRecord, stamp
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
@@ -62,8 +62,8 @@ class GaveUp(CloudError):
 
 def default_recover(clients: Clients, project: str, cluster: str) -> int:
     """3 for a cluster of Spot or flex-start nodes (losing them is routine), else 0."""
-    nodes = observe_nodes(clients, project, cluster)
-    return SPOT_DEFAULT if any(n.provisioning in ("SPOT", "FLEX_START") for n in nodes) else 0
+    return SPOT_DEFAULT if any(n.provisioning in ("SPOT", "FLEX_START")
+                               for n in observe_nodes(clients, project, cluster)) else 0
 
 
 class Follower:
@@ -105,10 +105,10 @@ class Follower:
         while True:
             self.leading()
             pending = journal.read(self.clients, self.project, self.jid.cluster or "")
-            if pending is not None and pending["id"] == self.jid.job:
+            if pending is not None and pending.id == self.jid.job:
                 self.resume(pending)  # a follower died mid-recovery: finish it from what the cloud shows
                 continue
-            state = cluster_jobs.status(self.clients, self.project, self.jid)
+            state = nodes.status(self.clients, self.project, self.jid)
             self.guard.changed(state)
             if state.state in (SUCCEEDED, CANCELLED):
                 return state
@@ -120,7 +120,7 @@ class Follower:
                 if any(r["state"] in ACTIVE for r in state.per_node):
                     # The ranks left run on (or wait in a collective for the dead one) until stopped: now.
                     self._stop_survivors()
-                    state = cluster_jobs.status(self.clients, self.project, self.jid)
+                    state = nodes.status(self.clients, self.project, self.jid)
                 return state
             if lost:
                 used = state.recoveries
@@ -144,7 +144,7 @@ class Follower:
                 return self._stop_ahead(state, soon)
             if state.state == RUNNING and (acted := self.guard.check_stall(state)):
                 if acted == "failed":
-                    return cluster_jobs.status(self.clients, self.project, self.jid)
+                    return nodes.status(self.clients, self.project, self.jid)
                 continue
             clock.sleep(self.poll_s)
 
@@ -158,7 +158,7 @@ class Follower:
         self.guard.tell(CANCELLED, state.attempt, cause="stopped ahead", node=soon.node,
                         error=f"stopped ahead: {soon.line()}; its checkpoint is in {where}: submit it again "
                               "with --resume once the nodes are back (or on other capacity)")
-        return cluster_jobs.status(self.clients, self.project, self.jid)
+        return nodes.status(self.clients, self.project, self.jid)
 
     def _gone(self, state: JobState) -> list[dict]:
         """Ranks of the job whose node no longer exists (a VM whose termination action is DELETE)."""
@@ -179,24 +179,24 @@ class Follower:
         self.session = Session(self.clients, self.project, self.report)
         with self.session.holding(self.jid.cluster or "", "recover", wait_for_lease=True):
             # Another follower may have recovered this loss while this one waited for the lease.
-            record = cluster_jobs.record_of(self.clients, self.project, self.jid)
-            if int(record.get("attempt") or 0) != state.attempt or \
+            record = nodes.record_of(self.clients, self.project, self.jid)
+            if record.attempt != state.attempt or \
                     journal.read(self.clients, self.project, self.jid.cluster or "") is not None:
                 return
             self._recover(self.session, record, state, lost, causes)
 
-    def resume(self, pending: dict) -> None:
+    def resume(self, pending: JobRecord) -> None:
         """Finish a recovery another follower wrote down and did not finish (journal.py)."""
         self.session = Session(self.clients, self.project, self.report)
         with self.session.holding(self.jid.cluster or "", "recover", wait_for_lease=True):
-            pending = journal.read(self.clients, self.project, self.jid.cluster or "") or {}
-            if pending.get("id") != self.jid.job:
+            found = journal.read(self.clients, self.project, self.jid.cluster or "")
+            if found is None or found.id != self.jid.job:
                 return  # finished by another follower meanwhile
-            self.report.step("resume", f"Finishing recovery {len(pending.get('history') or [])} of job {self.jid} "
-                                       f"(attempt {pending['attempt']}), which its last follower left unfinished")
-            self._complete(self.session, pending)
+            self.report.step("resume", f"Finishing recovery {len(found.history or [])} of job {self.jid} "
+                                       f"(attempt {found.attempt}), which its last follower left unfinished")
+            self._complete(self.session, found)
 
-    def _recover(self, s: Session, record: dict, state: JobState, lost: list[dict], causes: dict[str, str]) -> None:
+    def _recover(self, s: Session, record: JobRecord, state: JobState, lost: list[dict], causes: dict[str, str]) -> None:
         names = [r["node"] for r in lost]
         attempt = state.attempt + 1
         self.report.step("recover", f"Recovery {state.recoveries + 1}/{self.recover} of job {self.jid}: lost "
@@ -220,56 +220,53 @@ class Follower:
         self.session = Session(self.clients, self.project, self.report)
         with self.session.holding(self.jid.cluster or "", "retry", wait_for_lease=True):
             s = self.session
-            record = cluster_jobs.record_of(self.clients, self.project, self.jid)
+            record = nodes.record_of(self.clients, self.project, self.jid)
             self._stop_survivors(s)
-            nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
-            zone = nodes[0].zone if nodes else ""
+            held = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record.nnodes or 0)]
+            zone = held[0].zone if held else ""
             self._resubmit(s, record, {"kind": "retry", "lost": [], "node": node, "zone": zone, "cause": cause,
                                        "last_step": self.last_step(), "pull_s": _pulled(state), **(extra or {})},
                            {"zone": zone, "lost": [], "lost_ids": []})
 
-    def _resubmit(self, s: Session, record: dict, entry: dict, how: dict) -> None:
+    def _resubmit(self, s: Session, record: JobRecord, entry: dict, how: dict) -> None:
         """Write down the job's next attempt (resuming from its last checkpoint; `entry`, why, in its
         history; `how`, the VMs to replace) in the journal, then bring the cluster to size and deliver it."""
-        attempt = int(record.get("attempt") or 0) + 1
-        history = list(record.get("history") or [])
-        history.append({"attempt": attempt, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        **entry, "log_every": log_every(record["args"])})
-        pending = cluster_jobs.resumed(record, attempt)  # from its last checkpoint
-        pending.update(history=history, recover=self.recover)
-        pending["recovering"] = {**how, "spec": self._cluster_spec_raw()}
+        attempt = record.attempt + 1
+        history: list[HistoryEntry] = [*(record.history or []), {  # type: ignore[list-item]
+            "attempt": attempt, "at": stamp(), **entry, "log_every": log_every(record.args or [])}]
+        pending = resumed(record, attempt).but(  # from its last checkpoint
+            history=history, recover=self.recover, recovering={**how, "spec": self._cluster_spec_raw()})
         journal.put(self.clients, self.project, self.jid.cluster or "", pending, s.check_lease)
-        record_mod.amend(self.clients, self.project, self.jid, attempt, history=history)
+        store.amend(self.clients, self.project, self.jid, attempt, history=history)
         self._complete(s, pending)
 
-    def _complete(self, s: Session, pending: dict) -> None:
+    def _complete(self, s: Session, pending: JobRecord) -> None:
         """From the written-down recovery on: bring the cluster back to size, put the next attempt on it,
         and strike the recovery from the journal. Each step is safe to run again after a follower died."""
-        how = pending["recovering"]
-        record = {k: v for k, v in pending.items() if k != "recovering"}
-        nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
-        whole = len(nodes) == int(record["nnodes"]) and all(n.status == "RUNNING" for n in nodes) \
-            and not {n.id for n in nodes} & set(how.get("lost_ids") or [])
+        how = dict(pending.recovering or {})
+        record = pending.but(recovering=None)
+        want = int(record.nnodes or 0)
+        held = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[:want]
+        whole = len(held) == want and all(n.status == "RUNNING" for n in held) \
+            and not {n.id for n in held} & set(how.get("lost_ids") or [])
         if not whole:
             try:
                 self._rebuild(s, self._spec_now(how.get("spec")), how["lost"], how["zone"], how.get("lost_ids"))
             except NoCapacity as e:  # nowhere to bring the nodes back: the job ends FAILED, not RECOVERING for ever
                 self._give_up(s, f"job {self.jid} lost node {', '.join(how['lost'])} and no zone of cluster "
                                  f"{self.jid.cluster} has capacity to bring it back ({e}); its checkpoints stay "
-                                 f"in {record.get('output_dir') or 'its --ckpt-dir'}: submit it again with --resume "
+                                 f"in {record.output_dir or 'its --ckpt-dir'}: submit it again with --resume "
                                  "once there is capacity")
-            nodes = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[: int(record["nnodes"])]
-        if len(nodes) < int(record["nnodes"]) or any(n.status != "RUNNING" for n in nodes):
-            self._give_up(s, f"cluster {self.jid.cluster} did not come back to {record['nnodes']} RUNNING node(s); "
+            held = ranked_nodes(self.clients, self.project, self.jid.cluster or "")[:want]
+        if len(held) < want or any(n.status != "RUNNING" for n in held):
+            self._give_up(s, f"cluster {self.jid.cluster} did not come back to {want} RUNNING node(s); "
                              f"see 'gcpgpu cluster status {self.jid.cluster}'")
-        self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record['attempt']} on {len(nodes)} node(s)"
-                                     + (" with --resume" if "--resume" in record["args"] else ""))
-        cluster_jobs.deliver(self.clients, self.project, record, nodes, s.check_lease)
-        if record.get("history"):  # when the attempt reached its nodes: where goodput's recovery ends
-            history = [*record["history"][:-1], {**record["history"][-1], "delivered": time.strftime(
-                "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
-            record_mod.amend(self.clients, self.project, self.jid, int(record["attempt"]), s.check_lease,
-                             history=history)
+        self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record.attempt} on {len(held)} node(s)"
+                                     + (" with --resume" if "--resume" in (record.args or []) else ""))
+        deliver(self.clients, self.project, record, held, s.check_lease)
+        if record.history:  # when the attempt reached its nodes: where goodput's recovery ends
+            history = [*record.history[:-1], {**record.history[-1], "delivered": stamp()}]
+            store.amend(self.clients, self.project, self.jid, record.attempt, s.check_lease, history=history)
         journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
 
     def _give_up(self, s: Session, why: str) -> NoReturn:
@@ -285,14 +282,14 @@ class Follower:
         """Cancel the job on the nodes still RUNNING and wait until their agents report it stopped
         (fenced by the recovery's lease when `s` is given)."""
         try:
-            cluster_jobs.cancel(self.clients, self.project, self.jid, only_running=True,
-                                fence=s.check_lease if s is not None else cluster_jobs.unfenced)
+            nodes.cancel(self.clients, self.project, self.jid, only_running=True,
+                         fence=s.check_lease if s is not None else nodes.unfenced)
         except CloudError:
             return  # nothing of the job is left on the cluster
         deadline = clock.monotonic() + STOP_TIMEOUT_S
         with self.report.waiting("stopping the job on the nodes that are left") as update:
             while clock.monotonic() < deadline:
-                rows = cluster_jobs.status(self.clients, self.project, self.jid).per_node
+                rows = nodes.status(self.clients, self.project, self.jid).per_node
                 busy = [r["node"] for r in rows if r["node_status"] == "RUNNING" and not is_final(r["state"])]
                 if not busy:
                     return
@@ -360,7 +357,7 @@ class Follower:
         return max(steps) if steps else None
 
     def _messages(self) -> list[str]:
-        flt = cluster_jobs.log_filter(self.project, self.jid)
+        flt = nodes.log_filter(self.project, self.jid)
         return [job_logs.message(e) for e in job_logs.entries(self.clients, self.project, flt)]
 
 

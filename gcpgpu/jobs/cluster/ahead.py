@@ -6,7 +6,7 @@ ends: a calendar-mode reservation's window for a reservation-bound VM, or its ma
 cannot live-migrate (onHostMaintenance TERMINATE), so either end stops the training on that node.
 
 When one is less than LEAD_S away the follower says so and stops the job on its nodes the way a
-recovery does (cluster_jobs.cancel: each node's agent sends SIGTERM, and the trainer saves a
+recovery does (nodes.cancel: each node's agent sends SIGTERM, and the trainer saves a
 checkpoint before it exits), so the run can resume from that step rather than the last periodic one.
 LEAD_S is gcpgpu's own choice: long enough for a large model's checkpoint to reach Cloud Storage.
 """
@@ -35,7 +35,7 @@ class Ahead:
 
 
 def due(rows: list[dict], lead_s: float | None = None, now: float | None = None) -> Ahead | None:
-    """The soonest known end among the job's RUNNING nodes (rows from jobs/cluster.status, with
+    """The soonest known end among the job's RUNNING nodes (rows from nodes.status, with
     `ends_at` and `maintenance`) that is less than `lead_s` away, else None."""
     lead = LEAD_S if lead_s is None else lead_s
     now = clock() if now is None else now

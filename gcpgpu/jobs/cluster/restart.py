@@ -24,11 +24,10 @@ from typing import Any
 
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp import clock
+from gcpgpu.jobs import goodput, notify, policy
+from gcpgpu.jobs.state import FAILED, RETRYING, RUNNING, STALLED, JobState, is_final
 
-from . import cluster as cluster_jobs
-from . import goodput, notify, policy, stall
-from . import record as record_mod
-from .state import FAILED, RETRYING, RUNNING, STALLED, JobState, is_final
+from . import nodes, stall, store
 
 STALLED_CAUSE = "stalled"
 
@@ -40,15 +39,15 @@ def restarts_used(history: list[dict]) -> int:
 class Guard:
     def __init__(self, follower: Any) -> None:
         self.f = follower
-        record = cluster_jobs.record_of(follower.clients, follower.project, follower.jid)
+        record = nodes.record_of(follower.clients, follower.project, follower.jid)
         self.base = record  # the job's record on its nodes: a job record is made from it where there is none
-        self.policy: dict = record.get("policy") or {}
+        self.policy: dict = dict(record.policy or {})
         self.max = int(self.policy.get("max_restarts_on_errors") or 0)
         self.notifier = notify.Notifier(self.policy.get("notify") or [], job=str(follower.jid),
-                                        name=record.get("name"), cluster=follower.jid.cluster)
+                                        name=record.name, cluster=follower.jid.cluster)
         timeout = self.policy.get("stall_timeout")
         self.watch = stall.Watch(follower.clients, follower.project, follower.jid, float(timeout),
-                                 bool(record.get("bundled_trainer"))) if timeout else None
+                                 bool(record.bundled_trainer)) if timeout else None
         self.attempt: int | None = None
         self.last: JobState | None = None  # what the nodes said last
         self._deferred: str | None = None  # a state this follower wrote whose webhook waits for its details
@@ -59,7 +58,7 @@ class Guard:
         (on_state) and tell the webhooks (`webhook`: the message's details besides the record's node and
         cause; `defer`: later, with told()). False when the record already said it."""
         f = self.f
-        wrote = record_mod.advance(f.clients, f.project, f.jid, state, attempt, base=self.base, **fields)
+        wrote = store.advance(f.clients, f.project, f.jid, state, attempt, base=self.base, **fields)
         if not wrote:
             return False
         shown = self.last or JobState(id=str(f.jid), target="cluster", cluster=f.jid.cluster)
@@ -81,8 +80,8 @@ class Guard:
         """The job's end when its record already holds it (another follower wrote it), else None."""
         from .view import job_status
 
-        seen = record_mod.read(self.f.clients, self.f.project, self.f.jid.cluster or "").of(self.f.jid.job)
-        if seen is None or not is_final(seen.get("state")):
+        seen = store.read(self.f.clients, self.f.project, self.f.jid.cluster or "").of(self.f.jid.job)
+        if seen is None or not seen.final:
             return None
         return job_status(self.f.clients, self.f.project, self.f.jid)
 
@@ -117,7 +116,7 @@ class Guard:
         shown = job_status(self.f.clients, self.f.project, self.f.jid)
         if wrote:  # the job's goodput, written once, by the follower that wrote its end
             goodput.publish(self.f.clients, self.f.project, shown, clock.now(),
-                            cluster_jobs.log_filter(self.f.project, self.f.jid))
+                            nodes.log_filter(self.f.project, self.f.jid))
         return shown
 
     def close(self, wait_s: float = 30.0) -> None:

@@ -3,9 +3,9 @@
 Every follower of a cluster (the agent each node runs, `job follow` on a laptop, `job submit --wait`)
 contends for one lease in the project's metadata, key `gcpgpu-leader-<cluster>` (cluster/lease.py:
 compare-and-swap, renewed every TTL/4, taken over once it expires). Only the holder follows and
-recovers (jobs/recover.py); the others watch. A node that is lost takes its follower with it; its
+recovers (recover.py); the others watch. A node that is lost takes its follower with it; its
 lease expires and another node's (or a watching laptop's) follower takes over, finishing any
-recovery the dead one left half done (jobs/journal.py).
+recovery the dead one left half done (journal.py).
 
 A recovery's own steps still hold the cluster's `up`/`down` lease (gcpgpu-lease-<cluster>), so a
 `cluster up` or `down` run meanwhile waits for them, and they for it.
@@ -24,14 +24,14 @@ from typing import Any
 from gcpgpu.cluster.lease import Lease, LeaseLost, holder_gone
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.jobs import ids
+from gcpgpu.jobs.state import JobState
 
-from . import cluster as cluster_jobs
-from . import ids, journal
-from . import record as record_mod
-from .state import JobState
+from . import journal, nodes, store
+from .record import JobRecord
 from .view import job_status
 
-KEY_PREFIX = record_mod.LEADER_PREFIX
+KEY_PREFIX = store.LEADER_PREFIX
 
 
 def leadership(clients: Clients, project: str, cluster: str, who: str) -> Lease:
@@ -73,20 +73,20 @@ def forget(clients: Clients, project: str, cluster: str) -> None:
     """Remove what followers keep in project metadata for `cluster` (after `cluster down`)."""
     leadership(clients, project, cluster, "down")._swap(lambda _current: None)
     journal.put(clients, project, cluster, None)
-    record_mod.forget(clients, project, cluster)
+    store.forget(clients, project, cluster)
 
 
-def follower_settings(record: dict, params: Any) -> dict[str, Any]:
+def follower_settings(record: JobRecord, params: Any) -> dict[str, Any]:
     """The follower's settings as the job's record carries them (submit wrote them there, so a follower
-    on any machine reads the same): record["follow"], keys the Follower takes, and record["recover"].
+    on any machine reads the same): its `follow`, keys the Follower takes, and its `recover`.
     Keys this gcpgpu's Follower does not take (a newer one wrote them) are left out."""
-    settings = {k: v for k, v in (record.get("follow") or {}).items() if k in params}
-    if record.get("recover") is not None:
-        settings["recover"] = int(record["recover"])
+    settings = {k: v for k, v in (record.follow or {}).items() if k in params}
+    if record.recover is not None:
+        settings["recover"] = int(record.recover)
     return settings
 
 
-def make(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: int | None = None,
+def make(clients: Clients, project: str, jid: ids.JobId, record: JobRecord, recover: int | None = None,
          **kw: Any) -> Any:
     """A Follower for the job with its record's settings (`recover`, when given, wins: `job follow --recover`)."""
     from .recover import Follower, default_recover
@@ -99,21 +99,21 @@ def make(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: 
     return Follower(clients, project, jid, **{**settings, **kw})  # the caller's reporter and polling win
 
 
-def record(clients: Clients, project: str, jid: ids.JobId) -> dict:
+def record(clients: Clients, project: str, jid: ids.JobId) -> JobRecord:
     """The job's record: a recovery's written-down next attempt, else what its nodes hold."""
-    pending = journal.read(clients, project, jid.cluster or "") or {}
-    return pending if pending.get("id") == jid.job else cluster_jobs.record_of(clients, project, jid)
+    pending = journal.read(clients, project, jid.cluster or "")
+    return pending if pending is not None and pending.id == jid.job else nodes.record_of(clients, project, jid)
 
 
-def recoveries(clients: Clients, project: str, jid: ids.JobId, record: dict, recover: int | None) -> int:
+def recoveries(clients: Clients, project: str, jid: ids.JobId, record: JobRecord, recover: int | None) -> int:
     """How many recoveries the job may have in all: `recover` (job follow --recover), else what its
     record says (submit --recover, or the last follower), else the cluster's default."""
     from .recover import default_recover
 
     if recover is not None:
         return recover
-    if record.get("recover") is not None:
-        return int(record["recover"])
+    if record.recover is not None:
+        return int(record.recover)
     return default_recover(clients, project, jid.cluster or "")
 
 
@@ -169,7 +169,7 @@ def follow(clients: Clients, project: str, jid: ids.JobId, *, recover: int | Non
     found = record(clients, project, jid)
     n = recoveries(clients, project, jid, found, recover)
     if n:
-        used = len(found.get("history") or [])
+        used = len(found.history or [])
         say(f"Following {jid}: up to {n} recover{'y' if n == 1 else 'ies'} from lost nodes in all"
             + (f" ({used} used)" if used else ""))
 
@@ -177,7 +177,7 @@ def follow(clients: Clients, project: str, jid: ids.JobId, *, recover: int | Non
         return make(clients, project, jid, found, n, reporter=reporter, poll_s=poll_s, on_state=on_state)
 
     try:
-        return lead_or_watch(clients, project, jid, follower, say, on_state, poll_s, bool(found.get("detached")))
+        return lead_or_watch(clients, project, jid, follower, say, on_state, poll_s, bool(found.detached))
     except KeyboardInterrupt:
         raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
                           f"finishes a recovery left half done). What a recovery had created is named and labelled "
@@ -185,15 +185,17 @@ def follow(clients: Clients, project: str, jid: ids.JobId, *, recover: int | Non
 
 
 # -- the agent on each node --------------------------------------------------------------------
-def current_job(clients: Clients, project: str, cluster: str) -> tuple[ids.JobId, dict] | None:
-    """The job the cluster runs (the newest record on its nodes, or a written-down recovery's)."""
+def current_job(clients: Clients, project: str, cluster: str,
+                seen: store.Seen | None = None) -> tuple[ids.JobId, JobRecord] | None:
+    """The job the cluster runs: a written-down recovery's (in `seen`, the cluster's records when the caller
+    read them; else read now), else the newest record on its nodes."""
     from gcpgpu.cluster.observe import ranked_nodes
 
-    pending = journal.read(clients, project, cluster)
+    pending = journal.read(clients, project, cluster) if seen is None else seen.pending
     if pending is not None:
-        return ids.JobId("cluster", cluster=cluster, job=str(pending["id"])), pending
-    records = [job for n in ranked_nodes(clients, project, cluster) if (job := cluster_jobs._job_of(n))]
+        return ids.JobId("cluster", cluster=cluster, job=pending.id), pending
+    records = [job for _n, job in nodes.held(ranked_nodes(clients, project, cluster))]
     if not records:
         return None
-    newest = max(records, key=lambda j: (str(j.get("submitted") or ""), int(j.get("attempt") or 0)))
-    return ids.JobId("cluster", cluster=cluster, job=str(newest["id"])), newest
+    newest = max(records, key=lambda j: (str(j.submitted or ""), j.attempt))
+    return ids.JobId("cluster", cluster=cluster, job=newest.id), newest

@@ -10,17 +10,16 @@ and not counted. Disks are not counted, as `cluster status` does not count them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from gcpgpu.cluster import cost
 from gcpgpu.cluster.observe import observe_nodes
+from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.jobs.state import JobState, Spent
 from gcpgpu.times import parse_timestamp
-
-from .state import JobState, Spent
 
 
 def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any],
@@ -29,7 +28,7 @@ def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any
     (a JobState, or its dict)."""
     if not isinstance(state, JobState):
         state = JobState.from_dict(state)
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     begin = parse_timestamp(state.created)
     if begin is None:
         return {"uptime_s": None, "node_hours": None, "cost_usd": None}
