@@ -20,8 +20,8 @@ For each submit, from the emulator's own request log (marked before and after th
   - Compute calls by method (instances.aggregatedList, projects.get, setCommonInstanceMetadata, ...) and the
     calls of every other service. Only the submit's own: each logged request is tagged with the process whose
     socket sent it (the client port looked up in /proc/net/tcp and this process's open sockets), so the calls
-    the emulated nodes' own processes make meanwhile (a detached job's followers, Slurm's agents) are counted
-    apart, as "background", not in the submit's figures.
+    the emulated nodes' own processes make meanwhile (a detached job's followers, Slurm's agents) are listed
+    apart, below the table, not counted: how many of them fall within a submit depends on their timing.
   - CLI re-entries: while the submit runs (click's CliRunner, in this thread and the threads it starts), a
     profile hook (sys.setprofile / threading.setprofile) counts each call event whose callee is a function
     defined under gcpgpu/cli/ and whose caller is gcpgpu code outside gcpgpu/cli/ (the emulator's own code,
@@ -426,7 +426,6 @@ def report(results: list[Row | str]) -> None:
     for name, get in (("= Compute calls", lambda r: r.compute), ("= other services' calls", lambda r: r.other),
                       ("= all calls", lambda r: r.compute + r.other),
                       ("  of which answered non-2xx", lambda r: r.failed),
-                      ("background (other processes; not counted)", lambda r: sum(r.background.values())),
                       ("CLI re-entries (call events)", lambda r: len(r.reentries)),
                       ("CLI functions re-entered (distinct)", lambda r: len({c for c, _ in r.reentries}))):
         print(f"{name:<{width}}" + "".join(f"{get(r):>{col}}" for r in rows))
@@ -446,11 +445,11 @@ def report(results: list[Row | str]) -> None:
             print(f"    {name}  x{n}")
             for chain, k in senders.most_common():
                 print(f"      {k} x {chain}")
-    if any(r.background for r in rows):
-        print("\nbackground requests logged during a submit (the nodes' own processes; not counted above):")
-        for r in rows:
-            if r.background:
-                print(f"  {r.label}: " + ", ".join(f"{s} {m} x{n}" for (s, m), n in sorted(r.background.items())))
+    # Apart from the table: how many of the nodes' own requests fall within a submit depends on their timing.
+    print("\nlogged during a submit but sent by other processes (the nodes' followers and agents; not counted):")
+    for r in rows:
+        print(f"  {r.label}: " + (", ".join(f"{s} {m} x{n}" for (s, m), n in sorted(r.background.items()))
+                                  or "none"))
     if any(r.unknown_origin for r in rows):
         print("\nnote: without /proc the sender of a request cannot be told: every request logged during a submit "
               "was counted as the submit's own")
