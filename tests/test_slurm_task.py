@@ -1,5 +1,5 @@
 """A Slurm task on a node of Google Cloud runs the job's container as the node's job agent does: the same
-script (templates/job_agent.sh.j2, through jobs/cluster.py's agent_script), with its rank and rendezvous
+script (templates/job_agent.sh.j2, through jobs/cluster/deliver.py's agent_script), with its rank and rendezvous
 from Slurm's allocation, a requeued attempt resuming, and the container's exit code as the task's.
 
 Run against test_node_scripts.py's stub docker and fake metadata server; bash -n and shellcheck as there.

@@ -2,7 +2,7 @@
 
 The setting lives on the nodes (metadata `gcpgpu-autostop`: {"idle_s": N, "down": bool} and, with
 --notify, "notify": [URL, ...]; and in the spec each node carries, so a recovery's replacement nodes get it too), where the follower every
-node runs (gcpgpu/node/agent.py) reads it; the one that leads (jobs/follower.py) judges the cluster
+node runs (gcpgpu/node/agent.py) reads it; the one that leads (jobs/cluster/follower.py) judges the cluster
 idle (no job running, GPUs under the metrics' idle floor) and acts here, holding the cluster's
 `up`/`down` lease like any other change. Nothing off the cluster is needed: close the laptop.
 

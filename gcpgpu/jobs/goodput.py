@@ -35,7 +35,7 @@ from . import steplines
 
 log = logging.getLogger("gcpgpu.jobs.goodput")
 PARTS = ("capacity", "image_pull", "startup", "checkpoint", "redone", "stalled", "recovery")
-STALLED_CAUSE = "stalled"  # a retry's cause after a stall (jobs/restart.py)
+STALLED_CAUSE = "stalled"  # a retry's cause after a stall (jobs/cluster/restart.py)
 # Cloud Monitoring: one custom metric per figure, on the generic_task resource the trainer's reporter
 # writes to (namespace as metrics/sources.NAMESPACE, job = the cluster or the Vertex job id), with
 # task_id "goodput" and the job's id as a metric label: `metrics report` draws it.

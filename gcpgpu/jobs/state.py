@@ -1,11 +1,11 @@
 """A job's state as gcpgpu reads it (a Vertex AI custom job or a job on a cluster's nodes), and which
 states are final: the one place that says so.
 
-`JobState` is the typed value `job status`, the followers (follower.py, recover.py, restart.py), the
+`JobState` is the typed value `job status`, the followers (jobs/cluster/: follower, recover, restart), the
 metrics' job span and the node agent read by attribute. `to_dict()` is what `job status --format
 json` prints: the keys, in the order, that scripts reading it have always seen; `from_dict()` reads
 that back. A cluster job's per-node rows and its history stay plain dicts: they are what the nodes'
-agents report and what the job's record on its nodes holds (jobs/cluster.py), shown as they are.
+agents report and what the job's record on its nodes holds (jobs/cluster/record.py), shown as they are.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 # Vertex AI's JobState names without their JOB_STATE_ prefix. A cluster job's are its record's
-# (jobs/record.py): PENDING, RUNNING, RECOVERING (a node was lost: its follower brings the job back),
+# (jobs/cluster/store.py): PENDING, RUNNING, RECOVERING (a node was lost: its follower brings the job back),
 # RETRYING (the job failed and runs again from its checkpoint), STALLED (no progress: the follower acts),
 # and one of SUCCEEDED, FAILED, CANCELLED once nothing remains to do; UNKNOWN where no agent has reported.
 QUEUED = "QUEUED"
@@ -50,13 +50,13 @@ _REDONE = ("steps_redone", "steps_redone_max")
 
 def is_final(state: str | None) -> bool:
     """Whether a job in `state` has ended for good: as Vertex AI says, or as a cluster job's record says
-    (written only when no recovery or retry remains; a node's own end is not the job's: jobs/record.py)."""
+    (written only when no recovery or retry remains; a node's own end is not the job's: jobs/cluster/view.py)."""
     return state in FINAL
 
 
 @dataclass(frozen=True)
 class Spent:
-    """What a cluster job has run and cost so far (jobs/spent.py), as `job status` shows it."""
+    """What a cluster job has run and cost so far (jobs/cluster/spent.py), as `job status` shows it."""
 
     uptime_s: int | None
     node_hours: float | None

@@ -7,7 +7,7 @@ where a resumed run started, and how long each checkpoint blocked the steps.
     a resume                resumed from gs://.../step_00000020 at step 20 / no checkpoint in DIR: starting from step 0
     a checkpoint            saved checkpoint PATH (async) in 1.20 s (...); steps blocked 0.031 s
 
-metrics/steps.py draws the steps; jobs/goodput.py and jobs/recover.py count them.
+metrics/steps.py draws the steps; jobs/goodput.py and jobs/cluster/recover.py count them.
 """
 
 from __future__ import annotations

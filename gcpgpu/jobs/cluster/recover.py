@@ -149,7 +149,7 @@ class Follower:
             clock.sleep(self.poll_s)
 
     def _stop_ahead(self, state: JobState, soon: ahead.Ahead) -> JobState:
-        """A node's known end is near (jobs/ahead.py): warn, and stop the job so its trainers save a
+        """A node's known end is near (ahead.py): warn, and stop the job so its trainers save a
         checkpoint on SIGTERM while every node is still up; the job ends CANCELLED with that cause."""
         where = state.output_dir or "its --ckpt-dir"
         self.report.step("ahead", f"Job {self.jid}: {soon.line()}: stopping the job now so its trainers "

@@ -8,7 +8,7 @@ settings stored in the job's record (jobs/policy.py), decides the rest:
         last checkpoint (Follower.restart); else FAILED as it is
     RUNNING with no progress for --stall-timeout -> STALLED: capture stacks, stop the job, name the
         suspect node; a retry left: restart (cause "stalled"); else the job ends FAILED, cause "stalled"
-    every change of state -> written in the job's record (jobs/record.py) and, by the follower that
+    every change of state -> written in the job's record (store.py) and, by the follower that
         wrote it, one message to each --notify URL (jobs/notify.py): a follower that takes over from
         another tells nothing the record already says
 
