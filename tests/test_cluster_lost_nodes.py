@@ -93,3 +93,51 @@ def test_cluster_list_counts_a_node_relabelled_by_hand(gcp):
                            {"labels": {"team": "x"}, "labelFingerprint": inst["labelFingerprint"]})
     rows = json.loads(cli("--format", "json", "cluster", "list").stdout)
     assert [(r["cluster"], r["nodes"], r["gpus"]) for r in rows] == [("c", 2, 2)]
+
+
+def test_a_follower_on_the_node_that_is_lost_leaves_the_recovery_to_one_on_a_node_that_stays(gcp, monkeypatch):
+    """A node's follower that sees its own node go (a preemption's notice: STOPPING) does not start the
+    recovery: it would be stopped half-way, the RECOVERING it wrote told to no webhook, and the follower that
+    takes over would tell nothing the record already said. It gives the lead up; one on the other node
+    recovers the job, and is the one that writes RECOVERING."""
+    import pytest
+    from helpers import wait_for
+
+    from gcpgpu.cluster import lease as leases
+    from gcpgpu.cluster.lease import LeaseLost
+    from gcpgpu.jobs.cluster import backend, store
+    from gcpgpu.jobs.cluster.placement import Asked
+    from gcpgpu.jobs.spec import JobSpec, validate
+
+    gcp.faults.preempt_grace_s = 600.0  # c-1 stays STOPPING while the followers look
+    gcp.jobs.agent.simulated_run_s = 3600.0
+    assert cli("cluster", "up", "p", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    job = validate(JobSpec(target="cluster", cluster="p", image="busybox"), project=PROJECT, region="us-central1",
+                   zone=None)
+    jid = backend.submit(clients(gcp), PROJECT, job, Asked(recover=2)).jid
+    wait_for(lambda: recover.nodes.status(clients(gcp), PROJECT, jid).state == "RUNNING", what="the job running")
+    gcp.faults.preempt("p-1")
+    wait_for(lambda: gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "p-1")["status"] == "STOPPING",
+             what="p-1 STOPPING")
+
+    def recorded() -> str | None:
+        found = store.read(clients(gcp), PROJECT, "p").of(jid.job)
+        return found.state if found else None
+
+
+    class Recovering(Exception):
+        """Where a follower has written RECOVERING and begins the recovery's own steps."""
+
+    def stop_here(self, *args) -> None:
+        raise Recovering
+
+    monkeypatch.setattr(recover.Follower, "_recover", stop_here)
+    monkeypatch.setattr(leases, "_NODE", {"name": "p-1", "zone": "us-central1-a", "id": "1"})
+    with pytest.raises(LeaseLost, match="node p-1 is going"):
+        recover.Follower(clients(gcp), PROJECT, jid, 2, poll_s=0.1).run()
+    assert recorded() != "RECOVERING"
+    monkeypatch.setattr(leases, "_NODE", {"name": "p-0", "zone": "us-central1-a", "id": "0"})
+    with pytest.raises(Recovering):
+        recover.Follower(clients(gcp), PROJECT, jid, 2, poll_s=0.1).run()
+    assert recorded() == "RECOVERING"

@@ -61,6 +61,11 @@ def on_node(name: str, zone: str, instance_id: str) -> None:
     _NODE = {"name": name, "zone": zone, "id": str(instance_id)}
 
 
+def this_node() -> str | None:
+    """The name of the VM this process runs on, when it is a node's program (on_node), else None."""
+    return _NODE["name"] if _NODE else None
+
+
 def holder_gone(clients: Clients, project: str, holder: dict[str, Any]) -> bool:
     """Whether the lease `holder` was taken on a VM that Compute says is no longer RUNNING (or is gone,
     or is another VM of the same name now). A holder not on a node, or a VM that cannot be read, is

@@ -144,27 +144,29 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
     # them (nothing changes) for --dry-run too, so it refuses, and fits defaults, as submit does; before
     # anything is uploaded, so a cluster that is not there (a typo) is said first.
     placed, target = backend.placed(settings.clients, settings.project, job)
+    # The image, and with --detach the image the nodes' follower runs from: decided (read only) before
+    # anything is written, as either may refuse (none built).
+    image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
+    agent = follower_image(image, placed.nodes) if follower_image is not None else None
 
     def staged() -> ValidJob:
-        workdir_uri = _workdir(settings, job, dry_run, say, packed)
-        image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
-        return placed.apply(replace(job, image=image, image_pending=False, workdir_uri=workdir_uri))
+        """The job with its workdir uploaded (listed only, with --dry-run), image and placement decided."""
+        ready = placed.apply(replace(job, image=image, image_pending=False,
+                                     workdir_uri=_workdir(settings, job, dry_run, say, packed)))
+        for note in ready.notes:
+            say(f"note: {note}")
+        return ready
 
     if dry_run:
         ready = staged()
-        agent = follower_image(ready.image, placed.nodes) if follower_image is not None else None
-        for note in ready.notes:
-            say(f"note: {note}")
         command, args = usercode.container_call(ready)
         return Submitted(ready, {"target": "cluster", "cluster": cluster, "name": ready.name,
                                  "nodes": len(placed.nodes), "machine_type": placed.machine.name,
                                  "image": placement.image_of(ready), "command": command, "args": args,
                                  "env": job_env(ready, placed.machine, "vm"),
                                  **({"follower_image": agent} if agent else {})})
+    # The cluster is held (the agent backend: its lease, its nodes checked free) before the workdir goes up.
     with target.claim(settings.clients, settings.project, placed) as put:
         ready = staged()
-        agent = follower_image(ready.image, placed.nodes) if follower_image is not None else None
-        for note in ready.notes:
-            say(f"note: {note}")
         done = put(ready, replace(asked, agent=agent))
     return Submitted(ready, done.shown, done.jid, done.line, done.notes, done.follow)

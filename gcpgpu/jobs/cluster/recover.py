@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 
 from gcpgpu.cluster.apply import NoCapacity, up
 from gcpgpu.cluster.kinds import NODES
+from gcpgpu.cluster.lease import LeaseLost, this_node
 from gcpgpu.cluster.names import node_name
 from gcpgpu.cluster.observe import observe_nodes, ranked_nodes
 from gcpgpu.cluster.session import Reporter, Session
@@ -113,6 +114,10 @@ class Follower:
             if state.state in (SUCCEEDED, CANCELLED):
                 return state
             lost = [r for r in state.per_node if r["node_status"] != "RUNNING"] + self._gone(state)
+            if (mine := this_node()) in {r["node"] for r in lost}:
+                # This follower's own VM is going (a preemption's notice): a follower on a node that stays
+                # recovers the loss, and tells it; this one would be stopped half-way, its webhooks unsent.
+                raise LeaseLost(f"node {mine} is going: a follower on another node takes the job over")
             if state.state == FAILED and not lost:
                 # The job's own failure: run again only what --max-restarts-on-errors says is worth it.
                 if self.guard.retry_failure(state):
