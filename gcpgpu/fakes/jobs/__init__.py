@@ -70,7 +70,7 @@ class LocalJobs:
         # The Slurm daemons of the nodes of clusters made with --scheduler slurm (slurm.py).
         slurm_root = (lambda: storage.root) if storage is not None else (lambda: self.runner.root)
         self.slurm = SlurmNodes(compute, self.runner, self.address, slurm_root,
-                                Engine(compute, self.agent)) if compute is not None else None
+                                Engine(compute, self.agent).env) if compute is not None else None
 
     def address(self) -> str | None:
         """HOST:PORT of the emulator, once it serves; else GCPGPU_EMULATOR (an in-process emulator's)."""
