@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from helpers import PROJECT, alive, emulator_threads, leftovers, make_plan, wait_for
 
 from gcpgpu.cli import main
-from gcpgpu.fakes.jobs.shared_mounts import disk_folder_parts
+from gcpgpu.fakes.host.shared_mounts import disk_folder_parts
 from gcpgpu.fakes.jobs.slurm import slurm_installed
 
 GLOBAL = ["--project", PROJECT, "--region", "us-central1"]

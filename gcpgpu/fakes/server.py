@@ -30,10 +30,10 @@ from .events import VmEvents
 from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
 from .gate import guarded
+from .host.sandbox import UserCommands
+from .host.shared_mounts import SharedStorage, disk_resolver
+from .host.storage import Storage
 from .jobs import LocalJobs
-from .jobs.shared_mounts import SharedStorage, disk_resolver
-from .jobs.storage import Storage
-from .jobs.usercmd import UserCommands
 from .lro import Operations
 from .lustre.backend import LustreBackend
 from .monitoring.backend import MonitoringBackend

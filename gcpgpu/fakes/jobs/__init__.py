@@ -1,7 +1,8 @@
 """Jobs the emulator really runs: local processes for Vertex AI replicas and cluster nodes.
 
-runner.py         starts a job's replicas as local processes on 127.0.0.1, captures their output
-                  line by line with timestamps, and reports how each one ended.
+The machinery they run on (the process runner, the sandbox, storage, mounts, ports, the per-VM
+supervisor) is the emulated host's: gcpgpu/fakes/host/.
+
 node_agent.py     the follower each node with `gcpgpu-agent` runs (gcpgpu.node.agent), as a process
                   that lives and dies with its VM.
 agent.py          the emulated cluster job agent: it watches instances' metadata (setMetadata) for
@@ -31,14 +32,14 @@ from typing import TYPE_CHECKING
 
 from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 
+from ..host.runner import MetricsTarget, Replica, Run, Runner
+from ..host.sandbox import UserCommands
+from ..host.shared_mounts import SharedStorage
+from ..host.storage import Storage
 from .agent import ClusterAgent
 from .node_agent import NodeAgents
-from .runner import MetricsTarget, Replica, Run, Runner
-from .shared_mounts import SharedStorage
 from .slurm import SlurmNodes
 from .slurm_engine import Engine
-from .storage import Storage
-from .usercmd import UserCommands
 
 if TYPE_CHECKING:
     from ..activity import Activity

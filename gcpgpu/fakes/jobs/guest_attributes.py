@@ -90,8 +90,8 @@ class GuestAttributesRest:
 
     def _storage_rates(self, inst: dict, request: str | None) -> dict[str, str]:
         """gcpgpu-diag/storage: the node's shared mounts measured once per diagnostics request (shared_mounts.py)."""
-        from .shared_mounts import measure
-        from .storage import PathRefused
+        from ..host.shared_mounts import measure
+        from ..host.storage import PathRefused
 
         agent = self.emulator.jobs.agent
         done = self.__dict__.setdefault("_storage_done", {})

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .shared_mounts import SharedStorage
-from .storage import PathRefused
+from ..host.shared_mounts import SharedStorage
+from ..host.storage import PathRefused
 
 KEY = "gcpgpu-loader"
 

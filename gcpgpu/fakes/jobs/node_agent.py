@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .supervisor import VmSupervisor
+from ..host.supervisor import VmSupervisor
 
 if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
-    from .runner import Runner
+    from ..host.runner import Runner
 
 AGENT_KEY = "gcpgpu-agent"
 CLUSTER_KEY = "gcpgpu-cluster"  # in metadata, else the label

@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core import ApiError
-from .ports import free_block
-from .shared_mounts import disk_folder_parts
-from .supervisor import VmSupervisor
+from ..host.ports import free_block
+from ..host.shared_mounts import disk_folder_parts
+from ..host.supervisor import VmSupervisor
 
 if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
-    from .runner import Runner
+    from ..host.runner import Runner
 
 SCHEDULER_KEY = "gcpgpu-scheduler"  # gcpgpu.slurm.node's keys (fakes/ imports nothing of the tool)
 SIZE_KEY = "gcpgpu-nodes"
