@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from helpers import PROJECT, wait_for
 
 from gcpgpu.cli import main
-from gcpgpu.fakes.jobs.slurm import slurm_installed
+from gcpgpu.fakes.guest.slurm import slurm_installed
 from gcpgpu.jobs import record as records
 from gcpgpu.jobs.queue import position
 from gcpgpu.slurm.queue import parse_jobs, queue_places, seen_fields

@@ -53,7 +53,7 @@ STATE_VERSION = 1
 #   The first matching pattern wins.
 REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$",
-     "gcpgpu.fakes.jobs.guest_attributes:GuestAttributesRest.for_emulator"),
+     "gcpgpu.fakes.compute.guest_attributes:GuestAttributesRest.for_emulator"),
     (r"^/compute/v1/projects/[^/]+/(zones/[^/]+/(reservations/[^/]+/reservationBlocks|futureReservations"
      r"|instances/[^/]+/reportHostAsFaulty)|regions/[^/]+/advice/calendarMode|aggregated/futureReservations)",
      "gcpgpu.fakes.compute.rest_reservations:ReservationsRest.for_emulator"),

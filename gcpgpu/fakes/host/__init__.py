@@ -17,7 +17,8 @@ sandbox.py        users' own commands through the image's entrypoint inside bubb
                   user without capabilities, /gcs and every mount bound by descriptor, never through a link.
 storage.py        the emulator's storage root: the paths a job names (gs://, /gcs/, a node's own paths)
                   mapped to folders that outlive it, never outside the root (PathRefused).
-mounts.py         a job's --mount of a bucket that does not exist, failed in gcsfuse's or the entrypoint's words.
+mounts.py         a job's --mount of a bucket that does not exist, failed in the words of gcsfuse or of
+                  the image's entrypoint.
 shared_mounts.py  a node's shared file systems (`gcpgpu-storage` metadata: Filestore, Lustre, Hyperdisk
                   ML) resolved to their folders, and the rates a node's diagnostics measure on them.
 ports.py          loopback ports for what emulated nodes listen on, picked below the ephemeral range.

@@ -1,8 +1,8 @@
 """One process per emulated VM that lives and dies with it, as a systemd service does on a real node.
 
-Both per-VM programs the emulator runs for its nodes (gcpgpu's follower, the Slurm daemons) are a
-VmSupervisor: a watcher thread looks at Compute's instances a few times a second and keeps one run per
-instance id through the runner, the same way for both:
+Both per-VM programs the emulator runs for its nodes (gcpgpu's follower, guest/node_agent.py; the Slurm
+daemons, guest/slurm.py) are a VmSupervisor: a watcher thread looks at Compute's instances a few times a
+second and keeps one run per instance id through the runner, the same way for both:
 - a RUNNING VM the program runs on (`kept`) that has no run gets one (`command`; None: not yet, the next
   scan asks again);
 - a VM that is STOPPING has its process SIGTERMed (once), then SIGKILLed after STOP_GRACE_S;

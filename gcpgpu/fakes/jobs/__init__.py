@@ -1,17 +1,18 @@
 """Jobs the emulator really runs: local processes for Vertex AI replicas and cluster nodes.
 
 The machinery they run on (the process runner, the sandbox, storage, mounts, ports, the per-VM
-supervisor) is the emulated host's: gcpgpu/fakes/host/.
+supervisor) is the emulated host's: gcpgpu/fakes/host/. The programs each VM runs beside them (the
+follower, the Slurm daemons) and its own reports are the guest's: gcpgpu/fakes/guest/; LocalJobs
+starts both, as `jobs.node_agents` and `jobs.slurm`.
 
-node_agent.py     the follower each node with `gcpgpu-agent` runs (gcpgpu.node.agent), as a process
-                  that lives and dies with its VM.
 agent.py          the emulated cluster job agent: it watches instances' metadata (setMetadata) for
                   a gcpgpu job, runs one process per node with the rank the real agent would give,
                   and reports per-node state as guest attributes (instances.getGuestAttributes).
+slurm_engine.py   the container engine of emulated Slurm nodes: a Slurm task's job runs through the
+                  job agent, as `docker run` runs it on a real node.
 cloud_logging.py  Cloud Logging's entries.list over REST, answered from the captured output, so
                   job logs are read the way they are read from the real cloud.
-slurm.py          the Slurm daemons (munged, slurmctld, slurmd) of each node of a cluster made with
-                  --scheduler slurm, as a local process tree that lives and dies with its VM.
+host.py           what cloud_logging.py reads of the emulator that serves it (a protocol).
 filters.py        the AIP-160 / Logging filter grammar both APIs take.
 
 The trainer's numbers: when rank 0 of a job run here writes `--log-json FILE`, LocalJobs starts
@@ -32,13 +33,13 @@ from typing import TYPE_CHECKING
 
 from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 
+from ..guest.node_agent import NodeAgents
+from ..guest.slurm import SlurmNodes
 from ..host.runner import MetricsTarget, Replica, Run, Runner
 from ..host.sandbox import UserCommands
 from ..host.shared_mounts import SharedStorage
 from ..host.storage import Storage
 from .agent import ClusterAgent
-from .node_agent import NodeAgents
-from .slurm import SlurmNodes
 from .slurm_engine import Engine
 
 if TYPE_CHECKING:

@@ -42,6 +42,7 @@ from gcpgpu.trainer.argv import TORCHRUN_MODULE
 
 from ..activity import Activity, step_in
 from ..core import ApiError, parse_rfc3339
+from ..guest.health import NodeHealth
 from ..host import mounts
 from ..host.lastwords import killed
 from ..host.ports import free_block
@@ -49,7 +50,6 @@ from ..host.runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trai
 from ..host.sandbox import UserCommands, is_user_command
 from ..host.shared_mounts import SharedStorage
 from ..host.storage import PathRefused, Storage
-from .node import NodeHealth
 
 if TYPE_CHECKING:
 

@@ -3,10 +3,10 @@
 On Google Cloud, gcpgpu's Slurm task (gcpgpu/slurm/task.py) runs the job's container on its node as the
 node's job agent runs it (templates/job_agent.sh.j2). Here every node's "Docker" is the emulator's job
 agent (agent.py): the task runs `python -m gcpgpu.fakes.engine_call SOCKET CALL.json` (the command
-GCPGPU_SLURM_ENGINE names; slurm.py sets it, from Engine.env, for the nodes' daemons and sbatch hands it
-on to the tasks), which passes the call (the job record as that attempt runs it, the node, its rank and
-the node count of Slurm's allocation) over a unix socket to this emulator. The agent then runs the
-node's process exactly as for a job put in the node's metadata: the bundled trainer with its output
+GCPGPU_SLURM_ENGINE names; guest/slurm.py sets it, from Engine.env, for the nodes' daemons and sbatch
+hands it on to the tasks), which passes the call (the job record as that attempt runs it, the node, its
+rank and the node count of Slurm's allocation) over a unix socket to this emulator. The agent then runs
+the node's process exactly as for a job put in the node's metadata: the bundled trainer with its output
 folders mapped to the emulator's storage, or a user's command through the image's entrypoint in the
 sandbox (workdir, setup, mounts, secrets). Its output goes to Cloud Logging as the job's container's, so
 `job logs` reads it.

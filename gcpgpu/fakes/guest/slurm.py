@@ -2,20 +2,20 @@
 
 On a real Slurm cluster made by gcpgpu each node runs `python -m gcpgpu.slurm.node` (munged, slurmctld on
 node 0, slurmd under the node's name) for as long as the VM runs. Here the emulator's per-VM supervisor
-(supervisor.py, the node agents' too) runs that same program through the runner for every RUNNING VM whose
-metadata says gcpgpu-scheduler=slurm, pointed at this emulator: a VM that stops being RUNNING (stopped,
-deleted, preempted, a host error) loses its daemons and every job step under them at once (SIGKILL to the
-whole tree); one that exited while its VM runs is started again. Every node of one host shares 127.0.0.1,
-so each cluster gets a folder of its own under the emulator's storage (spool, logs, each node's
-slurm.conf) and a block of free ports (slurmctld's, then one per node); a cluster none of whose VMs exists
-any more loses both. Node 0's slurmctld keeps its state where the real one does: on the cluster's Slurm
-state disk (metadata gcpgpu-slurm-state names it; the emulator gives each disk a folder), and starts only
-once that disk is attached, as the real startup script waits for its device; so a node 0 made again under
-its name finds the queue there. A node 0 of a cluster without one keeps it in a folder of that VM's own,
-lost with the VM, as a boot disk is. The daemons' output goes to Cloud Logging as log `gcpgpu-slurm` of
-the VM. Their batch tasks run the job's process through the emulator's job agent, as `docker run` on a
-real node (slurm_engine.py: the environment `engine_env` gives the daemons names it, and sbatch hands it
-on to the tasks).
+(host/supervisor.py, the node agents' too) runs that same program through the runner for every RUNNING VM
+whose metadata says gcpgpu-scheduler=slurm, pointed at this emulator: a VM that stops being RUNNING
+(stopped, deleted, preempted, a host error) loses its daemons and every job step under them at once
+(SIGKILL to the whole tree); one that exited while its VM runs is started again. Every node of one host
+shares 127.0.0.1, so each cluster gets a folder of its own under the emulator's storage (spool, logs,
+each node's slurm.conf) and a block of free ports (slurmctld's, then one per node); a cluster none of
+whose VMs exists any more loses both. Node 0's slurmctld keeps its state where the real one does: on the
+cluster's Slurm state disk (metadata gcpgpu-slurm-state names it; the emulator gives each disk a folder),
+and starts only once that disk is attached, as the real startup script waits for its device; so a node 0
+made again under its name finds the queue there. A node 0 of a cluster without one keeps it in a folder
+of that VM's own, lost with the VM, as a boot disk is. The daemons' output goes to Cloud Logging as log
+`gcpgpu-slurm` of the VM. Their batch tasks run the job's process through the emulator's job agent, as
+`docker run` on a real node (jobs/slurm_engine.py: the environment `engine_env` gives the daemons names
+it, and sbatch hands it on to the tasks).
 
 Unlike the emulator's own servers, slurmctld and slurmd listen on every interface (Slurm 22.05 has no
 bind address); what they accept must carry a munge credential of the cluster's random key, which only

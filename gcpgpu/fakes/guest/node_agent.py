@@ -3,7 +3,7 @@
 On a real node, a VM whose metadata has `gcpgpu-agent` runs gcpgpu's node agent (the follower:
 `python -m gcpgpu.node.agent`, from the training image) as a systemd service, so it starts when
 the VM does and ends when the VM stops, is deleted or is lost. Here the emulator's per-VM supervisor
-(supervisor.py) does the same with local processes, through the runner (a lost node's process tree
+(host/supervisor.py) does the same with local processes, through the runner (a lost node's process tree
 is SIGKILLed, as its VM's loss would kill it): a RUNNING VM with the key gets one agent, pointed at this
 emulator; a VM that stops being RUNNING (stopped, deleted, preempted, host error) loses it at once; an
 agent that exited while its VM runs is started again (systemd's Restart=always). Its output goes to Cloud
