@@ -152,6 +152,6 @@ def test_jobs_load_on_their_own():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", "import gcpgpu.fakes.jobs.agent, gcpgpu.fakes.jobs.cloud_logging, sys;"
+    done = subprocess.run([sys.executable, "-c", "import gcpgpu.fakes.jobs.agent, gcpgpu.fakes.logging.rest, sys;"
                            "assert 'gcpgpu.fakes.server' not in sys.modules"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

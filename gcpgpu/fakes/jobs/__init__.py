@@ -2,18 +2,18 @@
 
 The machinery they run on (the process runner, the sandbox, storage, mounts, ports, the per-VM
 supervisor) is the emulated host's: gcpgpu/fakes/host/. The programs each VM runs beside them (the
-follower, the Slurm daemons) and its own reports are the guest's: gcpgpu/fakes/guest/; LocalJobs
-starts both, as `jobs.node_agents` and `jobs.slurm`.
+follower, the Slurm daemons) and its own reports are the guest's: gcpgpu/fakes/guest/. LocalJobs
+wires the runner, the job agent and those programs together (`jobs.runner`, `jobs.agent`,
+`jobs.node_agents`, `jobs.slurm`).
 
 agent.py          the emulated cluster job agent: it watches instances' metadata (setMetadata) for
                   a gcpgpu job, runs one process per node with the rank the real agent would give,
                   and reports per-node state as guest attributes (instances.getGuestAttributes).
 slurm_engine.py   the container engine of emulated Slurm nodes: a Slurm task's job runs through the
                   job agent, as `docker run` runs it on a real node.
-cloud_logging.py  Cloud Logging's entries.list over REST, answered from the captured output, so
-                  job logs are read the way they are read from the real cloud.
-host.py           what cloud_logging.py reads of the emulator that serves it (a protocol).
-filters.py        the AIP-160 / Logging filter grammar both APIs take.
+
+What the runs print is Cloud Logging's (gcpgpu/fakes/logging/): job logs are read with entries.list,
+the way they are read from the real cloud.
 
 The trainer's numbers: when rank 0 of a job run here writes `--log-json FILE`, LocalJobs starts
 gcpgpu.node.reporter beside it (a runner sidecar), as the training image's entrypoint does, with
