@@ -73,7 +73,7 @@ class SlurmNodes(VmSupervisor):
     def __init__(self, compute: ComputeBackend, runner: Runner, address: Callable[[], str | None],
                  root: Callable[[], Path], engine_env: Callable[[], dict[str, str]] | None = None) -> None:
         # The nodes' "Docker": what the daemons' environment adds so that their tasks run the jobs' processes
-        # as the job agent does (slurm_engine.py); None: no engine, a task says so and fails.
+        # as the job agent does (jobs/slurm_engine.py); None: no engine, a task says so and fails.
         self.engine_env = engine_env
         self.root = root  # the emulator's storage folder: each cluster's Slurm folder goes under it
         # (project, cluster) -> (folder, its short run folder for munged's sockets, port base)

@@ -69,7 +69,7 @@ class LocalJobs:
         # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop),
         # on the emulator's clock where it is published (clock_file: its path, gcpgpu.gcp.clock).
         self.node_agents = NodeAgents(compute, self.runner, self.address, clock_file) if compute is not None else None
-        # The Slurm daemons of the nodes of clusters made with --scheduler slurm (slurm.py).
+        # The Slurm daemons of the nodes of clusters made with --scheduler slurm (guest/slurm.py).
         slurm_root = (lambda: storage.root) if storage is not None else (lambda: self.runner.root)
         self.slurm = SlurmNodes(compute, self.runner, self.address, slurm_root,
                                 Engine(compute, self.agent).env) if compute is not None else None

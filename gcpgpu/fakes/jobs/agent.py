@@ -11,7 +11,7 @@ it starts that node's process with the rank, node count and master the metadata 
 Compute announces both the metadata change and a lost VM on the world's VmEvents (fakes/events.py);
 the agent listens there, never to Compute itself.
 
-A job runs locally when it runs the bundled trainer (see runner.trainer_argv): per node,
+A job runs locally when it runs the bundled trainer (see host/runner.trainer_argv): per node,
 `torchrun --nnodes N --node-rank R --nproc-per-node 1 -m gcpgpu.trainer ARGS`, as the image's
 entrypoint would start it with one process per GPU. Any other command runs through the image's
 entrypoint in a sandbox (host/sandbox.py) when the emulator's owner allowed users' commands, and FAILS at
