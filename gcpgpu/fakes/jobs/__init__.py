@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from ..compute.backend import ComputeBackend
     from ..events import VmEvents
 
-__all__ = ["ClusterAgent", "LocalJobs", "Runner"]
+__all__ = ["ClusterAgent", "LocalJobs"]
 
 REPORTER_MODULE = "gcpgpu.node.reporter"
 
