@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from helpers import PROJECT, alive, emulator_threads, leftovers, make_plan, wait_for
 
 from gcpgpu.cli import main
-from gcpgpu.fakes.jobs.shared_mounts import disk_folder_parts
-from gcpgpu.fakes.jobs.slurm import slurm_installed
+from gcpgpu.fakes.guest.slurm import slurm_installed
+from gcpgpu.fakes.host.shared_mounts import disk_folder_parts
 
 GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
 UP = ["cluster", "up", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]

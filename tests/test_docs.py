@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import free_port
 
-from gcpgpu.fakes.jobs.slurm import slurm_installed
+from gcpgpu.fakes.guest.slurm import slurm_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 DIFFERENCES = ROOT / "gcpgpu" / "data" / "differences.md"

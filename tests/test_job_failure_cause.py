@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from helpers import wait_for
 
 from gcpgpu.cli import main
-from gcpgpu.fakes.jobs.procs import descendants
+from gcpgpu.fakes.host.procs import descendants
 from gcpgpu.jobs.logs import first_error, first_error_line
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]

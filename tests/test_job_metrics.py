@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from helpers import alive, wait_for
 
 from gcpgpu.cli import main
+from gcpgpu.fakes.host.runner import ReplicaSpec, Runner
 from gcpgpu.fakes.jobs import LocalJobs
-from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
 TRAINER_METRIC = "custom.googleapis.com/gcpgpu/trainer/"
@@ -88,7 +88,7 @@ def test_a_cluster_jobs_trainer_numbers_reach_monitoring(gcp, tmp_path):
 
 
 def test_a_vertex_jobs_reporter_writes_for_its_numeric_job_id(gcp):
-    from gcpgpu.fakes.jobs.runner import Replica
+    from gcpgpu.fakes.host.runner import Replica
 
     gcp.vertex.timings.update(queued_s=600.0)  # created, never started: only the mapping is looked at
     result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--",
@@ -166,7 +166,7 @@ def test_a_sidecar_that_cannot_start_never_fails_the_job(runner):
 
 
 def test_no_reporter_without_log_json_or_when_turned_off():
-    from gcpgpu.fakes.jobs.runner import MetricsTarget, Replica, Run
+    from gcpgpu.fakes.host.runner import MetricsTarget, Replica, Run
 
     jobs = LocalJobs(compute=None, address=lambda: "127.0.0.1:1")
     target = MetricsTarget("p", "us-central1-a", "cluster", "c")

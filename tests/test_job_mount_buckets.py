@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from gcpgpu.cli import main
-from gcpgpu.fakes.jobs import mounts
-from gcpgpu.fakes.jobs.storage import Storage
+from gcpgpu.fakes.host import mounts
+from gcpgpu.fakes.host.storage import Storage
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
 IMAGE = "us-docker.pkg.dev/p/r/mine:1"

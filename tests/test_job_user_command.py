@@ -224,7 +224,7 @@ def test_a_sandboxed_command_dies_with_the_emulator_even_when_it_is_killed(tmp_p
     import subprocess
     import sys
 
-    from gcpgpu.fakes.jobs.usercmd import UserCommands
+    from gcpgpu.fakes.host.sandbox import UserCommands
 
     marker = "619.75"
     replica = UserCommands(True, lambda: tmp_path / "gcs").replica("t", ["sleep", marker], {}, tmp_path / "wd")
@@ -252,7 +252,7 @@ def test_where_bwrap_is_missing_a_users_command_fails_with_one_line_saying_so(gc
 
 
 def test_a_plain_emulator_runs_no_users_command_and_the_start_option_says_how_to_allow_it():
-    from gcpgpu.fakes.jobs.usercmd import UserCommands
+    from gcpgpu.fakes.host.sandbox import UserCommands
 
     assert "--run-user-commands" in UserCommands().refusal()  # the default: refused
     help_text = CliRunner().invoke(main, ["emulator", "start", "--help"]).output
@@ -316,7 +316,7 @@ def test_a_jobs_command_holds_no_capability_whoever_runs_the_emulator(gcp):
 
 @needs_bwrap
 def test_a_jobs_command_cannot_remount_what_it_was_given_read_only(gcp, gcs):
-    from gcpgpu.fakes.jobs.usercmd import PKG_ROOT  # this checkout (or site-packages), bound read-only
+    from gcpgpu.fakes.host.sandbox import PKG_ROOT  # this checkout (or site-packages), bound read-only
 
     gcs.create_bucket(BUCKET).blob("inputs/input.txt").upload_from_string("x")
     marker = PKG_ROOT / ".pwned_by_job"
@@ -363,7 +363,7 @@ def test_the_sandbox_hides_what_only_roots_and_services_own_in_etc(tmp_path):
     """Munge's /etc/munge (0700, its key 0600 inside): binding /dev/null over the key failed ("Can't create
     file at /etc/munge/munge.key"), so every job on an emulator run as root failed once munge was installed.
     A closed folder is covered whole and not looked into; an owner-only file is covered by itself."""
-    from gcpgpu.fakes.jobs.usercmd import _root_only
+    from gcpgpu.fakes.host.sandbox import _root_only
 
     (tmp_path / "munge").mkdir(mode=0o700)
     (tmp_path / "munge" / "munge.key").write_text("k")

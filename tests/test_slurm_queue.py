@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from helpers import PROJECT, wait_for
 
 from gcpgpu.cli import main
-from gcpgpu.fakes.jobs.slurm import slurm_installed
+from gcpgpu.fakes.guest.slurm import slurm_installed
 from gcpgpu.jobs.cluster import store as records
 from gcpgpu.jobs.cluster.record import JobRecord
 from gcpgpu.jobs.cluster.slurm import position

@@ -23,7 +23,7 @@ from test_job_user_command import (
     results,
 )
 
-from gcpgpu.fakes.jobs.slurm import slurm_installed
+from gcpgpu.fakes.guest.slurm import slurm_installed
 
 __all__ = ["gcs"]  # the fixture, imported for this module's tests
 needs_slurm = pytest.mark.skipif(slurm_installed() is not None, reason=str(slurm_installed()))

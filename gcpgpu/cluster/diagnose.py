@@ -5,7 +5,7 @@ do not see it. Active diagnostics ask every node, through its metadata (`gcpgpu-
 id), to run: GPU diagnostics (`dcgmi diag` where DCGM runs, else nvidia-smi's ECC, row-remap and
 Xid records), an all_reduce over the node's own GPUs (NVLink), a bandwidth test per GPU NIC, and a
 cross-node NCCL all_reduce; each node writes its findings as guest attributes under gcpgpu-diag/
-(on a real node: templates/node_diag.sh.j2; on the emulator: fakes/jobs/diag.py). The findings are
+(on a real node: templates/node_diag.sh.j2; on the emulator: fakes/guest/diag.py). The findings are
 compared with what gcpgpu/data/busbw.yaml expects for the machine's family (Cluster Toolkit runs
 DCGM/ECC/NVLink checks in its Slurm prologs and Cluster Health Scanner's NCCL all_reduce_perf;
 dstack drops instances that fail DCGM health checks) and the bad node, GPU or NIC is named.

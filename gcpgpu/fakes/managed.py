@@ -4,7 +4,7 @@ part Filestore and Managed Lustre share. A service module supplies its checks an
 Lifecycle, read off the emulator's clock: CREATING until the create operation is done, then the service's
 ready state (READY, ACTIVE); DELETING from delete until its operation is done, then gone. Each instance
 has one folder under the emulator's storage (made on create, removed on delete): what emulated nodes
-bind at the mount path their `gcpgpu-storage` metadata names (jobs/shared_mounts.py).
+bind at the mount path their `gcpgpu-storage` metadata names (host/shared_mounts.py).
 """
 
 from __future__ import annotations

@@ -30,10 +30,11 @@ from .events import VmEvents
 from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
 from .gate import guarded
+from .host.sandbox import UserCommands
+from .host.shared_mounts import SharedStorage, disk_resolver
+from .host.storage import Storage
 from .jobs import LocalJobs
-from .jobs.shared_mounts import SharedStorage, disk_resolver
-from .jobs.storage import Storage
-from .jobs.usercmd import UserCommands
+from .logging.backend import LoggingBackend
 from .lro import Operations
 from .lustre.backend import LustreBackend
 from .monitoring.backend import MonitoringBackend
@@ -53,14 +54,14 @@ STATE_VERSION = 1
 #   The first matching pattern wins.
 REST_APIS: list[tuple[str, str]] = [
     (r"^/compute/v1/projects/[^/]+/zones/[^/]+/instances/[^/]+/getGuestAttributes/?$",
-     "gcpgpu.fakes.jobs.guest_attributes:GuestAttributesRest.for_emulator"),
+     "gcpgpu.fakes.compute.guest_attributes:GuestAttributesRest.for_emulator"),
     (r"^/compute/v1/projects/[^/]+/(zones/[^/]+/(reservations/[^/]+/reservationBlocks|futureReservations"
      r"|instances/[^/]+/reportHostAsFaulty)|regions/[^/]+/advice/calendarMode|aggregated/futureReservations)",
      "gcpgpu.fakes.compute.rest_reservations:ReservationsRest.for_emulator"),
     (r"^/compute/v1/", "gcpgpu.fakes.compute.rest:ComputeRest.for_emulator"),
     (r"^/compute/beta/", "gcpgpu.fakes.compute.rest:ComputeRest.for_beta"),
     (r"^/(v1|ui)/projects/[^/]+/locations/[^/]+/(customJobs|operations)", "gcpgpu.fakes.vertex.rest:VertexRest.for_emulator"),
-    (r"^/v2/entries:list$", "gcpgpu.fakes.jobs.cloud_logging:LoggingRest.for_emulator"),
+    (r"^/v2/entries:list$", "gcpgpu.fakes.logging.rest:LoggingRest.for_emulator"),
     (r"^/monitoring/v[13]/", "gcpgpu.fakes.monitoring.rest:MonitoringRest.for_emulator"),
     (r"^/((resumable/)?upload/|download/)?storage/v1/", "gcpgpu.fakes.storage.rest:StorageRest.for_emulator"),
     (r"^/v1/projects/[^/]+/secrets(?:[/:]|$)", "gcpgpu.fakes.secretmanager.rest:SecretManagerRest.for_emulator"),
@@ -157,6 +158,8 @@ class Emulator:
         shared.disk = disk_resolver(self.compute, lambda: disk.root)
         self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
                               user=self.user_commands, clock_file=lambda: self.clock.published, shared=shared)
+        # Cloud Logging's entries: what the local runs (jobs' processes, the VMs' own programs) printed.
+        self.logging = LoggingBackend(self.jobs.runner)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
                                     user=self.user_commands, activity=self.activity, nfs=self.filestore.nfs_folder)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)

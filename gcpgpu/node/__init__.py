@@ -10,4 +10,8 @@ reporter   the trainer-side metrics reporter: the trainer's JSON log -> Cloud Mo
 agent      the node agent: a cluster node's follower (job following, recovery, autostop)
 service    what a node's long-running programs share (the follower, the Slurm daemons' supervisor): their
            arguments, clients, log lines, and SIGTERM as the node going
+upload     `python -m gcpgpu.node.upload gs://... FILE...`: the entrypoint copies a profile's files to
+           Cloud Storage (apart from the preflight, which must not import a Google client)
+warm       what the node programs import of Google's clients when they first call, imported ahead by
+           the process they are forked from (the emulator's forkserver), so each starts warm
 """

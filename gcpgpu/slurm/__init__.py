@@ -3,6 +3,11 @@
 conf.py    slurm.conf, topology.conf and gres.conf, rendered from what the cluster says about itself.
 node.py    what each node runs: munged with the cluster's key (from Secret Manager), slurmctld on
            node 0, slurmd under the node's own name; it lives and dies with the VM.
+keeper.py  node 0 keeps the cluster whole: a lost node is marked DOWN (Slurm requeues its jobs) and
+           brought back.
+queue.py   node 0's queue agent: hands queued jobs to sbatch and writes back what Slurm says of them.
+task.py    one node's task of a gcpgpu job run by Slurm (`python -m gcpgpu.slurm.task JOB.json`, from the
+           batch script): the job's container, as the node's job agent runs it.
 
 Where slurmctld runs: on node 0, not on a controller VM of its own. The clusters this is for are
 reserved ones (calendar or DENSE reservations) that outlive their jobs: their node 0 goes away only

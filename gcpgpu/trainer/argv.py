@@ -3,8 +3,8 @@
 Three places must agree on it: the tool checks a job's trainer arguments before it submits
 (gcpgpu/jobs/spec.py), the training image's launcher starts the metrics reporter when the trainer
 writes --log-json (gcpgpu/node/launch.py), and the emulator runs such jobs as local processes
-(gcpgpu/fakes/jobs). Standard library only: the emulator imports nothing else of gcpgpu, and the
-trainer's room is stdlib and torch.
+(gcpgpu/fakes/jobs, on the emulated host's runner in gcpgpu/fakes/host). Standard library only: the
+emulator imports nothing else of gcpgpu, and the trainer's room is stdlib and torch.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def test_emulator_faults_set_preempt_at_run_time(gcp: Emulator, instances) -> No
 
 def test_a_preempted_node_s_job_gets_sigterm_then_sigkill(gcp: Emulator, instances, tmp_path) -> None:
     """The job agent's processes on a preempted VM: SIGTERM at the notice, SIGKILL when it ends."""
-    from gcpgpu.fakes.jobs.runner import ReplicaSpec
+    from gcpgpu.fakes.host.runner import ReplicaSpec
 
     gcp.faults.preempt_grace_s = 0.5
     insert(instances, spot("p-0"))

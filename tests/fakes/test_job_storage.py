@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gcpgpu.fakes.jobs.storage import PathRefused, Storage
+from gcpgpu.fakes.host.storage import PathRefused, Storage
 
 # (what a job names, the folder of ROOT it must stay in: the buckets, or that node's own disk).
 # Each climbs no further than this test's tmp_path if the emulator ever resolves it as a host path

@@ -5,6 +5,12 @@ trainer's command-line contract, stdlib only), so the emulator can never come to
 emulates for. Inside fakes/, server.py builds the backends and the jobs; none of those imports
 server.py, not even for type hints (an import circle makes any of them fragile to load alone).
 
+The rooms that run things stack one way too (ROOMS_BELOW): host/ (the machine: processes, sandbox,
+folders, ports, the per-VM supervisor) knows nothing of what runs on it; guest/ (what each VM runs and
+reports) uses the host but not the jobs; jobs/ (the job agent, the Slurm job engine) uses both. The
+service rooms read them, never the other way: compute/ serves the guests' reports without knowing the
+jobs, logging/ serves what the runner captured.
+
 The backends are wired one way, in the emulator's constructor: each gets what it needs of the others
 as constructor arguments, and reads them through public methods only; nobody patches an attribute
 onto another part later, probes it with getattr, or reads its private state.
@@ -20,7 +26,7 @@ import gcpgpu.fakes
 FAKES = Path(gcpgpu.fakes.__file__).parent
 ALLOWED_OUTSIDE = ("gcpgpu.trainer.argv",)
 # What the emulator's parts are called wherever one holds another (Emulator's attributes, constructor arguments).
-PARTS = {"compute", "vertex", "jobs", "monitoring", "cloudbuild", "activity", "events", "clock", "faults", "agent",
+PARTS = {"compute", "vertex", "jobs", "logging", "monitoring", "cloudbuild", "activity", "events", "clock", "faults", "agent",
          "runner", "storage", "world", "emulator", "emu", "fault_clock", "requests", "ids", "backend"}
 
 
@@ -137,9 +143,56 @@ def test_the_wiring_check_sees_each_way_of_reaching_in():
 
 
 def test_jobs_and_compute_never_import_the_server():
-    for folder in ("jobs", "compute"):
+    for folder in ("jobs", "compute", "host", "guest", "logging"):
         for path in sorted((FAKES / folder).glob("*.py")):
             assert "gcpgpu.fakes.server" not in _imports(path), f"{path.name} imports gcpgpu.fakes.server"
+
+
+# Room -> the rooms of fakes/ it must never import, at any depth (type hints included).
+ROOMS_BELOW = {
+    "host": {"guest", "jobs", "logging", "vertex", "server"},
+    "guest": {"jobs", "logging", "vertex", "server"},
+    "jobs": {"logging", "vertex", "server"},
+    "compute": {"jobs", "logging", "vertex", "server"},
+    "logging": {"guest", "jobs", "vertex", "server"},
+}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["gcpgpu", "fakes"] else ""
+
+
+def _reaching_up(source: str, package: str) -> list[tuple[int, str]]:
+    """(line, module) for each import in `source` (of a module in `package`) of a room its room must not import."""
+    below = ROOMS_BELOW.get(_room(package + ".x"), set())
+    bad = []
+    for line, module, names in _imported(source, package):
+        reached = [module] if _room(module) else [f"{module}.{n}" for n in names]  # `from .. import jobs`
+        bad.extend((line, m) for m in reached if _room(m) in below)
+    return bad
+
+
+def test_the_rooms_that_run_things_import_one_way():
+    bad = [f"{path.relative_to(FAKES.parent.parent)}:{line} imports {module}"
+           for room in ROOMS_BELOW for path in sorted((FAKES / room).rglob("*.py"))
+           for line, module in _reaching_up(path.read_text(), _package(path))]
+    assert not bad, "host <- guest <- jobs, and the services read them, never the other way:\n" + "\n".join(bad)
+
+
+def test_the_room_check_sees_an_import_up():
+    assert all((FAKES / room / "__init__.py").is_file() for room in ROOMS_BELOW)
+    source = (
+        "from .runner import Runner\n"
+        "from ..compute.backend import ComputeBackend\n"
+        "from .. import jobs\n"
+        "def f():\n"
+        "    from ..guest.slurm import SlurmNodes\n"
+        "    from gcpgpu.fakes.server import Emulator\n"
+    )
+    assert _reaching_up(source, "gcpgpu.fakes.host") == [
+        (3, "gcpgpu.fakes.jobs"), (5, "gcpgpu.fakes.guest.slurm"), (6, "gcpgpu.fakes.server")]
+    assert _reaching_up(source, "gcpgpu.fakes.jobs") == [(6, "gcpgpu.fakes.server")]
 
 
 def test_the_check_sees_an_import_of_the_server():
@@ -152,6 +205,6 @@ def test_jobs_load_on_their_own():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", "import gcpgpu.fakes.jobs.agent, gcpgpu.fakes.jobs.cloud_logging, sys;"
+    done = subprocess.run([sys.executable, "-c", "import gcpgpu.fakes.jobs.agent, gcpgpu.fakes.logging.rest, sys;"
                            "assert 'gcpgpu.fakes.server' not in sys.modules"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

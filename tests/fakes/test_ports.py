@@ -1,11 +1,11 @@
 """Emulated nodes listen on ports picked below the kernel's ephemeral range, where no outgoing connection's
-local port can take them between the pick and the listen (gcpgpu/fakes/jobs/ports.py)."""
+local port can take them between the pick and the listen (gcpgpu/fakes/host/ports.py)."""
 
 from __future__ import annotations
 
 import socket
 
-from gcpgpu.fakes.jobs import ports
+from gcpgpu.fakes.host import ports
 
 
 def test_a_block_is_free_and_below_the_ephemeral_range():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+from gcpgpu.fakes.host.runner import ReplicaSpec, Runner
 
 SHOW = "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('FOO', 'PYTHONUNBUFFERED', 'LD_PRELOAD')}))"
 

@@ -1,5 +1,5 @@
 """gcpgpu's own helpers (node agents, Slurm node supervisors, metrics reporters) are forked from a template
-process that imported them once (gcpgpu/fakes/jobs/forked.py), yet each is still a process of its own, as
+process that imported them once (gcpgpu/fakes/host/forked.py), yet each is still a process of its own, as
 on a real node: its own session, the environment, folder and arguments it was given, its output in the
 run's log, its exit code the run's; and it dies with the emulator's process."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from helpers import free_port, wait_for
 
-from gcpgpu.fakes.jobs import forked
-from gcpgpu.fakes.jobs.procs import start_time
-from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+from gcpgpu.fakes.host import forked
+from gcpgpu.fakes.host.procs import start_time
+from gcpgpu.fakes.host.runner import ReplicaSpec, Runner
 
 PROBE = "fakes.forked_probe"  # tests/fakes/forked_probe.py
 
@@ -76,8 +76,8 @@ def test_forked_helpers_die_with_the_emulators_process_however_it_ends(tmp_path)
     """An emulator killed outright (a pytest worker killed mid-test) leaves none of its helpers running."""
     script = textwrap.dedent(f"""
         import signal, sys, time
-        from gcpgpu.fakes.jobs import forked
-        from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+        from gcpgpu.fakes.host import forked
+        from gcpgpu.fakes.host.runner import ReplicaSpec, Runner
         forked.MODULES = (*forked.MODULES, {PROBE!r})
         run = Runner(root={str(tmp_path / 'runs')!r}).start("a", [ReplicaSpec("n", [sys.executable, "-m", {PROBE!r}, "sleep"], {{}})])
         while not any(line.text.startswith("{{") for line in run.log_lines()):
@@ -114,7 +114,7 @@ def test_a_bundled_trainers_launcher_and_workers_die_with_the_emulators_process(
     script = textwrap.dedent(f"""
         import signal, sys, time
         from pathlib import Path
-        from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+        from gcpgpu.fakes.host.runner import ReplicaSpec, Runner
         run = Runner(root={str(tmp_path / 'runs')!r}).start(
             "a", [ReplicaSpec("n", [sys.executable, "-c", {LAUNCHER!r}, {str(steps)!r}],
                               {{"GCPGPU_TRAINER_ALLOW_CPU": "1"}})])

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import wait_for
 
-from gcpgpu.fakes.jobs.runner import ReplicaSpec, Runner
+from gcpgpu.fakes.host.runner import ReplicaSpec, Runner
 
 # A replica shaped like torchrun: it starts a worker in a session of its own, says the worker's pid,
 # and waits. The worker (like a trainer busy in a collective) ignores SIGTERM and would go on for a minute.

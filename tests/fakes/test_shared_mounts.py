@@ -107,7 +107,7 @@ def test_an_instance_still_creating_is_not_mounted(gcp, instances, nfs):
 
 
 def test_the_bundled_trainers_node_paths_under_a_mount_land_in_the_instances_folder(tmp_path):
-    from gcpgpu.fakes.jobs.storage import Storage
+    from gcpgpu.fakes.host.storage import Storage
 
     storage = Storage(tmp_path)
     storage.share("7", [("/shared", ("filestore", "p", "z", "n"))])

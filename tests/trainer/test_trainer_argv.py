@@ -63,7 +63,7 @@ def test_it_imports_only_the_standard_library():
 
 
 def test_the_output_path_flags_the_emulator_keeps_inside_are_every_path_the_trainer_writes():
-    # The emulator runs the trainer outside any sandbox and maps these (fakes/jobs/storage.py): a path
+    # The emulator runs the trainer outside any sandbox and maps these (fakes/host/storage.py): a path
     # option added to the trainer must be added here, or its files land wherever it points on the host.
     from dataclasses import fields
 

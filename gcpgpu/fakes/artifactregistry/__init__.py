@@ -1,4 +1,8 @@
-"""The emulator's Artifact Registry: Docker images as dockerImages.list shows them, pushed by Cloud Build."""
+"""The emulator's Artifact Registry: Docker images as dockerImages.list shows them, pushed by Cloud Build.
+
+backend.py  the images, derived from what the emulator's Cloud Build pushed.
+rest.py     v1 over REST/JSON: the one method gcpgpu (and `gcloud artifacts docker images list`) reads.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The emulator's Cloud Build: CreateBuild/GetBuild/ListBuilds/CancelBuild over gRPC, builds validated and timed, never run."""
+"""The emulator's Cloud Build: CreateBuild/GetBuild/ListBuilds/CancelBuild over gRPC, builds validated and
+timed, never run.
+
+backend.py  builds recorded, validated and timed on the emulator's clock (`emulator.cloudbuild`).
+service.py  the gRPC wire, as google-cloud-build's default transport speaks it.
+"""
 
 from __future__ import annotations
 

@@ -1,17 +1,19 @@
 """Jobs the emulator really runs: local processes for Vertex AI replicas and cluster nodes.
 
-runner.py         starts a job's replicas as local processes on 127.0.0.1, captures their output
-                  line by line with timestamps, and reports how each one ended.
-node_agent.py     the follower each node with `gcpgpu-agent` runs (gcpgpu.node.agent), as a process
-                  that lives and dies with its VM.
+The machinery they run on (the process runner, the sandbox, storage, mounts, ports, the per-VM
+supervisor) is the emulated host's: gcpgpu/fakes/host/. The programs each VM runs beside them (the
+follower, the Slurm daemons) and its own reports are the guest's: gcpgpu/fakes/guest/. LocalJobs
+wires the runner, the job agent and those programs together (`jobs.runner`, `jobs.agent`,
+`jobs.node_agents`, `jobs.slurm`).
+
 agent.py          the emulated cluster job agent: it watches instances' metadata (setMetadata) for
                   a gcpgpu job, runs one process per node with the rank the real agent would give,
                   and reports per-node state as guest attributes (instances.getGuestAttributes).
-cloud_logging.py  Cloud Logging's entries.list over REST, answered from the captured output, so
-                  job logs are read the way they are read from the real cloud.
-slurm.py          the Slurm daemons (munged, slurmctld, slurmd) of each node of a cluster made with
-                  --scheduler slurm, as a local process tree that lives and dies with its VM.
-filters.py        the AIP-160 / Logging filter grammar both APIs take.
+slurm_engine.py   the container engine of emulated Slurm nodes: a Slurm task's job runs through the
+                  job agent, as `docker run` runs it on a real node.
+
+What the runs print is Cloud Logging's (gcpgpu/fakes/logging/): job logs are read with entries.list,
+the way they are read from the real cloud.
 
 The trainer's numbers: when rank 0 of a job run here writes `--log-json FILE`, LocalJobs starts
 gcpgpu.node.reporter beside it (a runner sidecar), as the training image's entrypoint does, with
@@ -31,21 +33,21 @@ from typing import TYPE_CHECKING
 
 from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 
+from ..guest.node_agent import NodeAgents
+from ..guest.slurm import SlurmNodes
+from ..host.runner import MetricsTarget, Replica, Run, Runner
+from ..host.sandbox import UserCommands
+from ..host.shared_mounts import SharedStorage
+from ..host.storage import Storage
 from .agent import ClusterAgent
-from .node_agent import NodeAgents
-from .runner import MetricsTarget, Replica, Run, Runner
-from .shared_mounts import SharedStorage
-from .slurm import SlurmNodes
 from .slurm_engine import Engine
-from .storage import Storage
-from .usercmd import UserCommands
 
 if TYPE_CHECKING:
     from ..activity import Activity
     from ..compute.backend import ComputeBackend
     from ..events import VmEvents
 
-__all__ = ["ClusterAgent", "LocalJobs", "Runner"]
+__all__ = ["ClusterAgent", "LocalJobs"]
 
 REPORTER_MODULE = "gcpgpu.node.reporter"
 
@@ -67,10 +69,10 @@ class LocalJobs:
         # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop),
         # on the emulator's clock where it is published (clock_file: its path, gcpgpu.gcp.clock).
         self.node_agents = NodeAgents(compute, self.runner, self.address, clock_file) if compute is not None else None
-        # The Slurm daemons of the nodes of clusters made with --scheduler slurm (slurm.py).
+        # The Slurm daemons of the nodes of clusters made with --scheduler slurm (guest/slurm.py).
         slurm_root = (lambda: storage.root) if storage is not None else (lambda: self.runner.root)
         self.slurm = SlurmNodes(compute, self.runner, self.address, slurm_root,
-                                Engine(compute, self.agent)) if compute is not None else None
+                                Engine(compute, self.agent).env) if compute is not None else None
 
     def address(self) -> str | None:
         """HOST:PORT of the emulator, once it serves; else GCPGPU_EMULATOR (an in-process emulator's)."""

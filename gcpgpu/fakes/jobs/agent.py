@@ -11,10 +11,10 @@ it starts that node's process with the rank, node count and master the metadata 
 Compute announces both the metadata change and a lost VM on the world's VmEvents (fakes/events.py);
 the agent listens there, never to Compute itself.
 
-A job runs locally when it runs the bundled trainer (see runner.trainer_argv): per node,
+A job runs locally when it runs the bundled trainer (see host/runner.trainer_argv): per node,
 `torchrun --nnodes N --node-rank R --nproc-per-node 1 -m gcpgpu.trainer ARGS`, as the image's
 entrypoint would start it with one process per GPU. Any other command runs through the image's
-entrypoint in a sandbox (usercmd.py) when the emulator's owner allowed users' commands, and FAILS at
+entrypoint in a sandbox (host/sandbox.py) when the emulator's owner allowed users' commands, and FAILS at
 once with one line saying how to allow them otherwise. A job with no command whose image is not
 gcpgpu's is simulated: RUNNING, then SUCCEEDED after `simulated_run_s` of the emulator's clock, and its
 reports say so.
@@ -42,14 +42,14 @@ from gcpgpu.trainer.argv import TORCHRUN_MODULE
 
 from ..activity import Activity, step_in
 from ..core import ApiError, parse_rfc3339
-from . import mounts
-from .lastwords import killed
-from .node import NodeHealth
-from .ports import free_block
-from .runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
-from .shared_mounts import SharedStorage
-from .storage import PathRefused, Storage
-from .usercmd import UserCommands, is_user_command
+from ..guest.health import NodeHealth
+from ..host import mounts
+from ..host.lastwords import killed
+from ..host.ports import free_block
+from ..host.runner import LogLine, MetricsTarget, ReplicaSpec, Run, Runner, trainer_argv
+from ..host.sandbox import UserCommands, is_user_command
+from ..host.shared_mounts import SharedStorage
+from ..host.storage import PathRefused, Storage
 
 if TYPE_CHECKING:
 
@@ -349,7 +349,7 @@ class ClusterAgent:
 
     def _start_user(self, project: str, job: dict, job_id: str, inst: dict, rank: int, nnodes: int, run_id: str,
                     describe: Callable[[LogLine], dict], shared: list | None = None) -> None:
-        """A user's command on this node: the image's entrypoint in a sandbox (usercmd.py), or FAILED at once
+        """A user's command on this node: the image's entrypoint in a sandbox (host/sandbox.py), or FAILED at once
         with the one line saying why it cannot run here."""
         iid = inst["id"]
         why = self.user.refusal()

@@ -3,12 +3,13 @@
 On Google Cloud, gcpgpu's Slurm task (gcpgpu/slurm/task.py) runs the job's container on its node as the
 node's job agent runs it (templates/job_agent.sh.j2). Here every node's "Docker" is the emulator's job
 agent (agent.py): the task runs `python -m gcpgpu.fakes.engine_call SOCKET CALL.json` (the command
-GCPGPU_SLURM_ENGINE names; slurm.py sets it for the nodes' daemons and sbatch hands it on to the tasks),
-which passes the call (the job record as that attempt runs it, the node, its rank and the node count of
-Slurm's allocation) over a unix socket to this emulator. The agent then runs the node's process exactly
-as for a job put in the node's metadata: the bundled trainer with its output folders mapped to the
-emulator's storage, or a user's command through the image's entrypoint in the sandbox (workdir, setup,
-mounts, secrets). Its output goes to Cloud Logging as the job's container's, so `job logs` reads it.
+GCPGPU_SLURM_ENGINE names; guest/slurm.py sets it, from Engine.env, for the nodes' daemons and sbatch
+hands it on to the tasks), which passes the call (the job record as that attempt runs it, the node, its
+rank and the node count of Slurm's allocation) over a unix socket to this emulator. The agent then runs
+the node's process exactly as for a job put in the node's metadata: the bundled trainer with its output
+folders mapped to the emulator's storage, or a user's command through the image's entrypoint in the
+sandbox (workdir, setup, mounts, secrets). Its output goes to Cloud Logging as the job's container's, so
+`job logs` reads it.
 
 The client stays attached while the process runs and exits with its exit code, as `docker run` does. A
 SIGTERM to it (scancel, a preemption by a higher priority) stops the process (SIGTERM, then SIGKILL
@@ -52,6 +53,10 @@ class Engine:
     def command(self) -> str:
         """What a task runs, followed by its call file (GCPGPU_SLURM_ENGINE)."""
         return shlex.join([sys.executable, "-m", CLIENT, str(self._serving())])
+
+    def env(self) -> dict[str, str]:
+        """What the Slurm daemons' environment adds so that sbatch hands their tasks this engine."""
+        return {ENGINE_ENV: self.command()}
 
     def _serving(self) -> Path:
         with self._lock:

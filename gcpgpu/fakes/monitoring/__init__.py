@@ -6,6 +6,25 @@
 
 From another process: `configure(address, {"stragglers": [{"instance": "demo-2", "factor": 0.5}]})`
 or `python -m gcpgpu.fakes.monitoring --emulator HOST:PORT straggler demo-2 0.5`.
+
+backend.py    MonitoringBackend (`emulator.monitoring`): time series written and made up, metric
+              descriptors, dashboards, and the knobs above.
+catalog.py    what Monitoring knows before anyone writes: built-in metric descriptors, monitored resources.
+observed.py   what Monitoring observes of the rest of the emulator: running VMs and what runs on them,
+              Vertex AI jobs.
+synthetic.py  plausible metrics for emulated VMs and Vertex jobs, made up deterministically from a seed.
+reading.py    ListTimeSeries over the backend's state: the series a filter matches, aligned and reduced
+              as `aggregation` asks, one page at a time.
+filters.py    Monitoring's filter language, as ListTimeSeries and dashboards take it.
+aggregate.py  alignment and cross-series reduction, as the service does them server-side.
+columns.py    an aggregated answer kept as columns, not a dict and a list of points per series.
+paging.py     paging and the 400 error the backend's parts share.
+dashboards.py dashboards (google.monitoring.dashboard.v1): create, get, list, update, delete.
+service.py    the gRPC wire, as google-cloud-monitoring and -monitoring-dashboards speak it.
+wire.py       ListTimeSeriesResponse bytes straight from a columns answer, each point's double spliced in.
+rest.py       the REST/JSON wire under /monitoring/, as gcloud and googleapiclient speak it.
+__main__.py   the knobs of a running emulator, from a shell (the demo makes a straggler this way).
+testing.py    test and benchmark helpers: a labelled GPU cluster that has been running a while, in one call.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from .names import (
 from .uploads import Uploads
 
 if TYPE_CHECKING:
-    from ..jobs.storage import Storage
+    from ..host.storage import Storage
 
 # Object fields a client may set (on insert, patch, update, copy), beside name and bucket.
 WRITABLE = ("contentType", "contentEncoding", "contentDisposition", "contentLanguage", "cacheControl",

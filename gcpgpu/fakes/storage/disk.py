@@ -1,6 +1,6 @@
 """Objects as files: gs://BUCKET/NAME is ROOT/gcs/BUCKET/NAME, the file a job sees at /gcs/BUCKET/NAME.
 
-ROOT is the emulator's storage root (jobs/storage.py: where cluster jobs' --output-dir folders
+ROOT is the emulator's storage root (host/storage.py: where cluster jobs' --output-dir folders
 already lived), so what a job writes is an object and what a client uploads is a file a job reads.
 
 What Google keeps beside the bytes (generation, metageneration, md5Hash, crc32c, content type,
@@ -31,7 +31,7 @@ import google_crc32c
 from .names import conflict, is_bucket_name
 
 if TYPE_CHECKING:
-    from ..jobs.storage import Storage
+    from ..host.storage import Storage
 
 _CHUNK = 1 << 20
 

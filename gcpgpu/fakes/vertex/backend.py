@@ -23,8 +23,8 @@ from typing import Any
 
 from ..activity import step_in
 from ..core import Clock, IdSource, proto_timestamp, stable_number
-from ..jobs.runner import MetricsTarget, Run, Runner
-from ..jobs.storage import PathRefused
+from ..host.runner import MetricsTarget, Run, Runner
+from ..host.storage import PathRefused
 from . import local_run
 from .errors import VertexError, invalid_argument
 from .list_filter import parse_filter
@@ -71,11 +71,11 @@ class VertexBackend:
         self.clock = clock
         self.ids = ids
         self.runner = runner
-        # The emulator's storage folder (jobs/storage.Storage): a job's gs:// output is objects there.
+        # The emulator's storage folder (host/storage.Storage): a job's gs:// output is objects there.
         self.storage = storage
         # The Compute emulator, to check that a reservation a job names exists; None: don't check.
         self.compute = compute
-        # Whether and how users' own commands run (jobs/usercmd.UserCommands); None: never.
+        # Whether and how users' own commands run (host/sandbox.UserCommands); None: never.
         self.user = user
         # Where a worker pool's nfsMounts (server, path) are: the emulator's Filestore folder parts, or None.
         self.nfs = nfs

@@ -1,6 +1,6 @@
 """ListCustomJobs' filter: which fields it takes, and how each one compares.
 
-The grammar (AIP-160: AND, OR, NOT, parentheses, comparisons) is the one fakes/jobs/filters.py
+The grammar (AIP-160: AND, OR, NOT, parentheses, comparisons) is the one fakes/filters.py
 parses for Cloud Logging too; this module says what each Vertex AI field means.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable
 
+from .. import filters
 from ..core import parse_rfc3339
-from ..jobs import filters
 from .errors import VertexError
 
 STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED",

@@ -4,11 +4,11 @@ A job whose replicas run the bundled trainer (the gcpgpu-trainer image with trai
 a `python -m gcpgpu.trainer` command) really runs: one local process per replica, with CLUSTER_SPEC
 on loopback ports and AIP_* output directories under a local folder standing in for
 base_output_directory. A pool whose container runs any other command runs it through the image's
-entrypoint in a sandbox (jobs/usercmd.py), when the emulator's owner allowed users' commands; when
+entrypoint in a sandbox (host/sandbox.py), when the emulator's owner allowed users' commands; when
 not, `local_plan` gives a Refusal and the job fails with its line (as it does for a GCPGPU_MOUNTS bucket
-that does not exist: jobs/mounts.py). A pool's nfsMounts (SERVER:PATH at /mnt/nfs/MOUNT_POINT) are the
+that does not exist: host/mounts.py). A pool's nfsMounts (SERVER:PATH at /mnt/nfs/MOUNT_POINT) are the
 emulator's Filestore folders, bound in the sandbox (or the trainer's paths mapped there), as on a cluster
-node (jobs/shared_mounts.py); one no instance exports fails the job in one line. Anything else (no command, an
+node (host/shared_mounts.py); one no instance exports fails the job in one line. Anything else (no command, an
 image that is not gcpgpu's, a Python package) cannot run here; `local_plan` says why, and the job
 is simulated.
 """
@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..jobs import mounts
-from ..jobs.ports import free_block
-from ..jobs.runner import LogLine, ReplicaSpec, trainer_argv
-from ..jobs.usercmd import Mount, is_user_command
+from ..host import mounts
+from ..host.ports import free_block
+from ..host.runner import LogLine, ReplicaSpec, trainer_argv
+from ..host.sandbox import Mount, is_user_command
 
 if TYPE_CHECKING:
-    from ..jobs.storage import Storage
-    from ..jobs.usercmd import UserCommands
+    from ..host.sandbox import UserCommands
+    from ..host.storage import Storage
 
 
 @dataclass(frozen=True)

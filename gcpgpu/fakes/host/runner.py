@@ -54,7 +54,7 @@ _DROP_ENV = (
 # glibc's, Python's (all but a few switches), and the caches torch.compile loads compiled kernels from. A
 # replica started without a sandbox (the bundled trainer: no `prepare`) runs as the emulator's own user on
 # this machine, so they are dropped from the job's environment there, with a line in its log saying which.
-# In the sandbox (usercmd.py) a job's command keeps them.
+# In the sandbox (sandbox.py) a job's command keeps them.
 _SAFE_PYTHON = ("PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE",
                 "PYTHONIOENCODING", "PYTHONUTF8")
 _LOADS_CODE = re.compile(r"LD_\w*|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|BASH_ENV|ENV|PYTHON\w*|TORCHINDUCTOR_CACHE_DIR"
@@ -90,7 +90,7 @@ class ReplicaSpec:
 
     `prepare`, when given, is asked right before the process starts, with the runner's environment for it
     (this machine's less _DROP_ENV, without `env`), and says how to start it (a Launch): a sandboxed
-    command (usercmd.py) opens its mounts then, so nothing changes between their check and their use,
+    command (sandbox.py) opens its mounts then, so nothing changes between their check and their use,
     and hands `env` to the sandbox alone. A PathRefused it raises fails the run with its one line.
     """
 

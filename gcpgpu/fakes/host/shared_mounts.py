@@ -10,7 +10,7 @@ Filestore or Lustre instance has one folder under the emulator's storage root (m
 delete) and each Hyperdisk ML disk one too (made when first mounted, named by the disk's id, so a disk made
 again under the same name starts empty); every user command the node runs has that folder bound at
 "path" in its sandbox (read-only when "ro"; a Hyperdisk ML disk read-only unless the node has it attached
-READ_WRITE in READ_WRITE_SINGLE mode, as the VM that fills it does), opened as usercmd.py opens a
+READ_WRITE in READ_WRITE_SINGLE mode, as the VM that fills it does), opened as sandbox.py opens a
 bucket mount: one name at a time from the storage root, never through a link. So what node 0 writes at
 /shared, node 1 reads at /shared.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ApiError
+from .sandbox import RESERVED, Mount
 from .storage import PathRefused
-from .usercmd import RESERVED, Mount
 
 KEY = "gcpgpu-storage"
 KINDS = ("filestore", "lustre", "hyperdisk-ml")

@@ -3,7 +3,7 @@
 The emulator runs no VM's startup script. A RUNNING VM whose metadata carries `gcpgpu-loader`
 ({"source": "gs://BUCKET/PREFIX", "device": DEVICE}) has, the first time its guest attributes are read,
 the emulator's bucket folder ROOT/gcs/BUCKET/PREFIX copied into the folder of the disk it has attached
-as DEVICE (shared_mounts.disk_resolver: the folder every node's job sees at the mount path), and reports
+as DEVICE (host/shared_mounts.disk_resolver: the folder every node's job sees at the mount path), and reports
 gcpgpu-loader/done = "ok", or "error: ..." as the real script does when the copy cannot be made (a disk
 not attached read-write, a prefix with no objects).
 """
@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .shared_mounts import SharedStorage
-from .storage import PathRefused
+from ..host.shared_mounts import SharedStorage
+from ..host.storage import PathRefused
 
 KEY = "gcpgpu-loader"
 
