@@ -46,7 +46,8 @@ FORBIDDEN = {
     "resources": BASE_ABOVE,
 }
 # One module a room may import from a room it otherwise must not: the image's name and repository
-# (image/name.py) are vocabulary, and the cluster room writes them into its nodes' follower setting.
+# (image/name.py) are vocabulary, and the cluster room writes them into its nodes' follower setting
+# (the metadata key, the stale tag); which image that is stays in image/follower.py, out of its reach.
 # Such a module imports nothing of gcpgpu, so it carries nothing of its room along.
 VOCABULARY = {"cluster": {"gcpgpu.image.name"}}
 # The package root holds the shared base and nothing else; each new module finds a room.

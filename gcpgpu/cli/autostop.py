@@ -39,21 +39,6 @@ def autostop_flags(kw: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def detached_follower(settings: Settings, image: str | None, nodes: list[Any], *, dry_run: bool) -> str | None:
-    """`job submit --detach`: the image the job's nodes run their follower from. None when the job's own
-    image is gcpgpu's (it runs the follower); the nodes' own when every node already runs its follower
-    from one image (the autostop's); else looked up as autostop's is (image/default.py follower_image):
-    none built is one line, --dry-run asks nothing."""
-    from gcpgpu.cluster.autostop_setting import shared_follower
-    from gcpgpu.image.default import follower_image
-    from gcpgpu.image.name import is_gcpgpu_image
-
-    if is_gcpgpu_image(image, nodes[0].region, settings.project):
-        return None
-    return shared_follower(nodes, settings.project) or follower_image(
-        settings, nodes[0].region, nodes[0].machine_type, dry_run=dry_run, say=info, what="--detach's follower")
-
-
 @click.command()
 @click.argument("name")
 @click.argument("duration", required=False)
@@ -77,7 +62,7 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     from gcpgpu.cluster.observe import observe_nodes
     from gcpgpu.cluster.session import Session
     from gcpgpu.errors import CloudError
-    from gcpgpu.image.default import follower_image
+    from gcpgpu.image.follower import follower_image
     from gcpgpu.specfile import check_urls
 
     check_cluster_name(name)

@@ -205,7 +205,8 @@ def cluster() -> None:
 def plan(settings: Settings, **kw: Any) -> None:
     """Show what `cluster up` would create, and its hourly cost, without touching the cloud."""
     from gcpgpu.cluster.plan import plan as make_plan
-    from gcpgpu.image.default import fill_follower_image, fill_prepull
+    from gcpgpu.image.default import fill_prepull
+    from gcpgpu.image.follower import fill_follower_image
 
     spec = _build_spec(settings, kw)
     fill_follower_image(settings, spec, dry_run=True, say=info)
@@ -243,7 +244,8 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.plan import plan as make_plan
-    from gcpgpu.image.default import fill_follower_image, fill_prepull
+    from gcpgpu.image.default import fill_prepull
+    from gcpgpu.image.follower import fill_follower_image
 
     spec = _build_spec(settings, kw)
     if wait_for_start and not spec.reservation:

@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from gcpgpu.cli.autostop import detached_follower
 from gcpgpu.cli.job_policy import follower_options, policy_flags
 from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.image.follower import detached_follower
 from gcpgpu.jobs.state import (
     ACTIVE,
     CANCELLED,
@@ -132,7 +132,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
                            "(see --restart)")
     done = submit_job(settings, _spec(trainer_args, kw), region=kw.get("job_region"), dry_run=dry_run,
                       recover=recover, detach=detach, wait=wait, say=info,
-                      follower_image=lambda image, nodes: detached_follower(settings, image, nodes, dry_run=dry_run))
+                      follower_image=lambda image, nodes: detached_follower(settings, image, nodes, dry_run=dry_run, say=info))
     shown, jid = done.shown, done.jid
     if jid is None:  # --dry-run
         emit(shown, fmt=settings.format if settings.format != "table" else "yaml")

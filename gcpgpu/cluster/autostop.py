@@ -28,9 +28,10 @@ from gcpgpu.errors import CloudError
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call
+from gcpgpu.image.name import stale_image
 from gcpgpu.times import format_timestamp, parse_duration
 
-from .autostop_setting import AGENT_KEY, KEY, of, public, setting, shown, stale_image
+from .autostop_setting import AGENT_KEY, KEY, of, public, setting, shown
 from .kinds import NODES
 from .observe import Node, observe, observe_nodes
 

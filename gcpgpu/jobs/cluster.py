@@ -22,13 +22,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gcpgpu import catalog, nccl
-from gcpgpu.cluster.autostop_setting import AGENT_KEY, agent_image
 from gcpgpu.cluster.lease import Lease, LeaseHeld, describe
 from gcpgpu.cluster.names import LABEL_CLUSTER
 from gcpgpu.cluster.observe import Node, guest_attributes, project_nodes, ranked_nodes
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import batch, call, parallel
+from gcpgpu.image.follower import AGENT_KEY, agent_image
 from gcpgpu.resources import render
 
 from . import ids, policy, usercode
