@@ -59,11 +59,7 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     """
     from gcpgpu.cluster import autostop as auto
     from gcpgpu.cluster.names import check_cluster_name
-    from gcpgpu.cluster.observe import observe_nodes
-    from gcpgpu.cluster.session import Session
-    from gcpgpu.errors import CloudError
     from gcpgpu.image.follower import follower_image
-    from gcpgpu.specfile import check_urls
 
     check_cluster_name(name)
     if cancel and (duration or down or notify):
@@ -71,20 +67,13 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     if not cancel and not duration:
         raise UsageProblem("give DURATION (e.g. 'gcpgpu cluster autostop NAME 30m') or --cancel")
     idle_s = None if cancel else auto.parse(duration, "DURATION")
-    urls = check_urls(notify)  # as job submit --notify: one line, before any request
-    found = observe_nodes(settings.clients, settings.project, name)
-    if not found:  # before the lease: nothing written
-        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
-    image = None if cancel else follower_image(settings, found[0].region, found[0].machine_type, dry_run=False,
-                                               say=info)
-    s = Session(settings.clients, settings.project)
-    with s.holding(name, "autostop", wait_for_lease=True):
-        nodes = auto.set_on(settings.clients, settings.project, name, idle_s, down, s.check_lease, image, urls)
-    value = auto.setting(idle_s, down, urls)
+    done = auto.change(settings.clients, settings.project, name, idle_s, down, list(notify),
+                       lambda region, machine_type: follower_image(settings, region, machine_type, dry_run=False,
+                                                                   say=info))
     if settings.format != "table":
-        emit({"cluster": name, "autostop": auto.public(value), "nodes": len(nodes)})
-    elif value is None:
+        emit({"cluster": done.cluster, "autostop": auto.public(done.value), "nodes": len(done.nodes)})
+    elif done.value is None:
         info(f"Cluster {name}: autostop off.")
     else:
-        info(f"Cluster {name}: {'deleted' if down else 'stopped'} once idle for {auto.shown(value).split(' ')[0]} "
-             f"(judged on its {len(nodes)} node(s)).")
+        info(f"Cluster {name}: {'deleted' if down else 'stopped'} once idle for "
+             f"{auto.shown(done.value).split(' ')[0]} (judged on its {len(done.nodes)} node(s)).")
