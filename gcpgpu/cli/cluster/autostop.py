@@ -1,4 +1,5 @@
-"""`gcpgpu cluster autostop NAME DURATION|--cancel`: set or cancel a cluster's autostop (cluster/autostop.py)."""
+"""`gcpgpu cluster autostop NAME DURATION|--cancel`: set or cancel a cluster's autostop (cluster/autostop.py);
+and `cluster up`'s --autostop, --down and --notify."""
 
 from __future__ import annotations
 
