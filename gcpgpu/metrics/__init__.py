@@ -7,5 +7,4 @@ view.py      rows per node and GPU, the total, stragglers, sparklines, n/a; tabl
 tail.py      the refresh loop behind `gcpgpu metrics tail`
 report.py    matplotlib panels over a window, to PNG or a self-contained HTML page
 dashboard.py a Cloud Monitoring dashboard per cluster from templates/dashboard.json.j2
-reporter.py  the trainer's JSON log -> custom metrics (a thread or a sidecar process)
 """
