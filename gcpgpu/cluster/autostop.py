@@ -105,7 +105,6 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
 class Changed:
     """What `cluster autostop` left on a cluster: the setting (None: off) and the nodes that carry it."""
 
-    cluster: str
     value: dict[str, Any] | None
     nodes: list[Node]
 
@@ -127,7 +126,7 @@ def change(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
     s = Session(clients, project)
     with s.holding(cluster, "autostop", wait_for_lease=True):
         nodes = set_on(clients, project, cluster, idle_s, down, s.check_lease, image, urls)
-    return Changed(cluster, setting(idle_s, down, urls), nodes)
+    return Changed(setting(idle_s, down, urls), nodes)
 
 
 class IdleClock:

@@ -3,6 +3,7 @@ and `cluster up`'s --autostop, --down and --notify."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import click
@@ -69,10 +70,9 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
         raise UsageProblem("give DURATION (e.g. 'gcpgpu cluster autostop NAME 30m') or --cancel")
     idle_s = None if cancel else auto.parse(duration, "DURATION")
     done = auto.change(settings.clients, settings.project, name, idle_s, down, list(notify),
-                       lambda region, machine_type: follower_image(settings, region, machine_type, dry_run=False,
-                                                                   say=info))
+                       partial(follower_image, settings, dry_run=False, say=info))
     if settings.format != "table":
-        emit({"cluster": done.cluster, "autostop": auto.public(done.value), "nodes": len(done.nodes)})
+        emit({"cluster": name, "autostop": auto.public(done.value), "nodes": len(done.nodes)})
     elif done.value is None:
         info(f"Cluster {name}: autostop off.")
     else:
