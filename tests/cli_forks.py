@@ -22,7 +22,7 @@ from pathlib import Path
 import gcpgpu
 
 # Imported once by the template; a command's module that is not listed is imported by the child as before.
-PRELOAD = ("gcpgpu.cli", "gcpgpu.cli.cluster", "gcpgpu.cli.job", "gcpgpu.cli.autostop", "gcpgpu.cli.progress",
+PRELOAD = ("gcpgpu.cli", "gcpgpu.cli.cluster.group", "gcpgpu.cli.job", "gcpgpu.cli.cluster.autostop", "gcpgpu.cli.progress",
            "gcpgpu.cluster.apply", "gcpgpu.cluster.spec", "gcpgpu.specfile", "gcpgpu.catalog")
 
 _TEMPLATE = r"""

@@ -187,7 +187,8 @@ def test_autostop_on_a_missing_cluster_exits_1_without_writing(gcp):
 
 
 def test_the_follower_runs_from_the_image_jobs_default_to():
-    from gcpgpu.cluster.autostop_setting import agent_image, stale_image
+    from gcpgpu.image.follower import agent_image
+    from gcpgpu.image.name import stale_image
 
     built = "us-central1-docker.pkg.dev/p/gcpgpu/gcpgpu-trainer:a3-0123456789ab"
     assert agent_image(built, "us-central1", "p") == built  # a detached job's follower runs the image it built

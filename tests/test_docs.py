@@ -99,7 +99,7 @@ TWINS: dict[str, Twin] = {
     "mkdir -p myrun && echo 'print(\"hello from my code\")' > myrun/train.py": Twin(says="workdir: 2 files"),
     "mkdir -p mycode && echo 'print(\"hello from my image\")' > mycode/train.py":
         Twin(says="image: us-central1-docker.pkg.dev/my-project/gcpgpu/gcpgpu-trainer:none-ctx-"),
-    "gcpgpu/cli/        click commands, one module per group, loaded lazily: parse, call one function, print":
+    "gcpgpu/cli/        click commands, one module per group (cluster/: a package), loaded lazily: parse, call one":
         Twin(skip="folders, not commands"),
     "gcpgpu/node/       what a node or the image starts: the launcher (preflight), your workspace (workdir,":
         Twin(skip="folders, not commands"),

@@ -46,7 +46,8 @@ FORBIDDEN = {
     "resources": BASE_ABOVE,
 }
 # One module a room may import from a room it otherwise must not: the image's name and repository
-# (image/name.py) are vocabulary, and the cluster room writes them into its nodes' follower setting.
+# (image/name.py) are vocabulary, and the cluster room writes them into its nodes' follower setting
+# (the metadata key, the stale tag); which image that is stays in image/follower.py, out of its reach.
 # Such a module imports nothing of gcpgpu, so it carries nothing of its room along.
 VOCABULARY = {"cluster": {"gcpgpu.image.name"}}
 # The package root holds the shared base and nothing else; each new module finds a room.
@@ -136,8 +137,9 @@ def test_no_import_cycle_among_gcpgpus_modules():
     assert cycles == [], f"import cycles: {cycles}"
 
 
-# Old module names kept for one release, each only importing its new home.
-SHIMS = {"gcpgpu.nodeagent": "gcpgpu.node.agent", "gcpgpu.metrics.reporter": "gcpgpu.node.reporter"}
+# Old module names something still runs, each only importing its new home: nodes an older gcpgpu started run
+# `python -m gcpgpu.nodeagent` from the image today's gcpgpu names for their follower (gcpgpu/nodeagent.py).
+SHIMS = {"gcpgpu.nodeagent": "gcpgpu.node.agent"}
 
 
 def test_no_room_imports_a_room_above_it():

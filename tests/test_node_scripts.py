@@ -355,3 +355,12 @@ def test_a_cluster_with_shared_storage_waits_for_its_mounts_and_binds_them_into_
     agent = agent_script(None)
     lint(tmp_path, agent)
     assert "/etc/gcpgpu/storage.list" in agent and 'run_args+=(--volume "$spath:$spath' in agent
+
+
+def test_a_node_an_older_gcpgpu_started_still_finds_its_follower_under_the_old_name():
+    """Startup scripts rendered before the follower moved to gcpgpu.node.agent run `python -m gcpgpu.nodeagent`
+    from the image gcpgpu-agent names, which today's gcpgpu fills with today's image (gcpgpu/nodeagent.py)."""
+    done = subprocess.run([sys.executable, "-m", "gcpgpu.nodeagent", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--cluster CLUSTER" in done.stdout and "--node NODE" in done.stdout

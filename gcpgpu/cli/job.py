@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from gcpgpu.cli.autostop import detached_follower
 from gcpgpu.cli.options import with_options
 from gcpgpu.errors import CloudError
 from gcpgpu.jobs.state import (
@@ -142,8 +141,7 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
     from gcpgpu.jobs.submit import submit as submit_job
 
     done = submit_job(settings, _spec(trainer_args, kw), region=kw.get("job_region"), dry_run=dry_run,
-                      recover=recover, detach=detach, wait=wait, say=info,
-                      follower_image=lambda image, nodes: detached_follower(settings, image, nodes, dry_run=dry_run))
+                      recover=recover, detach=detach, wait=wait, say=info)
     shown, jid = done.shown, done.jid
     if jid is None:  # --dry-run
         emit(shown, fmt=settings.format if settings.format != "table" else "yaml")

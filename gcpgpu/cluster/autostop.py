@@ -22,17 +22,20 @@ import copy
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call
+from gcpgpu.image.name import stale_image
 from gcpgpu.times import format_timestamp, parse_duration
 
-from .autostop_setting import AGENT_KEY, KEY, of, public, setting, shown, stale_image
+from .autostop_setting import AGENT_KEY, KEY, of, public, setting, shown
 from .kinds import NODES
 from .observe import Node, observe, observe_nodes
+from .session import Session
 
 __all__ = ["AGENT_KEY", "KEY", "of", "public", "setting", "shown"]  # the setting, read where it is set
 
@@ -96,6 +99,34 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
 
     batch(clients, project, put, nodes)
     return nodes
+
+
+@dataclass(frozen=True)
+class Changed:
+    """What `cluster autostop` left on a cluster: the setting (None: off) and the nodes that carry it."""
+
+    value: dict[str, Any] | None
+    nodes: list[Node]
+
+
+def change(clients: Clients, project: str, cluster: str, idle_s: int | None, down: bool, notify: list[str],
+           follower_image: Callable[[str, str], str]) -> Changed:
+    """Set the cluster's whole autostop (idle_s None: cancel it), as `cluster autostop` does. Before any
+    change: the webhooks checked (one line, before any request), the cluster found, and, unless
+    cancelling, the image its followers run from resolved (`follower_image(region, machine_type)`, the
+    rule in image/follower.py: none built stops here). Then, holding the cluster's lease (waiting for
+    another up or down), the setting is written on every node, the lease checked before each write."""
+    from gcpgpu.specfile import check_urls
+
+    urls = check_urls(notify)  # as job submit --notify
+    found = observe_nodes(clients, project, cluster)
+    if not found:  # before the lease: nothing written
+        raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
+    image = None if idle_s is None else follower_image(found[0].region, found[0].machine_type)
+    s = Session(clients, project)
+    with s.holding(cluster, "autostop", wait_for_lease=True):
+        nodes = set_on(clients, project, cluster, idle_s, down, s.check_lease, image, urls)
+    return Changed(setting(idle_s, down, urls), nodes)
 
 
 class IdleClock:

@@ -9,41 +9,12 @@ import contextlib
 import json
 from typing import Any
 
-from gcpgpu.image.name import STALE_TAG, image_uri, is_gcpgpu_image
+from gcpgpu.image.name import AGENT_KEY
 from gcpgpu.times import format_duration
 
 KEY = "gcpgpu-autostop"
-AGENT_KEY = "gcpgpu-agent"  # a node with it runs the follower (its value: the image it runs from)
-# The follower runs from the gcpgpu training image (gcpgpu/image/name.py) `container build` last pushed
-# for the cluster (resolved at `cluster up --autostop`, `cluster autostop` and `job submit --detach` by
-# gcpgpu/image/default.py; the spec keeps it as agent_image, a detached job's record as agent_image
-# too), or from a detached job's own image when it is one. The :latest tag (stale_image) is left only
-# for nodes and jobs an older gcpgpu wrote without agent_image.
-
-
-def stale_image(region: str, project: str) -> str:
-    """The follower image older gcpgpu versions wrote: a tag nothing pushes."""
-    return image_uri(project, region, STALE_TAG)
-
-
-def agent_image(job_image: str | None, region: str, project: str, *fallbacks: str | None) -> str:
-    """The image a node's follower runs from: the job's, when it is a gcpgpu training image, else the
-    first of `fallbacks` (what the node already runs its follower from; what `job submit --detach`
-    resolved, kept in the job's record) that is not the stale tag."""
-    stale = stale_image(region, project)
-    if is_gcpgpu_image(job_image, region, project):
-        return str(job_image)
-    return next((f for f in fallbacks if f and f != stale), stale)
-
-
-def shared_follower(nodes: list[Any], project: str) -> str | None:
-    """The image every one of `nodes` already runs its follower from, when they share one that is not
-    the stale tag; else None."""
-    had = {n.metadata.get(AGENT_KEY) for n in nodes}
-    if len(had) != 1 or not nodes:
-        return None
-    kept = had.pop()
-    return kept if kept and kept != stale_image(nodes[0].region, project) else None
+# A node with AGENT_KEY runs the follower, from the image it names: which one is image/follower.py's rule.
+__all__ = ["AGENT_KEY", "KEY", "of", "public", "setting", "shown"]
 
 
 def setting(idle_s: int | None, down: bool, notify: list[str] | None = None) -> dict[str, Any] | None:

@@ -20,8 +20,8 @@ Found in this order:
 `--dry-run` looks the same way (the registry's list is a read; nothing changes), so its image is the one
 submit will run; when the registry cannot be read from here it says so and where submit will look.
 The nodes' follower (autostop, a detached job) runs from the gcpgpu image found the same way
-(follower_image; it reads only the record with --dry-run), and `cluster up` has its nodes pull that image
-while they boot (fill_prepull), so the first job finds it there.
+(image/follower.py; it reads only the record with --dry-run), and `cluster up` has its nodes pull that
+image while they boot (fill_prepull), so the first job finds it there.
 """
 
 from __future__ import annotations
@@ -202,37 +202,6 @@ def resolve(settings: Any, *, region: str, flavor: str, dry_run: bool, say: Any,
         return f"{where}:{flavor}-*"
     say(f"image: {found} (the newest {flavor}-* image in Artifact Registry)")
     return found
-
-
-def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bool, say: Any,
-                   what: str = "autostop") -> str:
-    """The image the nodes' follower runs from: the gcpgpu image `container build` last pushed for the
-    cluster's region and GPUDirect flavour (this machine's record, else Artifact Registry's newest
-    FLAVOR-* tag); a plan or --dry-run reads only the record (no request). `what` needs the follower
-    (autostop, --detach): the one line that says none is built names it."""
-    from gcpgpu import catalog
-
-    flavor = catalog.get_machine_type(machine_type).gpudirect
-    project = settings.project
-    found = remembered(emulated=settings.emulator is not None, project=project, region=region, flavor=flavor)
-    where = image_path(project, region)
-    if found is None and dry_run:
-        runs = "Slurm daemons" if what == "--scheduler slurm" else "follower"
-        say(f"{what}: the nodes' {runs} will run the newest {flavor}-* image in {where} (looked up then)")
-        return f"{where}:{flavor}-*"
-    found = found or newest_in_registry(settings.clients, project, region, flavor)
-    if not found:
-        raise UsageProblem(f"{what} runs on the nodes from gcpgpu's image, and {where} has no {flavor}-* image: "
-                           f"run 'gcpgpu container build --region {region} --machine-type {machine_type}' first")
-    return found
-
-
-def fill_follower_image(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:
-    """Give a ClusterSpec with autostop the image its follower runs from, and a Slurm cluster's the image its
-    nodes run Slurm from (gcpgpu's image carries Slurm); a spec file's agent_image stands."""
-    if (spec.autostop is not None or spec.scheduler) and not spec.agent_image:
-        spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run, say=say,
-                                          what="autostop" if spec.autostop is not None else "--scheduler slurm")
 
 
 def fill_prepull(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:

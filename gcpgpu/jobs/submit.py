@@ -25,10 +25,6 @@ from . import policy
 from .ids import JobId
 from .spec import JobSpec, ValidJob, validate
 
-# `job submit --detach`: the image the nodes run their follower from, given the job's image and its nodes
-# (None: the job's own image runs it). The image rules live with the image's, outside jobs/.
-FollowerImage = Callable[[str, list[Any]], str | None]
-
 
 @dataclass(frozen=True)
 class Submitted:
@@ -46,8 +42,7 @@ class Submitted:
 
 def submit(settings: Settings, spec: JobSpec, *, region: str | None = None, dry_run: bool = False,
            recover: int | None = None, detach: bool = False, wait: bool = False,
-           say: Callable[[str], None] = lambda _line: None,
-           follower_image: FollowerImage | None = None) -> Submitted:
+           say: Callable[[str], None] = lambda _line: None) -> Submitted:
     """Check `spec`, place it (cluster), decide its image, stage its workdir and submit it (not with
     `dry_run`). `region`: the job's own (job submit --region), else the global one. `say` tells
     warnings, notes and what was decided on stderr."""
@@ -65,8 +60,7 @@ def submit(settings: Settings, spec: JobSpec, *, region: str | None = None, dry_
         return replace(_vertex(settings, job, dry_run, say), follow=follow)
     from .cluster.placement import Asked
 
-    return _cluster(settings, job, dry_run, say, Asked(recover, detach, wait),
-                    follower_image if detach else None)
+    return _cluster(settings, job, dry_run, say, Asked(recover, detach, wait))
 
 
 def _validate(settings: Settings, spec: JobSpec, region: str | None) -> ValidJob:
@@ -127,8 +121,7 @@ def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str
                           f"'gcpgpu job logs {jid} --follow'")
 
 
-def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], asked: Any,
-             follower_image: FollowerImage | None) -> Submitted:
+def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], asked: Any) -> Submitted:
     from . import usercode
     from .cluster import backend, placement
     from .spec import job_env
@@ -147,7 +140,11 @@ def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
     # The image, and with --detach the image the nodes' follower runs from: decided (read only) before
     # anything is written, as either may refuse (none built).
     image = _image(settings, job, placed.nodes[0].region, placed.machine, dry_run, say)
-    agent = follower_image(image, placed.nodes) if follower_image is not None else None
+    agent = None
+    if asked.detach:  # the image rule lives with the image's (image/follower.py)
+        from gcpgpu.image.follower import detached_follower
+
+        agent = detached_follower(settings, image, placed.nodes, dry_run=dry_run, say=say)
 
     def staged() -> ValidJob:
         """The job with its workdir uploaded (listed only, with --dry-run), image and placement decided."""

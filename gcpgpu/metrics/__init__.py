@@ -7,8 +7,6 @@ view.py      rows per node and GPU, the total, stragglers, sparklines, n/a; tabl
 tail.py      the refresh loop behind `gcpgpu metrics tail`
 report.py    matplotlib panels over a window, to PNG or a self-contained HTML page
 dashboard.py a Cloud Monitoring dashboard per cluster from templates/dashboard.json.j2
-reporter.py  kept for one release: the old name of gcpgpu.node.reporter (the trainer's JSON log ->
-             custom metrics), for images an older gcpgpu built
 focus.py     a big cluster's tail: the worst nodes and GPUs and every straggler, not every row
 freshness.py whether a value the tail shows is live, so old numbers never pass for now
 jobspan.py   when the job a view watches ran: its state, start and end, from one status read

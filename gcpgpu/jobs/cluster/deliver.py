@@ -15,11 +15,11 @@ import secrets
 from typing import Any
 
 from gcpgpu import catalog, nccl
-from gcpgpu.cluster.autostop_setting import AGENT_KEY, agent_image
 from gcpgpu.cluster.observe import Node
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import batch
+from gcpgpu.image.follower import AGENT_KEY, agent_image
 from gcpgpu.jobs import policy, usercode
 from gcpgpu.jobs.spec import ValidJob, job_env
 from gcpgpu.resources import render

@@ -1,5 +1,5 @@
-"""`cluster doctor --active`'s output (the diagnostics table and the one line that names what is bad),
-and `cluster repair`."""
+"""A cluster's node health: `cluster doctor` (what each node reported; with --active, diagnostics run on
+the nodes, and the one line that names what is bad) and `cluster repair` (one node moved off a bad host)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,36 @@ import click
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
+
+
+@click.command()
+@click.argument("name")
+@click.option("--active", is_flag=True,
+              help="Also run diagnostics on the nodes: GPU diagnostics (dcgmi diag, else nvidia-smi ECC, "
+                   "row remaps, Xid), an all_reduce over each node's GPUs and a cross-node NCCL all_reduce, "
+                   "compared with what the catalog expects (gcpgpu/data/busbw.yaml).")
+@click.pass_obj
+def doctor(settings: Settings, name: str, active: bool) -> None:
+    """Check every node is ready to train: driver, GPUs, GPU NICs and links, GPUDirect pieces.
+
+    Reads what each node's startup script reported (guest attributes); exit 1 if a node is not ready.
+    With --active, names the node, GPU or NIC that diagnostics find bad.
+    """
+    from gcpgpu.cluster import doctor as doc
+    from gcpgpu.cluster.names import check_cluster_name
+
+    check_cluster_name(name)
+    checks = doc.check(settings.clients, settings.project, name)
+    if not checks:
+        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+    rows = [c.row() for c in checks]
+    emit(rows, doc.COLUMNS, title=f"Cluster {name}: node health")
+    if active:
+        active_doctor(settings, name)
+    bad = [c for c in checks if c.problems()]
+    if bad:
+        raise CloudError(f"{len(bad)} of {len(checks)} node(s) not ready: "
+                         + "; ".join(f"{c.node}: {', '.join(c.problems())}" for c in bad))
 
 
 def active_doctor(settings: Settings, name: str) -> None:

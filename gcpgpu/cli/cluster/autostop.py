@@ -1,7 +1,9 @@
-"""`gcpgpu cluster autostop NAME DURATION|--cancel`: set or cancel a cluster's autostop (cluster/autostop.py)."""
+"""`gcpgpu cluster autostop NAME DURATION|--cancel`: set or cancel a cluster's autostop (cluster/autostop.py);
+and `cluster up`'s --autostop, --down and --notify."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import click
@@ -39,21 +41,6 @@ def autostop_flags(kw: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def detached_follower(settings: Settings, image: str | None, nodes: list[Any], *, dry_run: bool) -> str | None:
-    """`job submit --detach`: the image the job's nodes run their follower from. None when the job's own
-    image is gcpgpu's (it runs the follower); the nodes' own when every node already runs its follower
-    from one image (the autostop's); else looked up as autostop's is (image/default.py follower_image):
-    none built is one line, --dry-run asks nothing."""
-    from gcpgpu.cluster.autostop_setting import shared_follower
-    from gcpgpu.image.default import follower_image
-    from gcpgpu.image.name import is_gcpgpu_image
-
-    if is_gcpgpu_image(image, nodes[0].region, settings.project):
-        return None
-    return shared_follower(nodes, settings.project) or follower_image(
-        settings, nodes[0].region, nodes[0].machine_type, dry_run=dry_run, say=info, what="--detach's follower")
-
-
 @click.command()
 @click.argument("name")
 @click.argument("duration", required=False)
@@ -74,11 +61,7 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     """
     from gcpgpu.cluster import autostop as auto
     from gcpgpu.cluster.names import check_cluster_name
-    from gcpgpu.cluster.observe import observe_nodes
-    from gcpgpu.cluster.session import Session
-    from gcpgpu.errors import CloudError
-    from gcpgpu.image.default import follower_image
-    from gcpgpu.specfile import check_urls
+    from gcpgpu.image.follower import follower_image
 
     check_cluster_name(name)
     if cancel and (duration or down or notify):
@@ -86,20 +69,12 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     if not cancel and not duration:
         raise UsageProblem("give DURATION (e.g. 'gcpgpu cluster autostop NAME 30m') or --cancel")
     idle_s = None if cancel else auto.parse(duration, "DURATION")
-    urls = check_urls(notify)  # as job submit --notify: one line, before any request
-    found = observe_nodes(settings.clients, settings.project, name)
-    if not found:  # before the lease: nothing written
-        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
-    image = None if cancel else follower_image(settings, found[0].region, found[0].machine_type, dry_run=False,
-                                               say=info)
-    s = Session(settings.clients, settings.project)
-    with s.holding(name, "autostop", wait_for_lease=True):
-        nodes = auto.set_on(settings.clients, settings.project, name, idle_s, down, s.check_lease, image, urls)
-    value = auto.setting(idle_s, down, urls)
+    done = auto.change(settings.clients, settings.project, name, idle_s, down, list(notify),
+                       partial(follower_image, settings, dry_run=False, say=info))
     if settings.format != "table":
-        emit({"cluster": name, "autostop": auto.public(value), "nodes": len(nodes)})
-    elif value is None:
+        emit({"cluster": name, "autostop": auto.public(done.value), "nodes": len(done.nodes)})
+    elif done.value is None:
         info(f"Cluster {name}: autostop off.")
     else:
-        info(f"Cluster {name}: {'deleted' if down else 'stopped'} once idle for {auto.shown(value).split(' ')[0]} "
-             f"(judged on its {len(nodes)} node(s)).")
+        info(f"Cluster {name}: {'deleted' if down else 'stopped'} once idle for "
+             f"{auto.shown(done.value).split(' ')[0]} (judged on its {len(done.nodes)} node(s)).")
