@@ -1,9 +1,22 @@
 """The `gcpgpu` command: global options, lazily loaded subcommands, and error handling.
 
-Subcommands live one module each and are listed in COMMANDS as "module:attribute". Nothing
-in COMMANDS is imported until that command runs: `gcpgpu --help` reads each command's
-one-line summary from its module's source instead, because importing the modules would
+Subcommands live one module each (a package for the biggest group) and are listed in COMMANDS as
+"module:attribute". Nothing in COMMANDS is imported until that command runs: `gcpgpu --help` reads each
+command's one-line summary from its module's source instead, because importing the modules would
 drag in Google's client libraries (seconds) for a help screen.
+
+cluster/     `gcpgpu cluster`: up, down, status, list, plan, ssh, doctor, repair, autostop, storage
+job.py       `gcpgpu job`: submit, status, follow, list, logs, cancel
+container.py `gcpgpu container build`: the training image
+metrics.py   `gcpgpu metrics`: tail, report, dashboard
+reservation.py `gcpgpu reservation`: reservations, their blocks, calendar-mode future reservations
+plan.py      `gcpgpu plan`: estimates made before anything is created or run
+catalog.py   `gcpgpu catalog`: the GPU machine types gcpgpu knows
+nccl.py      `gcpgpu nccl`: the NCCL environment per machine type, and the tuner plugin's config
+emulator.py  `gcpgpu emulator`: the offline GCP emulator, and pointing tools at it
+demo.py      `make demo`: the walk-through against the offline emulator
+options.py   the global options, defined once and lifted onto every command
+progress.py  how a long cluster command shows its progress on a terminal
 """
 
 from __future__ import annotations
