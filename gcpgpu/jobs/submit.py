@@ -22,6 +22,7 @@ from gcpgpu.errors import UsageProblem
 from gcpgpu.settings import Settings
 
 from . import policy
+from .cluster.placement import Asked
 from .ids import JobId
 from .spec import JobSpec, ValidJob, validate
 
@@ -58,8 +59,6 @@ def submit(settings: Settings, spec: JobSpec, *, region: str | None = None, dry_
     if job.target == "vertex":
         follow = (wait or bool(policy.record_fields(job.spec))) and not detach
         return replace(_vertex(settings, job, dry_run, say), follow=follow)
-    from .cluster.placement import Asked
-
     return _cluster(settings, job, dry_run, say, Asked(recover, detach, wait))
 
 
@@ -121,7 +120,7 @@ def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str
                           f"'gcpgpu job logs {jid} --follow'")
 
 
-def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], asked: Any) -> Submitted:
+def _cluster(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None], asked: Asked) -> Submitted:
     from . import usercode
     from .cluster import backend, placement
     from .spec import job_env

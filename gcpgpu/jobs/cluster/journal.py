@@ -46,13 +46,7 @@ def read(clients: Clients, project: str, cluster: str) -> JobRecord | None:
 
 def pending_in(got: list[dict[str, str]], cluster: str) -> JobRecord | None:
     """The pending recovery of `cluster`'s job in project metadata items already read, or None."""
-    raw = next((i["value"] for i in got if i["key"] == key(cluster)), None)
-    if not raw:
-        return None
-    try:
-        return JobRecord.from_json(json.loads(raw))
-    except ValueError:
-        return None
+    return JobRecord.parse(next((i["value"] for i in got if i["key"] == key(cluster)), None))
 
 
 def swap(clients: Clients, project: str, item: str, change: Callable[[str | None], str | None | bool],

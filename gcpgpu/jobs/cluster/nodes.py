@@ -9,7 +9,6 @@ container.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -61,13 +60,7 @@ def log_filter(project: str, jid: ids.JobId) -> str:
 
 def job_of(node: Node) -> JobRecord | None:
     """The node record `node` holds, or None."""
-    raw = node.metadata.get(JOB_KEY)
-    if not raw:
-        return None
-    try:
-        return JobRecord.from_json(json.loads(raw))
-    except ValueError:
-        return None
+    return JobRecord.parse(node.metadata.get(JOB_KEY))
 
 
 def set_metadata(clients: Clients, project: str, node: Node, items: dict[str, str], fence: Fence = unfenced) -> Any:

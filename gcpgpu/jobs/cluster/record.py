@@ -24,6 +24,7 @@ is stamp()ed on gcpgpu.gcp.clock, the emulator's under test, so goodput subtract
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -166,6 +167,14 @@ class JobRecord:
                 value = value.to_json()
             out[f.name] = value
         return out
+
+    @classmethod
+    def parse(cls, raw: str | None) -> JobRecord | None:
+        """A record from its stored text (a metadata value), or None: absent, unreadable, or no record."""
+        try:
+            return cls.from_json(json.loads(raw)) if raw else None
+        except ValueError:
+            return None
 
     @classmethod
     def from_json(cls, data: Any) -> JobRecord | None:
