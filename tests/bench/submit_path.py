@@ -405,7 +405,10 @@ def slurm(bench: Bench, wait_s: float) -> list[Row | str]:
             return [f"slurm cluster: skipped: its nodes' agents made no request within {wait_s:.0f} s of `cluster up`"]
         time.sleep(0.25)
     waited = time.monotonic() - t0
-    time.sleep(1.0)  # a round of their polling in, so the submit meets them as a user's would
+    # A round of their polling in (their next request after the first), so the submit meets them as a user's would.
+    first = len(bench.emu.requests)
+    while not bench.background_seen(first) and time.monotonic() - t0 < wait_s:
+        time.sleep(0.25)
     row, result = bench.submit("slurm cluster", "--cluster", "queue", "--image", "busybox")
     row.label = "slurm cluster"
     bench.emu.reset()
