@@ -51,7 +51,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the suite's own wait_for
+from helpers import wait_for  # noqa: E402
 
 PROJECT = "bench-proj"
 REGION = "us-central1"
@@ -370,11 +374,11 @@ def plain(bench: Bench) -> list[Row | str]:
     # The cluster's next job: its nodes hold the first one's record, so the submit reads what their agents
     # reported (is a job still running? how did the one before end?) before it puts the new one there.
     first = result.stdout.strip().splitlines()[0]
-    t0 = time.monotonic()
-    while '"SUCCEEDED"' not in bench.cli("--format", "json", "job", "status", first).stdout:
-        if time.monotonic() - t0 > 60:
-            sys.exit(f"the first job on the plain cluster did not end: {bench.cli('job', 'status', first).output}")
-        time.sleep(0.1)
+    try:
+        wait_for(lambda: '"SUCCEEDED"' in bench.cli("--format", "json", "job", "status", first).stdout, 60,
+                 "the first job's end")
+    except AssertionError:
+        sys.exit(f"the first job on the plain cluster did not end: {bench.cli('job', 'status', first).output}")
     again, result = bench.submit("plain cluster, next job", "--cluster", "plain", "--image", "busybox")
     if result.exit_code != 0:
         sys.exit(f"the next job on the plain cluster failed (exit {result.exit_code}):\n{result.output[-3000:]}")
@@ -399,16 +403,15 @@ def slurm(bench: Bench, wait_s: float) -> list[Row | str]:
     # A submit to a Slurm cluster users make once it is up: its nodes' daemons and node 0's queue agent run and
     # read the project (the agent's poll), as here once the first request of another process is logged.
     t0 = time.monotonic()
-    while not bench.background_seen(mark):
-        if time.monotonic() - t0 > wait_s:
-            bench.emu.reset()
-            return [f"slurm cluster: skipped: its nodes' agents made no request within {wait_s:.0f} s of `cluster up`"]
-        time.sleep(0.25)
+    try:
+        wait_for(lambda: bench.background_seen(mark), wait_s, "the nodes' agents' first request")
+    except AssertionError:
+        bench.emu.reset()
+        return [f"slurm cluster: skipped: its nodes' agents made no request within {wait_s:.0f} s of `cluster up`"]
     waited = time.monotonic() - t0
     # A round of their polling in (their next request after the first), so the submit meets them as a user's would.
     first = len(bench.emu.requests)
-    while not bench.background_seen(first) and time.monotonic() - t0 < wait_s:
-        time.sleep(0.25)
+    wait_for(lambda: bench.background_seen(first), wait_s, "the nodes' agents' next request")
     row, result = bench.submit("slurm cluster", "--cluster", "queue", "--image", "busybox")
     row.label = "slurm cluster"
     bench.emu.reset()
