@@ -229,11 +229,12 @@ def test_a_vertex_job_has_its_goodput_and_its_parts_add_up(gcp):
     assert written(gcp, job_id.rsplit(":", 1)[1])["goodput"] == pytest.approx(got["percent"], abs=2)
 
 
-def test_a_recovered_job_s_times_are_all_on_the_clock_its_record_is_stamped_by(gcp):
+def test_a_recovered_job_s_times_are_all_on_the_clock_its_record_is_stamped_by(gcp, monkeypatch):
     """Every time a job's records hold is stamped on gcpgpu.gcp.clock (jobs/cluster/record.py's stamp): with the
     emulator's clock a day ahead of this machine's, a job recovered from a preemption still has its loss seen
     after it was created, its next attempt delivered after the loss, and goodput's parts that add up, the
-    recovery taking what the record says it took and no day of it."""
+    recovery taking what the record says it took and no day of it; the attempt's delivery is stamped before its
+    nodes were told, not when the follower got round to writing it down."""
     import json
     import threading
 
@@ -253,6 +254,16 @@ def test_a_recovered_job_s_times_are_all_on_the_clock_its_record_is_stamped_by(g
     job = validate(JobSpec(target="cluster", cluster="t", image="busybox"), project="test-proj",
                    region="us-central1", zone=None)
     jid = backend.submit(c, "test-proj", job, Asked(recover=1)).jid
+    moved = threading.Event()
+    put_on_nodes = recover.deliver
+
+    def deliver_then_lag(*a, **k):  # the nodes run attempt 1 (and the clock moves on) before deliver returns
+        got = put_on_nodes(*a, **k)
+        if got.attempt == 1:
+            wait_for(moved.is_set, timeout=120, what="the clock moved past attempt 1's run")
+        return got
+
+    monkeypatch.setattr(recover, "deliver", deliver_then_lag)
     ended: list = []
     follower = threading.Thread(target=lambda: ended.append(recover.Follower(c, "test-proj", jid, 1, poll_s=0.1).run()),
                                 daemon=True)
@@ -268,6 +279,7 @@ def test_a_recovered_job_s_times_are_all_on_the_clock_its_record_is_stamped_by(g
     gcp.faults.preempt("t-1")
     wait_for(lambda: (s := shown())["attempt"] == 1 and s["state"] == "RUNNING", timeout=120, what="attempt 1")
     gcp.clock.advance(601.0)  # attempt 1's run ends
+    moved.set()
     follower.join(timeout=120)
     assert ended and ended[0].state == "SUCCEEDED", ended
     status = shown()

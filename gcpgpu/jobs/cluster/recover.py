@@ -268,9 +268,10 @@ class Follower:
                              f"see 'gcpgpu cluster status {self.jid.cluster}'")
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record.attempt} on {len(held)} node(s)"
                                      + (" with --resume" if "--resume" in (record.args or []) else ""))
-        deliver(self.clients, self.project, record, held, s.check_lease)
-        if record.history:  # when the attempt reached its nodes: where goodput's recovery ends
-            history = [*record.history[:-1], {**record.history[-1], "delivered": stamp()}]
+        put = deliver(self.clients, self.project, record, held, s.check_lease)
+        if record.history:  # when the attempt was put on its nodes: where goodput's recovery ends. Stamped
+            # before the nodes were told (the nodes may start and report RUNNING before deliver returns).
+            history = [*record.history[:-1], {**record.history[-1], "delivered": put.submitted or stamp()}]
             store.amend(self.clients, self.project, self.jid, record.attempt, s.check_lease, history=history)
         journal.put(self.clients, self.project, self.jid.cluster or "", None, s.check_lease)
 
