@@ -164,10 +164,10 @@ def test_the_trainers_numbers_go_stale_when_it_falls_silent(gcp):
     assert re.match(r"trainer silent for over [56] min; last 10\.0k tok/s", later.rows[-1].note), later.rows[-1].note
 
 
-def test_once_a_job_has_ended_its_last_numbers_are_held_and_said_to_be_its_last(gcp):
+def test_once_a_job_has_ended_its_runs_averages_are_held_and_said_to_be_so(gcp):
     """A Vertex job that reported 8k tokens/s, watched during its run and after its end (the emulator's clock).
     Issue 38: after the end every cell was `-`, and later "no data yet" for a job that had data: its last
-    numbers stay, from its run, however long ago it ended, and its rows say they are its last."""
+    numbers stay, from its run (its averages, issue 50), however long ago it ended, and its rows say so."""
     from gcpgpu.metrics.tail import Tail
     from gcpgpu.metrics.view import records
     from gcpgpu.node.reporter import Reporter
@@ -198,9 +198,9 @@ def test_once_a_job_has_ended_its_last_numbers_are_held_and_said_to_be_its_last(
         ended = session.refresh()
         *tasks, total = ended.rows
         assert total.values["tokens_per_s"] == 8000.0
-        assert re.fullmatch(r"job ended \d\d:\d\d:\d\d: its last numbers", total.note), total.note
+        assert re.fullmatch(r"job ended \d\d:\d\d:\d\d: averages over its run", total.note), total.note
         assert all(t.values["gpu_util_pct"] > 80 and t.note == total.note for t in tasks), tasks  # busy to its end
         assert ended.job is not None and ended.job.state == "SUCCEEDED"
     table = Tail(client, PROJECT, "job", number, clock=gcp.clock.now, job=job_id)
     rows = [r for r in records(table.refresh())]
-    assert all(r["gpu_util_pct"] is not None and r["note"].endswith("its last numbers") for r in rows), rows
+    assert all(r["gpu_util_pct"] is not None and r["note"].endswith("averages over its run") for r in rows), rows

@@ -117,7 +117,7 @@ def _job_run(settings: Settings, job: str, explain: bool) -> tuple[Any, Any]:
     from gcpgpu.metrics import jobspan, steps
     from gcpgpu.metrics.report import JobRun
 
-    span = jobspan.read(settings.clients, settings.project, job, settings.optional("region"))
+    span = jobspan.read(settings.clients, settings.project, job, settings.optional("region"), strict=True)
     run = None
     if span is not None:
         try:

@@ -90,7 +90,7 @@ def evaluate(machine: Any, diagnoses: list[Diagnosis]) -> list[str]:
         if r.get("gpu", "").startswith("fail"):
             d.problems.append(r["gpu"].removeprefix("fail:").strip())
         nv = _float(r.get("nvlink-busbw"))
-        if nv is not None and intra and nv < frac * intra:
+        if nv is not None and intra and machine.gpu_count >= 2 and nv < frac * intra:
             d.problems.append(f"all_reduce over its {machine.gpu_count} GPUs {nv:g} GB/s, expected about {intra:g}")
         for nic, rate in sorted(d.nics().items()):
             if rate < frac * per_nic:

@@ -4,7 +4,7 @@ A value is the newest point of its series within the tail's window, and that poi
 old: Compute writes once a minute (up to four minutes late), the trainer's reporter only while the
 trainer runs. Watching a job (`metrics tail --job`), a node's point from before the job started is
 not the job's (no data yet, rather than the idle node's 0 %), and once the job has ended the views
-show its last numbers, from its run (of_run), said to be its last, not live ones. The trainer's
+show its run's averages (of_run, shown), said so, not live ones. The trainer's
 numbers, whoever is watched, are stale when the reporter has been silent for a few minutes (the job
 ended, or stalled).
 """
@@ -12,8 +12,9 @@ ended, or stalled).
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 
-from .jobspan import JobSpan
+from .jobspan import JobSpan, during
 
 TRAINER_STALE_S = 180.0  # the reporter writes every 10 s or more while the trainer logs; 3 silent minutes is not live
 NOT_YET = "no data yet"
@@ -22,18 +23,22 @@ STALE = "stale"
 
 
 def of_run(data: dict[str, dict], period: float, job: JobSpan | None) -> dict[str, dict]:
-    """Once the watched job has ended: only the points of its run (its last numbers, not the idle minutes
-    after it, nor an earlier job's): those whose period lies within it, else (a run shorter than a period)
-    those whose period overlaps it. Else `data` as it is."""
-    if job is None or not job.over or job.started is None or job.ended is None:
+    """Once the watched job has ended: only the points of its run (jobspan.during: not the idle minutes
+    after it, nor an earlier job's). Else `data` as it is."""
+    if job is None or job.run is None:
         return data
-    started, ended = job.started, job.ended
+    started, ended = job.run
+    return {key: {row: during(pts, period, started, ended) for row, pts in rows.items()} for key, rows in data.items()}
 
-    def during(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        within = [(t, v) for t, v in pts if t - period >= started - 1 and t <= ended]
-        return within or [(t, v) for t, v in pts if t > started and t - period < ended]
 
-    return {key: {row: during(pts) for row, pts in rows.items()} for key, rows in data.items()}
+def shown(points: list[tuple[float, float]] | None, job: JobSpan | None) -> float | None:
+    """A series' value in a view: its newest point; for an ended job the mean of its run's points (of_run's),
+    the figures `metrics report` averages too, the same at every refresh however long after the end."""
+    if not points:
+        return None
+    if job is not None and job.run is not None:
+        return statistics.fmean(v for _t, v in points)
+    return max(points)[1]
 
 
 def held(reason: str) -> bool:
@@ -71,7 +76,7 @@ def job_line(job: JobSpan, now: float) -> str:
     """The job's state for a view's title: 'job X RUNNING since 05:41:02' or 'job X ended SUCCEEDED at 05:52:40'."""
     if job.over:
         when = f" at {clock(job.ended)} ({_ago(now - job.ended)})" if job.ended is not None else ""
-        return f"job {job.id} ended {job.state}{when}: its numbers are its last, not live"
+        return f"job {job.id} ended {job.state}{when}: its numbers are its run's averages, not live"
     if job.started is None:
         return f"job {job.id} {job.state}: not started, no data yet"
     return f"job {job.id} {job.state} since {clock(job.started)}"
@@ -89,7 +94,7 @@ def note(reason: str, t: float, job: JobSpan | None, last: str = "", now: float 
         return f"{NOT_YET}{since}"
     if reason == ENDED:
         at = f" {clock(job.ended)}" if job is not None and job.ended else ""
-        return f"{ENDED}{at}: its last numbers"
+        return f"{ENDED}{at}: averages over its run"
     # `t` ends the minute the last report fell in: "over N min" never overstates how fresh it was.
     silent = f" for over {int((now - t) // 60)} min" if now is not None else ""
     return f"trainer silent{silent}" + (f"; last {last}" if last else "")

@@ -8,18 +8,18 @@ the last numbers it reported are not shown as live.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.gcp import clock as gcp_clock
 from gcpgpu.times import parse_timestamp
 
 from .query import PERIOD_S, Window
 
 MARGIN_S = 2 * PERIOD_S  # around a job's run in a report: the minute before it and the one after it ends, and more
-clock: Callable[[], float] = time.time  # what "now" is to the views (tests run it on the emulator's clock)
+clock: Callable[[], float] = gcp_clock.now  # what "now" is to the views: the cloud's (the emulator's, under test)
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,13 @@ class JobSpan:
 
         return is_final(self.state)
 
+    @property
+    def run(self) -> tuple[float, float] | None:
+        """(started, ended) once the job has ended having run; else None."""
+        if not self.over or self.started is None or self.ended is None:
+            return None
+        return self.started, self.ended
+
     def window(self, now: float, max_points: int = 240) -> Window | None:
         """The job's run with a margin either side (a tenth of its length, at least two minutes), up to now;
         None when it has not started."""
@@ -43,10 +50,24 @@ class JobSpan:
             return None
         end = min(now, self.ended if self.ended is not None else now)
         margin = max(MARGIN_S, (end - self.started) * 0.1)
-        start, stop = self.started - margin, float(math.ceil(min(now, end + margin)))
-        seconds = max(stop - start, 2 * PERIOD_S)
-        period = max(PERIOD_S, math.ceil(seconds / max_points / PERIOD_S) * PERIOD_S)
-        return Window(stop - seconds, stop, float(period))
+        period = max(PERIOD_S, math.ceil((end - self.started + 2 * margin) / max_points / PERIOD_S) * PERIOD_S)
+        # Whole periods of the epoch: each point's interval is the same minute at every refresh (Monitoring
+        # aligns intervals back from the window's end), so an ended job's averages do not move with "now".
+        stop = math.ceil(min(now, end + margin) / period) * period
+        start = min(math.floor((self.started - margin) / period) * period, stop - 2 * period)
+        return Window(float(start), float(stop), float(period))
+
+
+def during(pts: list[tuple[float, float]], period: float, started: float | None,
+           ended: float | None) -> list[tuple[float, float]]:
+    """The points (each stamped at the end of its `period`) that are a job's run: those whose period lies
+    within it, else (a run shorter than a period) those whose period overlaps it. What every view of an
+    ended job averages over (`metrics tail` and `metrics report` alike), so they agree."""
+    if started is None:
+        return pts
+    end = float("inf") if ended is None else ended
+    within = [(t, v) for t, v in pts if t - period >= started - 1 and t <= end]
+    return within or [(t, v) for t, v in pts if t > started and t - period < end]
 
 
 def job_id(text: str, region: str | None) -> Any:
@@ -62,10 +83,11 @@ def job_id(text: str, region: str | None) -> Any:
     return None
 
 
-def read(clients: Any, project: str, text: str, region: str | None) -> JobSpan | None:
+def read(clients: Any, project: str, text: str, region: str | None, strict: bool = False) -> JobSpan | None:
     """The job's span, or None when its id says too little (a bare number and no region) or the job's
     service cannot tell (it does not know the job, whose metrics may outlive its record, or refuses):
-    the views then show what they would without it."""
+    the views then show what they would without it. `strict`: a job its service does not know is an
+    error (CloudError, exit 1), as for `metrics report --job`, which would otherwise plot another window."""
     from google.api_core import exceptions
 
     jid = job_id(text, region)
@@ -75,6 +97,9 @@ def read(clients: Any, project: str, text: str, region: str | None) -> JobSpan |
 
     try:
         state = route.status(clients, project, jid)
-    except (CloudError, exceptions.GoogleAPICallError):
+    except (CloudError, exceptions.GoogleAPICallError) as e:
+        if strict:
+            raise CloudError(f"--job {text}: {getattr(e, 'message', None) or e}; to plot a cluster's metrics without "
+                             "its job, give --cluster NAME --since DURATION") from e
         return None
     return JobSpan(str(jid), state.state, parse_timestamp(state.started), parse_timestamp(state.ended), state.name)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gcpgpu.gcp import clock as gcp_clock
 from gcpgpu.times import parse_duration
 
 from .sources import Metric
@@ -49,13 +50,13 @@ class Window:
     @classmethod
     def recent(cls, now: float | None = None, points: int = HISTORY_POINTS, period: float = PERIOD_S) -> Window:
         # Rounded up: a point written a moment ago (the trainer's, stamped with fractions) falls inside.
-        end = float(math.ceil(time.time() if now is None else now))
+        end = float(math.ceil(gcp_clock.now() if now is None else now))
         return cls(end - points * period, end, period)
 
     @classmethod
     def since(cls, seconds: float, now: float | None = None, max_points: int = 240) -> Window:
         """A window `seconds` long with at most max_points points per series (period a whole minute)."""
-        end = float(math.ceil(time.time() if now is None else now))
+        end = float(math.ceil(gcp_clock.now() if now is None else now))
         period = max(PERIOD_S, math.ceil(seconds / max_points / PERIOD_S) * PERIOD_S)
         return cls(end - seconds, end, float(period))
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from gcpgpu.errors import UsageProblem
 
+from .jobspan import during
 from .query import JOB_KEY, Fetched, Window, fetch
 from .sources import Metric, report_metrics_for
 from .steps import Steps
@@ -66,11 +67,8 @@ class JobRun:
         return f"job {self.name} ({self.id})" if self.name else f"job {self.id}"
 
     def during(self, pts: list[tuple[float, float]], period: float) -> list[tuple[float, float]]:
-        """The points whose period overlaps the run (each stamped at its period's end)."""
-        if self.started is None:
-            return pts
-        end = float("inf") if self.ended is None else self.ended
-        return [(t, v) for t, v in pts if t > self.started and t - period < end]
+        """The points of the run (jobspan.during: the same ones `metrics tail` averages an ended job over)."""
+        return during(pts, period, self.started, self.ended)
 
 
 def _during(job: JobRun | None, panel: Panel, period: float) -> list[list[tuple[float, float]]]:
@@ -208,7 +206,10 @@ def build_figure(target: Target, panel_list: list[Panel], slow: dict[str, str], 
     for i, panel in enumerate(panel_list):
         ax = fig.add_subplot(rows, cols, i + 1)
         for j, (name, pts) in enumerate(panel.lines.items()):
-            times: list[Any] = [x if panel.by_step else dt.datetime.fromtimestamp(x, dt.timezone.utc) for x, _v in pts]
+            # A Monitoring point is stamped at the end of the interval it describes: drawn at that interval's
+            # middle, so a busy minute falls inside the job's shaded run, not a minute after it.
+            times: list[Any] = [x if panel.by_step else dt.datetime.fromtimestamp(x - window.period / 2, dt.timezone.utc)
+                                for x, _v in pts]
             values = [v for _t, v in pts]
             marker = "o" if len(pts) <= MARKED_POINTS else None  # a lone sample is a dot, not nothing
             if name in slow:
@@ -276,20 +277,34 @@ def figure_png(target: Target, panel_list: list[Panel], slow: dict[str, str], wi
     return buffer.getvalue()
 
 
+def _key(panel: Panel) -> str:
+    """A node panel's column as `metrics tail` names it (GPU memory drawn in % is its gpu_mem_pct)."""
+    return "gpu_mem_pct" if panel.metric.key == "gpu_mem_bytes" and panel.unit.startswith("%") else panel.metric.key
+
+
+def averages(panel_list: list[Panel], window: Window, job: JobRun | None = None) -> dict[str, dict[str, float]]:
+    """Each node's mean of each panel (over the job's run, for a job): the HTML table's figures, and what
+    `metrics tail` shows for the job once it has ended (both average jobspan.during's points)."""
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted({n for p in panel_list for n in p.lines if not p.metric.job_level}):
+        for p in panel_list:
+            pts = p.lines.get(name) if not p.metric.job_level else None
+            pts = job.during(pts, window.period) if job is not None and pts else pts
+            if pts:
+                out.setdefault(name, {})[_key(p)] = statistics.fmean(v for _t, v in pts)
+    return out
+
+
 def html_page(target: Target, panel_list: list[Panel], slow: dict[str, str], window: Window, png: bytes,
               job: JobRun | None = None) -> str:
     """One self-contained HTML file: a summary table of each node's averages (over the job's run, for a
     job) and the figure."""
-    names = sorted({n for p in panel_list for n in p.lines if not p.metric.job_level})
     shown = [p for p in panel_list if not p.metric.job_level]
+    means = averages(panel_list, window, job)
     head = "".join(f"<th>{html.escape(p.title)}<br><small>{html.escape(p.unit)}</small></th>" for p in shown)
     body = []
-    for name in names:
-        cells = []
-        for p in shown:
-            pts = p.lines.get(name)
-            pts = job.during(pts, window.period) if job is not None and pts else pts
-            cells.append(f"<td>{_fmt(statistics.fmean(v for _t, v in pts))}</td>" if pts else "<td class=na>n/a</td>")
+    for name, row in means.items():
+        cells = [f"<td>{_fmt(row[_key(p)])}</td>" if _key(p) in row else "<td class=na>n/a</td>" for p in shown]
         flag = f"<td class=slow>straggler: {html.escape(slow[name])}</td>" if name in slow else "<td></td>"
         body.append(f"<tr{' class=slowrow' if name in slow else ''}><td>{html.escape(name)}</td>{''.join(cells)}{flag}</tr>")
     trainer = [(p, pts) for p in panel_list if p.metric.job_level and (pts := _during(job, p, window.period)[0])]
@@ -335,4 +350,5 @@ def make_report(clients: Any, target: Target, window: Window, output: Path, job:
     else:
         output.write_text(html_page(target, panel_list, slow, window, png, job), encoding="utf-8")
     return {"output": str(output), "panels": [p.title for p in panel_list], "stragglers": sorted(slow),
+            "averages": {n: {k: round(v, 3) for k, v in row.items()} for n, row in averages(panel_list, window, job).items()},
             "api_calls": fetched.calls, "bytes": output.stat().st_size}

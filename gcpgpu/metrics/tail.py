@@ -16,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from gcpgpu.gcp import clock as gcp_clock
+
 from . import focus, jobspan
-from .query import PERIOD_S, Window, fetch
+from .query import Window, fetch
 from .sources import metrics_for
 from .target import Target, resolve
 from .view import FIELDS, Snapshot, build, records, table
@@ -36,7 +38,7 @@ class Tail:
     kind: str
     name: str
     per_gpu: bool = False
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = gcp_clock.now  # the cloud's clock (the emulator's, under test)
     target: Target | None = None
     discovered_at: float = 0.0
     hinted: set[str] = field(default_factory=set)
@@ -57,12 +59,14 @@ class Tail:
             self.span_read_at = now
         metrics = metrics_for(self.kind)
         window = Window.recent(now)
-        if self.span is not None and self.span.over and self.span.ended is not None:
-            # An ended job's last minutes, however long ago it ended (its numbers are its last, not gone).
-            window = Window.recent(min(now, self.span.ended + PERIOD_S))
+        ended = self.span is not None and self.span.run is not None
+        if ended:
+            # An ended job's whole run, in the window `metrics report` plots it in: its figures are its run's
+            # averages, however long ago it ended, the same at every refresh and the same as the report's.
+            window = self.span.window(now) or window  # type: ignore[union-attr]
         if focus.focused(self.target, self.all_rows):
             return focus.refresh(self.clients, self.target, metrics, window, self.per_gpu, now, self.span)
-        fetched = fetch(self.clients, self.target, metrics, window, self.per_gpu, latest_only=True)
+        fetched = fetch(self.clients, self.target, metrics, window, self.per_gpu, latest_only=not ended)
         return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span)
 
     def new_hints(self, snapshot: Snapshot) -> list[str]:

@@ -77,10 +77,6 @@ class Snapshot:
         return out
 
 
-def _latest(points: list[tuple[float, float]] | None) -> float | None:
-    return max(points)[1] if points else None
-
-
 def _combine(values: list[float], summed: bool) -> float | None:
     return None if not values else sum(values) if summed else statistics.fmean(values)
 
@@ -122,6 +118,7 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
     machine = target.machine
     gpus_per_node = machine.gpu_count if machine else None
     gpu_bytes = machine.gpu.memory_gib * 2**30 if machine else None
+    none_here = {"nvlink_gbytes_per_s"} if gpus_per_node is not None and gpus_per_node < 2 else set()  # no peer GPU
 
     # Per-GPU series indexed by node once, so a 64-node --gpus view is not 64 scans of 512 series.
     per_gpu_series: dict[tuple[str, str], list[list[tuple[float, float]]]] = {}
@@ -148,9 +145,9 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
                 continue
             pts = series(metric, member.key)
             hist[metric.key] = pts
-            row.values[metric.key] = _latest(pts)
+            row.values[metric.key] = freshness.shown(pts, job)
         for metric in metrics:
-            if not metric.job_level and row.values.get(metric.key) is None:
+            if not metric.job_level and row.values.get(metric.key) is None and metric.key not in none_here:
                 names = missing.setdefault(metric.source, [])
                 if member.name not in names:
                     names.append(member.name)
@@ -169,7 +166,7 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
     total = Row("total", f"{target.kind} {target.name}")
     for metric in metrics:
         if metric.job_level:
-            total.values[metric.key] = _latest(data.get(metric.key, {}).get(JOB_KEY))
+            total.values[metric.key] = freshness.shown(data.get(metric.key, {}).get(JOB_KEY), job)
     for key in ("net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "gpu_util_pct",
                 "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s",
                 "link_share_pct"):
@@ -275,7 +272,7 @@ def _gpu_rows(key: str, node: str, rank: int | None, data: dict, metrics: Sequen
             if metric.per_gpu:
                 pts = data.get(metric.key, {}).get((key, g))
                 hist[metric.key] = pts
-                row.values[metric.key] = _latest(pts)
+                row.values[metric.key] = freshness.shown(pts, job)
         _hold(row, hist, fetched.window.period, job)
         _derive(row.values, None, 1, gpu_bytes)
         row.history_of, row.history = _pick_history(hist, fetched)

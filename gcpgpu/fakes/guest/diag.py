@@ -65,7 +65,8 @@ class NodeDiagnostics:
             "gpus": str(gpus),
             "gpu": f"fail: GPU {BAD_GPU}: dcgmi diag -r 2: memory test failed (uncorrectable ECC errors: 2)"
                    if bad_gpu else "pass",
-            "nvlink-busbw": f"{intra * (0.5 if bad_gpu else 1.0):.1f}",
+            # One GPU has no NVLink peer: nothing to measure, as the node's script says (node_diag.sh.j2).
+            "nvlink-busbw": f"{intra * (0.5 if bad_gpu else 1.0):.1f}" if gpus >= 2 else "none",
             "nics": ",".join(rates),
             "net-busbw": f"{cross * (0.1 if slowed else 1.0):.1f}",
         }

@@ -229,7 +229,7 @@ class ClusterAgent:
         if run is not None and run.replicas and not run.done:
             self.runner.cancel(run_id)  # CANCELLED reported when its processes are gone
         elif self.attributes(instance_id).get(f"{NAMESPACE}/state") not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            self.report(instance_id, state="CANCELLED", ended=_stamp(time.time()), message="cancelled")
+            self.report(instance_id, state="CANCELLED", ended=_stamp(self._now()), message="cancelled")
         if self.activity is not None and (run is None or not run.replicas):  # a simulated job stops being busy here
             self.activity.end(instance_id, run_id)
 
@@ -278,7 +278,7 @@ class ClusterAgent:
             # GPUDirect host pieces are missing cannot run it, and the job fails with the agent's line.
             health = self.nodes.attributes(inst)
             if health.get("gcpgpu-node/gpudirect", "ready") != "ready":
-                self.report(iid, state="FAILED", rxdm="down", ended=_stamp(time.time()),
+                self.report(iid, state="FAILED", rxdm="down", ended=_stamp(self._now()),
                             message=f"receive-datapath manager ({job['rxdm']}) exited: "
                                     f"{health['gcpgpu-node/gpudirect']}")
                 return
@@ -287,7 +287,7 @@ class ClusterAgent:
         unmounted = mounts.cluster_failure(job, self.storage)
         if unmounted is not None:  # the agent mounts every --mount bucket before the container starts
             self.runner.record(run_id, describe).log("", "stderr", f"gcpgpu agent: {unmounted}")
-            self.report(iid, state="FAILED", ended=_stamp(time.time()), message=unmounted)
+            self.report(iid, state="FAILED", ended=_stamp(self._now()), message=unmounted)
             return
         try:  # the node mounts its shared file systems at boot: a job on a node whose mount failed fails
             shared = self.shared.mounts(inst)
@@ -305,7 +305,7 @@ class ClusterAgent:
             why = f"image {job.get('image')!r}" + (f" with command {job.get('command')!r}" if job.get("command") else "")
             run.log("", "stdout", f"gcpgpu emulator: this job is simulated on node {inst['name']}, nothing runs: "
                                   f"{why} is not the bundled trainer.")
-            self.report(iid, state="RUNNING", started=_stamp(time.time()), message="simulated by the emulator")
+            self.report(iid, state="RUNNING", started=_stamp(self._now()), message="simulated by the emulator")
             if self.activity is not None:
                 self.activity.begin(iid, run_id)
             self._timers.append(self._later(self.simulated_run_s, self._simulated_end, iid, run_id))
@@ -371,7 +371,7 @@ class ClusterAgent:
         """The node's job FAILED before anything ran, with `why` (one line) in its log and its state."""
         run = self.runner.record(run_id, describe)
         run.log("", "stderr", f"gcpgpu emulator: {why}")
-        self.report(iid, state="FAILED", exit_code=-1, ended=_stamp(time.time()), message=why)
+        self.report(iid, state="FAILED", exit_code=-1, ended=_stamp(self._now()), message=why)
 
     def _left_to_pull(self, inst: dict, image: str) -> float:
         """What is left of a node's pull of `image`: pull_s, less the time since it booted where its startup
@@ -385,6 +385,13 @@ class ClusterAgent:
             return self.pull_s
         booted = self.compute.now() - parse_rfc3339(inst["lastStartTimestamp"])
         return max(0.0, self.pull_s - max(0.0, booted))
+
+    def _now(self, wall: float | None = None) -> float:
+        """The emulator's clock now, or at the wall-clock moment `wall` (a process's start or end, which the
+        host's runner stamps on the wall clock): what a node's agent stamps its reports with, as every other
+        time the emulator serves (a test that advances the clock sees a job start and end on it)."""
+        now = self.compute.now() if self.compute is not None else time.time()
+        return now if wall is None else now - max(0.0, time.time() - wall)
 
     def _later(self, seconds: float, fn: Callable[..., None], *args: Any) -> Any:
         """fn(*args) once `seconds` have passed on the emulator's clock (a test sets it forward to end a
@@ -401,7 +408,7 @@ class ClusterAgent:
             if self.node_runs.get(instance_id) != run_id or instance_id in self.lost:
                 return
             if self.attributes(instance_id).get(f"{NAMESPACE}/state") == "RUNNING":
-                self.report(instance_id, state="SUCCEEDED", exit_code=0, ended=_stamp(time.time()),
+                self.report(instance_id, state="SUCCEEDED", exit_code=0, ended=_stamp(self._now()),
                             message="simulated by the emulator: nothing ran")
             if self.activity is not None:
                 self.activity.end(instance_id, run_id)
@@ -418,14 +425,14 @@ class ClusterAgent:
                     return  # a newer job owns the node, or the node (and its agent) is gone
                 replica = run.replicas[0]
                 if run.state == "running":
-                    self.report(instance_id, state="RUNNING", started=_stamp(run.started or time.time()))
+                    self.report(instance_id, state="RUNNING", started=_stamp(self._now(run.started)))
                 elif run.done:
                     code = replica.returncode if replica.returncode is not None else -1
                     state = {"succeeded": "SUCCEEDED", "cancelled": "CANCELLED"}.get(run.state, "FAILED")
                     message = (run.failure[2] if run.failure else "") or ("cancelled" if state == "CANCELLED" else "")
                     if state == "FAILED":
                         message = killed(run, replica) or message
-                    self.report(instance_id, state=state, exit_code=code, ended=_stamp(run.ended or time.time()),
+                    self.report(instance_id, state=state, exit_code=code, ended=_stamp(self._now(run.ended)),
                                 message=message)
 
         return changed

@@ -268,6 +268,8 @@ class Generator:
             which = "ops_agent" if metric_type.startswith(AGENT) else "dcgm"
             if gpus == 0 or not self.knobs.agent(vm.name, which):
                 continue
+            if metric_type.endswith("nvlink_traffic_rate") and not nvlink_bytes(vm.machine_type):
+                continue  # no NVLink on this machine (one GPU, or none between its GPUs): no series, not zeros
             for g in range(gpus):
                 f = factor if slow_gpu is None or slow_gpu == g else 1.0
                 base = {"gpu_number": str(g), "model": model, "uuid": _uuid(self.seed, vm.id, g)}
