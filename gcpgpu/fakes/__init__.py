@@ -36,6 +36,7 @@ Shared by them all:
   activity.py         what runs where: the job runners write it, Monitoring reads it
   filters.py          the AIP-160 filter grammar Vertex AI and Cloud Logging share
   partial.py          partial responses (the `fields` parameter) for every REST API
+  schema.py           request bodies checked against each REST API's published discovery document
   lro.py              long-running operations of the one-platform APIs (Filestore, Lustre, Networking)
   managed.py          managed file-system instances behind operations: what Filestore and Lustre share
   gate.py             the front door every HTTP request passes: loopback Host, own Origin, bounded bodies

@@ -39,6 +39,7 @@ from .lro import Operations
 from .lustre.backend import LustreBackend
 from .monitoring.backend import MonitoringBackend
 from .partial import partial_response
+from .schema import check_served
 from .secretmanager.backend import SecretManagerBackend
 from .servicenetworking.backend import ServiceNetworkingBackend
 from .storage.backend import StorageBackend
@@ -304,6 +305,7 @@ class Emulator:
             handler = next((h for pattern, h in self._rest if pattern.match(request.path)), None)
             if handler is None:
                 raise ApiError(404, "notFound", f"The emulator serves no API at {request.path}.")
+            check_served(request)  # each REST service's published schema
             result = handler.handle(request)
             mask = request.args.get("fields") or request.headers.get("X-Goog-FieldMask")
             if mask and not isinstance(result, Response) and isinstance(result[1], dict):
