@@ -180,15 +180,49 @@ def _gcloud_config(folder, project: str, extra: str = "") -> None:
     (folder / "configurations" / "config_default").write_text(f"[core]\nproject = {project}\n{extra}")
 
 
+def written_config(folder) -> dict:
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    assert parser.read(f"{folder}/configurations/config_default"), f"no gcloud configuration in {folder}"
+    assert (Path(folder) / "active_config").read_text() == "default"
+    return {name: dict(parser[name]) for name in parser.sections()}
+
+
+def test_gcloud_env_sets_only_the_overrides_the_installed_gcloud_knows(gcp, tmp_path, monkeypatch):
+    """gcloud 528 has no api_endpoint_overrides/servicenetworking: `gcloud config set` of it printed an ERROR
+    line (and nine 'universe domain' WARNING paragraphs, ten seconds) in every eval of gcloud-env."""
+    import gcpgpu.cli.emulator as emulator_cli
+
+    monkeypatch.setattr(emulator_cli, "_gcloud_known", lambda section: {"compute", "storage"})
+    result = run("emulator", "gcloud-env", "--config-dir", str(tmp_path / "g"))
+    assert result.exit_code == 0, result.output
+    assert set(written_config(tmp_path / "g")["api_endpoint_overrides"]) == {"compute", "storage"}
+
+
+def test_the_sdk_reader_finds_the_installed_gclouds_overrides():
+    import shutil
+
+    from gcpgpu.cli.emulator import _gcloud_known
+
+    if shutil.which("gcloud") is None:
+        assert _gcloud_known("api_endpoint_overrides") is None
+        return
+    known = _gcloud_known("api_endpoint_overrides")
+    assert known is not None and {"compute", "storage", "logging", "monitoring", "file"} <= known
+
+
 def test_gcloud_env_keeps_the_users_project_and_says_so(gcp, tmp_path, monkeypatch, isolated_gcloud):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     _gcloud_config(isolated_gcloud, "users-project", "[compute]\nregion = europe-west4\n")
     result = run("emulator", "gcloud-env")
     assert result.exit_code == 0, result.output
     folder = tmp_path / "cache" / "gcpgpu" / "emulator-gcloud" / gcp.address.replace(":", "-")
-    assert f"export CLOUDSDK_CONFIG={folder}" in result.stdout
-    assert "gcloud config set core/project users-project --quiet" in result.stdout
-    assert "gcloud config set compute/region europe-west4 --quiet" in result.stdout
+    assert result.stdout == f"export CLOUDSDK_CONFIG={folder}\n"  # gcloud itself is not run: instant, quiet
+    written = written_config(folder)
+    assert written["core"]["project"] == "users-project" and written["compute"]["region"] == "europe-west4"
+    assert written["auth"]["disable_credentials"] == "true"
+    assert written["api_endpoint_overrides"]["compute"] == f"http://{gcp.address}/compute/v1/"
     assert (f"gcloud and gcpgpu now use your project users-project (from your gcloud configuration), region "
             f"europe-west4, with the emulator at {gcp.address}; gcloud's configuration: {folder}") in result.stderr
 
@@ -197,10 +231,11 @@ def test_gcloud_env_without_a_project_says_which_one_it_sets(gcp, tmp_path, monk
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     result = run("emulator", "gcloud-env")
     assert result.exit_code == 0, result.output
-    assert "gcloud config set core/project emulator-project --quiet" in result.stdout
+    folder = result.stdout.strip().removeprefix("export CLOUDSDK_CONFIG=")
+    assert written_config(folder)["core"]["project"] == "emulator-project"
     assert "now use the placeholder project emulator-project (none was set)" in result.stderr
     flagged = run("--project", "flag-project", "emulator", "gcloud-env")
-    assert "core/project flag-project" in flagged.stdout and "(from --project)" in flagged.stderr
+    assert written_config(folder)["core"]["project"] == "flag-project" and "(from --project)" in flagged.stderr
     assert "is not a project id" in refused(gcp, "--project", "Bad", "emulator", "gcloud-env")
 
 

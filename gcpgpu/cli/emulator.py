@@ -31,21 +31,48 @@ def gcloud_config_dir(address: str) -> Path:
     return Path(cache) / "gcpgpu" / "emulator-gcloud" / address.replace(":", "-").strip("[]")
 
 
-def _gcloud_commands(address: str, config_dir: str, overrides: dict[str, str] | None = None,
-                     project: str | None = None, location: dict[str, str] | None = None) -> list[str]:
-    """Shell lines that point gcloud at the emulator: a scratch config, no credentials, every API it serves;
-    the project (and compute/region, compute/zone in `location`) the user had, so nothing changes under them."""
-    base = f"http://{address}"
-    overrides = overrides or {"compute": f"{base}/compute/v1/"}
-    return [
-        f"export CLOUDSDK_CONFIG={shlex.quote(config_dir)}",
-        "gcloud config set auth/disable_credentials true --quiet",
-        *[f"gcloud config set api_endpoint_overrides/{api} {shlex.quote(url)} --quiet"
-          for api, url in sorted(overrides.items())],
-        f"gcloud config set core/project {shlex.quote(project or PROJECT)} --quiet",
-        *[f"gcloud config set compute/{key} {shlex.quote(value)} --quiet" for key, value in (location or {}).items()],
-        "gcloud config set component_manager/disable_update_check true --quiet",
-    ]
+def _gcloud_known(section: str) -> set[str] | None:
+    """The properties the installed gcloud has in `section` (api_endpoint_overrides), read from its SDK's
+    properties.py; None when that cannot be found (then every override is written: gcloud ignores a
+    property it does not know in its configuration file, where `gcloud config set` would fail on it)."""
+    import re
+    import shutil
+
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        return None
+    source = Path(os.path.realpath(gcloud)).parent.parent / "lib" / "googlecloudsdk" / "core" / "properties.py"
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    block = re.search(rf"super\(\w+, self\).__init__\('{section}'\)(.*?)\nclass ", text, re.S)
+    return set(re.findall(r"self\._Add\(\s*'([a-z0-9_]+)'", block.group(1))) if block else None
+
+
+def _write_gcloud_config(config_dir: str, overrides: dict[str, str], project: str | None,
+                         location: dict[str, str]) -> list[str]:
+    """Write a scratch gcloud configuration that points gcloud at the emulator (no credentials, every API it
+    serves that this gcloud knows, the project and compute/region, compute/zone the user had, so nothing
+    changes under them) straight into its file, as `gcloud config set` would, without starting gcloud a
+    dozen times (ten seconds, and a warning paragraph each). Returns the shell lines to eval."""
+    import configparser
+
+    known = _gcloud_known("api_endpoint_overrides")
+    config = configparser.ConfigParser(interpolation=None)
+    config["auth"] = {"disable_credentials": "true"}
+    config["api_endpoint_overrides"] = {api: url for api, url in sorted(overrides.items())
+                                        if known is None or api in known}
+    config["core"] = {"project": project or PROJECT}
+    if location:
+        config["compute"] = dict(location)
+    config["component_manager"] = {"disable_update_check": "true"}
+    folder = Path(config_dir)
+    (folder / "configurations").mkdir(parents=True, exist_ok=True)
+    with open(folder / "configurations" / "config_default", "w", encoding="utf-8") as f:
+        config.write(f)
+    (folder / "active_config").write_text("default", encoding="utf-8")
+    return [f"export CLOUDSDK_CONFIG={shlex.quote(config_dir)}"]
 
 
 def _announce(emu: Any, state_file: str | None) -> None:
@@ -221,10 +248,12 @@ def reset(settings: Settings) -> None:
                    "$XDG_CACHE_HOME/gcpgpu/emulator-gcloud/HOST-PORT), so your real gcloud configuration is untouched.")
 @click.pass_obj
 def gcloud_env(settings: Settings, config_dir: str | None) -> None:
-    """Print the shell commands that point gcloud at a running emulator (eval them).
+    """Point gcloud at a running emulator: write a scratch gcloud configuration and print the line that
+    selects it (eval it). Instant and quiet: gcloud itself is not run.
 
-    Every API the emulator serves over REST gets its api_endpoint_overrides (compute, ai, logging,
-    monitoring, storage), so `gcloud storage ls` lists the emulator's buckets.
+    Every API the emulator serves over REST that the installed gcloud knows gets its
+    api_endpoint_overrides (compute, ai, logging, monitoring, storage, ...), so `gcloud storage ls`
+    lists the emulator's buckets.
 
     gcloud (and gcpgpu, which reads gcloud's configuration) keep the project you use now: --project,
     the environment, or your gcloud configuration's core/project; only when none is set do they get
@@ -239,7 +268,9 @@ def gcloud_env(settings: Settings, config_dir: str | None) -> None:
     folder = config_dir or str(gcloud_config_dir(address))
     source = {"flag": "--project", "env": "the environment", "gcloud": "your gcloud configuration"}.get(
         settings.source("project") or "", "")
-    lines = _gcloud_commands(address, folder, served.get("gcloud_overrides"), project, location)
+    base = f"http://{address}"
+    lines = _write_gcloud_config(folder, served.get("gcloud_overrides") or {"compute": f"{base}/compute/v1/"},
+                                 project, location)
     sys.stdout.write("\n".join(lines) + "\n")
     said = f"your project {project} (from {source})" if project else f"the placeholder project {PROJECT} (none was set)"
     said += "".join(f", {key} {value}" for key, value in location.items())

@@ -25,13 +25,22 @@ DASHBOARD = {"displayName": "GPU nodes", "gridLayout": {"widgets": [{"title": "C
         "aggregation": {"alignmentPeriod": "60s", "perSeriesAligner": "ALIGN_MEAN"}}}}]}}]}}
 
 
-def test_gcloud_env_names_every_api_the_emulator_serves(gcp, tmp_path):
+def test_gcloud_env_names_every_api_the_emulator_serves_that_gcloud_knows(gcp, tmp_path):
+    import configparser
+
+    from gcpgpu.cli.emulator import _gcloud_known
+
     out = CliRunner().invoke(main, ["emulator", "gcloud-env", "--config-dir", str(tmp_path)]).stdout
+    assert out == f"export CLOUDSDK_CONFIG={tmp_path}\n"
+    written = configparser.ConfigParser(interpolation=None)
+    written.read(tmp_path / "configurations" / "config_default")
+    known = _gcloud_known("api_endpoint_overrides")
     for api, url in gcp.info()["gcloud_overrides"].items():
-        assert f"api_endpoint_overrides/{api} {url}" in out
+        assert written.get("api_endpoint_overrides", api, fallback=None) == (url if known is None or api in known
+                                                                            else None), api
     assert {"compute", "aiplatform", "logging", "monitoring", "storage"} <= set(gcp.info()["gcloud_overrides"])
-    assert f"api_endpoint_overrides/storage {gcp.url}/storage/v1/" in out  # the JSON API's base, as gcloud wants it
-    assert "core/project" in out and "auth/disable_credentials true" in out
+    assert written["api_endpoint_overrides"]["storage"] == f"{gcp.url}/storage/v1/"  # the JSON API's base
+    assert written["core"]["project"] and written["auth"]["disable_credentials"] == "true"
 
 
 def test_gcloud_monitoring_dashboards_create_list_delete(gcloud, gcp, tmp_path):
