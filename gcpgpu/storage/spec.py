@@ -179,6 +179,24 @@ def _hyperdisk_ml(source: Any) -> Want:
     return Want("hyperdisk-ml", DEFAULT_PATH["hyperdisk-ml"], source=source)
 
 
+def check_removals(remove: Any, unmount: Any, wants: list[Want]) -> tuple[list[str], list[str]]:
+    """--no-filestore/--no-lustre/--no-hyperdisk-ml (spec key `remove`: kinds) and --unmount PATH (`unmount`),
+    checked against what the same run asks for; normalised."""
+    remove = list(remove) if isinstance(remove, (list, tuple)) else [remove]
+    unmount = list(unmount) if isinstance(unmount, (list, tuple)) else [unmount]
+    for kind in remove:
+        if kind not in KINDS:
+            raise UsageProblem(f"remove {shown(kind)} must be one of {', '.join(KINDS)} (--no-filestore, "
+                               "--no-lustre, --no-hyperdisk-ml)")
+        if any(w.kind == kind and w.created for w in wants):
+            raise UsageProblem(f"--no-{kind} and --{kind} exclude each other: give one")
+    paths = [check_path(p, "--unmount") for p in unmount]
+    for w in wants:
+        if w.path in paths and not w.created:
+            raise UsageProblem(f"--unmount {w.path} and --mount {w.kind}:{w.existing}:{w.path} exclude each other")
+    return sorted(set(remove)), paths
+
+
 def check_zones(wants: list[Want], zones: list[str], region: str, explicit: bool) -> list[str]:
     """The candidate zones where every new zonal file system can be made (new ones follow the nodes).
     An explicit zone the service does not offer is refused; otherwise the candidates narrow to it."""
@@ -212,4 +230,10 @@ def describe(spec: Any) -> list[str]:
                        "once they are placed, deleted by 'cluster down'")
         else:
             out.append(f"{w.kind} {w.existing} attached at {w.path} on every node (never deleted)")
+    out += [f"the cluster's {kind} (if it has one): unmounted from every node and deleted" for kind in spec.remove]
+    out += [f"the file system attached at {path} (if any): unmounted from every node, not deleted"
+            for path in spec.unmount]
+    if not (spec.remove or spec.unmount):
+        out.append("a re-run keeps every file system the cluster already has (--no-filestore, --no-lustre, "
+                   "--no-hyperdisk-ml or --unmount PATH take one away)")
     return out
