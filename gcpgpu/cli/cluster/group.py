@@ -139,7 +139,9 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     if wait_for_start and not spec.reservation:
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
-    if not dry_run:  # a re-run keeps the file systems the cluster has, unless told (README, "Shared storage")
+    # A re-run keeps the file systems the cluster has, unless told (README, "Shared storage"). Not read when
+    # _confirm is sure to refuse (no --yes, no terminal): that refusal makes no call.
+    if not dry_run and (yes or sys.stdin.isatty()):
         from gcpgpu.cluster.shared_fs import keep, refuse_if_shared
 
         for line in keep(settings.clients, project, spec):
