@@ -213,11 +213,11 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
     if keep_nodes is not None:
         _shrink(settings, project, name, keep_nodes, yes, no_wait)
         return
+    _confirm(yes, f"Delete cluster {name} in project {project}?")
     if not force_storage:  # before anything is deleted: another cluster's jobs would lose their files
         from gcpgpu.cluster.shared_fs import refuse_if_shared
 
         refuse_if_shared(settings.clients, project, name)
-    _confirm(yes, f"Delete cluster {name} in project {project}?")
     try:
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
                                                                            wait_for_lease=not no_wait)
