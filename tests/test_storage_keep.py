@@ -48,7 +48,8 @@ def test_up_filestore_then_up_lustre_keeps_both_and_status_list_and_down_name_th
 
     status = cli("cluster", "status", "c")
     assert status.exit_code == 0, status.output
-    assert "storage: filestore c-fs (1,024 GiB ZONAL, at /shared); us-central1-a: cost so far unknown" in status.output
+    assert ("storage: filestore c-fs (1,024 GiB ZONAL, at /shared) in us-central1-a; cost so far unknown (no price "
+            "in gcpgpu's data)") in status.output
     assert "storage: lustre c-lustre (9,000 GiB 1000 MB/s per TiB, at /scratch)" in status.output
     assert "+ filestore c-fs, lustre c-lustre: price unknown" in status.output  # COST SO FAR: never $0 for them
     data = json.loads(cli("--format", "json", "cluster", "status", "c").stdout)

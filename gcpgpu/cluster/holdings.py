@@ -69,7 +69,7 @@ class Held:
 
 
 def price_note(kind: str) -> str:
-    return "unknown: gcpgpu's data has no price for it" if PRICE_PER_GIB_HOUR.get(kind) is None else "catalog"
+    return "unknown (no price in gcpgpu's data)" if PRICE_PER_GIB_HOUR.get(kind) is None else "catalog"
 
 
 def _instances(clients: Clients, project: str, kind: str) -> list[Any]:

@@ -302,9 +302,9 @@ def status(settings: Settings, name: str) -> None:
     if obs.scheduler:
         info(f"scheduler: {obs.scheduler}")
     for h in obs.held:
-        where = f"{h.location}: " if h.location else ""
+        where = f" in {h.location}" if h.location else ""
         price = "not billed to this cluster" if h.attached else f"cost so far {holdings.price_note(h.kind)}"
-        info(f"storage: {h.words()}; {where}{price}")
+        info(f"storage: {h.words()}{where}; {price}")
     for p in obs.policies:
         used = sum(1 for n in obs.nodes)
         room = f"{used}/{p['vm_count']} VMs" if p["vm_count"] else f"{used} VM(s), no vmCount"
