@@ -185,3 +185,26 @@ def test_a_servicenetworking_failure_is_one_cloud_error_line_after_transient_ret
     assert _run(_Request(404), "disconnecting", gone_ok=True) == {}
     with pytest.raises(CloudError, match="^connecting: servicenetworking said 403"):
         _run(_Request(503, 403), "connecting")
+
+
+def test_status_list_and_down_name_the_scheduler_and_a_left_state_disk(gcp):
+    """A Slurm cluster's state disk outlives its nodes (a `down` stopped after them): status and list still name
+    it and the scheduler it serves, and `down` deletes and names it."""
+    from google.cloud import compute_v1
+
+    disks = Clients(emulator=gcp.address).compute("DisksClient")
+    disks.insert(project=PROJECT, zone="us-central1-a", disk_resource=compute_v1.Disk(
+        name="c-slurm-state", size_gb=10, type_=f"projects/{PROJECT}/zones/us-central1-a/diskTypes/pd-ssd",
+        labels={"gcpgpu-cluster": "c", "gcpgpu-managed": "true"})).result()
+    status = cli("cluster", "status", "c")
+    assert status.exit_code == 0, status.output  # was: "no cluster named c"
+    assert "scheduler: slurm" in status.output
+    assert "storage: Slurm state disk c-slurm-state (10 GiB pd-ssd) in us-central1-a; cost so far unknown" in \
+        status.output
+    row = json.loads(cli("--format", "json", "cluster", "list").stdout)[0]
+    assert (row["cluster"], row["scheduler"], row["storage"]) == ("c", "slurm", "Slurm state disk c-slurm-state")
+    assert row["status"].startswith("incomplete (0 node(s), scheduler slurm, Slurm state disk c-slurm-state)")
+    down = cli("cluster", "down", "c", "--yes")
+    assert down.exit_code == 0, down.output
+    assert "Slurm state disk c-slurm-state deleted" in down.output.splitlines()[-1]
+    assert leftovers(gcp) == {}
