@@ -106,3 +106,14 @@ def describe_google_error(exc: BaseException) -> str:
     head = " ".join(str(part) for part in (code if isinstance(code, int) else None, reason) if part)
     line = f"{head}: {message}" if head else message
     return " ".join(line.split())  # one line, whatever newlines the server sent
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line, whatever it is (a Google error, a connection failure, a timeout)."""
+    if is_google_error(exc):
+        text = describe_google_error(exc)
+    elif is_connection_error(exc):  # urllib3's own text is a paragraph of pool and socket details
+        text = f"cannot reach the API endpoint ({type(exc).__name__})"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())[:300]

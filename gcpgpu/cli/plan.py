@@ -120,19 +120,19 @@ def memory(settings: Settings, model: str, batch_size: int, seq_len: int, precis
 
 
 @plan.command()
-@click.option("--tokens-per-second", type=click.FloatRange(min=0, min_open=True), required=True,
+@click.option("--tokens-per-second", required=True, metavar="N",
               help="Training tokens per second, the whole cluster together.")
-@click.option("--bytes-per-token", type=click.FloatRange(min=0, min_open=True), required=True,
+@click.option("--bytes-per-token", required=True, metavar="N",
               help="Bytes the data loader reads per training token (2 for uint16 token files; more for raw text, "
                    "images or audio).")
 @click.option("--checkpoint-size", required=True, metavar="SIZE",
-              help="One checkpoint, all shards together (e.g. 120GiB, 1.5TiB).")
+              help="One checkpoint, all shards together (e.g. 120GiB, 1.5TiB; GB and TB are 10^9 and 10^12 bytes).")
 @click.option("--save-time", required=True, metavar="DURATION",
               help="How long a checkpoint save may take, e.g. 60s or 2m.")
-@click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Checkpoints kept on the file system at once.")
+@click.option("--keep", default="2", show_default=True, metavar="N",
+              help="Checkpoints kept on the file system at once (1 to 10,000).")
 @click.option("--data-size", metavar="SIZE", help="The data set, if it lives on the file system too (e.g. 4TiB).")
-def storage(tokens_per_second: float, bytes_per_token: float, checkpoint_size: str, save_time: str, keep: int,
+def storage(tokens_per_second: str, bytes_per_token: str, checkpoint_size: str, save_time: str, keep: str,
             data_size: str | None) -> None:
     """The shared file system tier and size a training run needs (cluster up --filestore / --lustre).
 
@@ -146,13 +146,18 @@ def storage(tokens_per_second: float, bytes_per_token: float, checkpoint_size: s
     The first row is the recommendation: the tier needing the least capacity. Rates are whole-instance
     promises from Google's tier pages (gcpgpu/storage/tiers.py names each source).
     """
-    from gcpgpu.storage.sizing import need, options
-    from gcpgpu.storage.spec import parse_size
+    from gcpgpu.storage import sizing
+    from gcpgpu.storage.sizing import figure, need, options, whole
+    from gcpgpu.storage.spec import parse_gib
     from gcpgpu.times import parse_duration
 
+    # Every figure checked, finite and in its range, before any arithmetic (sizing.py's bounds).
+    tokens = figure(tokens_per_second, "--tokens-per-second", *sizing.TOKENS_PER_S)
+    per_token = figure(bytes_per_token, "--bytes-per-token", *sizing.BYTES_PER_TOKEN)
+    checkpoint = parse_gib(checkpoint_size, "--checkpoint-size", positive=True)
     seconds = parse_duration(save_time, "--save-time", at_least=1, at_most=86400)
-    n = need(tokens_per_second, bytes_per_token, parse_size(checkpoint_size, "--checkpoint-size"), seconds, keep,
-             parse_size(data_size, "--data-size") if data_size else 0)
+    n = need(tokens, per_token, checkpoint, seconds, whole(keep, "--keep", *sizing.KEEP),
+             parse_gib(data_size, "--data-size") if data_size else 0)
     rows = [o.row() for o in options(n)]
     emit(rows, [("service", "SERVICE"), ("tier", "TIER"), ("size_gib", "SIZE GiB"), ("read_mib_s", "READ MiB/s"),
                 ("write_mib_s", "WRITE MiB/s"), ("flag", "CLUSTER UP FLAGS")],

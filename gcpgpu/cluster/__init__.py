@@ -25,7 +25,8 @@ diagnose.py        `doctor --active` and `up --check`: each node proved healthy 
 check.py           `up --check`: active diagnostics before the cluster is declared up
 repair.py          `cluster repair`: a bad host taken out from under one node, its name and rank kept
 ssh.py             `cluster ssh`: a node through IAP TCP forwarding
-shared_fs.py       the cluster's shared file systems (gcpgpu/storage) in `up`, `down` and a roll-back
+shared_fs.py       the cluster's shared file systems (gcpgpu/storage) in `up`, `down` and a roll-back; what a re-run keeps
+holdings.py        what a cluster holds besides nodes (file systems, disks, scheduler), as status/list/down name it
 slurm_state.py     a Slurm cluster's own pieces: what its nodes carry, and its state disk
 munge.py           a Slurm cluster's munge key, kept in Secret Manager
 """

@@ -21,7 +21,7 @@ from gcpgpu.gcp.errors import Failure, classify, is_not_found
 from gcpgpu.gcp.operations import retrying
 
 from . import down as teardown_verbs
-from . import munge, reservation_use, shared_fs, slurm_state
+from . import holdings, munge, reservation_use, shared_fs, slurm_state
 from .bootlabels import BootLabels
 from .lease import Lease, LeaseLost
 from .observe import ROW_FIELDS, Node, Observed, observe, observe_nodes, observe_nodes_by_name
@@ -112,7 +112,9 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
     s.report.step("observe", f"Looking for existing resources of cluster {name}")
     if obs is None:
         obs = observe(s.clients, s.project, name)
-    if not obs.empty:
+    obs.held = holdings.of_cluster(s.clients, s.project, name, obs.nodes)  # named too: up never drops one silently
+    obs.scheduler = holdings.scheduler(obs.nodes, obs.held)
+    if not obs.empty or obs.held:
         s.report.note(f"found {obs.summary()}: creating only what is missing")
     _check_compatible(s, plan, obs)
     _check_policy_room(plan, obs)
@@ -141,6 +143,8 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         nodes = labels.confirm(_wait_running(s, plan))
         slurm_state.ensure(s, plan.spec, zone)  # node 0 (new, or re-created under its name) gets Slurm's queue
         shared_fs.write_metadata(s, plan, mounts)
+        for line in shared_fs.drop(s, plan):  # --no-filestore etc.: once no node names it
+            s.report.note(f"could not delete: {line} (a re-run retries; 'gcpgpu cluster down {name}' also deletes it)")
         if nat:
             with s.report.waiting("waiting for the Cloud NAT"):
                 s.finish(nat)

@@ -91,6 +91,10 @@ class Observed:
     firewalls: list[str] = field(default_factory=list)
     routers: list[dict] = field(default_factory=list)  # {name, region}: the nodes' Cloud NAT
     owners: dict[str, str] = field(default_factory=dict)  # "kind/name" -> the `up` attempt that created it
+    # Its file systems, disks and scheduler (holdings.py): filled by the callers that name them (status, list,
+    # up's found line, down), not by observe(); not kinds (shared_fs.py and slurm_state.py delete them).
+    held: list[Any] = field(default_factory=list)
+    scheduler: str | None = None
 
     def of(self, kind: Kind) -> list[Any]:
         return getattr(self, kind.key)
@@ -114,7 +118,12 @@ class Observed:
         return [(kind.word, name) for kind in KINDS for _where, name in kind.items(self.of(kind))]
 
     def summary(self) -> str:
-        return ", ".join(f"{len(self.of(kind))} {kind.plural}" for kind in KINDS if kind is NODES or self.of(kind))
+        from .holdings import summary as held_summary
+
+        parts = [f"{len(self.of(kind))} {kind.plural}" for kind in KINDS if kind is NODES or self.of(kind)]
+        if self.scheduler:
+            parts.append(f"scheduler {self.scheduler}")
+        return ", ".join(parts + ([held_summary(self.held)] if self.held else []))
 
 
 def _node(cluster: str | None, inst: Any) -> Node:
@@ -302,12 +311,22 @@ def list_clusters(clients: Clients, project: str) -> list[dict[str, Any]]:
         for owner, item in found:
             obs = clusters.setdefault(owner, Observed(owner))
             obs.of(kind).append(item if kind is NODES else kind.record(item) if kind.record else item)
+    from . import holdings
+
+    # A cluster's file systems and disks (three more list calls): one whose nodes are gone still holds them.
+    for name, held in holdings.of_project(clients, project, {c: o.nodes for c, o in clusters.items()}).items():
+        obs = clusters.setdefault(name, Observed(name))
+        obs.held, obs.scheduler = held, holdings.scheduler(obs.nodes, held)
+    for obs in clusters.values():
+        obs.scheduler = obs.scheduler or holdings.scheduler(obs.nodes, [])
     return [_cluster_row(name, obs) for name, obs in sorted(clusters.items())]
 
 
 def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
+    from . import holdings
     from .autostop_setting import of as autostop_of
     from .autostop_setting import public
+    from .cost import shown_cost
 
     nodes = obs.nodes
     states: dict[str, int] = {}
@@ -317,6 +336,11 @@ def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
     if not nodes:
         status = (f"incomplete ({obs.summary()}): 'gcpgpu cluster up {name} ...' finishes it, "
                   f"'gcpgpu cluster down {name}' removes it")
+    spent = summary(nodes)
+    billed = [h for h in obs.held if not h.attached]
+    shown = shown_cost(spent["cost_usd"]) if nodes else "$0.00"  # nodes: "-" when the catalog has no price
+    if billed:  # billed while they exist, at a price gcpgpu's data does not hold (holdings.py): never $0
+        shown += " + storage (price unknown)"
     return {
         "cluster": name,
         "machine_type": nodes[0].machine_type if nodes else "-",
@@ -324,7 +348,11 @@ def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
         "gpus": sum(n.gpus for n in nodes),
         "zones": ",".join(sorted({n.zone for n in nodes})) or "-",
         "status": status,
-        **summary(nodes),
+        **spent,
+        "cost": shown,
+        "scheduler": obs.scheduler or "-",
+        "storage": holdings.summary(obs.held) or "-",
+        "storage_detail": [h.row() for h in obs.held],
         "autostop": public(autostop_of(nodes)),
     }
 

@@ -408,7 +408,10 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             {"key": "gcpgpu-cluster", "value": name},
             {"key": "gcpgpu-nodes", "value": str(spec.nodes)},
             # The spec itself, so a job's recovery can bring the cluster back to it from the nodes alone.
-            {"key": "gcpgpu-spec", "value": json.dumps(spec.to_dict(), sort_keys=True)},
+            # What to take away is this run's instruction, not the cluster's shape: a recovery replaying it later
+            # must not delete a file system a newer `up` made again.
+            {"key": "gcpgpu-spec", "value": json.dumps({k: v for k, v in spec.to_dict().items()
+                                                         if k not in ("remove", "unmount")}, sort_keys=True)},
             {"key": "enable-guest-attributes", "value": "TRUE"},  # node health for `cluster doctor`
             *autostop.metadata_items(spec.autostop, spec.autostop_down, region, project, spec.agent_image,
                                      spec.autostop_notify),

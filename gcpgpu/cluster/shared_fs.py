@@ -7,16 +7,24 @@ that then gets no nodes). They are created while the nodes boot; once every node
 A re-run `up` or a recovery re-creating a node finds them by label and writes the same key; one that
 must place every node again (all were lost) places them in the file systems' zone, so the nodes come
 back to their data instead of meeting a new, empty file system in another zone.
+
+A re-run `up` keeps every file system the cluster has (keep): one it made and the spec leaves out, one
+attached with an earlier --mount. Only --no-filestore / --no-lustre / --no-hyperdisk-ml (drop: unmounted,
+then deleted) and --unmount PATH (unmounted, never deleted) take one away, and neither `up` nor `down`
+deletes a file system another cluster mounts (refuse_if_shared).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.gcp.clients import Clients
 from gcpgpu.storage import apply as storage
 from gcpgpu.storage import entries, hyperdisk
 from gcpgpu.storage.spec import wanted
 
+from . import holdings
 from .names import LABEL_ATTEMPT, LABEL_CLUSTER, LABEL_MANAGED
 from .observe import Node, observe_nodes
 from .plan import Plan
@@ -34,6 +42,89 @@ def ensure(s: Session, plan: Plan, zone: str) -> list[dict[str, Any]]:
                               lambda text: s.report.step("storage", text), s.check_lease,
                               vm={"nic": plan.instance_properties["networkInterfaces"][0],
                                   "service_accounts": plan.instance_properties.get("serviceAccounts", [])})
+
+
+_FIELD = {"filestore": "filestore", "lustre": "lustre", hyperdisk.KIND: "hyperdisk_ml"}
+
+
+def keep(clients: Clients, project: str, spec: Any) -> list[str]:
+    """Before `up` plans: add to `spec` every file system the cluster has that it leaves out (made: its size and
+    tier; attached: its --mount), so the plan, the nodes' metadata and zones keep it. The lines saying what is
+    kept and what goes. A path the cluster already mounts something else at is refused."""
+    from .observe import observe_nodes
+
+    held = holdings.of_cluster(clients, project, spec.name, observe_nodes(clients, project, spec.name))
+    asked = {w.path: w for w in wanted(spec)}
+    lines: list[str] = []
+    for h in held:
+        if h.kind == holdings.STATE:
+            continue
+        if h.attached:
+            if h.path in spec.unmount:
+                lines.append(f"unmounting {h.words()} from every node (it is not deleted)")
+                continue
+            w = asked.get(str(h.path))
+            if w is not None and w.created:
+                raise UsageProblem(f"--{w.kind}: cluster {spec.name} already mounts {h.words()} at {h.path}; pass "
+                                   f"--unmount {h.path} to mount the new one there")
+            if w is not None and h.name in (w.existing, storage.resolve(w, project, h.location)):
+                continue  # asked for again
+            if w is not None:
+                raise UsageProblem(f"--mount {w.kind}:{w.existing}:{w.path}: cluster {spec.name} already mounts "
+                                   f"{h.words()} there; pass --unmount {h.path} to replace it")
+            spec.mounts = [*spec.mounts, f"{h.kind}:{h.name}:{h.path}"]
+            lines.append(f"keeping {h.words()} (--unmount {h.path} stops mounting it)")
+        elif h.kind in spec.remove:
+            lines.append(f"removing {h.words()}: unmounted from every node, then deleted")
+        elif getattr(spec, _FIELD[h.kind]) is None:
+            if h.kind == hyperdisk.KIND:
+                if not h.source:
+                    lines.append(f"note: {h.words()} names no bucket path: not mounted (--no-hyperdisk-ml deletes it)")
+                    continue
+                spec.hyperdisk_ml = h.source
+            else:
+                setattr(spec, h.kind, h.size_gib)
+                setattr(spec, f"{h.kind}_tier", h.tier)
+            lines.append(f"keeping {h.words()} (--no-{h.kind} unmounts and deletes it)")
+    made = {h.kind for h in held if not h.attached}
+    lines += [f"--no-{kind}: cluster {spec.name} has no {kind}; nothing to remove" for kind in spec.remove
+              if kind not in made]
+    attached = {h.path for h in held if h.attached}
+    lines += [f"--unmount {path}: cluster {spec.name} has nothing attached there" for path in spec.unmount
+              if path not in attached]
+    wanted(spec)  # what was added is checked as the user's own flags are
+    return lines
+
+
+def refuse_if_shared(clients: Clients, project: str, cluster: str, kinds: tuple[str, ...] = ("filestore", "lustre"),
+                     override: str = "pass --force-storage to delete it anyway") -> None:
+    """Refuse (one line) when another cluster mounts one of `cluster`'s own file systems of `kinds`."""
+    from .observe import observe_nodes
+
+    own = [h for h in holdings.of_cluster(clients, project, cluster, observe_nodes(clients, project, cluster))
+           if not h.attached and h.kind in kinds]
+    users = holdings.users(clients, project, cluster, [h.name for h in own])
+    for h in own:
+        if h.name in users:
+            raise CloudError(f"cluster {cluster}'s {holdings.WORDS[h.kind]} {h.short} is mounted by "
+                             f"{', '.join(users[h.name])}: deleting it would take it from under that cluster's jobs; "
+                             f"unmount it there first ('gcpgpu cluster up OTHER ... --unmount PATH'), or {override}")
+
+
+def drop(s: Session, plan: Plan) -> list[str]:
+    """Delete the cluster's own file systems of the kinds `up` was told to remove (after the nodes' metadata
+    stopped naming them); one line per one left."""
+    if not plan.spec.remove:
+        return []
+    from gcpgpu.storage.access import remove_private_access
+
+    labels = {LABEL_CLUSTER: plan.name, LABEL_MANAGED: "true"}
+    say = lambda text: s.report.step("storage", text)  # noqa: E731
+    found = storage.owned(s.clients, s.project, labels, tuple(plan.spec.remove))
+    lines = storage.delete(s.clients, s.project, found, say, s.check_lease, labels) if found else []
+    if "lustre" in plan.spec.remove and not storage.owned(s.clients, s.project, labels, ("lustre",)):
+        lines += remove_private_access(s.clients, s.project, labels, say, s.check_lease)
+    return lines
 
 
 def pin_zones(s: Session, plan: Plan, zones: list[str]) -> list[str]:
@@ -57,7 +148,7 @@ def pin_zones(s: Session, plan: Plan, zones: list[str]) -> list[str]:
 
 def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
     """Each node's `gcpgpu-storage` says `found` (left as it is where it already does)."""
-    if not found and not wanted(plan.spec):
+    if not found and not wanted(plan.spec) and not (plan.spec.remove or plan.spec.unmount):
         return
     from gcpgpu.gcp.compute import compute_types
 
@@ -71,7 +162,8 @@ def write_metadata(s: Session, plan: Plan, found: list[dict[str, Any]]) -> None:
         from gcpgpu.gcp.operations import parallel, raise_first
 
         raise_first(parallel(lambda pair: _attach(s, *pair), [(e, n) for e in disks for n in nodes]))
-    todo = [n for n in nodes if n.metadata.get(entries.KEY) != value]
+    # A node without the key mounts nothing: it needs no "[]".
+    todo = [n for n in nodes if n.metadata.get(entries.KEY, value if not found else None) != value]
 
     def put(n: Node) -> Any:
         items = {**n.metadata, entries.KEY: value}
@@ -102,6 +194,11 @@ def delete(s: Session, cluster: str, attempt: str | None = None) -> list[str]:
     found = storage.owned(s.clients, s.project, labels)
     lines = storage.delete(s.clients, s.project, found, say, s.check_lease, labels) if found else []
     left = storage.owned(s.clients, s.project, labels) if found else []
-    lines = lines or [f"{kind} instance {name}: still exists after down" for kind, name in left]
+    named = " ".join(lines)
+    lines += [f"{kind} instance {name}: still exists after down" for kind, name in left if name not in named]
+    lustres = [name for kind, name in left if kind == "lustre"]
+    if lustres:  # a range in use cannot go; say so rather than leave it unnamed
+        return lines + [f"private service access of cluster {cluster}: kept while lustre instance {lustres[0]} "
+                        "exists"]
     # The private service access made for a Lustre goes once no instance of the cluster uses it.
-    return lines or remove_private_access(s.clients, s.project, labels, say, s.check_lease)
+    return lines + remove_private_access(s.clients, s.project, labels, say, s.check_lease)

@@ -100,6 +100,10 @@ class ClusterSpec:
     lustre_tier: int | str | None = None  # MB/s per TiB: 125, 250, 500, 1000
     hyperdisk_ml: str | None = None  # gs://BUCKET/PREFIX
     mounts: list[str] = field(default_factory=list)
+    # What a re-run `up` takes away (it keeps every file system the cluster has unless told): the cluster's own
+    # file systems to unmount and delete ("filestore", "lustre", "hyperdisk-ml"), attached ones to unmount (paths).
+    remove: list[str] = field(default_factory=list)
+    unmount: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,7 +191,7 @@ class ClusterSpec:
     def _validate_storage(self, explicit_zones: bool) -> None:
         """Sizes, tiers and mount points in canonical form; the candidate zones narrowed to where every new
         zonal file system can follow the nodes (storage/spec.py)."""
-        from gcpgpu.storage.spec import check_zones, wanted
+        from gcpgpu.storage.spec import check_removals, check_zones, wanted
 
         wants = wanted(self)
         for w in wants:
@@ -195,6 +199,7 @@ class ClusterSpec:
                 setattr(self, w.kind, w.size_gib)
                 setattr(self, f"{w.kind}_tier", w.tier)
         self.mounts = [f"{w.kind}:{w.existing}:{w.path}" for w in wants if not w.created]
+        self.remove, self.unmount = check_removals(self.remove, self.unmount, wants)
         self.zones = check_zones(wants, self.zones, str(self.region), explicit_zones)
 
     def _validate_provisioning(self, mt: catalog.MachineType) -> None:

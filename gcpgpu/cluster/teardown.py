@@ -12,24 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gcpgpu.errors import describe_google_error, is_connection_error, is_google_error
+from gcpgpu.errors import one_line
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import is_not_found
 from gcpgpu.gcp.operations import call, parallel, wait_all
 
 from .kinds import KINDS, Kind
 from .observe import Observed
-
-
-def one_line(exc: BaseException) -> str:
-    """An error as one line, whatever it is (a Google error, a connection failure, a timeout)."""
-    if is_google_error(exc):
-        text = describe_google_error(exc)
-    elif is_connection_error(exc):  # urllib3's own text is a paragraph of pool and socket details
-        text = f"cannot reach the API endpoint ({type(exc).__name__})"
-    else:
-        text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split())[:300]
 
 
 def delete_batch(clients: Clients, project: str, kind: Kind, items: list[tuple[str | None, str]],

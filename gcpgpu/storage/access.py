@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcpgpu.errors import CloudError
+from gcpgpu.errors import CloudError, one_line
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import is_not_found, is_service_off
 from gcpgpu.gcp.operations import call, wait
@@ -27,6 +27,29 @@ MADE_CONNECTION = "gcpgpu-psa"
 OP_TIMEOUT = 600.0
 
 
+def _run(request: Any, what: str, gone_ok: bool = False) -> dict[str, Any]:
+    """Execute a servicenetworking (googleapiclient) request: transient answers (408, 429, 5xx) retried with
+    the tree's backoff (gcp/operations.py), any other failure one CloudError line, never googleapiclient's
+    HttpError (which the CLI cannot tell from a bug); a 404 is {} when `gone_ok`."""
+    from googleapiclient.errors import HttpError
+
+    from gcpgpu.gcp.errors import TRANSIENT_HTTP
+    from gcpgpu.gcp.operations import RETRY_DEADLINE, RETRY_INITIAL, RETRY_MAX
+
+    delay, deadline = RETRY_INITIAL, time.monotonic() + RETRY_DEADLINE
+    while True:
+        try:
+            return request.execute()
+        except HttpError as e:
+            status = int(getattr(e, "status_code", None) or e.resp.status)
+            if status == 404 and gone_ok:
+                return {}
+            if status not in TRANSIENT_HTTP or time.monotonic() + delay > deadline:
+                raise CloudError(f"{what}: servicenetworking said {status} {e.reason or ''}".rstrip()) from None
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+
+
 def range_name(cluster: str) -> str:
     return f"{cluster}-psa"
 
@@ -34,13 +57,16 @@ def range_name(cluster: str) -> str:
 def peering_network(clients: Clients, project: str, network: str) -> str:
     """The network as servicenetworking names it: projects/NUMBER/global/networks/NAME (its reference says
     the project number; Compute's project `id` is taken as that number: unverified)."""
-    number = clients.compute("ProjectsClient").get(project=project).id
+    from gcpgpu.gcp.operations import retrying
+
+    number = retrying()(clients.compute("ProjectsClient").get)(project=project).id
     return f"projects/{number}/global/networks/{network}"
 
 
 def connected(clients: Clients, project: str, network: str) -> bool:
-    resp = clients.servicenetworking().services().connections().list(
-        parent=SERVICE, network=peering_network(clients, project, network)).execute()
+    resp = _run(clients.servicenetworking().services().connections().list(
+        parent=SERVICE, network=peering_network(clients, project, network)), f"reading network {network}'s "
+        "private service access")
     return bool(resp.get("connections"))
 
 
@@ -68,9 +94,10 @@ def ensure_private_access(clients: Clients, project: str, network: str, cluster:
             labels={**labels, MADE_CONNECTION: "connection"},
             description=f"gcpgpu cluster {cluster}: private service access for Managed Lustre")}))
     fence()
-    op = clients.servicenetworking().services().connections().create(parent=SERVICE, body={
-        "network": peering_network(clients, project, network), "reservedPeeringRanges": [name]}).execute()
-    _wait(clients, op, f"connecting network {network} to Google's services")
+    what = f"connecting network {network} to Google's services"
+    op = _run(clients.servicenetworking().services().connections().create(parent=SERVICE, body={
+        "network": peering_network(clients, project, network), "reservedPeeringRanges": [name]}), what)
+    _wait(clients, op, what)
 
 
 def _wait(clients: Clients, op: dict[str, Any], what: str) -> None:
@@ -80,7 +107,7 @@ def _wait(clients: Clients, op: dict[str, Any], what: str) -> None:
         if time.monotonic() > deadline:
             raise CloudError(f"{what}: not done after {OP_TIMEOUT:.0f} s")
         time.sleep(1.0)
-        op = ops.get(name=op["name"]).execute()
+        op = _run(ops.get(name=op["name"]), what)
     if op.get("error"):
         raise CloudError(f"{what} failed: {op['error'].get('message', op['error'])}")
 
@@ -103,12 +130,15 @@ def remove_private_access(clients: Clients, project: str, labels: dict[str, str]
             if a.labels.get(MADE_CONNECTION) == "connection":
                 say(f"Removing private service access from network {network}")
                 fence()
-                op = clients.servicenetworking().services().connections().deleteConnection(
-                    name=CONNECTION, body={"consumerNetwork": peering_network(clients, project, network)}).execute()
-                _wait(clients, op, f"disconnecting network {network} from Google's services")
+                what = f"disconnecting network {network} from Google's services"
+                op = _run(clients.servicenetworking().services().connections().deleteConnection(
+                    name=CONNECTION, body={"consumerNetwork": peering_network(clients, project, network)}),
+                    what, gone_ok=True)  # 404: no connection (a try answered 503 after it was gone)
+                if op:
+                    _wait(clients, op, what)
             fence()
             wait(clients, project, call(addresses.delete, {"project": project, "address": a.name}))
         except Exception as e:
             if not is_not_found(e):
-                lines.append(f"private service access range {a.name}: {e}")
+                lines.append(f"private service access range {a.name}: {one_line(e) if not isinstance(e, CloudError) else e}")
     return lines

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcpgpu.errors import CloudError
+from gcpgpu.errors import CloudError, one_line
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import is_not_found, is_service_off
 
@@ -106,9 +106,10 @@ def ensure(clients: Clients, project: str, cluster: str, wants: list[Want], zone
             ensure_private_access(clients, project, network, cluster, labels, say, fence)
         say(f"Creating {w.kind} instance {iid} ({w.size_gib:,} GiB, {w.tier}) in {loc} on network {network}")
         fence()
-        pending.append(client.create_instance(request={
-            "parent": f"projects/{project}/locations/{loc}", "instance_id": iid,
-            "instance": _body(w, project, network, labels)}))
+        op = _create(client, {"parent": f"projects/{project}/locations/{loc}", "instance_id": iid,
+                              "instance": _body(w, project, network, labels)})
+        if op is not None:
+            pending.append(op)
     disks = {id(w): hyperdisk.ensure(clients, project, cluster, str(w.source), w.path, zone, (vm or {}).get("nic", {}),
                                      (vm or {}).get("service_accounts", []), labels, say, fence)
              for w in wants if w.kind == hyperdisk.KIND}
@@ -116,6 +117,18 @@ def ensure(clients: Clients, project: str, cluster: str, wants: list[Want], zone
         op.result(timeout=READY_TIMEOUT)
     made = {id(w): _entry(w, _ready(_client(clients, w.kind), name, w), name) for w, name in names}
     return [disks.get(id(w)) or made[id(w)] for w in wants]
+
+
+def _create(client: Any, request: dict[str, Any]) -> Any | None:
+    """create_instance, transient failures retried; None when a retry found it made by the try before."""
+    from google.api_core.exceptions import AlreadyExists
+
+    from gcpgpu.gcp.operations import retrying
+
+    try:
+        return client.create_instance(request=request, retry=retrying())
+    except AlreadyExists:  # a try answered 503 after the service had taken it: it is being made
+        return None
 
 
 def _ready(client: Any, name: str, want: Want) -> Any:
@@ -167,6 +180,8 @@ def delete(clients: Clients, project: str, found: list[tuple[str, str]], say: Sa
            fence: Callable[[], None] = lambda: None, labels: dict[str, str] | None = None) -> list[str]:
     """Delete these instances (gone counts as deleted) and wait; one line per one left. Hyperdisk ML disks go
     with the loader VMs carrying `labels` (hyperdisk.delete)."""
+    from gcpgpu.gcp.operations import retrying
+
     ops, lines = [], []
     disks = [name for kind, name in found if kind == hyperdisk.KIND]
     if disks:
@@ -176,17 +191,17 @@ def delete(clients: Clients, project: str, found: list[tuple[str, str]], say: Sa
             continue
         say(f"Deleting {kind} instance {name.rsplit('/', 1)[-1]}")
         fence()
-        try:
-            ops.append((kind, name, _client(clients, kind).delete_instance(name=name)))
+        try:  # transient failures retried, as every Compute mutation is (gcp/operations.py)
+            ops.append((kind, name, _client(clients, kind).delete_instance(name=name, retry=retrying())))
         except Exception as e:
             if not is_not_found(e):
-                lines.append(f"{kind} instance {name}: {e}")
+                lines.append(f"{kind} instance {name}: {one_line(e)}")
     for kind, name, op in ops:
         try:
             op.result(timeout=READY_TIMEOUT)
         except Exception as e:
             if not is_not_found(e):
-                lines.append(f"{kind} instance {name}: {e}")
+                lines.append(f"{kind} instance {name}: {one_line(e)}")
     return lines
 
 

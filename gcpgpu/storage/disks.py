@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gcpgpu.errors import one_line
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.errors import is_not_found
 
@@ -90,10 +91,13 @@ def delete(clients: Clients, project: str, names: list[str], what: str, say: Say
     return lines
 
 
-def quiet(lines: list[str], what: str, call: Callable[..., Any], **request: Any) -> None:
-    """call(**request) and wait; gone counts as done; any other failure is one line in `lines`."""
+def quiet(lines: list[str], what: str, method: Callable[..., Any], **request: Any) -> None:
+    """method(request) with a requestId, transient failures retried (operations.call), and wait; gone counts
+    as done; any other failure is one line in `lines`."""
+    from gcpgpu.gcp.operations import call
+
     try:
-        call(**request).result()
+        call(method, request).result()
     except Exception as e:
         if not is_not_found(e):
-            lines.append(f"{what}: {e}")
+            lines.append(f"{what}: {one_line(e)}")

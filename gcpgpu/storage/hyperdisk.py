@@ -66,21 +66,25 @@ def prefix_bytes(clients: Clients, source: str) -> int:
 
 
 def loader_script(source: str) -> str:
-    """The loader VM's startup script: format the disk, copy the prefix onto it, report how it ended."""
+    """The loader VM's startup script: format the disk, copy the prefix onto it, report how it ended.
+
+    The prefix is the user's: it is set once, shell-quoted, as SRC, and only ever used as "$SRC" (never
+    written into a comment or a double-quoted string, where a quote or $(...) in it would be read as code)."""
     src = shlex.quote(source.rstrip("/") + "/")
     return f"""#!/bin/bash
-# gcpgpu hyperdisk-ml loader: fills the disk from {src} once, then waits to be deleted.
+# gcpgpu hyperdisk-ml loader: fills the disk from the bucket prefix SRC once, then waits to be deleted.
 set -uo pipefail
+SRC={src}
 GA=http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/{LOADER_KEY}/done
 report() {{ curl -fsS -X PUT -H "Metadata-Flavor: Google" --data "$1" "$GA"; }}
 dev=/dev/disk/by-id/google-{DEVICE}
 for _ in $(seq 1 120); do [ -e "$dev" ] && break; sleep 1; done
 mkfs.ext4 -F -q -m 0 "$dev" || {{ report "error: mkfs.ext4 $dev failed"; exit 1; }}
 mkdir -p /mnt/hdml && mount "$dev" /mnt/hdml || {{ report "error: mounting $dev failed"; exit 1; }}
-if gcloud storage rsync --recursive {src} /mnt/hdml; then
+if gcloud storage rsync --recursive "$SRC" /mnt/hdml; then
   sync && umount /mnt/hdml && report ok
 else
-  report "error: gcloud storage rsync from {src} failed (see the loader's serial console)"
+  report "error: gcloud storage rsync from $SRC failed (see the loader's serial console)"
 fi
 """
 

@@ -15,10 +15,39 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
+
+from gcpgpu.errors import UsageProblem
+from gcpgpu.specfile import shown
 
 from . import tiers
 
 MIB = 2**20
+# What `plan storage` takes: each figure finite, in (low, high] (keep: a whole number in [low, high]). The tops
+# are far above any training run (a trillion tokens/s; a GiB per token; ten thousand checkpoints kept) and keep
+# every product below a float's range, so no figure can overflow the sizing.
+TOKENS_PER_S = (0.0, 1e12)
+BYTES_PER_TOKEN = (0.0, float(2**30))
+KEEP = (1, 10_000)
+
+
+def figure(value: Any, where: str, low: float, high: float) -> float:
+    """A finite number in (low, high], or a one-line refusal naming `where` and the range."""
+    try:
+        number = float(str(value).strip()) if not isinstance(value, bool) else math.nan
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and low < number <= high):
+        raise UsageProblem(f"{where} {shown(value)} must be a number more than {low:g} and at most {high:g}")
+    return number
+
+
+def whole(value: Any, where: str, low: int, high: int) -> int:
+    """A whole number in [low, high], or a one-line refusal naming `where` and the range."""
+    text = str(value).strip()
+    if not (text.isdigit() and len(text) <= len(str(high)) and low <= int(text) <= high):
+        raise UsageProblem(f"{where} {shown(value)} must be a whole number from {low:,} to {high:,}")
+    return int(text)
 
 
 @dataclass(frozen=True)

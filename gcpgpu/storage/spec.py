@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from typing import Any
 
 from gcpgpu.errors import UsageProblem
@@ -19,13 +20,24 @@ KINDS = ("filestore", "lustre", "hyperdisk-ml")
 DEFAULT_PATH = {"filestore": "/shared", "lustre": "/scratch", "hyperdisk-ml": "/data"}
 # Mount points the node image or a job's container already owns (jobs/usercode.py keeps a job's
 # --mount gs:// off them too): a shared file system there would hide the system or the user's code.
+# /mnt/localssd: the node's local SSDs, where the gcsfuse cache and $GCPGPU_CKPT_LOCAL_DIR live
+# (trainer/ckpt_local.py): a share mounted over it would hide both.
 RESERVED = ("/workdir", "/gcs", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/sys", "/dev",
-            "/tmp", "/boot", "/run", "/var", "/root", "/mnt/disks", "/opt/gcpgpu")
-SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|g|gb|tib|t|tb)?\s*$", re.IGNORECASE)
+            "/tmp", "/boot", "/run", "/var", "/root", "/mnt/disks", "/mnt/localssd", "/opt/gcpgpu")
+# A size: a number, a unit. GiB/TiB (and G/T) are binary; GB/TB are decimal (10^9, 10^12 bytes). The number is
+# read exactly (Decimal), so 400 nines is a size out of range, not an overflow.
+SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(gib|g|gb|tib|t|tb)?\s*", re.IGNORECASE)
+GB_IN_GIB = Decimal(10**9) / Decimal(2**30)
+# Nothing gcpgpu sizes is larger: Managed Lustre's largest instance is 84,016,000 GiB (tiers.py), about 80 PiB.
+MOST_GIB = 100 * 2**20
 _ID = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 FULL_NAME = re.compile(rf"^projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/locations/[a-z]+-[a-z]+[0-9]+(?:-[a-z])?/instances/{_ID}$")
 SHORT_NAME = re.compile(rf"^{_ID}$")
-GS_SOURCE = re.compile(r"^gs://([^/]+)/(.+)$")
+GS_SOURCE = re.compile(r"gs://([^/]+)/(.+)")
+# What a prefix may not hold: control characters (a newline ends the loader's line) and the characters a shell
+# reads inside a double-quoted word or a quote ($ ` " ' \); Cloud Storage allows them, the loader VM's script
+# quotes the prefix anyway (hyperdisk.loader_script), and no data set needs them.
+UNSAFE_PREFIX = re.compile(r"[\x00-\x1f\x7f$`\"'\\]")
 
 
 @dataclass(frozen=True)
@@ -47,20 +59,47 @@ class Want:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def parse_size(value: Any, where: str) -> int:
-    """A size as GiB: 2560, "2560GiB", "2.5TiB", "10T" (binary units: Filestore and Lustre size in GiB)."""
-    if isinstance(value, bool):
-        raise UsageProblem(f"{where} {shown(value)} is not a size; write e.g. 1TiB, 2560GiB or 2.5TiB")
+def _amount(value: Any, where: str, example: str) -> tuple[Decimal, str]:
+    """(number, unit) of a size as the user wrote it; a one-line refusal for anything else."""
+    bad = f"{where} {shown(value)} is not a size; write e.g. {example}"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageProblem(bad)
     if isinstance(value, int):
-        return value
-    m = SIZE.match(str(value))
+        return Decimal(value), "gib"
+    m = SIZE.fullmatch(value) if len(value) <= 1000 else None
     if not m:
-        raise UsageProblem(f"{where} {shown(value)} is not a size; write e.g. 1TiB, 2560GiB or 2.5TiB")
-    number, unit = float(m.group(1)), (m.group(2) or "gib").lower()
+        raise UsageProblem(bad)
+    return Decimal(m.group(1)), (m.group(2) or "gib").lower()
+
+
+def parse_size(value: Any, where: str) -> int:
+    """A file system's size as whole GiB: 2560, "2560GiB", "2.5TiB", "10T" (binary units: Filestore and Lustre
+    size in GiB). GB and TB (decimal) are refused with the binary figure to write: gcloud reads "1TB" as 1 TiB,
+    the SI unit is 10^12 bytes, and a size that means one thing to each is not taken."""
+    number, unit = _amount(value, where, "1TiB, 2560GiB or 2.5TiB")
+    if unit in ("gb", "tb"):
+        gib = number * GB_IN_GIB * (1000 if unit == "tb" else 1)
+        raise UsageProblem(f"{where} {shown(value)}: {unit.upper()} is {'10^12' if unit == 'tb' else '10^9'} bytes "
+                           f"({gib:,.1f} GiB); file system sizes are binary: write GiB or TiB, e.g. "
+                           f"{number:f}{'TiB' if unit == 'tb' else 'GiB'}")
     gib = number * (tiers.TIB if unit.startswith("t") else 1)
-    if gib != int(gib):
+    if gib > MOST_GIB:
+        raise UsageProblem(f"{where} {shown(value)} is larger than any file system gcpgpu makes: give at most "
+                           f"{MOST_GIB:,} GiB")
+    if gib != gib.to_integral_value():
         raise UsageProblem(f"{where} {shown(value)} is not a whole number of GiB")
     return int(gib)
+
+
+def parse_gib(value: Any, where: str, positive: bool = False) -> float:
+    """An amount of data in GiB, for `plan storage`: GiB/TiB (and G/T) binary, GB/TB decimal (10^9, 10^12
+    bytes); at most MOST_GIB and at least 0 (more than 0 when `positive`), else a one-line refusal naming the range."""
+    number, unit = _amount(value, where, f"120GiB, 1.5TiB or 200GB, up to {MOST_GIB:,} GiB")
+    gib = number * {"gib": 1, "g": 1, "tib": tiers.TIB, "t": tiers.TIB, "gb": GB_IN_GIB, "tb": GB_IN_GIB * 1000}[unit]
+    if gib > MOST_GIB or (positive and gib <= 0):
+        low = "more than 0 GiB" if positive else "0 GiB"
+        raise UsageProblem(f"{where} {shown(value)} is out of range: give {low} up to {MOST_GIB:,} GiB (100 PiB)")
+    return float(gib)
 
 
 def check_path(path: Any, where: str) -> str:
@@ -130,11 +169,32 @@ def _new(kind: str, size: Any, tier_name: Any) -> Want:
 
 
 def _hyperdisk_ml(source: Any) -> Want:
-    m = GS_SOURCE.match(source) if isinstance(source, str) else None
+    m = GS_SOURCE.fullmatch(source) if isinstance(source, str) else None
     if not m or not BUCKET.match(m.group(1)) or any(p in ("", ".", "..") for p in m.group(2).rstrip("/").split("/")):
         raise UsageProblem(f"--hyperdisk-ml {shown(source)} must be a bucket path gs://BUCKET/PREFIX (the data "
                            "copied onto the disk), e.g. gs://my-bucket/datasets/c4")
+    if UNSAFE_PREFIX.search(source):
+        raise UsageProblem(f"--hyperdisk-ml {shown(source)}: the prefix must not hold control characters, quotes, "
+                           "$, ` or \\; give a prefix of letters, digits and / . _ - (e.g. gs://my-bucket/datasets/c4)")
     return Want("hyperdisk-ml", DEFAULT_PATH["hyperdisk-ml"], source=source)
+
+
+def check_removals(remove: Any, unmount: Any, wants: list[Want]) -> tuple[list[str], list[str]]:
+    """--no-filestore/--no-lustre/--no-hyperdisk-ml (spec key `remove`: kinds) and --unmount PATH (`unmount`),
+    checked against what the same run asks for; normalised."""
+    remove = list(remove) if isinstance(remove, (list, tuple)) else [remove]
+    unmount = list(unmount) if isinstance(unmount, (list, tuple)) else [unmount]
+    for kind in remove:
+        if kind not in KINDS:
+            raise UsageProblem(f"remove {shown(kind)} must be one of {', '.join(KINDS)} (--no-filestore, "
+                               "--no-lustre, --no-hyperdisk-ml)")
+        if any(w.kind == kind and w.created for w in wants):
+            raise UsageProblem(f"--no-{kind} and --{kind} exclude each other: give one")
+    paths = [check_path(p, "--unmount") for p in unmount]
+    for w in wants:
+        if w.path in paths and not w.created:
+            raise UsageProblem(f"--unmount {w.path} and --mount {w.kind}:{w.existing}:{w.path} exclude each other")
+    return sorted(set(remove)), paths
 
 
 def check_zones(wants: list[Want], zones: list[str], region: str, explicit: bool) -> list[str]:
@@ -170,4 +230,10 @@ def describe(spec: Any) -> list[str]:
                        "once they are placed, deleted by 'cluster down'")
         else:
             out.append(f"{w.kind} {w.existing} attached at {w.path} on every node (never deleted)")
+    out += [f"the cluster's {kind} (if it has one): unmounted from every node and deleted" for kind in spec.remove]
+    out += [f"the file system attached at {path} (if any): unmounted from every node, not deleted"
+            for path in spec.unmount]
+    if not (spec.remove or spec.unmount):
+        out.append("a re-run keeps every file system the cluster already has (--no-filestore, --no-lustre, "
+                   "--no-hyperdisk-ml or --unmount PATH take one away)")
     return out

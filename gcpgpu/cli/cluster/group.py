@@ -139,6 +139,16 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     if wait_for_start and not spec.reservation:
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
+    # A re-run keeps the file systems the cluster has, unless told (README, "Shared storage"). Not read when
+    # _confirm is sure to refuse (no --yes, no terminal): that refusal makes no call.
+    if not dry_run and (yes or sys.stdin.isatty()):
+        from gcpgpu.cluster.shared_fs import keep, refuse_if_shared
+
+        for line in keep(settings.clients, project, spec):
+            info(line)
+        if spec.remove:
+            refuse_if_shared(settings.clients, project, spec.name, tuple(k for k in spec.remove if k != "hyperdisk-ml"),
+                             override="leave the flag out to keep it")
     fill_follower_image(settings, spec, dry_run=dry_run, say=info)  # before any change: none built stops here
     fill_prepull(settings, spec, dry_run=True, say=info)  # this machine's record; the registry once confirmed
     p = make_plan(spec, project)
@@ -178,11 +188,14 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
 @click.option("--keep-reservation", is_flag=True, help="Keep the reservation the cluster created.")
 @click.option("--nodes", "keep_nodes", type=int, metavar="N",
               help="Shrink instead: keep ranks 0..N-1, delete the other nodes, keep everything else.")
+@click.option("--force-storage", is_flag=True,
+              help="Delete the cluster's file systems even where another cluster mounts them (that cluster's jobs "
+                   "lose them).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--no-wait", is_flag=True, help="If another up/down of this cluster is running, exit 1 instead of waiting.")
 @click.pass_obj
-def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int | None, yes: bool,
-         no_wait: bool) -> None:
+def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int | None, force_storage: bool,
+         yes: bool, no_wait: bool) -> None:
     """Delete a cluster: nodes, then reservation, placement policy, firewall rules and networks.
 
     Finds everything from GCP itself (labels and names), so it works from any machine, after an
@@ -201,6 +214,10 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
         _shrink(settings, project, name, keep_nodes, yes, no_wait)
         return
     _confirm(yes, f"Delete cluster {name} in project {project}?")
+    if not force_storage:  # before anything is deleted: another cluster's jobs would lose their files
+        from gcpgpu.cluster.shared_fs import refuse_if_shared
+
+        refuse_if_shared(settings.clients, project, name)
     try:
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
                                                                            wait_for_lease=not no_wait)
@@ -211,9 +228,10 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
 
     forget(settings.clients, project, name)  # its followers' lease and any unfinished recovery went with it
     if settings.format != "table":
-        emit({"cluster": name, "deleted": found.count(), "found": found.summary() if not found.empty else "nothing",
+        emit({"cluster": name, "deleted": found.count() + len([h for h in found.held if not h.attached]),
+              "found": found.summary() if not (found.empty and not found.held) else "nothing",
               "dashboards_deleted": dashboards})
-    elif not found.empty:
+    elif not (found.empty and not found.held):
         info(f"Cluster {name} is gone ({found.summary()} deleted).")
 
 
@@ -257,14 +275,16 @@ def _delete_dashboards(settings: Settings, project: str, name: str) -> list[str]
 def status(settings: Settings, name: str) -> None:
     """Show a cluster's nodes, their state and GPUs, placement policy and reservation use."""
     from gcpgpu.cluster import autostop as auto
-    from gcpgpu.cluster import cost, lease
+    from gcpgpu.cluster import cost, holdings, lease
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.observe import problems
     from gcpgpu.errors import CloudError
 
     _check_name(name)
     obs = Cluster(settings.clients, settings.project).status(name)
-    if obs.empty:
+    obs.held = holdings.of_cluster(settings.clients, settings.project, name, obs.nodes)
+    obs.scheduler = holdings.scheduler(obs.nodes, obs.held)
+    if obs.empty and not obs.held:
         raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
     flagged = problems(obs)
     holder = lease.current(settings.clients, settings.project, name)
@@ -274,10 +294,17 @@ def status(settings: Settings, name: str) -> None:
         emit({"cluster": name, "nodes": rows, "autostop": auto.public(stop_after), "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
               "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
-              "busy": lease.describe(holder) if holder else None, **spent})
+              "busy": lease.describe(holder) if holder else None, **spent,
+              "scheduler": obs.scheduler, "storage": [h.row() for h in obs.held]})
         return
     emit(rows, [*NODE_COLUMNS, *COST_COLUMNS], title=f"Cluster {name}", empty="No nodes.")
-    info(cost.cost_line(obs.nodes, spent) + f"; autostop {auto.shown(stop_after)}")
+    info(cost.cost_line(obs.nodes, spent) + holdings.cost_words(obs.held) + f"; autostop {auto.shown(stop_after)}")
+    if obs.scheduler:
+        info(f"scheduler: {obs.scheduler}")
+    for h in obs.held:
+        where = f" in {h.location}" if h.location else ""
+        price = "not billed to this cluster" if h.attached else f"cost so far {holdings.price_note(h.kind)}"
+        info(f"storage: {h.words()}{where}; {price}")
     for p in obs.policies:
         used = sum(1 for n in obs.nodes)
         room = f"{used}/{p['vm_count']} VMs" if p["vm_count"] else f"{used} VM(s), no vmCount"
@@ -310,7 +337,8 @@ def list_cmd(settings: Settings) -> None:
     project = settings.project
     rows = list_clusters(settings.clients, project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
-                ("zones", "ZONE"), ("status", "STATUS"), *COST_COLUMNS, AUTOSTOP_COLUMN],
+                ("zones", "ZONE"), ("status", "STATUS"), COST_COLUMNS[0], Column("cost", "COST SO FAR", justify="right"),
+                ("scheduler", "SCHEDULER"), ("storage", "STORAGE"), AUTOSTOP_COLUMN],
          empty=f"No gcpgpu clusters in project {project}.")
 
 

@@ -26,6 +26,16 @@ STORAGE_OPTIONS = [
     click.option("--mount", "mounts", multiple=True, metavar="KIND:NAME:/PATH",
                  help="Attach an existing file system at PATH on every node (repeatable): filestore:NAME:/shared "
                       "or lustre:NAME:/scratch. 'cluster down' never deletes it."),
+    click.option("--no-filestore", "no_filestore", is_flag=True, default=None,
+                 help="A re-run keeps the file systems the cluster has: this unmounts the cluster's Filestore from "
+                      "every node and deletes it (refused while another cluster mounts it)."),
+    click.option("--no-lustre", "no_lustre", is_flag=True, default=None,
+                 help="Unmount the cluster's Managed Lustre from every node and delete it."),
+    click.option("--no-hyperdisk-ml", "no_hyperdisk_ml", is_flag=True, default=None,
+                 help="Detach the cluster's Hyperdisk ML volume from every node and delete it."),
+    click.option("--unmount", "unmount", multiple=True, metavar="PATH",
+                 help="Stop mounting the file system attached at PATH (a --mount of an earlier run); never deletes "
+                      "it (repeatable)."),
 ]
 
 
@@ -38,4 +48,9 @@ def storage_flags(kw: dict[str, Any]) -> dict[str, Any]:
     flags: dict[str, Any] = {k: kw[k] for k in keys if kw.get(k) is not None}
     if kw.get("mounts"):
         flags["mounts"] = list(kw["mounts"])
+    remove = [kind for kind in ("filestore", "lustre", "hyperdisk-ml") if kw.get(f"no_{kind.replace('-', '_')}")]
+    if remove:
+        flags["remove"] = remove
+    if kw.get("unmount"):
+        flags["unmount"] = list(kw["unmount"])
     return flags
