@@ -329,6 +329,12 @@ def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int
                            limit=limit, say=info)
     if cluster_name:
         rows = [r for r in rows if str(r["id"]).startswith(f"cluster:{cluster_name}:")]
+        if not rows:  # no job, and maybe no such cluster: a typo is said, with the name it was likely meant to be
+            from gcpgpu.cluster.observe import ranked_nodes
+            from gcpgpu.cluster.unknown import missing
+
+            if not ranked_nodes(settings.clients, project, cluster_name):
+                raise missing(settings.clients, project, cluster_name)
     queued = any(r.get("priority") for r in rows)
     emit(rows, JOB_COLUMNS + (QUEUE_COLUMNS if queued else []), empty=f"No jobs in project {project}"
          + (f" on cluster {cluster_name}." if cluster_name else "."))

@@ -7,6 +7,7 @@ session.py         one attempt at changing a cluster: clients, lease, roll-back,
 lease.py           one `up` or `down` at a time per cluster, across machines: a lease in project metadata
 observe.py         what exists in GCP for a cluster, found from labels and names: the one node model
 names.py           how a cluster and its resources are named, and how they say whose they are
+unknown.py         a cluster name that matches nothing: one line, with "did you mean" the names one edit away
 kinds.py           the kinds of resource a cluster is made of, in the order GCP creates and deletes them
 down.py            `down`, and `down --nodes N` (shrink)
 teardown.py        deleting what was observed, in GCP's order, past every failure

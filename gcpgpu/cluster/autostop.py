@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gcpgpu.errors import CloudError
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import call
@@ -74,7 +73,9 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
 
     nodes = observe_nodes(clients, project, cluster)
     if not nodes:
-        raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
+        from .unknown import missing
+
+        raise missing(clients, project, cluster)
 
     def put(node: Node) -> Any:
         items = {k: v for k, v in node.metadata.items() if k not in (KEY, AGENT_KEY)}
@@ -121,7 +122,9 @@ def change(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
     urls = check_urls(notify)  # as job submit --notify
     found = observe_nodes(clients, project, cluster)
     if not found:  # before the lease: nothing written
-        raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
+        from .unknown import missing
+
+        raise missing(clients, project, cluster)
     image = None if idle_s is None else follower_image(found[0].region, found[0].machine_type)
     s = Session(clients, project)
     with s.holding(cluster, "autostop", wait_for_lease=True):

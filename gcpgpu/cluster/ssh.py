@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.errors import UsageProblem
 from gcpgpu.gcp.clients import Clients
 
 from .observe import observe
@@ -68,7 +68,9 @@ def gcloud_argv(clients: Clients, project: str, cluster: str, rank: int, command
     """The gcloud command line for node `rank` of `cluster`, and a warning when no IAP rule exists."""
     obs = observe(clients, project, cluster)
     if not obs.nodes:
-        raise CloudError(f"no cluster named {cluster} with nodes in project {project} (see 'gcpgpu cluster list')")
+        from .unknown import missing
+
+        raise missing(clients, project, cluster, " with nodes")
     node = next((n for n in obs.nodes if n.rank == rank), None)
     if node is None:
         ranks = ", ".join(str(n.rank) for n in obs.nodes)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.errors import UsageProblem
 
 from .sources import NAMESPACE, Metric
 
@@ -144,7 +144,9 @@ def resolve(clients: Clients, project: str, kind: str, name: str) -> Target:
     # reading 1,024 of them made a --once at 1,024 nodes ~2x the time of one at 8 (issue 27).
     nodes = brief_nodes(clients, project, name)
     if not nodes:
-        raise CloudError(f"cluster {name!r} has no nodes in project {project} (see 'gcpgpu cluster list')")
+        from gcpgpu.cluster.unknown import missing
+
+        raise missing(clients, project, name, " with nodes")
     members = [Member(key=n["id"], name=n["name"], rank=n["rank"], machine_type=n["machine_type"], zone=n["zone"])
                for n in nodes]
     machine = machine_types().get(members[0].machine_type or "")

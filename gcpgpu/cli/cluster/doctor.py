@@ -31,7 +31,9 @@ def doctor(settings: Settings, name: str, active: bool) -> None:
     check_cluster_name(name)
     checks = doc.check(settings.clients, settings.project, name)
     if not checks:
-        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+        from gcpgpu.cluster.unknown import missing
+
+        raise missing(settings.clients, settings.project, name)
     rows = [c.row() for c in checks]
     emit(rows, doc.COLUMNS, title=f"Cluster {name}: node health")
     if active:

@@ -278,14 +278,15 @@ def status(settings: Settings, name: str) -> None:
     from gcpgpu.cluster import cost, holdings, lease
     from gcpgpu.cluster.apply import Cluster
     from gcpgpu.cluster.observe import problems
-    from gcpgpu.errors import CloudError
 
     _check_name(name)
     obs = Cluster(settings.clients, settings.project).status(name)
     obs.held = holdings.of_cluster(settings.clients, settings.project, name, obs.nodes)
     obs.scheduler = holdings.scheduler(obs.nodes, obs.held)
     if obs.empty and not obs.held:
-        raise CloudError(f"no cluster named {name} in project {settings.project} (see 'gcpgpu cluster list')")
+        from gcpgpu.cluster.unknown import missing
+
+        raise missing(settings.clients, settings.project, name)
     flagged = problems(obs)
     holder = lease.current(settings.clients, settings.project, name)
     rows, spent = cost.node_rows(obs.nodes)

@@ -93,7 +93,13 @@ def job_nodes(clients: Clients, project: str, jid: ids.JobId, nodes: list[Node] 
     """The nodes that hold the job (from `nodes`, the cluster's as read, or one read now); one line otherwise."""
     nodes = ranked_nodes(clients, project, jid.cluster or "") if nodes is None else nodes
     if not nodes:
-        raise CloudError(f"no cluster named {jid.cluster} in project {project}: its job {jid.job} went with it")
+        from gcpgpu.cluster.unknown import missing
+
+        from . import store
+
+        if store.read(clients, project, jid.cluster or "").of(jid.job) is not None:  # it ran there: said as such
+            raise CloudError(f"no cluster named {jid.cluster} in project {project}: its job {jid.job} went with it")
+        raise missing(clients, project, jid.cluster or "")
     mine = held(nodes, jid.job)
     if not mine:
         current = sorted({job.id for _n, job in held(nodes)})

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from gcpgpu import catalog
 from gcpgpu.cluster.observe import Node, ranked_nodes
-from gcpgpu.errors import CloudError, UsageProblem
+from gcpgpu.errors import UsageProblem
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs.ids import JobId
 from gcpgpu.jobs.spec import ValidJob, fit_trainer_args
@@ -38,7 +38,9 @@ def place(clients: Clients, project: str, job: ValidJob, cluster: str) -> Placem
     aggregatedList."""
     nodes = ranked_nodes(clients, project, cluster)
     if not nodes:
-        raise CloudError(f"no cluster named {cluster} in project {project} (see 'gcpgpu cluster list')")
+        from gcpgpu.cluster.unknown import missing
+
+        raise missing(clients, project, cluster)
     machine = catalog.get_machine_type(nodes[0].machine_type)
     if job.machine is not None and job.machine.name != machine.name:
         raise UsageProblem(f"--machine-type {job.machine.name} does not match cluster {cluster}, whose nodes are "
