@@ -26,6 +26,7 @@ class Column:
     header: str | None = None  # default: the key in capitals, "gpu_count" -> "GPU COUNT"
     justify: Literal["left", "center", "right"] = "left"
     format: Callable[[Any], str] | None = None  # for the table cell only; None shows as "-"
+    wrap: int | None = None  # a long cell (a status sentence) wraps at this many characters, not widening the table
 
     @property
     def title(self) -> str:
@@ -217,8 +218,8 @@ def _print_table(
     )  # fmt: skip
     for column in columns:
         # Folded to a width, a long word (an image name) breaks across lines instead of losing its end.
-        table.add_column(column.title, justify=column.justify, no_wrap=False,
-                         overflow="fold" if max_width else "ellipsis")
+        table.add_column(column.title, justify=column.justify, no_wrap=False, max_width=column.wrap,
+                         overflow="fold" if max_width or column.wrap else "ellipsis")
     for row in rows:
         table.add_row(*(_cell(column, row) for column in columns))
     _render(out, table, max_width)

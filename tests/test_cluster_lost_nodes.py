@@ -81,7 +81,7 @@ def test_a_cluster_half_built_by_ctrl_c_is_listed_as_incomplete_with_what_to_run
         Cluster(clients(gcp), PROJECT, CtrlC()).up(make_plan(nodes=2))
     rows = json.loads(cli("--format", "json", "cluster", "list").stdout)
     assert [(r["cluster"], r["nodes"]) for r in rows] == [("c", 0)]
-    assert rows[0]["status"].startswith("incomplete (0 node(s), 1 placement polic(ies)")
+    assert rows[0]["status"].startswith("incomplete (0 nodes, 1 placement policy")
     assert "'gcpgpu cluster up c ...' finishes it" in rows[0]["status"]
     assert "'gcpgpu cluster down c' removes it" in rows[0]["status"]
 

@@ -203,7 +203,7 @@ def test_status_list_and_down_name_the_scheduler_and_a_left_state_disk(gcp):
         status.output
     row = json.loads(cli("--format", "json", "cluster", "list").stdout)[0]
     assert (row["cluster"], row["scheduler"], row["storage"]) == ("c", "slurm", "Slurm state disk c-slurm-state")
-    assert row["status"].startswith("incomplete (0 node(s), scheduler slurm, Slurm state disk c-slurm-state)")
+    assert row["status"].startswith("incomplete (0 nodes, scheduler slurm, Slurm state disk c-slurm-state)")
     down = cli("cluster", "down", "c", "--yes")
     assert down.exit_code == 0, down.output
     assert "Slurm state disk c-slurm-state deleted" in down.output.splitlines()[-1]

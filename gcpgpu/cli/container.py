@@ -13,7 +13,7 @@ from gcpgpu.output import current_format, emit, info
 
 @click.group()
 def container() -> None:
-    """The training image: NGC PyTorch, gcpgpu's trainer, Nsight Systems, NCCL plugin.
+    """The training image: CUDA, the tested PyTorch release, gcpgpu's trainer, Nsight Systems, NCCL plugin.
 
     \b
     The image carries the NCCL network plugin of one GPUDirect flavour (none,

@@ -120,7 +120,7 @@ class Observed:
     def summary(self) -> str:
         from .holdings import summary as held_summary
 
-        parts = [f"{len(self.of(kind))} {kind.plural}" for kind in KINDS if kind is NODES or self.of(kind)]
+        parts = [kind.counted(len(self.of(kind))) for kind in KINDS if kind is NODES or self.of(kind)]
         if self.scheduler:
             parts.append(f"scheduler {self.scheduler}")
         return ", ".join(parts + ([held_summary(self.held)] if self.held else []))

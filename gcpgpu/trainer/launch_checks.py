@@ -52,7 +52,7 @@ def check_runtime(cfg: TrainConfig, *, world_size: int, local_world_size: int, c
     dp = world_size // cfg.tp  # data-parallel ranks: a tp group shares one slice of the batch
     if isinstance(cfg.batch_size, int) and cfg.micro_batch is None and cfg.batch_size % (dp * cfg.grad_accum):
         unit = dp * cfg.grad_accum
-        ranks = f"{dp} data-parallel ranks ({world_size} / --tp {cfg.tp})" if cfg.tp > 1 else f"{world_size} ranks"
+        ranks = f"{dp} data-parallel ranks ({world_size} / --tp {cfg.tp})" if cfg.tp > 1 else f"{world_size} rank{'s' if world_size != 1 else ''}"
         raise ConfigError(f"--batch-size: {cfg.batch_size} is not divisible by {ranks} x --grad-accum "
                           f"{cfg.grad_accum}; use a multiple of {unit}")
     if cfg.precision == "fp8":

@@ -338,7 +338,7 @@ def list_cmd(settings: Settings) -> None:
     project = settings.project
     rows = list_clusters(settings.clients, project)
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
-                ("zones", "ZONE"), ("status", "STATUS"), COST_COLUMNS[0], Column("cost", "COST SO FAR", justify="right"),
+                ("zones", "ZONE"), Column("status", "STATUS", wrap=48), COST_COLUMNS[0], Column("cost", "COST SO FAR", justify="right"),
                 ("scheduler", "SCHEDULER"), ("storage", "STORAGE"), AUTOSTOP_COLUMN],
          empty=f"No gcpgpu clusters in project {project}.")
 
