@@ -73,3 +73,24 @@ def test_list_without_region_lists_cluster_jobs_only(gcp):
     result = CliRunner().invoke(main, ["--project", "test-proj", "job", "list"])
     assert result.exit_code == 0, result.output
     assert "no region set" in result.output and "No jobs in project" in result.output
+
+
+def test_a_vertex_jobs_uptime_and_node_hours_count_from_when_its_replicas_ran(gcp):
+    """Issue 51: a Vertex job's UPTIME and COST SO FAR were both '-'. Its uptime runs from its replicas' start;
+    its cost stays unknown ('-'): Vertex AI bills training on SKUs of its own that the catalog lacks."""
+    from helpers import wait_for
+
+    from gcpgpu.times import parse_timestamp
+
+    gcp.vertex.timings.update(queued_s=0.0, pending_s=0.0, simulated_run_s=600.0)  # of the emulator's clock
+    job_id = submit("--nodes", "2").stdout.splitlines()[0]
+    wait_for(lambda: json.loads(cli("job", "status", job_id, fmt="json").stdout)["state"] == "RUNNING",
+             what="the job running")
+    gcp.clock.advance(1800)  # it ends 600 s after it started, then half an hour passes
+    status = json.loads(cli("job", "status", job_id, fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED", status
+    ran = parse_timestamp(status["ended"]) - parse_timestamp(status["started"])
+    assert status["uptime_s"] == round(ran) and 600 <= ran < 700, status
+    assert status["node_hours"] == round(2 * ran / 3600, 3) and status["cost_usd"] is None
+    table = cli("job", "status", job_id).stdout
+    assert "UPTIME" in table and "10m" in table, table

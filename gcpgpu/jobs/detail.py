@@ -41,6 +41,12 @@ def detail(clients: Clients, project: str, jid: JobId) -> JobState:
         from .cluster.spent import with_spent
 
         state = with_spent(clients, project, state)
+    else:  # Vertex: its uptime and node-hours (its price is Vertex AI's own: not in the catalog yet)
+        from gcpgpu.gcp import clock
+
+        from .vertex import with_spent as vertex_spent
+
+        state = vertex_spent(state, clock.now())
     if state.history:
         from .cluster.recover import steps_redone
 

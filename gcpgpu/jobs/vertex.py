@@ -179,3 +179,23 @@ def describe(jid: ids.JobId, job: Any) -> JobState:
         resource=job.name,
         note=note,
     )
+
+
+def with_spent(state: JobState, now: float) -> JobState:
+    """`state` (a Vertex job's) with its uptime and node-hours so far: its replicas from when they started
+    running to its end (now while it runs). Its cost is not Compute's VM price (Vertex AI bills training
+    machines on SKUs of its own, which gcpgpu's catalog does not hold yet), so it stays unknown ("-")."""
+    from dataclasses import replace
+
+    from gcpgpu.cluster.cost import shown_uptime
+    from gcpgpu.times import parse_timestamp
+
+    from .state import Spent
+
+    began = parse_timestamp(state.started)
+    if began is None:
+        return state
+    seconds = max(0.0, (parse_timestamp(state.ended) or now) - began)
+    replicas = sum(int(p.get("replicas") or 0) for p in state.pools) or int(state.nodes or 1)
+    return replace(state, spent=Spent(uptime_s=round(seconds), node_hours=round(replicas * seconds / 3600, 3),
+                                      cost_usd=None, uptime=shown_uptime(seconds), cost="-"))
