@@ -29,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     from gcpgpu.trainer.train import main as train_main
 
-    return train_main(argv)
+    try:
+        return train_main(argv)
+    except KeyboardInterrupt:  # a second Ctrl-C (the first stops after the step and saves): one line, not a trace
+        print("gcpgpu.trainer: Ctrl-C again: stopped at once, without saving", file=sys.stderr, flush=True)
+        return 130
 
 
 def _launch_from_cluster_spec(argv: list[str]) -> int:

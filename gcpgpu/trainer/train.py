@@ -59,21 +59,29 @@ STOP_GRACE_S = 20.0
 
 
 class StopFlag:
-    """Set by SIGTERM (spot VM preemption, torchrun shutting down); all ranks agree before acting on it."""
+    """Set by SIGTERM (spot VM preemption, torchrun shutting down) or a first Ctrl-C (SIGINT); all ranks agree
+    before acting on it. A second Ctrl-C stops at once (KeyboardInterrupt, one line from __main__)."""
 
     def __init__(self) -> None:
         self.requested = False
         self.at: float | None = None  # time.monotonic() of the first SIGTERM this rank got
-        self._previous = None
+        self.why = "SIGTERM"  # or "Ctrl-C": what the stop line names, and exit 130 instead of 143
+        self._previous: dict[int, object] = {}
 
     def install(self) -> None:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)  # type: ignore[arg-type]
 
     def _handle(self, signum, frame) -> None:
+        if signum == signal.SIGINT:
+            if self.requested:
+                raise KeyboardInterrupt  # a second Ctrl-C: now, not after the save
+            self.why = "Ctrl-C"
+            print(f"{PROG}: Ctrl-C: stopping after this step and saving; Ctrl-C again to stop at once",
+                  file=sys.stderr, flush=True)
         self.requested = True  # only a flag: the step in flight finishes, then every rank saves together
         self.at = self.at or time.monotonic()
 
@@ -350,7 +358,7 @@ def train(cfg: TrainConfig, env: DistEnv | None = None, device_type: str | None 
                 result.stopped = True
                 if ckpt:
                     _finish_saves(env, cfg, ckpt, stop, jlog, result)
-                _say(env, cfg, f"{PROG}: SIGTERM: stopped after step {step - 1}"
+                _say(env, cfg, f"{PROG}: {stop.why}: stopped after step {step - 1}"
                       + (", checkpoint saved; rerun with --resume to continue"
                          if cfg.ckpt_dir and not result.ckpt_incomplete else ""), always=True)
                 break

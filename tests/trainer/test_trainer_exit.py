@@ -57,3 +57,38 @@ def test_the_emulators_torchrun_runs_torchruns_code_keeps_its_exit_code_and_skip
     assert "torn down" not in done.stdout
     if worker_code:  # torchrun's own failure report, as `python -m torch.distributed.run` prints it
         assert "ChildFailedError" in done.stderr and "exitcode  : 3" in done.stderr
+
+
+def test_ctrl_c_stops_after_the_step_saves_and_says_so_in_lines_not_a_traceback(small_text, tmp_path):
+    """Issue 51: Ctrl-C on the trainer printed a 20-line KeyboardInterrupt traceback and saved nothing. The first
+    Ctrl-C now stops as a SIGTERM does (after the step, a checkpoint saved); a second stops at once."""
+    import signal
+
+    from _trainer_helpers import TINY, start
+
+    (proc,) = start(1, [*TINY, "--data", str(small_text), "--steps", "100000", "--ckpt-dir", str(tmp_path / "ckpt")],
+                    env={"PYTHONUNBUFFERED": "1"})
+    try:
+        for line in proc.stdout:  # the event: its first step line
+            if "step" in line and "loss" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert "Ctrl-C: stopping after this step and saving" in err and "Traceback" not in err, err
+    assert "Ctrl-C: stopped after step" in out + err and "checkpoint saved" in out + err, (out, err)
+    assert [p.name for p in (tmp_path / "ckpt").iterdir() if p.name.startswith("step_")], "no checkpoint saved"
+
+
+def test_a_second_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    import gcpgpu.trainer.train as train_module
+    from gcpgpu.trainer.__main__ import main
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "main", interrupted)
+    assert main(["--model", "tiny"]) == 130
+    assert capsys.readouterr().err == "gcpgpu.trainer: Ctrl-C again: stopped at once, without saving\n"
