@@ -26,7 +26,6 @@ from the job's log (the trainer says where it resumed).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -43,7 +42,7 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import ids
 from gcpgpu.jobs import logs as job_logs
 from gcpgpu.jobs.state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
-from gcpgpu.jobs.steplines import resumed_at
+from gcpgpu.jobs.steplines import resumed_at, trainer_values
 from gcpgpu.trainer.argv import log_every
 
 from . import ahead, journal, nodes, store
@@ -53,7 +52,6 @@ from .record import HistoryEntry, JobRecord, stamp
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
-STEP_LINE = re.compile(r"^step\s+(\d+) \| loss ")
 
 
 class GaveUp(CloudError):
@@ -359,7 +357,7 @@ class Follower:
     # -- what the log says -------------------------------------------------------------------------
     def last_step(self) -> int | None:
         """The last step the trainer logged (rank 0's step lines), or None if it logged none."""
-        steps = [int(m.group(1)) for text in self._messages() if (m := STEP_LINE.match(text))]
+        steps = [got[0] for text in self._messages() if (got := trainer_values(text)) is not None]
         return max(steps) if steps else None
 
     def _messages(self) -> list[str]:
