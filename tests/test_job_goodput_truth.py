@@ -53,13 +53,13 @@ def cli(*argv: str, fmt: str | None = None):
 
 
 # -- a job that never ran ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("scheduler", ["slurm", None])
-def test_a_job_cancelled_while_queued_has_no_productive_time(scheduler):
-    got = of(cluster_state(CANCELLED, 20, scheduler=scheduler), [], now=20)
+@pytest.mark.parametrize("in_queue", [True, False], ids=["slurm", "plain"])
+def test_a_job_cancelled_while_queued_has_no_productive_time(in_queue):
+    got = of(cluster_state(CANCELLED, 20, waits_in_queue=in_queue), [], now=20)
     assert got["productive_s"] == 0 and got["node_s"] == 2 * 20
     assert got["percent"] is None and got["reason"] == "never started"
     # On Slurm its wait was the queue's; a plain cluster's job that never reached its program never started up.
-    assert got["lost_s"]["queued" if scheduler else "startup"] == 2 * 20 == total(got)
+    assert got["lost_s"]["queued" if in_queue else "startup"] == 2 * 20 == total(got)
 
 
 def test_a_vertex_job_cancelled_before_its_machines_came_has_no_productive_time():
@@ -105,7 +105,7 @@ def test_a_preempted_slurm_job_s_queue_waits_are_queued_and_its_steps_run_again_
     history = [{"attempt": 1, "at": at(66), "cause": "preempted", "node": "q-1", "delivered": at(100)}]
     lines = [(30.0, "no checkpoint in /ckpt: starting from step 0")] + [(35.0 + i, step(i)) for i in range(30)]
     lines += [(105.0, "resumed from /ckpt/step_00000020 at step 20")] + [(110.0 + i - 20, step(i)) for i in range(20, 50)]
-    got = of(cluster_state(SUCCEEDED, 142, scheduler="slurm", history=history, attempt=1), lines, now=142)
+    got = of(cluster_state(SUCCEEDED, 142, waits_in_queue=True, history=history, attempt=1), lines, now=142)
     lost = got["lost_s"]
     assert got["node_s"] == 2 * 142
     assert abs(total(got) - got["node_s"]) <= 0.05 * got["node_s"]
@@ -210,3 +210,35 @@ def test_a_step_line_of_thousands_of_digits_breaks_no_job_status(gcp, tmp_path):
     assert "GOODPUT" in table.output and "- (no step logged yet)" in table.output
     report = cli("metrics", "report", "--job", job, "-o", str(tmp_path / "r.html"))
     assert report.exit_code == 0 and report.exception is None, report.output
+
+
+@pytest.mark.slow
+def test_a_slurm_job_cancelled_while_pending_shows_its_wait_as_queued_and_nothing_productive(gcp):
+    """Issue 50: a job cancelled while queued showed 100 % of its node-time productive."""
+    from helpers import wait_for
+
+    from gcpgpu.fakes.guest.slurm import slurm_installed
+
+    if slurm_installed() is not None:
+        pytest.skip(str(slurm_installed()))
+    quick = ["--model", "tiny", "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--vocab-size", "256"]
+    assert cli("cluster", "up", "q", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--scheduler", "slurm", "--yes").exit_code == 0
+
+    def submitted(*argv: str) -> str:
+        got = cli("job", "submit", "--cluster", "q", *argv, fmt="json")
+        assert got.exit_code == 0, got.output
+        return json.loads(got.output[got.output.index("{"):])["id"]
+
+    first = submitted("--name", "a", "--", "--model", "tiny", "--steps", "100000", "--seq-len", "16", "--batch-size", "2")
+    second = submitted("--name", "b", "--", *quick)
+    wait_for(lambda: shown(first)["state"] == "RUNNING", timeout=120, what="A running, B waiting behind it")
+    assert cli("job", "cancel", second).exit_code == 0
+    wait_for(lambda: shown(second)["state"] == "CANCELLED", timeout=60, what="B cancelled while pending")
+    got = shown(second)["goodput"]
+    assert got["productive_s"] == 0 and got["percent"] is None and got["reason"] == "never started"
+    assert got["lost_s"]["queued"] == got["node_s"] > 0
+    assert "- (never started)" in cli("job", "status", second).output
+    assert cli("job", "cancel", first).exit_code == 0
+    wait_for(lambda: shown(first)["state"] == "CANCELLED", timeout=60, what="A cancelled while running")
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0

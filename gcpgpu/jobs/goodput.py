@@ -51,7 +51,6 @@ from .state import SUCCEEDED
 log = logging.getLogger("gcpgpu.jobs.goodput")
 PARTS = ("queued", "capacity", "image_pull", "startup", "checkpoint", "redone", "stalled", "recovery")
 STALLED_CAUSE = "stalled"  # a retry's cause after a stall (jobs/cluster/restart.py)
-SLURM = "slurm"  # a record's scheduler whose jobs wait in Slurm's queue (jobs/cluster/slurm.py's NAME)
 # Cloud Monitoring: one custom metric per figure, on the generic_task resource the trainer's reporter
 # writes to (namespace as metrics/sources.NAMESPACE, job = the cluster or the Vertex job id), with
 # task_id "goodput" and the job's id as a metric label: `metrics report` draws it.
@@ -283,11 +282,11 @@ def timeline(state: Any, entries: Iterable[tuple[float | None, str, str]], now: 
 
     A cluster job's attempts are its history's: entry k says when attempt k's loss or failure was seen
     (`at`), why (`cause`), its cadence (`log_every`) and when the next attempt started (`delivered`). On
-    a plain cluster `delivered` is when the next attempt was put on its nodes; on a Slurm cluster
-    (state.scheduler "slurm") the job waits in Slurm's queue from its submission, or its requeue (`at`),
-    until its program starts (`delivered`; the first attempt's own `started` where its entry says it,
-    else its first line): that wait is `queued`. The last attempt's program started at its nodes'
-    earliest `started` report (a Slurm job's: the record's `started`, if after its requeue)."""
+    a plain cluster `delivered` is when the next attempt was put on its nodes; where the job waits in a
+    shared queue (state.waits_in_queue: a Slurm cluster's) it waits from its submission, or its requeue
+    (`at`), until its program starts (`delivered`; the first attempt's own `started` where its entry says
+    it, else its first line): that wait is `queued`. The last attempt's program started at its nodes'
+    earliest `started` report (else, in a queue, the state's `started`, if after its requeue)."""
     created = _when(state.created)
     if created is None:
         return None
@@ -299,25 +298,25 @@ def timeline(state: Any, entries: Iterable[tuple[float | None, str, str]], now: 
         n = sum(int(p.get("replicas") or 0) for p in state.pools) or int(state.nodes or 1)
         begin = started if started is not None else end
         return Timeline(n, created, end, [Attempt(begin, end, started=started)], lines, ended=state.final, succeeded=won)
-    slurm = getattr(state, "scheduler", None) == SLURM
+    queued = bool(state.waits_in_queue)
     attempts, begin, cadence = [], created, None
     started_at: float | None = None
     for k, h in enumerate(state.history):
         seen = _when(h.get("at")) or begin
         cadence = _int(h.get("log_every")) or cadence
-        if slurm and k == 0:
+        if queued and k == 0:
             started_at = _when(h.get("started"))
-        attempts.append(Attempt(begin, seen, str(h.get("cause") or ""), cadence, started_at, queued=slurm))
+        attempts.append(Attempt(begin, seen, str(h.get("cause") or ""), cadence, started_at, queued=queued))
         delivered = _when(h.get("delivered"))
-        begin, started_at = (seen, delivered) if slurm else (delivered or seen, None)
+        begin, started_at = (seen, delivered) if queued else (delivered or seen, None)
     reports = [t for r in state.per_node if (t := _when(r.get("started")))]
     if reports:
         started_at = min(reports)
-    elif slurm and started_at is None:
+    elif queued and started_at is None:
         started_at = _when(state.started)
     if started_at is not None and started_at < begin:  # a report of an earlier attempt
         started_at = None
-    attempts.append(Attempt(begin, end, None, cadence, started_at, queued=slurm))
+    attempts.append(Attempt(begin, end, None, cadence, started_at, queued=queued))
     pull = sum(float(r.get("pull_s") or 0) for r in state.per_node) + \
         sum(float(h.get("pull_s") or 0) for h in state.history)
     return Timeline(int(state.nnodes or state.nodes or 1), created, end, attempts, lines, pull, state.final, won)
