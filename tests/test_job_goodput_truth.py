@@ -97,6 +97,17 @@ def test_one_step_line_counts_the_steps_it_covers_at_its_own_step_time():
     assert total(got) == pytest.approx(got["node_s"])
 
 
+def test_a_running_job_s_steps_after_its_only_line_are_in_flight_not_stalled():
+    """The trainer's first line (step 9 of a fresh start) covers ten steps: its cadence. Until ten more steps'
+    time has passed since it, the job is stepping, not stalled; past that, its silence is stalled."""
+    def at_now(now: float) -> dict:
+        return goodput.split(Timeline(1, 0.0, now, [Attempt(0.0, now, started=5.0)], [(20.0, step(9, ms=1000.0))],
+                                      ended=False))
+
+    assert at_now(28.0)["lost_s"]["stalled"] == 0 and at_now(28.0)["productive_s"] == pytest.approx(18)
+    assert at_now(40.0)["lost_s"]["stalled"] == pytest.approx(10) and at_now(40.0)["productive_s"] == pytest.approx(20)
+
+
 # -- Slurm: queued, requeued, steps run twice ------------------------------------------------------------------
 def test_a_preempted_slurm_job_s_queue_waits_are_queued_and_its_steps_run_again_are_redone():
     """2 nodes. Submitted at 0, it waits in Slurm's queue until its program starts at 30; steps 0..29 at

@@ -199,8 +199,8 @@ def split(tl: Timeline) -> dict[str, Any]:
         in_tail = st.blocked(after=t_last)  # the save after the last step (the last one, a preemption's)
         t_first = min(max(t_first, prog), stop)
         t_last = min(max(t_last, t_first), stop)
-        every = a.log_every or st.cadence or 1
         before = max(1, s_first - st.base(a.log_every) + 1)  # steps the first line covers
+        every = a.log_every or st.cadence or (before if st.trainer else 1)  # the trainer's first line: its cadence
         pre = t_first - prog
         pre_compute = min(pre, before * (st.first_s or st.step_s))
         wall["startup"] += pre - pre_compute
