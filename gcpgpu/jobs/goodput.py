@@ -298,10 +298,21 @@ def timeline(state: Any, entries: Iterable[tuple[float | None, str, str]], now: 
         n = sum(int(p.get("replicas") or 0) for p in state.pools) or int(state.nodes or 1)
         begin = started if started is not None else end
         return Timeline(n, created, end, [Attempt(begin, end, started=started)], lines, ended=state.final, succeeded=won)
-    queued = bool(state.waits_in_queue)
+    reports = [t for r in state.per_node if (t := _when(r.get("started")))]
+    attempts = _attempts_of(state.history, created, end, state.waits_in_queue, min(reports) if reports else None,
+                            _when(state.started) if state.waits_in_queue else None)
+    pull = sum(float(r.get("pull_s") or 0) for r in state.per_node) + \
+        sum(float(h.get("pull_s") or 0) for h in state.history)
+    return Timeline(int(state.nnodes or state.nodes or 1), created, end, attempts, lines, pull, state.final, won)
+
+
+def _attempts_of(history: list[dict], created: float, end: float, queued: bool, started: float | None,
+                 fallback: float | None = None) -> list[Attempt]:
+    """A cluster job's attempts from its history (see timeline()); `started`: when its last attempt's program
+    started (its nodes' reports), where known; `fallback`: where neither they nor its history say."""
     attempts, begin, cadence = [], created, None
     started_at: float | None = None
-    for k, h in enumerate(state.history):
+    for k, h in enumerate(history):
         seen = _when(h.get("at")) or begin
         cadence = _int(h.get("log_every")) or cadence
         if queued and k == 0:
@@ -309,17 +320,21 @@ def timeline(state: Any, entries: Iterable[tuple[float | None, str, str]], now: 
         attempts.append(Attempt(begin, seen, str(h.get("cause") or ""), cadence, started_at, queued=queued))
         delivered = _when(h.get("delivered"))
         begin, started_at = (seen, delivered) if queued else (delivered or seen, None)
-    reports = [t for r in state.per_node if (t := _when(r.get("started")))]
-    if reports:
-        started_at = min(reports)
-    elif queued and started_at is None:
-        started_at = _when(state.started)
+    started_at = next((t for t in (started, started_at, fallback) if t is not None), None)
     if started_at is not None and started_at < begin:  # a report of an earlier attempt
         started_at = None
     attempts.append(Attempt(begin, end, None, cadence, started_at, queued=queued))
-    pull = sum(float(r.get("pull_s") or 0) for r in state.per_node) + \
-        sum(float(h.get("pull_s") or 0) for h in state.history)
-    return Timeline(int(state.nnodes or state.nodes or 1), created, end, attempts, lines, pull, state.final, won)
+    return attempts
+
+
+def redone_of(history: list[dict], read: Iterable[tuple[float | None, str, str]]) -> list[Redo]:
+    """redone() of a plain cluster's job known by its history and its log's entries alone (its follower's
+    count at the job's end, for the webhooks): the same steps `job status` shows."""
+    lines = _writer(read)
+    times = [t for t, _x in lines] + [t for h in history for t in (_when(h.get("at")), _when(h.get("delivered"))) if t]
+    if not times:
+        return [Redo(h.get("last_step"), None, None, None) for h in history]
+    return redone(Timeline(1, min(times), max(times), _attempts_of(history, min(times), max(times), False, None), lines))
 
 
 def entries(clients: Any, project: str, flt: str) -> list[tuple[float | None, str, str]]:

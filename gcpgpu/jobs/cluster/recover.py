@@ -42,7 +42,7 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import ids
 from gcpgpu.jobs import logs as job_logs
 from gcpgpu.jobs.state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
-from gcpgpu.jobs.steplines import resumed_at, trainer_values
+from gcpgpu.jobs.steplines import trainer_values
 from gcpgpu.trainer.argv import log_every
 
 from . import ahead, journal, nodes, store
@@ -371,7 +371,8 @@ def _pulled(state: JobState) -> float:
 
 
 def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[dict]) -> list[dict]:
-    """The history with `resumed_at` and `steps_redone` filled in from the job's log, where it says so.
+    """The history with `resumed_at` and `steps_redone` filled in from the job's log, where it says so:
+    goodput.redone_of, the count `job status`'s retry table and goodput's redone part read too.
 
     Attempt k's trainer logs where it resumed ("resumed from ... at step S", or a fresh start at 0);
     the steps redone are at least those the lost attempt had logged past S, and at most those plus
@@ -380,18 +381,8 @@ def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[d
     """
     if not history:
         return history
-    follower = Follower(clients, project, jid, 0)
-    resumed = [at for text in follower._messages() if (at := resumed_at(text)) is not None]
-    out = []
-    for i, entry in enumerate(history):
-        entry = dict(entry)
-        # Attempt 0 resumes too when its args asked for --resume: count from the end, one line per attempt.
-        k = len(resumed) - len(history) + i
-        at = resumed[k] if 0 <= k < len(resumed) else None
-        entry["resumed_at"] = at
-        last = entry.get("last_step")
-        entry["steps_redone"] = None if at is None or last is None else max(0, last + 1 - at)
-        unlogged = int(entry.get("log_every") or 1) - 1
-        entry["steps_redone_max"] = None if entry["steps_redone"] is None else entry["steps_redone"] + unlogged
-        out.append(entry)
-    return out
+    from gcpgpu.jobs import goodput
+
+    redos = goodput.redone_of(history, goodput.entries(clients, project, nodes.log_filter(project, jid)))
+    return [{**entry, "resumed_at": r.resumed_at, "steps_redone": r.steps, "steps_redone_max": r.steps_max}
+            for entry, r in zip(history, redos, strict=True)]
