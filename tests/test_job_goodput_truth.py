@@ -253,3 +253,16 @@ def test_a_slurm_job_cancelled_while_pending_shows_its_wait_as_queued_and_nothin
     assert cli("job", "cancel", first).exit_code == 0
     wait_for(lambda: shown(first)["state"] == "CANCELLED", timeout=60, what="A cancelled while running")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+def test_a_requeue_its_history_does_not_tell_of_is_read_from_the_log():
+    """A Slurm job's record keeps its last start only. Without a history entry for its requeue, its log
+    tells it: steps 0..29 at 35..64, then the program starting again (resumed at step 30, at 105; the record's
+    start 100) and steps 30..49 at 110..129. The wait between is queued, not 46 s of steps (the `sweep` job's
+    319.7 productive node-s of 402 while it ran about 206)."""
+    lines = [(30.0, "no checkpoint in /ckpt: starting from step 0")] + [(35.0 + i, step(i)) for i in range(30)]
+    lines += [(105.0, "resumed from /ckpt/step_00000030 at step 30")] + [(110.0 + i - 30, step(i)) for i in range(30, 50)]
+    got = of(cluster_state(SUCCEEDED, 132, waits_in_queue=True, started=at(100)), lines, now=132)
+    assert got["lost_s"]["queued"] == pytest.approx(2 * (30 + 36))  # 0 -> 30, and its last line (64) -> 100
+    assert got["productive_s"] == pytest.approx(2 * 50)
+    assert total(got) == pytest.approx(got["node_s"])

@@ -51,6 +51,7 @@ from .state import SUCCEEDED
 log = logging.getLogger("gcpgpu.jobs.goodput")
 PARTS = ("queued", "capacity", "image_pull", "startup", "checkpoint", "redone", "stalled", "recovery")
 STALLED_CAUSE = "stalled"  # a retry's cause after a stall (jobs/cluster/restart.py)
+RESTARTED = "restarted"  # an attempt the log shows ending (its program started again) and the record does not
 # Cloud Monitoring: one custom metric per figure, on the generic_task resource the trainer's reporter
 # writes to (namespace as metrics/sources.NAMESPACE, job = the cluster or the Vertex job id), with
 # task_id "goodput" and the job's id as a metric label: `metrics report` draws it.
@@ -145,25 +146,57 @@ def _redo(a: Attempt, st: _Steps, nxt: _Steps) -> Redo:
     return Redo(last, again, steps, steps + max(0, every - 1 - kept), kept)
 
 
-def _attempts(tl: Timeline) -> tuple[list[Attempt], float, list[_Steps]]:
-    """The attempts in order, the job's end (its last line where that is later) and each attempt's
-    steps: its lines from its program's start (its put on the nodes) to the next one's."""
-    attempts = sorted(tl.attempts, key=lambda a: a.begin)
+def _restarts(lines: list[tuple[float, str]]) -> list[list[tuple[float, str]]]:
+    """An attempt's lines cut where its program started again: a resume line after a step line (a requeue
+    or restart the record does not tell of)."""
+    chunks: list[list[tuple[float, str]]] = [[]]
+    stepped = False
+    for t, x in lines:
+        if stepped and steplines.resumed_at(x) is not None:
+            chunks.append([])
+            stepped = False
+        stepped = stepped or steplines.trainer_values(x) is not None or steplines.user_values(x) is not None
+        chunks[-1].append((t, x))
+    return chunks
+
+
+def _attempts(tl: Timeline) -> tuple[list[Attempt], float, list[_Steps], list[bool]]:
+    """The attempts in order, the job's end (its last line where that is later), each attempt's steps (its
+    lines from its program's start, or its put on the nodes, to the next one's) and whether the record
+    told of its end. An attempt whose lines show its program starting again is as many attempts: each
+    ends at its last line, and the next begins there and starts at its first line."""
+    told = sorted(tl.attempts, key=lambda a: a.begin)
     end = max([tl.end, *(t for t, _ in tl.lines)])
-    cuts = [a.started if a.started is not None and a.queued else a.begin for a in attempts[1:]]
-    per = []
-    for k in range(len(attempts)):
+    cuts = [a.started if a.started is not None and a.queued else a.begin for a in told[1:]]
+    attempts, per, ends = [], [], []
+    for k, a in enumerate(told):
         lo = cuts[k - 1] if k else float("-inf")
         hi = cuts[k] if k < len(cuts) else float("inf")
-        per.append(_steps([(t, x) for t, x in tl.lines if lo <= t < hi]))
-    return attempts, end, per
+        chunks = _restarts([(t, x) for t, x in tl.lines if lo <= t < hi])
+        begin = a.begin
+        for j, chunk in enumerate(chunks):
+            final = j + 1 == len(chunks)
+            opened, closed = (chunk[0][0], chunk[-1][0]) if chunk else (begin, begin)
+            started = a.started if a.started is None or j == 0 or begin < a.started <= opened else opened
+            if not final and started is not None and started > closed:
+                started = None  # the record's start of a later run
+            attempts.append(Attempt(begin, a.end if final else closed, a.cause if final else RESTARTED,
+                                    a.log_every, started if j == 0 else started or opened, a.queued))
+            per.append(_steps(chunk))
+            ends.append(final)
+            begin = closed
+    return attempts, end, per, ends
+
+
+def _redos(attempts: list[Attempt], per: list[_Steps]) -> list[Redo]:
+    return [_redo(a, per[k], per[k + 1]) for k, a in enumerate(attempts[:-1])]
 
 
 def redone(tl: Timeline) -> list[Redo]:
-    """Per lost attempt (all but the last, in order: the record's history entries), the steps its next
-    attempt ran again: what `job status`'s retry table shows and split() counts as redone."""
-    attempts, _end, per = _attempts(tl)
-    return [_redo(a, per[k], per[k + 1]) for k, a in enumerate(attempts[:-1])]
+    """Per lost attempt the record tells of (all but the last, in order: its history's entries), the steps
+    its next attempt ran again: what `job status`'s retry table shows and split() counts as redone."""
+    attempts, _end, per, told = _attempts(tl)
+    return [r for r, end_told in zip(_redos(attempts, per), told, strict=False) if end_told]
 
 
 def split(tl: Timeline) -> dict[str, Any]:
@@ -171,11 +204,11 @@ def split(tl: Timeline) -> dict[str, Any]:
     PARTS}}, in node-seconds and percent of node_s. percent is None (reason says why) before a step."""
     wall = dict.fromkeys(PARTS, 0.0)  # wall seconds, x nnodes at the end
     productive = 0.0
-    attempts, end, per = _attempts(tl)
+    attempts, end, per, _told = _attempts(tl)
     stepped = any(st.found for st in per)
     if attempts:
         wall["capacity"] = max(0.0, min(attempts[0].begin, end) - tl.created)
-    redos = redone(tl)
+    redos = _redos(attempts, per)
     for k, a in enumerate(attempts):
         last = k + 1 == len(attempts)
         upto = end if last else attempts[k + 1].begin
@@ -184,6 +217,8 @@ def split(tl: Timeline) -> dict[str, Any]:
             wall["recovery"] += max(0.0, upto - stop)  # the loss seen -> the next attempt on its nodes
         st = per[k]
         prog = a.started if a.started is not None else st.opened if a.queued else a.begin
+        if a.queued and prog is not None and st.opened is not None:  # no program starts after its first line
+            prog = min(prog, st.opened)
         prog = min(max(prog if prog is not None else stop, a.begin), stop)
         wall["queued" if a.queued else "startup"] += prog - a.begin
         if not st.found:
