@@ -261,8 +261,9 @@ def test_a_requeue_its_history_does_not_tell_of_is_read_from_the_log():
     start 100) and steps 30..49 at 110..129. The wait between is queued, not 46 s of steps (the `sweep` job's
     319.7 productive node-s of 402 while it ran about 206)."""
     lines = [(30.0, "no checkpoint in /ckpt: starting from step 0")] + [(35.0 + i, step(i)) for i in range(30)]
+    lines += [(64.5, "gcpgpu.trainer: SIGTERM: stopped after step 29, checkpoint saved"), (101.0, "loading the data")]
     lines += [(105.0, "resumed from /ckpt/step_00000030 at step 30")] + [(110.0 + i - 30, step(i)) for i in range(30, 50)]
-    got = of(cluster_state(SUCCEEDED, 132, waits_in_queue=True, started=at(100)), lines, now=132)
+    got = of(cluster_state(SUCCEEDED, 132, waits_in_queue=True, started=at(100)), sorted(lines), now=132)
     assert got["lost_s"]["queued"] == pytest.approx(2 * (30 + 36))  # 0 -> 30, and its last line (64) -> 100
     assert got["productive_s"] == pytest.approx(2 * 50)
     assert total(got) == pytest.approx(got["node_s"])

@@ -147,16 +147,20 @@ def _redo(a: Attempt, st: _Steps, nxt: _Steps) -> Redo:
 
 
 def _restarts(lines: list[tuple[float, str]]) -> list[list[tuple[float, str]]]:
-    """An attempt's lines cut where its program started again: a resume line after a step line (a requeue
-    or restart the record does not tell of)."""
+    """An attempt's lines cut where its program started again (a requeue or restart the record does not
+    tell of): a resume line after a step line. The old run's lines end at its last step or save; what
+    came between (its exit, the new run's start-up) is the new run's."""
     chunks: list[list[tuple[float, str]]] = [[]]
-    stepped = False
+    stepped, kept = False, 0  # a step line in the current chunk; its lines up to its last step or save
     for t, x in lines:
         if stepped and steplines.resumed_at(x) is not None:
-            chunks.append([])
-            stepped = False
-        stepped = stepped or steplines.trainer_values(x) is not None or steplines.user_values(x) is not None
+            chunks[-1], tail = chunks[-1][:kept], chunks[-1][kept:]
+            chunks.append(tail)
+            stepped, kept = False, 0
         chunks[-1].append((t, x))
+        step = steplines.trainer_values(x) is not None or steplines.user_values(x) is not None
+        if step or steplines.ckpt_blocked(x) is not None:
+            stepped, kept = stepped or step, len(chunks[-1])
     return chunks
 
 
@@ -177,9 +181,12 @@ def _attempts(tl: Timeline) -> tuple[list[Attempt], float, list[_Steps], list[bo
         for j, chunk in enumerate(chunks):
             final = j + 1 == len(chunks)
             opened, closed = (chunk[0][0], chunk[-1][0]) if chunk else (begin, begin)
-            started = a.started if a.started is None or j == 0 or begin < a.started <= opened else opened
+            again = next((t for t, x in chunk if steplines.resumed_at(x) is not None), opened)
+            started = a.started if a.started is None or j == 0 or begin < a.started <= again else opened
             if not final and started is not None and started > closed:
                 started = None  # the record's start of a later run
+            if j == 0 and a.queued and chunk and started is not None:
+                started = min(started, opened)  # a program does not start after its first line
             attempts.append(Attempt(begin, a.end if final else closed, a.cause if final else RESTARTED,
                                     a.log_every, started if j == 0 else started or opened, a.queued))
             per.append(_steps(chunk))
@@ -217,8 +224,6 @@ def split(tl: Timeline) -> dict[str, Any]:
             wall["recovery"] += max(0.0, upto - stop)  # the loss seen -> the next attempt on its nodes
         st = per[k]
         prog = a.started if a.started is not None else st.opened if a.queued else a.begin
-        if a.queued and prog is not None and st.opened is not None:  # no program starts after its first line
-            prog = min(prog, st.opened)
         prog = min(max(prog if prog is not None else stop, a.begin), stop)
         wall["queued" if a.queued else "startup"] += prog - a.begin
         if not st.found:
