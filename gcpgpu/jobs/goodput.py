@@ -27,7 +27,8 @@ the attempt's own time since its program started, and number at most where it re
 trainer), else one line's cadence: numbering steps from 1,000,000 credits nothing more. A job that
 logged no step line at all counts its program's run as productive only when it SUCCEEDED (nothing
 tells more); a cancelled or failed one has none. A job with no step yet, or that never started, has
-no percent (None) and says why (`reason`).
+no percent (None) and says why (`reason`). An attempt whose log shows its program starting again (a
+resume line after step lines: a requeue the record does not tell of yet) is read as two.
 
 redone() is the one count of the steps each recovery ran again: `job status`'s retry table and
 split() both read it. split() is pure arithmetic over a Timeline, each share computed once from the
@@ -269,7 +270,7 @@ def split(tl: Timeline) -> dict[str, Any]:
         productive += compute - took
     n = max(1, tl.nnodes)
     lost = {k: max(0.0, v) * n for k, v in wall.items()}
-    pull = min(tl.pull_s, lost["startup"])  # the pull happens in an attempt's start-up
+    pull = min(float(tl.pull_s), lost["startup"])  # the pull happens in an attempt's start-up
     lost["image_pull"], lost["startup"] = pull, lost["startup"] - pull
     node_s = n * max(0.0, end - tl.created)
     started = stepped or any(a.started is not None for a in attempts) or bool(tl.lines)
