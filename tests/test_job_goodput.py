@@ -65,11 +65,6 @@ def test_a_vertex_job_s_wait_for_its_machines_is_capacity():
     assert total(got) == pytest.approx(got["node_s"])
 
 
-def test_a_user_command_without_step_lines_counts_its_run_as_productive():
-    got = goodput.split(Timeline(1, 0.0, 100.0, [Attempt(0.0, 100.0, started=25.0)], [(30.0, "epoch 1 done")]))
-    assert got["productive_s"] == 75 and got["lost_s"]["startup"] == 25 and got["percent"] == 75.0
-
-
 def test_a_user_command_s_documented_step_lines_count_its_steps():
     lines = [(20.0 + 2 * i, f"step {i} loss={5 - i / 100:.2f}") for i in range(10)]
     got = goodput.split(Timeline(1, 0.0, 50.0, [Attempt(0.0, 50.0, started=5.0)], lines))
@@ -143,8 +138,8 @@ def trainer(run: str) -> list[str]:
 
 
 def check_adds_up(got: dict) -> None:
-    assert set(got) == {"percent", "productive_s", "node_s", "lost_s"}
-    assert set(got["lost_s"]) == set(goodput.PARTS)
+    assert set(got) == {"percent", "reason", "productive_s", "node_s", "lost_s", "share"}
+    assert set(got["lost_s"]) == set(goodput.PARTS) and set(got["share"]) == {"productive", *goodput.PARTS}
     assert got["node_s"] > 0 and 0 < got["percent"] <= 100
     assert abs(total(got) - got["node_s"]) <= 0.05 * got["node_s"], got
 

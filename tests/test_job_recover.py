@@ -127,17 +127,23 @@ def test_gives_up_after_n_recoveries_with_one_line(spot_cluster):
 
 
 def test_steps_redone_come_from_the_trainer_s_own_lines(monkeypatch):
-    from gcpgpu.jobs import ids
+    """Counted by goodput.redone_of from each attempt's own lines (those logged from its delivery to the next's):
+    the count `job status` and goodput read too."""
+    from gcpgpu.jobs import goodput, ids
     from gcpgpu.jobs.cluster import recover
+    from gcpgpu.jobs.cluster.record import stamp
 
-    lines = ["no checkpoint in /gcs/b/c: starting from step 0", "step      9 | loss 1.0",
-             "resumed from /gcs/b/c/step_00000010 at step 10", "step     17 | loss 0.9",
-             "resumed from /gcs/b/c/step_00000015 at step 15"]
-    monkeypatch.setattr(recover.Follower, "_messages", lambda self: lines)
-    history = [{"attempt": 1, "last_step": 12, "log_every": 1}, {"attempt": 2, "last_step": 17, "log_every": 5}]
+    t0 = 1_800_000_000.0
+    lines = [(1, "no checkpoint in /gcs/b/c: starting from step 0"), *((2 + i, f"step {i:>6} | loss 1.0 |")
+                                                                      for i in range(13)),
+             (30, "resumed from /gcs/b/c/step_00000010 at step 10"), (35, "step     14 | loss 0.9 |"),
+             (40, "step     19 | loss 0.9 |"), (60, "resumed from /gcs/b/c/step_00000015 at step 15")]
+    monkeypatch.setattr(goodput, "entries", lambda *a: [(t0 + t, "c-0", text) for t, text in lines])
+    history = [{"attempt": 1, "at": stamp(t0 + 20), "delivered": stamp(t0 + 25), "last_step": 12, "log_every": 1},
+               {"attempt": 2, "at": stamp(t0 + 50), "delivered": stamp(t0 + 55), "last_step": 19, "log_every": 5}]
     got = recover.steps_redone(None, "p", ids.parse("cluster:c:train-abc123"), history)
     # Logged every step: exact. Every 5th: the lost attempt may have run 4 steps past its last line.
-    assert [(h["resumed_at"], h["steps_redone"], h["steps_redone_max"]) for h in got] == [(10, 3, 3), (15, 3, 7)]
+    assert [(h["resumed_at"], h["steps_redone"], h["steps_redone_max"]) for h in got] == [(10, 3, 3), (15, 5, 9)]
 
 
 def test_log_every_default_is_the_trainers():

@@ -261,8 +261,10 @@ def status(settings: Settings, job_id: str) -> None:
         emit(state.to_dict())
         return
     shown = state.to_dict()
-    if state.goodput and state.goodput.get("percent") is not None:
-        shown["goodput_shown"] = f"{state.goodput['percent']:.1f}% of {_hours(state.goodput['node_s'])} node-time"
+    if state.goodput:
+        got = state.goodput
+        shown["goodput_shown"] = (f"{got['percent']:.1f}% of {_hours(got['node_s'])} node-time"
+                                  if got.get("percent") is not None else f"- ({got.get('reason')})")
     emit(shown, STATUS_COLUMNS, title=f"Job {state.id}")
     if state.target == "vertex":
         emit(state.pools, [("pool", "POOL"), ("replicas", "REPLICAS"), ("machine_type", "MACHINE TYPE"),
@@ -282,11 +284,12 @@ def _hours(seconds: float) -> str:
 
 
 def _goodput_rows(got: dict) -> list[dict]:
-    """`job status`'s goodput table: productive time, then each kind of lost time that is not nil."""
-    node_s = float(got["node_s"])
-    parts = [("productive", got["productive_s"]),
-             *((f"lost: {k.replace('_', ' ')}", v) for k, v in got["lost_s"].items() if v)]
-    return [{"part": name, "time": _hours(v), "share": f"{100 * v / node_s:.1f}%"} for name, v in parts]
+    """`job status`'s goodput table: productive time, then each kind of lost time that is not nil, each
+    with the share goodput computed (the productive one is GOODPUT's percent, where it has one)."""
+    share = got["share"]
+    parts = [("productive", "productive", got["productive_s"]),
+             *((f"lost: {k.replace('_', ' ')}", k, v) for k, v in got["lost_s"].items() if v)]
+    return [{"part": name, "time": _hours(v), "share": f"{share[key]:.1f}%"} for name, key, v in parts]
 
 
 @job.command()

@@ -22,7 +22,9 @@ STEP_SPACING_S = 1.0  # at most one recorded point per second (the rest only mov
 Steps = tuple[tuple[float, int], ...]  # (time, step) a job's log reached, oldest first
 # A line that carries a step, at its start: the trainer's "step 9 | loss ...", a user's "Step 10/100 ...",
 # "step=10 ..." or a JSON line {"step": 10, ...}; a launcher's "[rank0]:" prefix allowed.
-_STEP_LINE = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?[{\"']*\s*step[\"']?\s*[=:]?\s*(\d+)", re.IGNORECASE)
+# At most 15 digits: a longer number is no step (a line of the job's own cannot break the emulator).
+_STEP_LINE = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?[{\"']*\s*step[\"']?\s*[=:]?\s*(\d{1,15})(?!\d)",
+                        re.IGNORECASE)
 
 
 def step_in(text: str) -> int | None:

@@ -34,8 +34,8 @@ def with_cause(clients: Clients, project: str, state: JobState) -> JobState:
 
 
 def detail(clients: Clients, project: str, jid: JobId) -> JobState:
-    """The job's state as `job status` shows it: a cluster job's with its cost so far and its history's
-    steps redone (read from the trainer's log lines), and a failed job's with its cause."""
+    """The job's state as `job status` shows it: a cluster job's with its cost so far, a failed job's with
+    its cause, and every job's goodput with, for each recovery, the steps it ran again (one log read)."""
     state = route.status(clients, project, jid)
     if state.target == "cluster":
         from .cluster.spent import with_spent
@@ -47,28 +47,33 @@ def detail(clients: Clients, project: str, jid: JobId) -> JobState:
         from .vertex import with_spent as vertex_spent
 
         state = vertex_spent(state, clock.now())
-    if state.history:
-        from .cluster.recover import steps_redone
-
-        history = steps_redone(clients, project, jid, state.history)
-        for h in history:  # the table shows a range where the trainer's log cadence hides the end
-            h["kind"] = h.get("kind") or "recovery"
-            h["node"] = h.get("node") or ", ".join(h.get("lost") or [])
-            h["redone"] = h["steps_redone"] if h["steps_redone"] == h["steps_redone_max"] else \
-                f"{h['steps_redone']}-{h['steps_redone_max']}"
-        state = replace(state, history=history, steps_redone=sum(h["steps_redone"] or 0 for h in history),
-                        steps_redone_max=sum(h["steps_redone_max"] or 0 for h in history))
     return with_goodput(clients, project, with_cause(clients, project, state))
 
 
 def with_goodput(clients: Clients, project: str, state: JobState) -> JobState:
-    """`state` with its goodput (jobs/goodput.py); a log that cannot be read leaves it out (None)."""
+    """`state` with its goodput (jobs/goodput.py) and its history's steps redone, both from goodput.redone():
+    the retry table and the goodput's redone part count the same steps. A log that cannot be read leaves
+    them out (None)."""
     from gcpgpu.gcp import clock
 
     from . import goodput, ids
 
     try:
-        flt = route.log_filter(project, ids.parse(state.id))
-        return replace(state, goodput=goodput.of_job(clients, project, state, clock.now(), flt))
+        read = goodput.entries(clients, project, route.log_filter(project, ids.parse(state.id)))
     except CloudError:
-        return state
+        read = None
+    tl = None if read is None else goodput.timeline(state, read, clock.now())
+    if state.history:
+        redos = goodput.redone(tl) if tl is not None else []
+        history = []
+        for k, h in enumerate(state.history):  # the table shows a range where the log's cadence hides the end
+            r = redos[k] if k < len(redos) else goodput.Redo(h.get("last_step"), None, None, None)
+            h = {**h, "last_step": h.get("last_step") if r.last_step is None else r.last_step,
+                 "resumed_at": r.resumed_at, "steps_redone": r.steps, "steps_redone_max": r.steps_max}
+            h["kind"] = h.get("kind") or "recovery"
+            h["node"] = h.get("node") or ", ".join(h.get("lost") or [])
+            h["redone"] = r.steps if r.steps == r.steps_max else f"{r.steps}-{r.steps_max}"
+            history.append(h)
+        state = replace(state, history=history, steps_redone=sum(h["steps_redone"] or 0 for h in history),
+                        steps_redone_max=sum(h["steps_redone_max"] or 0 for h in history))
+    return state if tl is None else replace(state, goodput=goodput.split(tl))

@@ -97,6 +97,9 @@ class JobState:
     node: str | None = None  # RECOVERING, RETRYING, STALLED: the node(s) it is about
     cause: str | None = None  # why it ended, in a word or the program's own line
     cause_from: str | None = None  # CAUSE_FOLLOWER | CAUSE_LOG: where `cause` came from; None without one
+    # Its attempts wait in a shared queue (its scheduler's: jobs/cluster/backend.py) from submission or a
+    # requeue until their program starts: goodput's `queued`. Not in the JSON.
+    waits_in_queue: bool = False
     # Added for `job status` (jobs/detail.py)
     spent: Spent | None = None
     steps_redone: int | None = None  # steps the recoveries ran again (at least, and at most)
@@ -130,7 +133,7 @@ class JobState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobState:
         """A state from what to_dict() gave (keys it does not know are left out, missing ones take defaults)."""
-        known = {f.name for f in fields(cls)} - {"spent", "cause_from"}
+        known = {f.name for f in fields(cls)} - {"spent", "cause_from", "waits_in_queue"}
         values = {k: v for k, v in data.items() if k in known}
         if "uptime_s" in data:
             values["spent"] = Spent(**{k: data.get(k) for k in _SPENT})

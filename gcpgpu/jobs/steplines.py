@@ -7,21 +7,29 @@ where a resumed run started, and how long each checkpoint blocked the steps.
     a resume                resumed from gs://.../step_00000020 at step 20 / no checkpoint in DIR: starting from step 0
     a checkpoint            saved checkpoint PATH (async) in 1.20 s (...); steps blocked 0.031 s
 
+    the trainer's summary   gcpgpu-train: median over 7 steps: 39.2 ms/step, ...
+
+A step number has at most MAX_DIGITS digits and a value must be a finite number: a line with more (a
+runaway counter, garbage) is not a step line and is ignored, so no line of a log can break a reader.
 metrics/steps.py draws the steps; jobs/goodput.py and jobs/cluster/recover.py count them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 # Prefixes a launcher may add to a worker's lines: "[rank0]: ", "[default0]:".
 _PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)")
-_TRAINER = re.compile(r"^step\s+(\d+) \| loss (\S+) \|")
+MAX_DIGITS = 15  # a step number's digits at most (10^15 steps: beyond any run; exact as a float)
+_N = rf"(\d{{1,{MAX_DIGITS}}})(?!\d)"
+_TRAINER = re.compile(r"^step\s+" + _N + r" \| loss (\S+) \|")
 _RATE = re.compile(r"^([\d.]+)([kM]?) tok/s/gpu$")
-_STEP = re.compile(r"""^[{"']*\s*step["']?\s*[=:]?\s*(\d+)""", re.IGNORECASE)
+_STEP = re.compile(r"""^[{"']*\s*step["']?\s*[=:]?\s*""" + _N, re.IGNORECASE)
 _PAIR = re.compile(r"""([A-Za-z_][\w./-]*)["']?\s*(?:[=:]\s*|\s+)(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)(?![\w./])""")
-RESUMED = re.compile(r"resumed from \S+ at step (\d+)|no checkpoint in .*: starting from step (0)")
-_CKPT = re.compile(r"^saved checkpoint \S+ \((\w+)\) in [\d.]+ s.*; steps blocked ([\d.]+) s")
+RESUMED = re.compile(r"resumed from \S+ at step " + _N + r"|no checkpoint in .*: starting from step (0)")
+_CKPT = re.compile(r"^saved checkpoint \S+ \((\w+)\) in [\d.]+ s.*; steps blocked (\d{1,12}(?:\.\d{1,9})?) s")
+_SUMMARY = re.compile(r": median over \d{1,12} steps: (\d{1,12}(?:\.\d{1,9})?) ms/step")
 
 
 def trainer_values(text: str) -> tuple[int, dict[str, float]] | None:
@@ -34,7 +42,9 @@ def trainer_values(text: str) -> tuple[int, dict[str, float]] | None:
     _number(values, "loss", m.group(2))
     for part in (p.strip() for p in line.split(" | ")[2:]):
         if rate := _RATE.match(part):
-            values["tokens_per_s_per_gpu"] = float(rate.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[rate.group(2)]
+            _number(values, "tokens_per_s_per_gpu", rate.group(1))
+            if "tokens_per_s_per_gpu" in values:
+                values["tokens_per_s_per_gpu"] *= {"": 1, "k": 1e3, "M": 1e6}[rate.group(2)]
         elif part.startswith("mfu ") and part.endswith("%"):
             _number(values, "mfu_pct", part[4:-1])
         elif part.endswith(" ms"):
@@ -59,9 +69,11 @@ def user_values(text: str) -> tuple[int, dict[str, float]] | None:
 
 def _number(values: dict[str, float], key: str, text: str) -> None:
     try:
-        values[key] = float(text)
+        value = float(text)
     except ValueError:
-        pass  # "n/a", a value the line left out
+        return  # "n/a", a value the line left out
+    if math.isfinite(value):  # 1e999 or 400 nines: no number a reader could use
+        values[key] = value
 
 
 def resumed_at(text: str) -> int | None:
@@ -74,3 +86,9 @@ def ckpt_blocked(text: str) -> float | None:
     """Seconds a checkpoint blocked the steps, from the trainer's line that says it is complete."""
     m = _CKPT.match(_PREFIX.sub("", text.strip()))
     return None if m is None else float(m.group(2))
+
+
+def summary_step_s(text: str) -> float | None:
+    """Seconds per step (the median after warm-up) from the trainer's summary line, else None."""
+    m = _SUMMARY.search(text)
+    return None if m is None else float(m.group(1)) / 1e3

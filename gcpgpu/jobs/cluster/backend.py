@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gcpgpu.cluster.observe import Node
@@ -47,6 +47,7 @@ class Scheduler:
     follow: Callable[..., JobState]  # (clients, project, jid, *, recover, on_state, say, poll_s, reporter)
     row: Callable[[JobRecord], dict]  # `job list`'s columns of its own
     has_work: Callable[[Clients, str, str, Seen], bool]  # a job runs, is being recovered, or waits
+    queues: bool = False  # its jobs wait in a shared queue from submission or a requeue (goodput's `queued`)
 
 
 def _agent() -> Scheduler:
@@ -60,7 +61,7 @@ def _slurm() -> Scheduler:
     from . import slurm
 
     return Scheduler(slurm.NAME, slurm.check, slurm.claim, slurm.status, slurm.cancel, slurm.follow, slurm.row,
-                     slurm.has_work)
+                     slurm.has_work, queues=True)
 
 
 # Imported when first used: a command that reads one cluster job loads one backend.
@@ -108,7 +109,9 @@ def submit(clients: Clients, project: str, job: ValidJob, asked: Asked | None = 
 # -- the cluster target's verbs (jobs/route.py) ---------------------------------------------------------
 def status(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     seen = store.read(clients, project, jid.cluster or "")
-    return _of(seen, jid).status(clients, project, jid, seen)
+    runs_on = _of(seen, jid)
+    state = runs_on.status(clients, project, jid, seen)
+    return replace(state, waits_in_queue=True) if runs_on.queues else state
 
 
 def cancel(clients: Clients, project: str, jid: ids.JobId) -> JobState:

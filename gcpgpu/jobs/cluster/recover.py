@@ -26,7 +26,6 @@ from the job's log (the trainer says where it resumed).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -43,7 +42,7 @@ from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import ids
 from gcpgpu.jobs import logs as job_logs
 from gcpgpu.jobs.state import ACTIVE, CANCELLED, FAILED, RECOVERING, RUNNING, SUCCEEDED, JobState, is_final
-from gcpgpu.jobs.steplines import resumed_at
+from gcpgpu.jobs.steplines import trainer_values
 from gcpgpu.trainer.argv import log_every
 
 from . import ahead, journal, nodes, store
@@ -53,7 +52,6 @@ from .record import HistoryEntry, JobRecord, stamp
 
 SPOT_DEFAULT = 3  # recoveries for a cluster of Spot or flex-start nodes, unless --recover says otherwise
 STOP_TIMEOUT_S = 300.0  # survivors' agents stop their containers with a 60 s grace
-STEP_LINE = re.compile(r"^step\s+(\d+) \| loss ")
 
 
 class GaveUp(CloudError):
@@ -359,7 +357,7 @@ class Follower:
     # -- what the log says -------------------------------------------------------------------------
     def last_step(self) -> int | None:
         """The last step the trainer logged (rank 0's step lines), or None if it logged none."""
-        steps = [int(m.group(1)) for text in self._messages() if (m := STEP_LINE.match(text))]
+        steps = [got[0] for text in self._messages() if (got := trainer_values(text)) is not None]
         return max(steps) if steps else None
 
     def _messages(self) -> list[str]:
@@ -373,7 +371,8 @@ def _pulled(state: JobState) -> float:
 
 
 def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[dict]) -> list[dict]:
-    """The history with `resumed_at` and `steps_redone` filled in from the job's log, where it says so.
+    """The history with `resumed_at` and `steps_redone` filled in from the job's log, where it says so:
+    goodput.redone_of, the count `job status`'s retry table and goodput's redone part read too.
 
     Attempt k's trainer logs where it resumed ("resumed from ... at step S", or a fresh start at 0);
     the steps redone are at least those the lost attempt had logged past S, and at most those plus
@@ -382,18 +381,8 @@ def steps_redone(clients: Clients, project: str, jid: ids.JobId, history: list[d
     """
     if not history:
         return history
-    follower = Follower(clients, project, jid, 0)
-    resumed = [at for text in follower._messages() if (at := resumed_at(text)) is not None]
-    out = []
-    for i, entry in enumerate(history):
-        entry = dict(entry)
-        # Attempt 0 resumes too when its args asked for --resume: count from the end, one line per attempt.
-        k = len(resumed) - len(history) + i
-        at = resumed[k] if 0 <= k < len(resumed) else None
-        entry["resumed_at"] = at
-        last = entry.get("last_step")
-        entry["steps_redone"] = None if at is None or last is None else max(0, last + 1 - at)
-        unlogged = int(entry.get("log_every") or 1) - 1
-        entry["steps_redone_max"] = None if entry["steps_redone"] is None else entry["steps_redone"] + unlogged
-        out.append(entry)
-    return out
+    from gcpgpu.jobs import goodput
+
+    redos = goodput.redone_of(history, goodput.entries(clients, project, nodes.log_filter(project, jid)))
+    return [{**entry, "resumed_at": r.resumed_at, "steps_redone": r.steps, "steps_redone_max": r.steps_max}
+            for entry, r in zip(history, redos, strict=True)]
