@@ -105,6 +105,12 @@ _ENTRYPOINT_REFUSAL = re.compile(r"^gcpgpu-entrypoint: (?:setup failed \(exit \d
                                  r"secret [A-Za-z_]\w* \(|cannot run )")
 
 
+def entrypoint_refusal(line: str) -> bool:
+    """True for the image's entrypoint refusing to start the command (a failed --setup, code, mounts or secrets
+    it could not bring, a command it could not run): a cause, unlike its notes."""
+    return bool(_ENTRYPOINT_REFUSAL.match(_PREFIX.sub("", line.rstrip())))
+
+
 def launcher_noise(line: str) -> bool:
     """True for what a launcher prints around a worker's failure (banners, its own report), not the cause."""
     text = _PREFIX.sub("", line.rstrip())
