@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 
 import pytest
 from click.testing import CliRunner
+from helpers import wait_for
 
 from gcpgpu.cli import main
 from gcpgpu.errors import UsageProblem
+from gcpgpu.fakes.guest.slurm import slurm_installed
 from gcpgpu.jobs.usercode import command_words
+from gcpgpu.times import parse_timestamp
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: the "
@@ -88,3 +92,53 @@ def test_a_sigkilled_commands_cause_says_killed_never_the_entrypoints_note(clust
     assert status["cause"].startswith("killed (out of memory?)"), status
     assert not any("gcpgpu-entrypoint" in (row["message"] or "") for row in status["per_node"]), status["per_node"]
     assert status["error"].startswith("node c-0 (rank 0) exited with status 137: killed"), status["error"]
+
+
+# A user's training loop: its own step lines (README "Goodput"'s pattern), one rank's after the other's.
+STEPS = "python -c 'import os\nfor i in range(3): print(f\"step {i} loss {1 / (i + 1):.3f}\", flush=True)'"
+
+
+@pytest.mark.slow
+@needs_bwrap
+@pytest.mark.parametrize("scheduler", ["agent", "slurm", "vertex"])
+def test_a_user_commands_lines_stream_under_wait_after_their_rank(gcp, scheduler):
+    """Issue 50: `job submit --wait` printed only state lines for a --command job (cluster or Slurm); its
+    `step N loss X` lines were in `job logs` only, while the bundled trainer's streamed."""
+    if scheduler == "slurm" and slurm_installed() is not None:
+        pytest.skip(str(slurm_installed()))
+    where = ["--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2"]
+    if scheduler != "vertex":
+        up = cli("cluster", "up", "s", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+                 *(["--scheduler", "slurm"] if scheduler == "slurm" else []), "--yes")
+        assert up.exit_code == 0, up.output
+        where = ["--cluster", "s"]
+    result = cli("job", "submit", *where, "--wait", "--command", STEPS)
+    assert result.exit_code == 0, result.output
+    job_id = result.stdout.splitlines()[0]
+    err = result.stderr
+    # Each node's lines, after its rank (a Slurm job whose nodes its state does not name: after the node).
+    for writer in ("rank 0|s-0", "rank 1|s-1") if scheduler == "slurm" else ("rank 0", "rank 1"):
+        for i, loss in enumerate(("1.000", "0.500", "0.333")):
+            assert re.search(rf"^\d\d:\d\d:\d\d {job_id}: \[(?:{writer})\] step {i} loss {loss}$", err, re.M), err
+    assert err.index(f"{job_id}: [") < err.index(f"{job_id}: SUCCEEDED")
+    assert "gcpgpu-entrypoint:" not in err and "gcpgpu emulator:" not in err  # gcpgpu's own notes are not its output
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_job_follow_joining_late_shows_the_backlog_at_its_own_times(cluster):
+    """Issue 50: a user's lines stream under `job follow` too; those written before it joined keep their times."""
+    submitted = cli("job", "submit", "--cluster", cluster, "--command", "echo step 7 loss 0.125")
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    wait_for(lambda: json.loads(cli("--format", "json", "job", "status", job_id).stdout)["state"] == "SUCCEEDED",
+             60, "the job's end")
+    written = [json.loads(line) for line in cli("--format", "json", "job", "logs", job_id).stdout.splitlines()]
+    at = {e["task"]: parse_timestamp(e["time"]) for e in written if e["message"] == "step 7 loss 0.125"}
+    assert set(at) == {"c-0", "c-1"}, written
+    stamp = {task: time.strftime("%H:%M:%S", time.localtime(t)) for task, t in at.items()}
+    wait_for(lambda: time.strftime("%H:%M:%S") not in stamp.values(), 5, "the clock past the lines' second")
+    followed = cli("job", "follow", job_id)
+    assert followed.exit_code == 0, followed.output
+    for rank, task in ((0, "c-0"), (1, "c-1")):
+        assert f"{stamp[task]} {job_id}: [rank {rank}] step 7 loss 0.125" in followed.stderr, followed.stderr

@@ -223,13 +223,14 @@ def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
 
 def _follow(settings: Settings, jid: Any, recover: int | None, **notify: Any) -> JobState:
     """Follow the job to its end (jobs/follow.py), telling on stderr what happens and the trainer's
-    steps, loss and tokens/s from its log as they come."""
+    steps, loss and tokens/s from its log as they come (a user's command: each line, after its rank), each
+    at the time its program wrote it (a backlog read on joining late keeps its own times)."""
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.jobs.follow import follow
 
     return follow(settings.clients, settings.project, jid, recover=recover, on_state=_teller(jid), say=info,
                   poll_s=_poll_s(settings), reporter=ConsoleReporter(),
-                  progress=lambda line: info(f"{time.strftime('%H:%M:%S')} {jid}: {line}"),
+                  progress=lambda line, at: info(f"{time.strftime('%H:%M:%S', time.localtime(at))} {jid}: {line}"),
                   progress_poll_s=_poll_s(settings) if settings.emulator else 5.0, **notify)
 
 
