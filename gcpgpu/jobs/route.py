@@ -33,7 +33,8 @@ class Backend:
     # Rows of `job list` (newest first): (clients, project, region, state or None, at most this many)
     list_jobs: Callable[[Clients, str, str | None, str | None, int], list[dict]]
     # Whether the job runs a user's own command (not the bundled trainer): following it shows all its lines.
-    runs_user_command: Callable[[Clients, str, JobId], bool]
+    # A target that cannot tell: the trainer's progress lines only.
+    runs_user_command: Callable[[Clients, str, JobId], bool] = lambda _clients, _project, _jid: False
     # Follows the job to its end from here, where the target has a follower of its own (follow.py);
     # None: its service runs and restarts the job's workers, and watching its state is enough.
     follow: Callable[..., JobState] | None = None
