@@ -142,3 +142,12 @@ def test_job_follow_joining_late_shows_the_backlog_at_its_own_times(cluster):
     assert followed.exit_code == 0, followed.output
     for rank, task in ((0, "c-0"), (1, "c-1")):
         assert f"{stamp[task]} {job_id}: [rank {rank}] step 7 loss 0.125" in followed.stderr, followed.stderr
+
+
+def test_arguments_after_dashes_for_a_line_run_by_a_shell_are_refused_before_any_call():
+    """sh -c would take them as $0, $1 ...: the command would never see them."""
+    result = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--command",
+                 "cd /workdir && python train.py", "--", "--lr", "3e-4")
+    assert result.exit_code == 2, result.output
+    assert "--command runs under sh -c" in result.output
+    assert "--command 'cd /workdir && python train.py --lr 3e-4'" in result.output

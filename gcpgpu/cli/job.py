@@ -165,7 +165,6 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
     """The JobSpec the options and the spec file (-f) say, options over the file."""
     from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, strategy_of
-    from gcpgpu.jobs.usercode import command_words
     from gcpgpu.specfile import check_option_values, parse_pairs
 
     check_option_values(click.get_current_context())
@@ -178,7 +177,7 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "nodes": kw.get("nodes"),
         "priority": kw.get("priority"),
         "image": kw.get("image"),
-        "command": command_words(kw["command"]) if kw.get("command") else None,
+        "command": _command(kw.get("command"), trainer_args),
         "args": list(trainer_args) or None,
         "strategy": strategy_of(spot=bool(kw.get("spot")), flex_start=bool(kw.get("flex_start"))),
         "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,
@@ -197,6 +196,24 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         **_policy_flags(kw),
     }
     return JobSpec.from_sources(kw.get("spec_file"), flags)
+
+
+def _command(line: str | None, trainer_args: tuple[str, ...]) -> list[str] | None:
+    """--command's words (usercode.command_words); a line run under `sh -c` takes no arguments after --, which
+    the shell would read as $0, $1 ... and the command never get."""
+    import shlex
+
+    from gcpgpu.errors import UsageProblem
+    from gcpgpu.jobs.usercode import command_words, split_command
+
+    if not line:
+        return None
+    words = command_words(line)
+    if trainer_args and words != split_command(line):
+        raise UsageProblem("--command runs under sh -c (its line has shell syntax), where the arguments after -- "
+                           "would be $0, $1 ... and never reach the command: write them into the line, e.g. "
+                           f"--command {shlex.quote(line + ' ' + shlex.join(trainer_args))}")
+    return words
 
 
 def _policy_flags(kw: dict[str, Any]) -> dict[str, Any]:
