@@ -251,6 +251,9 @@ Root Cause (first observed failure):
 """
 
 
+CKPT_NOTE = "gcpgpu-entrypoint: checkpoints (GCPGPU_CKPT_DIR): no output directory, so /tmp/ck stays on this node"
+
+
 @pytest.mark.parametrize(("log", "code", "said"), [
     (KILLED_WORKER, "1", "killed (out of memory?): rank 1 got SIGKILL"),
     (KILLED_WORKER.replace("-9 (pid: 28750)  (SIGKILL)", "1 (pid: 28750)").replace(
@@ -258,6 +261,10 @@ Root Cause (first observed failure):
         "E1127", "gcpgpu.trainer: rank 1: a collective failed: another rank has probably died\nE1127"),
      "1", "gcpgpu.trainer: rank 1: a collective failed: another rank has probably died"),
     ("step 3 | loss 6.1\n", "137", "killed (out of memory?): SIGKILL"),
+    # Issue 50: the entrypoint's note on its checkpoint folder was a silent command's MESSAGE; its refusal is one.
+    (f"my error\n{CKPT_NOTE}\n", "1", "my error"),
+    (f"{CKPT_NOTE}\ngcpgpu-entrypoint: cannot run trian.py: No such file or directory\n", "127",
+     "gcpgpu-entrypoint: cannot run trian.py: No such file or directory"),
 ])
 def test_agent_says_why_the_container_failed_never_a_banner(tmp_path, metadata, log, code, said):
     """Issue 38: a node's MESSAGE was torchrun's closing "=====" line; a rank killed for memory is said so."""

@@ -88,7 +88,8 @@ def job() -> None:
               "jobs from DIR: --workdir DIR, or submitted there; on another machine the newest FLAVOR-* "
               "gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
 @click.option("--command", "command", metavar="CMD",
-              help="Run CMD instead of the image's entrypoint (split like a shell, e.g. 'python -m gcpgpu.trainer').")
+              help="Run CMD instead of the image's entrypoint, e.g. 'python train.py'. A line with shell syntax (; && "
+              "|| | < > & $VAR `...` * ~ #) runs under sh -c; any other is split into words as a shell splits it.")
 @click.option("--name", help="Job name (lowercase letters, digits, dashes). Default: train.")
 @click.option("--spot", is_flag=True, default=None, help="Vertex: Spot capacity (cheaper, preemptible).")
 @click.option("--flex-start", is_flag=True, default=None, help="Vertex: DWS flex-start (waits for capacity).")
@@ -164,7 +165,6 @@ def submit(settings: Settings, trainer_args: tuple[str, ...], dry_run: bool, wai
 def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
     """The JobSpec the options and the spec file (-f) say, options over the file."""
     from gcpgpu.jobs.spec import JobSpec, parse_duration, parse_env, strategy_of
-    from gcpgpu.jobs.usercode import command_words
     from gcpgpu.specfile import check_option_values, parse_pairs
 
     check_option_values(click.get_current_context())
@@ -177,7 +177,7 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "nodes": kw.get("nodes"),
         "priority": kw.get("priority"),
         "image": kw.get("image"),
-        "command": command_words(kw["command"]) if kw.get("command") else None,
+        "command": _command(kw.get("command"), trainer_args),
         "args": list(trainer_args) or None,
         "strategy": strategy_of(spot=bool(kw.get("spot")), flex_start=bool(kw.get("flex_start"))),
         "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,
@@ -196,6 +196,24 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         **_policy_flags(kw),
     }
     return JobSpec.from_sources(kw.get("spec_file"), flags)
+
+
+def _command(line: str | None, trainer_args: tuple[str, ...]) -> list[str] | None:
+    """--command's words (usercode.command_words); a line run under `sh -c` takes no arguments after --, which
+    the shell would read as $0, $1 ... and the command never get."""
+    import shlex
+
+    from gcpgpu.errors import UsageProblem
+    from gcpgpu.jobs.usercode import command_words, split_command
+
+    if not line:
+        return None
+    words = command_words(line)
+    if trainer_args and words != split_command(line):
+        raise UsageProblem("--command runs under sh -c (its line has shell syntax), where the arguments after -- "
+                           "would be $0, $1 ... and never reach the command: write them into the line, e.g. "
+                           f"--command {shlex.quote(line + ' ' + shlex.join(trainer_args))}")
+    return words
 
 
 def _policy_flags(kw: dict[str, Any]) -> dict[str, Any]:
@@ -222,13 +240,14 @@ def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
 
 def _follow(settings: Settings, jid: Any, recover: int | None, **notify: Any) -> JobState:
     """Follow the job to its end (jobs/follow.py), telling on stderr what happens and the trainer's
-    steps, loss and tokens/s from its log as they come."""
+    steps, loss and tokens/s from its log as they come (a user's command: each line, after its rank), each
+    at the time its program wrote it (a backlog read on joining late keeps its own times)."""
     from gcpgpu.cli.progress import ConsoleReporter
     from gcpgpu.jobs.follow import follow
 
     return follow(settings.clients, settings.project, jid, recover=recover, on_state=_teller(jid), say=info,
                   poll_s=_poll_s(settings), reporter=ConsoleReporter(),
-                  progress=lambda line: info(f"{time.strftime('%H:%M:%S')} {jid}: {line}"),
+                  progress=lambda line, at: info(f"{time.strftime('%H:%M:%S', time.localtime(at))} {jid}: {line}"),
                   progress_poll_s=_poll_s(settings) if settings.emulator else 5.0, **notify)
 
 

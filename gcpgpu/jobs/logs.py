@@ -105,6 +105,12 @@ _ENTRYPOINT_REFUSAL = re.compile(r"^gcpgpu-entrypoint: (?:setup failed \(exit \d
                                  r"secret [A-Za-z_]\w* \(|cannot run )")
 
 
+def entrypoint_refusal(line: str) -> bool:
+    """True for the image's entrypoint refusing to start the command (a failed --setup, code, mounts or secrets
+    it could not bring, a command it could not run): a cause, unlike its notes."""
+    return bool(_ENTRYPOINT_REFUSAL.match(_PREFIX.sub("", line.rstrip())))
+
+
 def launcher_noise(line: str) -> bool:
     """True for what a launcher prints around a worker's failure (banners, its own report), not the cause."""
     text = _PREFIX.sub("", line.rstrip())
@@ -191,17 +197,30 @@ def progress_line(text: str) -> str | None:
     return None
 
 
+# gcpgpu's own notes beside a user's command in its log (the emulator's start line, the entrypoint's): not the
+# command's output. The entrypoint's refusals are, since they end it.
+_OWN_NOTE = re.compile(r"^gcpgpu(?:-entrypoint| emulator): ")
+
+Say = Callable[[str, "float | None"], None]  # (line, the time its entry was written, seconds since the epoch)
+
+
 class Progress:
-    """Shows the trainer's progress lines from the job's log while something else follows the job's state.
+    """Shows the job's progress from its log while something else follows the job's state: the bundled
+    trainer's progress lines, or every line a user's own command writes, each after its writer (`label`: its
+    rank). Each line is said with the time its entry was written, so a backlog read on joining late keeps
+    its own times.
 
     A daemon thread polls the log every `poll_s` (the way `job logs --follow` reads it); drain() reads
-    what is left, so the last steps show before the job's final state does. A log that cannot be
-    read (no permission, say) only ends the progress lines: the job's state is still followed.
+    what is left, so the last lines show before the job's final state does. `user` says (asked once, when the
+    log first has entries: the job's record exists by then) whether the job runs a user's command. A log that
+    cannot be read (no permission, say) only ends the progress lines: the job's state is still followed.
     """
 
-    def __init__(self, clients: Clients, project: str, flt: str, say: Callable[[str], None],
-                 poll_s: float = POLL_S) -> None:
+    def __init__(self, clients: Clients, project: str, flt: str, say: Say, poll_s: float = POLL_S,
+                 user: Callable[[], bool] = lambda: False, label: Callable[[str], str] = lambda where: where) -> None:
         self.clients, self.project, self.flt, self.say, self.poll_s = clients, project, flt, say, poll_s
+        self.user, self.label = user, label
+        self._user: bool | None = None
         self._seen: set[str] = set()
         self._since: str | None = None
         self._lock = threading.Lock()
@@ -223,6 +242,8 @@ class Progress:
 
     def drain(self) -> None:
         """Read the log's new entries and show the progress among them."""
+        from gcpgpu.times import parse_timestamp
+
         with self._lock:
             if self.failed:
                 return
@@ -233,8 +254,20 @@ class Progress:
                         continue
                     self._seen.add(key)
                     self._since = entry.get("timestamp") or self._since
-                    line = progress_line(message(entry))
-                    if line:
-                        self.say(line)
+                    if self._user is None:
+                        self._user = bool(self.user())
+                    at = parse_timestamp(entry.get("timestamp"))
+                    for line in self._shown(entry):
+                        self.say(line, at)
             except CloudError:
                 self.failed = True
+
+    def _shown(self, entry: dict) -> list[str]:
+        """The entry's lines to show: a user command's every line but gcpgpu's notes, after its writer; the
+        trainer's progress lines."""
+        if not self._user:
+            line = progress_line(message(entry))
+            return [line] if line else []
+        where = self.label(tag(entry))
+        return [f"[{where}] {text}" for text in message(entry).splitlines()
+                if text.strip() and (not _OWN_NOTE.match(text) or entrypoint_refusal(text))]

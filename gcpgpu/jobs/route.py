@@ -32,6 +32,9 @@ class Backend:
     log_filter: Callable[[str, JobId], str]  # Cloud Logging's filter for the job's entries
     # Rows of `job list` (newest first): (clients, project, region, state or None, at most this many)
     list_jobs: Callable[[Clients, str, str | None, str | None, int], list[dict]]
+    # Whether the job runs a user's own command (not the bundled trainer): following it shows all its lines.
+    # A target that cannot tell: the trainer's progress lines only.
+    runs_user_command: Callable[[Clients, str, JobId], bool] = lambda _clients, _project, _jid: False
     # Follows the job to its end from here, where the target has a follower of its own (follow.py);
     # None: its service runs and restarts the job's workers, and watching its state is enough.
     follow: Callable[..., JobState] | None = None
@@ -44,7 +47,7 @@ def _vertex() -> Backend:
         return vertex.list_jobs(clients, project, str(region), state, limit)
 
     return Backend(status=vertex.get, cancel=vertex.cancel, log_filter=lambda _project, jid: vertex.log_filter(jid),
-                   list_jobs=listed)
+                   list_jobs=listed, runs_user_command=vertex.runs_user_command)
 
 
 def _cluster() -> Backend:
@@ -55,7 +58,7 @@ def _cluster() -> Backend:
         return [r for r in backend.list_jobs(clients, project) if not state or r["state"] == state]
 
     return Backend(status=backend.status, cancel=backend.cancel, log_filter=backend.log_filter,
-                   list_jobs=listed, follow=backend.follow)
+                   list_jobs=listed, runs_user_command=backend.runs_user_command, follow=backend.follow)
 
 
 # Imported when first used: `gcpgpu --help` loads no backend.

@@ -8,7 +8,6 @@ GCPGPU_SECRETS. Secrets travel as Secret Manager names only; their values are re
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -250,9 +249,6 @@ def container_call(job: Any) -> tuple[list[str], list[str]]:
     return job.command, job.args
 
 
-SHELLS = ("sh", "bash", "dash", "zsh")
-
-
 def split_command(value: str, where: str = "--command") -> list[str]:
     """A command line split as a shell would (quotes group words), refusing one a shell could not split."""
     import shlex
@@ -264,13 +260,60 @@ def split_command(value: str, where: str = "--command") -> list[str]:
                            "e.g. --command 'python -m mypkg.train --name \"run 1\"'") from None
 
 
+# What makes a line a shell's to run, outside quotes: lists and pipes, redirections, background, a comment, and
+# (anywhere but in single quotes) an expansion. Split into words, each would reach the program as an argument.
+_OPERATORS = ("&&", "||", ">>", "<<", ";", "|", "&", "<", ">", "\n")
+
+
+def shell_syntax(line: str) -> list[str]:
+    """The pieces of shell syntax in `line` that splitting it into words would pass on as text ('&&', '|', '>',
+    '$', '`', '*', '~', '#' ...), in order, quotes and backslashes read as a shell reads them; [] when none."""
+    found: list[str] = []
+    quote = None
+    word_start = True
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote == "'":
+            quote = None if c == "'" else quote
+        elif c == "\\":
+            i += 1  # the next character is taken as it is, inside double quotes too
+        elif quote == '"':
+            if c == '"':
+                quote = None
+            elif c in "$`":
+                found.append(c)
+        elif c in "'\"":
+            quote = c
+        elif c in "$`":
+            found.append(c)
+        elif op := next((op for op in _OPERATORS if line.startswith(op, i)), None):
+            found.append(op)
+            i += len(op) - 1
+        elif c in "*?" or (word_start and c in "~#"):
+            found.append(c)  # a glob, a home directory, a comment
+        word_start = c in " \t"
+        i += 1
+    return found
+
+
 def command_words(line: str, where: str = "--command") -> list[str]:
-    """A --command line as the container's argv. A line that uses $VARIABLES (torchrun --nnodes $NNODES ...)
-    runs under `sh -c`, since neither Vertex AI nor docker expands them and the entrypoint sets them only
-    where the job runs; a line already starting with a shell, or running the bundled trainer, is kept as split."""
+    """A --command line as the container's argv. A line with shell syntax (`;`, `&&`, `||`, `|`, redirections,
+    `$VARIABLES`, backquotes, globs: shell_syntax) runs under `sh -c`, since neither Vertex AI nor docker reads
+    it and the entrypoint sets the variables only where the job runs; a line with none is split as a shell
+    would split it, the same words. The bundled trainer's line is kept as split (its arguments are read here):
+    it may hold $VARIABLES, which it gets as written, and none of the rest."""
     from gcpgpu.trainer.argv import runs_bundled_trainer
 
     words = split_command(line, where)
-    if "$" not in line or not words or os.path.basename(words[0]) in SHELLS or runs_bundled_trainer("", words):
+    syntax = shell_syntax(line)
+    if not syntax or not words:
         return words
+    if runs_bundled_trainer("", words):
+        other = [s for s in syntax if s != "$"]
+        if not other:
+            return words
+        raise UsageProblem(f"{where} {specfile.shown(line)}: the bundled trainer's line holds shell syntax "
+                           f"({other[0]!r}), which would reach it as an argument: give its flags after --, or "
+                           "run it from a script of yours")
     return ["sh", "-c", line]

@@ -104,6 +104,23 @@ def get(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     return describe(jid, job)
 
 
+def runs_user_command(clients: Clients, project: str, jid: ids.JobId) -> bool:
+    """Whether the custom job's chief (pool 0) runs a user's command rather than the bundled trainer."""
+    from google.api_core import exceptions
+
+    from gcpgpu.trainer.argv import trainer_args
+
+    try:
+        job = clients.job_service(jid.location).get_custom_job(name=jid.resource_name(project))
+    except exceptions.GoogleAPICallError as e:
+        raise CloudError(f"reading job {jid} failed: {e}") from None
+    pools = job.job_spec.worker_pool_specs
+    if not pools:
+        return False
+    spec = pools[0].container_spec
+    return trainer_args(spec.image_uri, list(spec.command), list(spec.args)) is None
+
+
 def cancel(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     """Ask Vertex AI to cancel; the job goes CANCELLING, then CANCELLED. Returns its status after asking."""
     from google.api_core import exceptions

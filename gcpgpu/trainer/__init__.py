@@ -29,6 +29,7 @@ Checkpoints:
   checkpointer.py    saves off the training's critical path (--ckpt-mode async), or on it (sync)
   ckpt_local.py      where the local copy of the checkpoints goes, and which mode auto picks
   ckpt_rule.py       when a checkpoint folder counts: the rule the trainer and GCPGPU_CKPT_DIR share
+  nofollow.py        checkpoint folders reached following no link swapped in after the trainer started
 What it measures and says:
   metrics.py         tokens/s per GPU, MFU against the GPU's dense bf16 peak, memory, JSON lines
   summary.py         what a run measured (RunResult) and the summary it prints and logs

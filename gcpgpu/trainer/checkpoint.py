@@ -18,7 +18,6 @@ itself is ckpt_rule.py (standard library only), which the image's upload of a us
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 # The rule of a complete checkpoint, shared with the entrypoint's upload of a user's GCPGPU_CKPT_DIR.
 from gcpgpu.trainer.ckpt_rule import COMMIT, NAME, complete, fastest_copy, folder, latest  # noqa: F401
+
+from . import nofollow
 
 # Test hook: "STEP" makes rank 0 die abruptly (os._exit) during the save of that step, after the shard
 # files are written and before `.metadata` is: a run killed mid-save.
@@ -93,17 +94,28 @@ def state_dict(step: int, *, model: torch.nn.Module, optimizer: torch.optim.Opti
     }
 
 
+def pin(*folders: str | Path | None) -> None:
+    """Pin the checkpoint folders where their links lead at the trainer's start (nofollow.py): a link swapped
+    in on their way later is never followed by a save or a prune, which refuse it (nofollow.SwappedLink)."""
+    for f in folders:
+        if f:
+            nofollow.pin(f)
+
+
 def save(ckpt_dir: str | Path, step: int, state: dict[str, Any], *, rank: int, keep: int) -> Path:
-    """Save `state` (state_dict()) after `step` steps on every rank (a collective); returns the checkpoint folder."""
+    """Save `state` (state_dict()) after `step` steps on every rank (a collective); returns the checkpoint folder.
+    The folders are reached following no link swapped in since the trainer started (nofollow.py)."""
     root = Path(ckpt_dir)
     final = folder(root, step)
     if rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        remove(final)  # a half-written save of this step by a run that was killed, or an older copy
+        with nofollow.opened(root, create=True) as (fd, _path):
+            # a half-written save of this step by a run that was killed, or an older copy (a link: itself)
+            nofollow.remove_at(fd, final.name, first=COMMIT)
     barrier()
-    # Every rank writes its shards; rank 0 then writes `.metadata` (the commit) and dcp.save returns
-    # on every rank only after that.
-    dcp.save(state, storage_writer=writer(final, step, slow_ckpt_dir_s()))
+    # Every rank writes its shards into the folder it holds open; rank 0 then writes `.metadata` (the commit)
+    # and dcp.save returns on every rank only after that.
+    with nofollow.opened(final, create=True) as (_fd, path):
+        dcp.save(state, storage_writer=writer(path, step, slow_ckpt_dir_s()))
     if rank == 0:
         prune(root, keep, just_saved=final)
     barrier()
@@ -111,20 +123,25 @@ def save(ckpt_dir: str | Path, step: int, state: dict[str, Any], *, rank: int, k
 
 
 def remove(folder: Path) -> None:
-    """Uncommit first, then delete: a kill midway leaves an incomplete folder, never a damaged complete one."""
-    (folder / COMMIT).unlink(missing_ok=True)
-    shutil.rmtree(folder, ignore_errors=True)
+    """Uncommit first, then delete: a kill midway leaves an incomplete folder, never a damaged complete one. A
+    link there is removed itself, never followed."""
+    nofollow.remove(folder, first=COMMIT)
 
 
 def prune(root: Path, keep: int, just_saved: Path) -> None:
     """Keep the newest `keep` complete checkpoints; remove older ones and every incomplete folder
-    (half-written by a killed run; the legacy step_N.tmp folders too)."""
-    folders = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and p != just_saved]
-    done = sorted([p for p in folders if complete(p)] + [just_saved])
-    for old in done[:-keep]:
-        remove(old)
-    for half in (p for p in folders if not complete(p)):
-        remove(half)
+    (half-written by a killed run; the legacy step_N.tmp folders too). A link among them is no checkpoint of
+    this trainer's: it is neither counted nor followed."""
+    with nofollow.opened(root) as (fd, path):
+        with os.scandir(fd) as entries:
+            names = sorted(e.name for e in entries
+                           if e.name.startswith("step_") and e.name != just_saved.name and
+                           e.is_dir(follow_symlinks=False))
+        done = sorted([n for n in names if complete(path / n)] + [just_saved.name])
+        for old in done[:-keep]:
+            nofollow.remove_at(fd, old, first=COMMIT)
+        for half in (n for n in names if not complete(path / n)):
+            nofollow.remove_at(fd, half, first=COMMIT)
 
 
 def load(path: str | Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -33,7 +33,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from gcpgpu.trainer import checkpoint
+from gcpgpu.trainer import checkpoint, nofollow
 from gcpgpu.trainer.ckpt_local import CkptPlace
 from gcpgpu.trainer.ckpt_rule import copy_file as _copy
 
@@ -88,6 +88,7 @@ class Checkpointer:
     def __init__(self, ckpt_dir: str, place: CkptPlace, *, rank: int, local_rank: int, keep: int,
                  device_type: str, dist_timeout: float) -> None:
         self.root, self.place, self.mode = Path(ckpt_dir), place, place.mode
+        checkpoint.pin(self.root, place.local_dir if self.mode == "async" else None)  # the links now are the user's
         self.rank, self.local_rank, self.keep = rank, local_rank, keep
         self.group = None
         self.stager = None
@@ -116,36 +117,43 @@ class Checkpointer:
             return took
         local = checkpoint.folder(self.place.local_dir, step)
         if self.local_rank == 0:
-            local.parent.mkdir(parents=True, exist_ok=True)
             checkpoint.remove(local)  # a copy of this step a killed run left
         checkpoint.barrier()
+        # The local folder is written through its descriptor, held until the upload is done (nofollow.py).
+        fd = nofollow.open_dir(local, create=True)
         kwargs = {"async_stager": self.stager} if self.stager is not None else {}
-        # Returns once the state is copied to host memory (FileSystemWriter is DCP's blocking stager).
-        future = dcp.async_save(state, storage_writer=checkpoint.writer(local, step), process_group=self.group,
-                                no_dist=not dist.is_initialized(), **kwargs)
+        try:
+            # Returns once the state is copied to host memory (FileSystemWriter is DCP's blocking stager).
+            future = dcp.async_save(state, storage_writer=checkpoint.writer(nofollow.through(fd, local), step),
+                                    process_group=self.group, no_dist=not dist.is_initialized(), **kwargs)
+        except BaseException:
+            os.close(fd)
+            raise
         self._pending = _Pending(step, t0, blocked_s=time.perf_counter() - t0, waited_s=waited)
-        threading.Thread(target=self._background, args=(self._pending, future, local), daemon=True,
+        threading.Thread(target=self._background, args=(self._pending, future, local, fd), daemon=True,
                          name=f"gcpgpu-ckpt-{step}").start()
         return self._pending.blocked_s
 
-    def _background(self, p: _Pending, future, local: Path) -> None:
+    def _background(self, p: _Pending, future, local: Path, fd: int) -> None:
         try:
             future.result()  # DCP wrote every rank's shards and then `.metadata` into the local folders
             t_local = time.perf_counter()
+            mine = nofollow.through(fd, local)
             remote = checkpoint.folder(self.root, p.step)
             if self.rank == 0:
                 checkpoint.remove(remote)  # a half upload of this step by a run that was killed
             checkpoint.barrier(self.group)
-            remote.mkdir(parents=True, exist_ok=True)
-            time.sleep(checkpoint.slow_ckpt_dir_s())  # test hook: the emulated bucket's latency
-            for f in sorted(local.glob(f"__{self.rank}_*")):  # DCP names this rank's files __RANK_N.distcp
-                _copy(f, remote / f.name)
-            if self.rank == 0 and os.environ.get(DIE_IN_UPLOAD_ENV) == str(p.step):
-                os._exit(3)  # shards uploaded, `.metadata` not: half an upload
-            checkpoint.barrier(self.group)  # every rank's shards are in --ckpt-dir
+            with nofollow.opened(remote, create=True) as (_fd, there):  # following no link swapped in
+                time.sleep(checkpoint.slow_ckpt_dir_s())  # test hook: the emulated bucket's latency
+                for f in sorted(mine.glob(f"__{self.rank}_*")):  # DCP names this rank's files __RANK_N.distcp
+                    _copy(f, there / f.name)
+                if self.rank == 0 and os.environ.get(DIE_IN_UPLOAD_ENV) == str(p.step):
+                    os._exit(3)  # shards uploaded, `.metadata` not: half an upload
+                checkpoint.barrier(self.group)  # every rank's shards are in --ckpt-dir
+                if self.rank == 0:
+                    _copy(mine / checkpoint.COMMIT, there / (checkpoint.COMMIT + ".tmp"))
+                    os.replace(there / (checkpoint.COMMIT + ".tmp"), there / checkpoint.COMMIT)  # the commit
             if self.rank == 0:
-                _copy(local / checkpoint.COMMIT, remote / (checkpoint.COMMIT + ".tmp"))
-                os.replace(remote / (checkpoint.COMMIT + ".tmp"), remote / checkpoint.COMMIT)  # the commit
                 checkpoint.prune(self.root, self.keep, just_saved=remote)
             if self.local_rank == 0:
                 checkpoint.prune(local.parent, self.keep, just_saved=local)
@@ -155,6 +163,7 @@ class Checkpointer:
         except BaseException as e:  # noqa: BLE001 - handed to the training thread, which raises it
             p.error = e
         finally:
+            os.close(fd)
             p.done.set()
 
     def wait(self, timeout: float | None = None) -> bool:

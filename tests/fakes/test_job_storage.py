@@ -134,3 +134,34 @@ def test_a_config_file_the_emulator_cannot_read_safely_refuses_the_job(tmp_path:
         storage.localize_args(["--config", str(big)], "7", tmp_path)
     assert storage.localize_args(["--config", str(tmp_path / "absent.json")], "7", tmp_path) == \
         ["--config", str(tmp_path / "absent.json")]  # the trainer says so itself
+
+
+@pytest.mark.parametrize("how", ["env", "args"])
+def test_a_link_swapped_in_after_the_check_is_refused_at_use_never_made_through(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Issue 49: a path checked once was used later: a job that swaps a folder on its way for a link between
+    the check and the folder's making (here right after the check, as a racing job would) had the emulator
+    make the trainer's folders on this machine's disk."""
+    from gcpgpu.fakes.host import storage as module
+
+    store = Storage(tmp_path / "root")
+    host = tmp_path / "host"
+    host.mkdir()
+    run = tmp_path / "root" / "gcs" / "bkt" / "run"
+    run.mkdir(parents=True)
+    checked = module._kept_under
+
+    def then_swapped(base: Path, path: Path, value: str) -> Path:
+        real = checked(base, path, value)
+        if run.is_dir() and not run.is_symlink():
+            run.rmdir()
+            run.symlink_to(host)  # the racing job's move
+        return real
+
+    monkeypatch.setattr(module, "_kept_under", then_swapped)
+    with pytest.raises(PathRefused, match="'run' on its way is a link or a file now"):
+        if how == "env":
+            store.localize_env({"AIP_CHECKPOINT_DIR": "gs://bkt/run/ckpt/"}, "1")
+        else:
+            store.localize_args(["--ckpt-dir", "gs://bkt/run/ckpt/x"], "1", tmp_path)
+    assert list(host.iterdir()) == []  # nothing made there

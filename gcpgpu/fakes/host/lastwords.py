@@ -14,9 +14,18 @@ _BANNER = re.compile(r"^(?:\s.*|=+|-+|\[\d+\]:|Failures:|Root Cause.*|\S+ FAILED
                      r"[EWI]\d{4} .*\] failed \(exitcode: -?\d+\).*)$")
 
 
+# The image's entrypoint's notes around the command (where it runs, its checkpoint folder, its uploads): only
+# its refusals to run the command (jobs/logs.py) say why a replica ended.
+_NOTE = re.compile(r"^gcpgpu-entrypoint: ")
+
+
 def banner(text: str) -> bool:
-    """True for a line of a launcher's report (banners, its table, a traceback's frames), not a cause."""
-    return bool(_BANNER.match(text.rstrip()))
+    """True for a line that is never a replica's last words: a launcher's report (banners, its table, a
+    traceback's frames) or the entrypoint's note beside the command (not its refusal to run it)."""
+    from gcpgpu.jobs.logs import entrypoint_refusal
+
+    line = text.rstrip()
+    return bool(_BANNER.match(line)) or (bool(_NOTE.match(line)) and not entrypoint_refusal(line))
 
 
 KILLED = "killed (out of memory?)"
@@ -28,10 +37,11 @@ _SIGKILLED = re.compile(r"^exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by 
 
 def killed(run: Any, replica: Any) -> str | None:
     """What the node's agent says of a container that died of SIGKILL, as templates/job_agent.sh.j2 says
-    it: its first process killed (exit -9; Docker's 137), or a worker torchrun reports killed; else None."""
+    it: its first process killed (exit -9, or 137 from the sandbox or a shell, as Docker reports it), or a
+    worker torchrun reports killed; else None."""
     if run.failure is not None and run.failure[1] != replica.returncode:
         return None  # it failed for another reason (a lost node, a start that failed)
-    if replica.returncode == -signal.SIGKILL:
+    if replica.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):  # itself, or its first process (Docker's 137)
         return f"{KILLED}: SIGKILL"
     rank = None
     for line in run.log_lines():

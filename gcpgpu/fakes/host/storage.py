@@ -19,7 +19,10 @@ a link a job planted (`ln -s /home/me /gcs/b/evil`, from a sandboxed command) is
 it stays inside the buckets (or that node's disk); one that leads out refuses the job (PathRefused,
 one line). The bundled trainer runs outside any sandbox, so its own path arguments are mapped the
 same way (localize_args): --ckpt-dir, --ckpt-local-dir, --log-json, --tensorboard-dir and --profile-dir
-(in its flags or its --config file), and any argument naming a bucket. An absolute node path lands on that node's
+(in its flags or its --config file), and any argument naming a bucket; the folders it writes in are made here
+one name at a time following no link, and checked again after (a link a job swaps in on the way between the
+check and the use refuses the job), and the trainer itself follows no link swapped in later
+(gcpgpu/trainer/nofollow.py). An absolute node path lands on that node's
 disk, never on this machine's; a relative one stays in the run's own folder (its working directory);
 a '..' that climbs out of either is refused. What the trainer only reads (--data, --config) may be
 a path of this machine, as before.
@@ -67,8 +70,10 @@ class Storage:
                 atexit.register(self.cleanup)
             return self._root
 
-    def local(self, value: str, instance_id: str) -> str:
-        """The local folder, inside ROOT, for a gs:// URI, a /gcs/ path or a node path."""
+    def local(self, value: str, instance_id: str, make: str | None = None) -> str:
+        """The local folder, inside ROOT, for a gs:// URI, a /gcs/ path or a node path. `make` "folder" (or
+        "parent") creates it (its parent) on the way, following no link, and the path is checked again after:
+        a link a job swapped in since the first check refuses it (PathRefused) instead of being followed."""
         keep_slash = "/" if value.endswith("/") else ""
         if value.startswith("gs://"):
             base, rel = self.root / "gcs", value[len("gs://"):]
@@ -81,7 +86,12 @@ class Storage:
                 if node_path == target or node_path.startswith(target.rstrip("/") + "/"):
                     base, rel = self.root.joinpath(*parts), node_path[len(target):]
                     break
-        return str(_kept_under(base, base.joinpath(*_inside(rel)), value)) + keep_slash
+        path = base.joinpath(*_inside(rel))
+        real = _kept_under(base, path, value)
+        if make is not None:
+            _make_under(base, real if make == "folder" else real.parent, value)
+            real = _kept_under(base, path, value)  # again, at use: what was checked may have changed since
+        return str(real) + keep_slash
 
     def share(self, instance_id: str, mounts: list[tuple[str, tuple[str, ...]]]) -> None:
         """Where node `instance_id`'s shared file systems are: (mount path, folder parts under ROOT) each. Only
@@ -95,8 +105,7 @@ class Storage:
         out = dict(env)
         for key in OUTPUT_VARS:
             if out.get(key):
-                out[key] = self.local(out[key], instance_id)
-                Path(out[key]).mkdir(parents=True, exist_ok=True)
+                out[key] = self.local(out[key], instance_id, make="folder")
         return out
 
     def localize_args(self, args: list[str], instance_id: str, cwd: str | Path | None = None) -> list[str]:
@@ -140,10 +149,8 @@ class Storage:
             top = "its bucket" if bucket else "/" if value.startswith("/") else "the job's working folder"
             raise PathRefused(f"{what} {value!r}: its '..' climbs out of {top}")
         if bucket or value.startswith("/"):
-            local = self.local(value, instance_id)
-            if what != "trainer argument":  # a path it writes: its folder is there, as a container's /tmp is
-                Path(local).parent.mkdir(parents=True, exist_ok=True)
-            return local
+            # a path it writes: its folder is there, as a container's /tmp is
+            return self.local(value, instance_id, make="parent" if what != "trainer argument" else None)
         _kept_under(cwd, cwd / value, value)
         return value  # the run's own folder, the trainer's working directory
 
@@ -197,6 +204,32 @@ def _kept_under(base: Path, path: Path, value: str) -> Path:
     if real != top and not real.is_relative_to(top):
         raise PathRefused(f"{value}: a link on its way leads out of the emulator's storage; refused")
     return real
+
+
+def _make_under(base: Path, folder: Path, value: str) -> None:
+    """mkdir -p `folder` (a resolved path inside `base`), one name at a time from base's own folder and
+    following no link: one a job swapped in on the way since the check refuses the job."""
+    top = Path(os.path.realpath(base))
+    if not folder.is_relative_to(top):
+        return  # the parent of a bucket's or a disk's top: the emulator's own folder
+    top.mkdir(parents=True, exist_ok=True)  # ROOT's own buckets/ and nodes/ folders: no job reaches above them
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(top, flags)
+    try:
+        for name in folder.relative_to(top).parts:
+            try:
+                os.mkdir(name, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                nxt = os.open(name, flags, dir_fd=fd)
+            except OSError as e:  # ELOOP: a link; ENOTDIR: a file
+                raise PathRefused(f"{value}: {name!r} on its way is a link or a file now, not a folder; "
+                                  "refused") from e
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
 
 
 def _config_paths(path: str) -> dict[str, str]:

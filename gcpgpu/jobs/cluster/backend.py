@@ -124,6 +124,13 @@ def follow(clients: Clients, project: str, jid: ids.JobId, **kw: Any) -> JobStat
     return _of(seen, jid).follow(clients, project, jid, **kw)
 
 
+def runs_user_command(clients: Clients, project: str, jid: ids.JobId) -> bool:
+    """Whether the job's record says it runs a user's command (a job no record tells of: taken as the trainer's)."""
+    seen = store.read(clients, project, jid.cluster or "")
+    found = seen.of(jid.job) or seen.pending_of(jid.job)
+    return found is not None and found.bundled_trainer is False
+
+
 def log_filter(project: str, jid: ids.JobId) -> str:
     return nodes.log_filter(project, jid)  # every scheduler runs the job in the same named container
 
