@@ -105,6 +105,9 @@ def describe_google_error(exc: BaseException) -> str:
 
     head = " ".join(str(part) for part in (code if isinstance(code, int) else None, reason) if part)
     line = f"{head}: {message}" if head else message
+    if type(exc).__name__ == "DefaultCredentialsError":  # the first thing a newcomer meets without gcloud set up
+        line += (" Run 'gcloud auth application-default login'; or, to try gcpgpu with no cloud, start the emulator "
+                 "('gcpgpu emulator start') and export GCPGPU_EMULATOR=127.0.0.1:8085.")
     return " ".join(line.split())  # one line, whatever newlines the server sent
 
 

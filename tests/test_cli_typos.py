@@ -56,3 +56,19 @@ def test_a_name_close_to_nothing_gets_no_suggestion_and_a_cluster_with_no_job_li
     assert far.exit_code == 1 and "no cluster named production" in far.output and "did you mean" not in far.output
     empty = cli("job", "list", "--cluster", "team")
     assert empty.exit_code == 0 and "No jobs in project test-proj on cluster team." in empty.output
+
+
+def test_no_credentials_says_how_to_get_them_or_to_use_the_emulator(monkeypatch, tmp_path):
+    """Issue 51: the README's conventions block pasted before the emulator section ended in google-auth's ADC
+    error, with no word of the emulator; now the one line says both ways on."""
+    monkeypatch.delenv("GCPGPU_EMULATOR", raising=False)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setattr("google.auth._cloud_sdk.get_application_default_credentials_path",
+                        lambda: str(tmp_path / "none.json"))
+    monkeypatch.setattr("google.auth.compute_engine._metadata.is_on_gce", lambda *a, **k: False)
+    got = CliRunner().invoke(main, ["--project", "my-project", "cluster", "list"])
+    assert got.exit_code == 1, got.output
+    (error,) = [line for line in got.output.splitlines() if line.startswith("Error:")]
+    assert "gcloud auth application-default login" in error and "GCPGPU_EMULATOR" in error, got.output
