@@ -305,6 +305,8 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
     ("job-mount-not-gs", [*CLUSTER_JOB, "--mount", "/local:/data"], {}, "--mount '/local:/data'"),
     ("job-mount-no-target", [*CLUSTER_JOB, "--mount", "gs://my-data"], {}, "no mount point"),
     ("job-mount-relative", [*CLUSTER_JOB, "--mount", "gs://my-data:data"], {}, "absolute path"),
+    ("job-mount-bad-mode", [*CLUSTER_JOB, "--mount", "gs://my-data:/out:rx"], {}, "':rx' is not a mode: end with :ro"),
+    ("job-mount-localssd", [*CLUSTER_JOB, "--mount", "gs://my-data:/mnt/localssd/x"], {}, "/mnt/localssd/x is reserved"),
     ("job-mount-root", [*VERTEX, "--mount", "gs://my-data:/"], {}, "reserved"),
     ("job-mount-workdir", [*VERTEX, "--mount", "gs://my-data:/workdir"], {}, "/workdir is reserved"),
     ("job-mount-gcs", [*CLUSTER_JOB, "--mount", "gs://my-data:/gcs/x"], {}, "reserved"),

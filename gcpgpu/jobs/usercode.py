@@ -18,7 +18,8 @@ from gcpgpu.image.pack import check_folder
 
 # Mount points the image or the entrypoint already owns: a mount there would hide the system, the
 # user's unpacked code (/workdir) or Vertex's own bucket mounts (/gcs).
-RESERVED = ("/workdir", "/gcs", "/usr", "/bin", "/lib", "/etc", "/proc", "/sys", "/dev", "/tmp")
+# /mnt/localssd: the node's local SSDs, where the gcsfuse cache and $GCPGPU_CKPT_LOCAL_DIR live (as storage/spec.py)
+RESERVED = ("/workdir", "/gcs", "/usr", "/bin", "/lib", "/etc", "/proc", "/sys", "/dev", "/tmp", "/mnt/localssd")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The GCPGPU_* variables a job may set itself (--env, a spec file's env:, --secret), as the READMEs document
 # them for users: the machine and its NCCL profile (containers/README.md, gcpgpu/node/launch.py), Nsight
@@ -65,6 +66,9 @@ def parse_mount(value: str, where: str = "--mount") -> Mount:
             rest, ro = rest[: -len(mode)], mode == ":ro"
             break
     source, sep, target = rest.rpartition(":")
+    if sep and not target.startswith("/") and ":/" in source:  # gs://b:/out:rx: a mode, not a mount point
+        raise UsageProblem(f"{where} {shown}: {specfile.shown(':' + target)} is not a mode: end with :ro "
+                           f"(read-only) or :rw, or nothing (read-write), {example}")
     if sep and not source.partition("/")[0]:
         raise UsageProblem(f"{where} {shown} names no bucket: gs://BUCKET[/PATH], {example}")
     if not sep:
