@@ -75,12 +75,16 @@ def test_up_makes_a_filestore_in_the_nodes_zone_and_down_deletes_it_but_not_an_a
     assert set(_instances(gcp)) == {kept}  # the attached instance survives
 
 
-def test_an_attached_instance_that_does_not_exist_fails_up_and_leaves_nothing(gcp):
+def test_an_attached_instance_that_does_not_exist_fails_up_before_anything_is_made(gcp):
+    """Issue 51: it was caught only after the nodes were made (and rolled back): now before any insert."""
     result = cli(*UP, "--mount", "filestore:nope:/data")
     assert result.exit_code != 0
-    assert "no filestore instance nope in us-central1-a or its region" in result.output, result.output
+    assert "no filestore instance nope in us-central1-a or us-central1" in result.output, result.output
     assert leftovers(gcp) == {}
     assert _instances(gcp) == {}
+    made = [r.path for r in gcp.requests.all(api="compute") if r.method == "POST"
+            and not r.path.endswith("/setCommonInstanceMetadata")]  # the cluster's lease is taken first
+    assert not made, made
 
 
 class _AtStep(Reporter):

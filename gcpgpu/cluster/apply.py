@@ -118,6 +118,7 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         s.report.note(f"found {obs.summary()}: creating only what is missing")
     _check_compatible(s, plan, obs)
     _check_policy_room(plan, obs)
+    shared_fs.check_attached(s, plan, sorted({n.zone for n in obs.nodes}) or plan.zones)
     if plan.spec.reservation:
         _adopt_reservation(s, plan, obs)
     try:

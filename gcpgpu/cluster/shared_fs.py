@@ -31,6 +31,14 @@ from .plan import Plan
 from .session import Session
 
 
+def check_attached(s: Session, plan: Plan, zones: list[str]) -> None:
+    """Every file system the nodes attach (--mount filestore:NAME:/path) exists in one of `zones` (or their
+    region): checked before anything is made, not after the nodes (a typo cost a whole `up` and roll-back)."""
+    for w in wanted(plan.spec):
+        if not w.created and w.kind != hyperdisk.KIND:
+            storage.find_attached(s.clients, s.project, w, zones)
+
+
 def ensure(s: Session, plan: Plan, zone: str) -> list[dict[str, Any]]:
     """Create (or find) the cluster's file systems in `zone`; their metadata entries ([] when none)."""
     wants = wanted(plan.spec)

@@ -72,6 +72,23 @@ def resolve(want: Want, project: str, zone: str) -> str:
     return name if name.startswith("projects/") else f"projects/{project}/locations/{zone}/instances/{name}"
 
 
+def find_attached(clients: Clients, project: str, want: Want, zones: list[str]) -> str:
+    """An attached file system's full name (--mount filestore:NAME:/path, NAME or projects/.../NAME): found in
+    one of `zones` or its region (a REGIONAL Filestore lives in the region); one line when it is nowhere."""
+    client = _client(clients, want.kind)
+    if str(want.existing).startswith("projects/"):
+        places = [""]
+    else:
+        places = list(dict.fromkeys(p for z in zones for p in (z, z.rsplit("-", 1)[0])))
+    for place in places:
+        name = resolve(want, project, place)
+        if _get(client, name) is not None:
+            return name
+    where = want.existing if not places[0] else f"{want.existing} in {' or '.join(places)}"
+    raise CloudError(f"--mount {want.kind}:{want.existing}:{want.path}: no {want.kind} instance {where}; create it "
+                     f"first or give projects/PROJECT/locations/LOCATION/instances/NAME")
+
+
 def ensure(clients: Clients, project: str, cluster: str, wants: list[Want], zone: str, network: str,
            labels: dict[str, str], say: Say, fence: Callable[[], None] = lambda: None,
            vm: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -85,14 +102,7 @@ def ensure(clients: Clients, project: str, cluster: str, wants: list[Want], zone
             continue  # filled below, while the instances above are made
         client = _client(clients, w.kind)
         if not w.created:
-            name = resolve(w, project, zone)
-            if _get(client, name) is None and not str(w.existing).startswith("projects/"):
-                name = resolve(w, project, zone.rsplit("-", 1)[0])  # a REGIONAL Filestore lives in the region
-            if _get(client, name) is None:
-                where = name if str(w.existing).startswith("projects/") else f"{w.existing} in {zone} or its region"
-                raise CloudError(f"--mount {w.kind}:{w.existing}:{w.path}: no {w.kind} instance {where}; create it "
-                                 f"first or give projects/PROJECT/locations/LOCATION/instances/NAME")
-            names.append((w, name))
+            names.append((w, find_attached(clients, project, w, [zone])))
             continue
         loc = location_of(w, zone)
         iid = instance_id(cluster, w.kind)
