@@ -223,7 +223,8 @@ def test_ctrl_c_during_a_recovery_leaves_what_cluster_up_leaves(gcp, monkeypatch
     gcp.faults.preempt("k-1", after_s=0.2)
     result = cli("job", "submit", "--cluster", "k", "--image", "busybox", "--command", "sleep 30", "--wait")
     assert result.exit_code == 130, result.output
-    assert "is no longer followed" in result.output and "finishes a recovery left half done" in result.output
+    assert "is no longer followed" in result.output and "finishes the recovery left half done" in result.output
+    assert "keeps running on cluster k" in result.output and "gcpgpu job cancel" in result.output
     monkeypatch.setattr(progress.ConsoleReporter, "step", real_step)
     # Nothing half-made: the lost node is gone, the rest is whole and labelled; up completes it, down removes it.
     nodes = json.loads(cli("cluster", "status", "k", fmt="json").stdout)["nodes"]
@@ -266,3 +267,28 @@ def test_a_node_that_is_deleted_rather_than_stopped_is_recovered_too(gcp):
     assert "lost x-1 (preempted)" in result.output
     status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
     assert status["state"] == "SUCCEEDED" and [n["node"] for n in status["per_node"]] == ["x-0", "x-1"]
+
+
+def test_ctrl_c_while_following_says_the_job_runs_on_and_how_to_stop_it_never_a_recovery_that_was_not(gcp, monkeypatch):
+    """Issue 51: Ctrl-C on `job submit --wait` talked of a half-done recovery when none had happened, and did not
+    say that the job keeps running and costing, nor that `job cancel` stops it."""
+    from gcpgpu.jobs import follow as follow_module
+
+    gcp.jobs.agent.simulated_run_s = 600.0
+    assert cli("cluster", "up", "k", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    real = follow_module.follow
+
+    def interrupted(*a, **k):
+        k["on_state"] = lambda state: (_ for _ in ()).throw(KeyboardInterrupt)  # at its first state line
+        return real(*a, **k)
+
+    monkeypatch.setattr(follow_module, "follow", interrupted)
+    for target in (["--cluster", "k", "--image", "busybox"], ["--vertex", "--machine-type", "a2-highgpu-1g",
+                                                              "--image", "busybox"]):
+        result = cli("job", "submit", *target, "--wait")
+        assert result.exit_code == 130, result.output
+        job_id = result.stdout.splitlines()[0]
+        (said,) = [line for line in result.output.splitlines() if line.startswith("Interrupted.")]
+        assert f"'gcpgpu job cancel {job_id}' stops it" in said and "keeps running" in said, said
+        assert "recovery" not in said, said

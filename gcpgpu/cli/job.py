@@ -243,12 +243,17 @@ def _follow(settings: Settings, jid: Any, recover: int | None, **notify: Any) ->
     steps, loss and tokens/s from its log as they come (a user's command: each line, after its rank), each
     at the time its program wrote it (a backlog read on joining late keeps its own times)."""
     from gcpgpu.cli.progress import ConsoleReporter
+    from gcpgpu.errors import Interrupted
     from gcpgpu.jobs.follow import follow
 
-    return follow(settings.clients, settings.project, jid, recover=recover, on_state=_teller(jid), say=info,
-                  poll_s=_poll_s(settings), reporter=ConsoleReporter(),
-                  progress=lambda line, at: info(f"{time.strftime('%H:%M:%S', time.localtime(at))} {jid}: {line}"),
-                  progress_poll_s=_poll_s(settings) if settings.emulator else 5.0, **notify)
+    try:
+        return follow(settings.clients, settings.project, jid, recover=recover, on_state=_teller(jid), say=info,
+                      poll_s=_poll_s(settings), reporter=ConsoleReporter(),
+                      progress=lambda line, at: info(f"{time.strftime('%H:%M:%S', time.localtime(at))} {jid}: {line}"),
+                      progress_poll_s=_poll_s(settings) if settings.emulator else 5.0, **notify)
+    except KeyboardInterrupt:  # a Vertex job (a cluster job's follower says its own, jobs/cluster/follower.py)
+        raise Interrupted(f"{jid} is no longer followed here, but it keeps running (and costing): "
+                          f"'gcpgpu job cancel {jid}' stops it, 'gcpgpu job follow {jid}' follows it again.") from None
 
 
 def _fail_unless_succeeded(state: JobState) -> None:

@@ -179,9 +179,22 @@ def follow(clients: Clients, project: str, jid: ids.JobId, *, recover: int | Non
     try:
         return lead_or_watch(clients, project, jid, follower, say, on_state, poll_s, bool(found.detached))
     except KeyboardInterrupt:
-        raise Interrupted(f"{jid} is no longer followed here ('gcpgpu job follow {jid}' follows it again and "
-                          f"finishes a recovery left half done). What a recovery had created is named and labelled "
-                          f"for cluster {jid.cluster}: 'gcpgpu cluster down {jid.cluster}' removes it.") from None
+        raise Interrupted(interrupted(clients, project, jid)) from None
+
+
+def interrupted(clients: Clients, project: str, jid: ids.JobId) -> str:
+    """What a Ctrl-C on a cluster job's follower leaves: the job running on (and its nodes billed), how to stop
+    or follow it again, and only when a recovery was under way, that it is left half done."""
+    said = (f"{jid} is no longer followed here, but it keeps running on cluster {jid.cluster} (its nodes keep "
+            f"costing): 'gcpgpu job cancel {jid}' stops it, 'gcpgpu job follow {jid}' follows it again")
+    try:
+        pending = store.read(clients, project, jid.cluster or "").pending_of(jid.job)
+    except Exception:  # an interrupt's last words: a failed read leaves out only the recovery's
+        pending = None
+    if pending is not None:
+        said += (f" and finishes the recovery left half done (what it made is labelled for cluster {jid.cluster}: "
+                 f"'gcpgpu cluster down {jid.cluster}' removes it)")
+    return said + "."
 
 
 # -- the agent on each node --------------------------------------------------------------------
