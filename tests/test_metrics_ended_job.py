@@ -85,24 +85,30 @@ def test_a_one_gpu_machine_shows_no_nvlink_and_no_hint_to_install_dcgm_for_it(gc
     assert "230" not in doctor.stdout and '"nvlink": "none"' in doctor.stdout, doctor.stdout
 
 
-def test_a_report_draws_each_point_inside_the_interval_it_describes(gcp, ended_job, monkeypatch, tmp_path):
+def test_a_report_draws_each_point_in_the_middle_of_the_interval_it_describes(gcp, ended_job, monkeypatch, tmp_path):
+    """Monitoring stamps a point at the end of its interval; drawn there, the job's last busy minute fell after
+    its shaded run. Each point is drawn at its interval's middle, so every busy one overlaps the run."""
     from matplotlib.dates import num2date
 
     import gcpgpu.metrics.report as report_module
 
     made = []
     real = report_module.build_figure
-    monkeypatch.setattr(report_module, "build_figure", lambda *a: made.append(real(*a)) or made[-1])
+    monkeypatch.setattr(report_module, "build_figure", lambda *a: made.append((a, real(*a))) or made[-1][1])
     assert cli("metrics", "report", "--job", ended_job, "-o", str(tmp_path / "r.png")).exit_code == 0
     status = state(ended_job)
     started, ended = parse_timestamp(status["started"]), parse_timestamp(status["ended"])
-    (figure,) = made
+    ((_target, panel_list, _slow, window, _job), figure) = made[0]
+    (panel,) = [p for p in panel_list if p.title == "GPU utilization"]
     (gpu,) = [ax for ax in figure.axes if ax.get_title(loc="left") == "GPU utilization"]
+    stamped = sorted(t for pts in panel.lines.values() for t, _v in pts)
+    drawn = sorted(num2date(x).timestamp() for line in gpu.get_lines() for x in line.get_xdata(orig=False))
+    assert drawn == pytest.approx([t - window.period / 2 for t in stamped], abs=1e-3)
+    half = window.period / 2
     busy = [num2date(x).timestamp() for line in gpu.get_lines() for x, y in zip(*line.get_data(orig=False),
                                                                                   strict=True) if y > 50]
-    assert busy, "no busy point drawn"
-    assert all(started <= t <= ended for t in busy), ([dt.datetime.fromtimestamp(t, dt.timezone.utc) for t in busy],
-                                                      status["started"], status["ended"])
+    assert busy and all(x - half < ended and x + half > started for x in busy), (
+        [dt.datetime.fromtimestamp(t, dt.timezone.utc) for t in busy], status["started"], status["ended"])
 
 
 def test_a_report_of_a_job_that_does_not_exist_exits_1_and_writes_nothing(gcp, tmp_path):
