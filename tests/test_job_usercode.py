@@ -157,3 +157,16 @@ def test_gcpgpus_own_variables_are_refused_in_env_and_only_the_documented_ones_p
             with pytest.raises(UsageProblem, match=f"{name} is gcpgpu's own variable, which a job may not set"):
                 parse(value)
     assert parse_env(["GCPGPUX=1", "MY_GCPGPU_USER=2"]) == {"GCPGPUX": "1", "MY_GCPGPU_USER": "2"}
+
+
+def test_a_command_of_several_processes_without_a_launcher_is_told_where_rank_comes_from():
+    """Issue 51: `python train.py` on a 2-node job saw RANK None with no hint."""
+    from gcpgpu.node.launcher_hint import launcher_hint
+
+    two_nodes = {"GCPGPU_NNODES": "2", "GCPGPU_NPROC_PER_NODE": "1"}
+    hint = launcher_hint(["python", "train.py"], two_nodes)
+    assert hint is not None and "RANK" in hint and "torchrun" in hint and '--nnodes "$NNODES"' in hint
+    assert launcher_hint(["torchrun", "--nnodes", "2", "train.py"], two_nodes) is None
+    assert launcher_hint(["sh", "-c", "cd x && accelerate launch train.py"], two_nodes) is None
+    assert launcher_hint(["python", "train.py"], {"GCPGPU_NNODES": "1", "GCPGPU_NPROC_PER_NODE": "1"}) is None
+    assert launcher_hint(["python", "train.py"], {**two_nodes, "RANK": "0"}) is None  # set by whoever started it

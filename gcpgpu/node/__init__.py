@@ -4,6 +4,7 @@ launch     the image's preflight: machine type, NCCL profile, host checks, rende
            no Google client, no torch, so torch starts from a checked environment)
 workspace  the user's workspace: unpacks the staged --workdir, makes the mounts' links, reads secrets,
            runs setup, drops root and execs the user's command
+launcher_hint  the note for a command of a job of several processes that starts no launcher (RANK unset)
 ckptsync   a user command's GCPGPU_CKPT_DIR: emptied or restored before it starts, its complete step folders
            uploaded to the output directory beside it
 reporter   the trainer-side metrics reporter: the trainer's JSON log -> Cloud Monitoring

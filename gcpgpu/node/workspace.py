@@ -488,4 +488,10 @@ def run(argv: Sequence[str], environ: Mapping[str, str], metadata: Metadata,
         status = run_setup(setup, env, prog)
         if status:
             return status
+    from gcpgpu.node.launcher_hint import launcher_hint
+
+    hint = launcher_hint(argv, environ)
+    if hint:
+        print(f"{prog}: note: {hint}", file=sys.stderr, flush=True)
     return run_command(argv, env, prog)
+
