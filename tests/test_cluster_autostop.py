@@ -219,7 +219,7 @@ def test_autostop_s_follower_runs_the_image_container_build_last_pushed(gcp):
     from gcpgpu.image import default as default_image
 
     assert catalog.get_machine_type("a2-highgpu-1g").gpudirect == "none"
-    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    default_image.remember(emulated=gcp.address, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
     assert cli(*UP[:2], "rec", *UP[2:], "--autostop", "30m").exit_code == 0
     assert followers_images(gcp, "rec") == {"rec-0": (BUILT, BUILT), "rec-1": (BUILT, BUILT)}
 
@@ -256,7 +256,7 @@ def test_autostop_dry_run_names_the_follower_image_without_a_request(gcp):
     gcp.requests.clear()
     pattern = f"us-central1-docker.pkg.dev/{PROJECT}/gcpgpu/gcpgpu-trainer:none-*"
     assert agent(cli(*UP[:2], "dry", *UP[2:], "--autostop", "30m", "--dry-run", fmt="json")) == pattern
-    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    default_image.remember(emulated=gcp.address, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
     assert agent(cli(*UP[:2], "dry", *UP[2:], "--autostop", "30m", "--dry-run", fmt="json")) == BUILT
     assert gcp.requests.all() == []
 
@@ -327,7 +327,7 @@ def test_a_detached_job_of_another_image_runs_its_follower_from_the_last_gcpgpu_
     assert json.loads(items["gcpgpu-job"])["agent_image"] == SEEDED
     assert cli("job", "cancel", job_id).exit_code == 0
 
-    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    default_image.remember(emulated=gcp.address, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
     assert cli(*UP[:2], "rec", *UP[2:]).exit_code == 0
     assert cli("job", "submit", "--cluster", "rec", "--image", "busybox", "--detach").exit_code == 0
     assert agents(gcp, "rec") == {"rec-0": BUILT, "rec-1": BUILT}  # this machine's record of the last build
@@ -336,7 +336,7 @@ def test_a_detached_job_of_another_image_runs_its_follower_from_the_last_gcpgpu_
     default_image.state_file(emulated=True).unlink()
     assert cli(*UP[:2], "kept", *UP[2:]).exit_code == 0
     assert agents(gcp, "kept") == {"kept-0": None, "kept-1": None}
-    default_image.remember(emulated=True, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
+    default_image.remember(emulated=gcp.address, project=PROJECT, region="us-central1", flavor="none", image=BUILT)
     assert cli("cluster", "autostop", "kept", "30m").exit_code == 0
     default_image.state_file(emulated=True).unlink()
     gcp.requests.clear()

@@ -363,3 +363,20 @@ def test_a_registry_that_cannot_be_listed_means_building_the_base_too(gcp, tmp_p
     assert "(cannot list the registry: " in result.output and "building it too" in result.output
     (record,) = gcp.cloudbuild.builds.values()
     assert [s["id"] for s in record["steps"]] == ["build", "user"]
+
+
+def test_an_emulators_builds_do_not_follow_jobs_on_another_emulator(gcp, tmp_path, monkeypatch):
+    """Issue 51: the --context note (and the recorded default image) followed every later job, even on another
+    emulator, whose registry holds none of those builds. An emulator's record is its own (by its address)."""
+    from gcpgpu.image import default as default_image
+
+    gcp.faults.operation_seconds = 0.3
+    code = user_dir(tmp_path)
+    built = CliRunner().invoke(main, [*GLOBAL, "container", "build", "-m", "a3-highgpu-8g", "--context", str(code)])
+    assert built.exit_code == 0, built.output
+    here = dict(project=PROJECT, region=REGION, flavor="tcpx")
+    assert default_image.context_folders(emulated=gcp.address, **here) == [str(code.resolve())]
+    another = "127.0.0.1:1"  # a fresh emulator elsewhere: none of this one's builds
+    assert default_image.context_folders(emulated=another, **here) == []
+    assert default_image.remembered(emulated=another, **here) is None
+    assert default_image.remembered(emulated=another, context=code, **here) is None

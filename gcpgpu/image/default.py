@@ -37,7 +37,7 @@ from gcpgpu.errors import CloudError, UsageProblem
 from .name import DEFAULT_REPO, IMAGE_NAME, image_path, repository
 
 
-def state_file(emulated: bool = False, environ: Mapping[str, str] | None = None) -> Path:
+def state_file(emulated: bool | str | None = False, environ: Mapping[str, str] | None = None) -> Path:
     """Where the record lives: XDG_STATE_HOME for Google; for the emulator, XDG_CACHE_HOME, beside the
     emulator's own gcloud configuration (its builds are disposable, and nothing run against the emulator
     changes the user's state)."""
@@ -53,9 +53,12 @@ CONTEXT_KEY = " context "  # between the flavour's key and a --context image's f
 CONTEXT_TAG = "-ctx-"  # in the tags container build gives --context images (user_layer.tag)
 
 
-def _key(emulated: bool, project: str, region: str, flavor: str, context: str | None = None) -> str:
-    # The emulator's projects may share names with real ones: its builds never stand in for Google's.
-    key = f"{'emulator' if emulated else 'google'}/{project}/{region}/{flavor}"
+def _key(emulated: bool | str | None, project: str, region: str, flavor: str, context: str | None = None) -> str:
+    # The emulator's projects may share names with real ones: its builds never stand in for Google's. Given as
+    # its address, an emulator's builds are its own: another emulator (a fresh one on another port) has none
+    # of them, so neither its default image nor a --context note follows there.
+    where = f"emulator@{emulated}" if isinstance(emulated, str) else "emulator" if emulated else "google"
+    key = f"{where}/{project}/{region}/{flavor}"
     return key if context is None else f"{key}{CONTEXT_KEY}{folder_key(context)}"
 
 
@@ -64,7 +67,7 @@ def folder_key(folder: str | os.PathLike[str]) -> str:
     return os.path.realpath(os.fspath(folder))
 
 
-def _read(emulated: bool) -> dict[str, Any]:
+def _read(emulated: bool | str | None) -> dict[str, Any]:
     try:
         data = json.loads(state_file(emulated).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -72,7 +75,7 @@ def _read(emulated: bool) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def remember(*, emulated: bool, project: str, region: str, flavor: str, image: str,
+def remember(*, emulated: bool | str | None, project: str, region: str, flavor: str, image: str,
              context: str | os.PathLike[str] | None = None) -> None:
     """Record the image `container build` pushed, so the next `job submit` there runs it; with `context`
     (its --context folder), only the next jobs from that folder."""
@@ -88,7 +91,7 @@ def remember(*, emulated: bool, project: str, region: str, flavor: str, image: s
         pass  # a read-only home: submit then asks the registry, which holds the image anyway
 
 
-def remembered(*, emulated: bool, project: str, region: str, flavor: str,
+def remembered(*, emulated: bool | str | None, project: str, region: str, flavor: str,
                context: str | os.PathLike[str] | None = None) -> str | None:
     """The image recorded for the flavour (with `context`: for jobs from that folder), None if none."""
     image = _read(emulated).get(_key(emulated, project, region, flavor, None if context is None
@@ -96,7 +99,7 @@ def remembered(*, emulated: bool, project: str, region: str, flavor: str,
     return image if isinstance(image, str) and image else None
 
 
-def context_folders(*, emulated: bool, project: str, region: str, flavor: str) -> list[str]:
+def context_folders(*, emulated: bool | str | None, project: str, region: str, flavor: str) -> list[str]:
     """The folders this machine built --context images from for the flavour (the record's)."""
     prefix = _key(emulated, project, region, flavor) + CONTEXT_KEY
     return sorted(k[len(prefix):] for k in _read(emulated) if k.startswith(prefix))
@@ -164,7 +167,7 @@ def resolve(settings: Any, *, region: str, flavor: str, dry_run: bool, say: Any,
     """The default image for a job in `region` needing `flavor`, from folder `origin` (its --workdir, else
     where it was submitted from); says on stderr where it came from (--dry-run too: it reads, as submit)."""
     project = settings.project
-    emulated = settings.emulator is not None
+    emulated = settings.emulator  # its address: an emulator's builds are its own (_key)
     if origin is not None:
         mine = remembered(emulated=emulated, project=project, region=region, flavor=flavor, context=origin)
         if mine:
@@ -214,7 +217,7 @@ def fill_prepull(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:
 
     region = str(spec.region)
     flavor = catalog.get_machine_type(spec.machine_type).gpudirect
-    found = spec.agent_image or remembered(emulated=settings.emulator is not None, project=settings.project,
+    found = spec.agent_image or remembered(emulated=settings.emulator, project=settings.project,
                                            region=region, flavor=flavor)
     if found is None and not dry_run:
         try:

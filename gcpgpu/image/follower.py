@@ -39,7 +39,7 @@ def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bo
 
     flavor = catalog.get_machine_type(machine_type).gpudirect
     project = settings.project
-    found = remembered(emulated=settings.emulator is not None, project=project, region=region, flavor=flavor)
+    found = remembered(emulated=settings.emulator, project=project, region=region, flavor=flavor)
     where = image_path(project, region)
     if found is None and dry_run:
         runs = "Slurm daemons" if what == "--scheduler slurm" else "follower"

@@ -155,5 +155,5 @@ def build_image(settings: Any, req: BuildRequest, say: Callable[[str], None]) ->
 
 def _remember(settings: Any, region: str, flavor: str, image: str, user: user_layer.UserContext | None) -> None:
     """The next jobs' default image: a --context image only for jobs from its folder (default.py)."""
-    default_image.remember(emulated=settings.emulator is not None, project=settings.project, region=region,
+    default_image.remember(emulated=settings.emulator, project=settings.project, region=region,
                            flavor=flavor, image=image, context=None if user is None else user.root)
