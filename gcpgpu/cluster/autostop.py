@@ -33,6 +33,7 @@ from gcpgpu.times import format_timestamp, parse_duration
 
 from .autostop_setting import AGENT_KEY, KEY, of, public, setting, shown
 from .kinds import NODES
+from .names import NoSuchCluster
 from .observe import Node, observe, observe_nodes
 from .session import Session
 
@@ -73,9 +74,7 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
 
     nodes = observe_nodes(clients, project, cluster)
     if not nodes:
-        from .unknown import missing
-
-        raise missing(clients, project, cluster)
+        raise NoSuchCluster(project, cluster)  # the CLI adds "did you mean" (unknown.py: not imported here)
 
     def put(node: Node) -> Any:
         items = {k: v for k, v in node.metadata.items() if k not in (KEY, AGENT_KEY)}
@@ -122,9 +121,7 @@ def change(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
     urls = check_urls(notify)  # as job submit --notify
     found = observe_nodes(clients, project, cluster)
     if not found:  # before the lease: nothing written
-        from .unknown import missing
-
-        raise missing(clients, project, cluster)
+        raise NoSuchCluster(project, cluster)  # the CLI adds "did you mean" (unknown.py: not imported here)
     image = None if idle_s is None else follower_image(found[0].region, found[0].machine_type)
     s = Session(clients, project)
     with s.holding(cluster, "autostop", wait_for_lease=True):

@@ -21,8 +21,8 @@ from gcpgpu.gcp.operations import retrying
 from gcpgpu.storage import entries, hyperdisk
 from gcpgpu.storage.spec import DEFAULT_PATH
 
-from .names import LABEL_CLUSTER, LABEL_MANAGED
-from .slurm_state import SCHEDULER_KEY, disk_name
+from .names import LABEL_CLUSTER, LABEL_MANAGED, SCHEDULER_KEY
+from .names import slurm_state_disk as disk_name
 
 STATE = "slurm-state"
 WORDS = {"filestore": "filestore", "lustre": "lustre", hyperdisk.KIND: "hyperdisk-ml volume",
@@ -163,14 +163,13 @@ def cost_words(held: list[Held]) -> str:
     return f" + {', '.join(f'{WORDS[h.kind]} {h.short}' for h in billed)}: price unknown (no price in gcpgpu's data)"
 
 
-def users(clients: Clients, project: str, cluster: str, names: list[str]) -> dict[str, list[str]]:
-    """{full name: ["cluster d (at /data)", ...]} for each of `names` another cluster's nodes mount."""
-    from .observe import project_nodes
-
+def users(nodes: list[Any], cluster: str, names: list[str]) -> dict[str, list[str]]:
+    """{full name: ["cluster d (at /data)", ...]} for each of `names` another cluster's nodes (of `nodes`, the
+    project's: observe.project_nodes) mount."""
     if not names:
         return {}
     out: dict[str, set[str]] = {}
-    for n in project_nodes(clients, project, managed_only=False):
+    for n in nodes:
         if n.cluster == cluster:
             continue
         for e in entries.loads(n.metadata.get(entries.KEY)):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 
-from gcpgpu.errors import UsageProblem
+from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.specfile import lowercase_hint
 
 LABEL_CLUSTER = "gcpgpu-cluster"
 LABEL_RANK = "gcpgpu-rank"
 LABEL_MANAGED = "gcpgpu-managed"
+SCHEDULER_KEY = "gcpgpu-scheduler"  # metadata: "slurm" on every node of a Slurm cluster (slurm_state.py)
 LABEL_ATTEMPT = "gcpgpu-attempt"  # which `up` attempt created a node (descriptions carry " attempt=ID")
 MARK = "gcpgpu:cluster="
 # The longest suffix gcpgpu adds to a cluster's name is "-gpunet-8" / "-internal" (9 characters):
@@ -27,6 +28,15 @@ CLUSTER_NAME = re.compile(rf"^{NAME_PATTERN}$")
 RFC1035 = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+class NoSuchCluster(CloudError):
+    """A cluster name that matches nothing in the project (unknown.py adds "did you mean" where it can)."""
+
+    def __init__(self, project: str, cluster: str, after: str = "", suggestion: str = "") -> None:
+        super().__init__(f"no cluster named {cluster} in project {project}{after}{suggestion} "
+                         "(see 'gcpgpu cluster list')")
+        self.project, self.cluster, self.after = project, cluster, after
+
+
 def check_cluster_name(name: object, field: str = "NAME") -> str:
     """`name` if it is a cluster name gcpgpu can create, else one line naming `field` and the rule."""
     text = name if isinstance(name, str) else ""
@@ -35,6 +45,11 @@ def check_cluster_name(name: object, field: str = "NAME") -> str:
     hint = lowercase_hint(text, lambda v: bool(CLUSTER_NAME.match(v)))
     raise UsageProblem(f"{field} {name!r} is not a cluster name: 1-{MAX_NAME} lowercase letters, digits and dashes, "
                        f"starting with a letter and not ending with a dash{hint}")
+
+
+def slurm_state_disk(cluster: str) -> str:
+    """The name of a Slurm cluster's state disk (slurm_state.py makes it; holdings.py names it)."""
+    return f"{cluster}-slurm-state"
 
 
 def marker(cluster: str) -> str:

@@ -26,7 +26,7 @@ from gcpgpu.storage.spec import wanted
 
 from . import holdings
 from .names import LABEL_ATTEMPT, LABEL_CLUSTER, LABEL_MANAGED
-from .observe import Node, observe_nodes
+from .observe import Node, observe_nodes, project_nodes
 from .plan import Plan
 from .session import Session
 
@@ -111,7 +111,8 @@ def refuse_if_shared(clients: Clients, project: str, cluster: str, kinds: tuple[
 
     own = [h for h in holdings.of_cluster(clients, project, cluster, observe_nodes(clients, project, cluster))
            if not h.attached and h.kind in kinds]
-    users = holdings.users(clients, project, cluster, [h.name for h in own])
+    names = [h.name for h in own]
+    users = holdings.users(project_nodes(clients, project, managed_only=False) if names else [], cluster, names)
     for h in own:
         if h.name in users:
             raise CloudError(f"cluster {cluster}'s {holdings.WORDS[h.kind]} {h.short} is mounted by "

@@ -25,11 +25,18 @@ from gcpgpu.errors import CloudError
 from gcpgpu.storage import disks
 
 from . import munge
-from .names import LABEL_ATTEMPT, LABEL_CLUSTER, LABEL_MANAGED, marker, node_name
+from .names import (
+    LABEL_ATTEMPT,
+    LABEL_CLUSTER,
+    LABEL_MANAGED,
+    SCHEDULER_KEY,
+    marker,
+    node_name,
+    slurm_state_disk,
+)
 from .session import Session
 from .spec import ClusterSpec
 
-SCHEDULER_KEY = "gcpgpu-scheduler"  # metadata: "slurm" on every node of a Slurm cluster
 MUNGE_KEY = "gcpgpu-slurm-munge"  # metadata: the Secret Manager secret of the munge key (its name only)
 STATE_KEY = "gcpgpu-slurm-state"  # metadata: the state disk's name (node 0 waits for it before slurmctld)
 IMAGE_KEY = "gcpgpu-slurm-image"  # metadata: the image the nodes run gcpgpu.slurm.node from
@@ -38,8 +45,7 @@ SIZE_GB = 10  # StateSaveLocation holds kilobytes per job; 10 GB is the smallest
 WHAT = "Slurm state"
 
 
-def disk_name(cluster: str) -> str:
-    return f"{cluster}-slurm-state"
+disk_name = slurm_state_disk
 
 
 def metadata_items(spec: ClusterSpec, project: str) -> list[dict[str, str]]:

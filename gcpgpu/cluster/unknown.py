@@ -7,8 +7,9 @@ Every command given a cluster by name that finds none (`cluster status tema`, `j
 
 from __future__ import annotations
 
-from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
+
+from .names import NoSuchCluster
 
 
 def one_edit(a: str, b: str) -> bool:
@@ -37,7 +38,6 @@ def suggestion(clients: Clients, project: str, name: str) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
-def missing(clients: Clients, project: str, name: str, after: str = "") -> CloudError:
+def missing(clients: Clients, project: str, name: str, after: str = "") -> NoSuchCluster:
     """The error for a cluster name that matches nothing (`after`: what follows from it, e.g. its job)."""
-    return CloudError(f"no cluster named {name} in project {project}{after}{suggestion(clients, project, name)} "
-                      "(see 'gcpgpu cluster list')")
+    return NoSuchCluster(project, name, after, suggestion(clients, project, name))

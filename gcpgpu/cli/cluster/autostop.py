@@ -69,8 +69,14 @@ def autostop(settings: Settings, name: str, duration: str | None, down: bool, ca
     if not cancel and not duration:
         raise UsageProblem("give DURATION (e.g. 'gcpgpu cluster autostop NAME 30m') or --cancel")
     idle_s = None if cancel else auto.parse(duration, "DURATION")
-    done = auto.change(settings.clients, settings.project, name, idle_s, down, list(notify),
-                       partial(follower_image, settings, dry_run=False, say=info))
+    from gcpgpu.cluster.names import NoSuchCluster
+    from gcpgpu.cluster.unknown import missing
+
+    try:
+        done = auto.change(settings.clients, settings.project, name, idle_s, down, list(notify),
+                           partial(follower_image, settings, dry_run=False, say=info))
+    except NoSuchCluster:
+        raise missing(settings.clients, settings.project, name) from None  # with "did you mean"
     if settings.format != "table":
         emit({"cluster": name, "autostop": auto.public(done.value), "nodes": len(done.nodes)})
     elif done.value is None:
