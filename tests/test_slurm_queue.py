@@ -250,3 +250,49 @@ def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_c
     assert cli("job", "cancel", found["id"]).exit_code == 0
     wait_for(lambda: state(gcp, found["id"]) == "CANCELLED", timeout=60, what="the hand-made job cancelled")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+# -- a record's id is never a command or a path on node 0 ------------------------------------------------------
+CRAFTED = ["../../etc/x", "a\ntouch /tmp/pwned", "$(touch /tmp/pwned)", "x;id"]
+
+
+def test_a_crafted_record_in_project_metadata_is_refused_by_the_queue_agent_and_never_listed_raw(gcp, tmp_path):
+    """Whoever can write project metadata can write a record: its id becomes node 0's file names and its batch
+    job's name. An id (or run key) gcpgpu never makes is skipped where records are read, said once in the agent's
+    log, and never reaches sbatch, a file or `job list`; a well-formed record beside it is sbatched as ever."""
+    import subprocess
+
+    from helpers import clients
+
+    from gcpgpu.jobs.cluster import journal
+    from gcpgpu.slurm.queue import QueueAgent
+
+    c = clients(gcp)
+    good = {"id": "good-abc123", "name": "good", "scheduler": "slurm", "state": "PENDING",
+            "queue": {"priority": "normal", "nodes": 1}}
+    bad = [{**good, "id": i, "submit": {**good, "id": i}} for i in CRAFTED]
+    bad.append({**good, "id": "run-bad1", "run": "x\n$(id)", "submit": {**good, "id": "run-bad1", "run": "x\n$(id)"}})
+    journal.swap(c, PROJECT, records.key("q"),
+                 lambda _now: json.dumps({"jobs": [*bad, {**good, "submit": dict(good)}]}))
+    called: list[tuple[str, ...]] = []
+
+    def slurm(*argv: str) -> subprocess.CompletedProcess:
+        called.append(argv)
+        return subprocess.CompletedProcess(list(argv), 0, "5\n" if argv[0] == "sbatch" else "", "")
+
+    said: list[str] = []
+    agent = QueueAgent(c, PROJECT, "q", tmp_path / "jobs", tmp_path / "slurm.conf", True, said.append)
+    agent._slurm = slurm  # type: ignore[method-assign]
+    agent.round()
+    agent.round()
+    sbatched = [a for a in called if a[0] == "sbatch"]
+    assert [a[a.index("-J") + 1] for a in sbatched] == ["good-abc123"]
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["good-abc123.json", "good-abc123.sh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs"]  # nothing written outside the jobs folder
+    skipped = [s for s in said if "skipping a job record" in s]
+    assert len(skipped) == len(bad) and all("is not a job id" in s for s in skipped)
+    for fmt in (None, "json"):
+        listed = cli("job", "list", "--cluster", "q", fmt=fmt)
+        assert listed.exit_code == 0, listed.output
+        assert "good" in listed.output and "pwned" not in listed.output and "$(" not in listed.output
+        assert "../" not in listed.output and "x;id" not in listed.output

@@ -111,6 +111,7 @@ class QueueAgent:
         self.say = say
         self.poll_s = poll_s
         self.stop = threading.Event()
+        self.skipped: set[str] = set()
         self.keeper = Keeper(clients, project, cluster, self._slurm, say)
 
     def run(self) -> None:
@@ -129,6 +130,9 @@ class QueueAgent:
     def round(self) -> None:
         self.keeper.round()
         seen = store.read(self.clients, self.project, self.cluster)
+        for why in set(seen.skipped) - self.skipped:  # never sbatched, never a file: said once
+            self.skipped.add(why)
+            self.say(f"queue agent: skipping a job record: {why}")
         for rec in seen.records:
             if rec.submit is not None and not rec.slurm_id and not rec.final:
                 self._sbatch(rec)
@@ -167,7 +171,7 @@ class QueueAgent:
         job_file.write_text(json.dumps(job))
         script = self.jobs_dir / f"{rec.id}.sh"
         # On the emulator every node shares this folder; real nodes get the job through the script (sbcast).
-        script.write_text(render("slurm_job.sh.j2", job_id=rec.id, python=sys.executable, job_file=str(job_file),
+        script.write_text(render("slurm_job.sh.j2", python=sys.executable, job_file=str(job_file),
                                  job_json="" if self.emulated else json.dumps(job)))
         queue = rec.queue or QueuePlace()
         done = self._slurm("sbatch", "--parsable", "-J", rec.id, "-p", str(queue.priority or "normal"),
