@@ -46,6 +46,13 @@ def recorded(gcp, job: str) -> dict:
     return found.to_json() if found is not None else {}
 
 
+def status_of(job: str) -> dict:
+    """`job status --format json` of the job."""
+    shown = cli("job", "status", job, fmt="json")
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.output)
+
+
 def state(gcp, job: str) -> str | None:
     return recorded(gcp, job).get("state")
 
@@ -84,7 +91,7 @@ def test_scontrols_view_becomes_states_places_and_reasons():
             "NodeList=q-[0-1]\n")
     jobs = parse_jobs(text)
     assert queue_places(jobs) == {"8": 1, "7": 2}  # high before low, whatever the order submitted
-    assert seen_fields(jobs["8"], 1) == {"state": "PENDING", "attempt": 1, "reason": "free nodes",
+    assert seen_fields(jobs["8"], 1) == {"state": "PENDING", "attempt": 1, "reason": "waiting for free nodes",
                                          "slurm_nodes": None, "position": 1}
     assert seen_fields(jobs["6"], None)["state"] == "RUNNING" and seen_fields(jobs["6"], None)["slurm_nodes"] == "q-[0-1]"
 
@@ -183,9 +190,17 @@ def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_check
                     "--batch-size", "2", "--ckpt-dir", "gs://ckpt/low", "--ckpt-every", "2", "--log-every", "1")
     wait_for(lambda: checkpointed(gcp, "low", 4), timeout=180, what="the low job past a checkpoint")
     high = submitted("--name", "high", "--priority", "high", "--", *QUICK)  # needs both nodes: the low job's
+    # Preempted, the low job is RECOVERING (as a cluster job whose node was lost), saying by whom, until it runs.
+    shown = wait_for(lambda: (s := status_of(low))["state"] == "RECOVERING" and s, timeout=180, interval=0.3,
+                     what="the low job RECOVERING")
+    assert shown["cause"] == f"preempted by higher-priority job {high.rsplit(':', 1)[-1]}", shown
+    assert shown["node"] == "q-0, q-1" and shown["attempt"] == 1
     wait_for(lambda: state(gcp, high) == "SUCCEEDED", timeout=180, what="the high job done")
     wait_for(lambda: state(gcp, low) == "SUCCEEDED", timeout=240, what="the low job resumed and done")
     assert recorded(gcp, low)["attempt"] == 1  # requeued once, by the preemption
+    [entry] = status_of(low)["history"]
+    assert (entry["attempt"], entry["node"], entry["cause"]) == (1, "q-0, q-1", shown["cause"])
+    assert entry["delivered"] >= entry["at"]
     out = job_output(gcp, low)
     assert "restart 1" in out and "resumed from" in out
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
@@ -200,8 +215,15 @@ def test_a_node_lost_under_a_running_job_comes_back_and_the_job_resumes_to_succe
                     "--ckpt-dir", "gs://ckpt/kept", "--ckpt-every", "2", "--log-every", "1")
     wait_for(lambda: checkpointed(gcp, "kept", 4), timeout=600, what="the job past a checkpoint")
     assert gcp.compute.lose_instance(PROJECT, "us-central1-a", "q-1", "preempt", 1.0)
+    # Requeued off the lost node: RECOVERING, with the node and why it went, until the node is back and it runs.
+    shown = wait_for(lambda: (s := status_of(job))["state"] == "RECOVERING" and s, timeout=300, interval=0.3,
+                     what="the job RECOVERING")
+    assert (shown["node"], shown["cause"], shown["attempt"]) == ("q-1", "preempted", 1), shown
     wait_for(lambda: state(gcp, job) == "SUCCEEDED", timeout=900, interval=0.5, what="the job resumed and done")
     assert recorded(gcp, job)["attempt"] >= 1 and "resumed from" in job_output(gcp, job)
+    first = status_of(job)["history"][0]
+    assert (first["attempt"], first["node"], first["cause"], first["lost"]) == (1, "q-1", "preempted", ["q-1"])
+    assert first["delivered"] >= first["at"]
     inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "q-1")
     assert inst["status"] == "RUNNING"  # node 0 brought it back under its name
     wait_for(lambda: set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}, timeout=120, what="both nodes' daemons")

@@ -46,12 +46,13 @@ STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEE
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
                ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
 QUEUE_COLUMNS = [("priority", "PRIORITY"), ("position", "PLACE"), ("slurm_nodes", "SLURM NODES"),
-                 ("reason", "WAITS FOR"), ("via", "VIA")]
+                 ("reason", "WHY IT WAITS"), ("via", "VIA")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
-                  ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR")]
+                  ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
+                  ("priority", "PRIORITY"), ("position", "PLACE"), ("slurm_id", "SLURM JOB"), ("reason", "WHY IT WAITS")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),
                    ("cause", "CAUSE"),
                    ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("redone", "STEPS REDONE")]

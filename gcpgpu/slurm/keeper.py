@@ -31,6 +31,10 @@ class Keeper:
         self.slurm = slurm  # runs a Slurm command with the node's SLURM_CONF
         self.say = say
         self.lost: dict[str, float] = {}  # node name -> when it was first seen lost (this process's clock)
+        # node name -> (when, why) of its last loss (gcpgpu.gcp.clock): kept after it is back, for the history
+        # entry of a job Slurm requeued off it (requeue.py)
+        self.losses: dict[str, tuple[float, str]] = {}
+        self.drained: list[str] = []  # nodes Slurm holds drained (keeper's returns: return_drained)
         self._upped = float("-inf")
 
     def round(self) -> None:
@@ -41,7 +45,10 @@ class Keeper:
         names = {n.name for n in nodes}
         gone = {n.name for n in nodes if n.status != "RUNNING"}
         gone |= {f"{self.cluster}-{r}" for r in range(expected)} - names
-        for name in sorted(gone - set(self.lost)):
+        new = sorted(gone - set(self.lost))
+        if new:
+            self.losses.update(self._causes(nodes, new))
+        for name in new:
             self.lost[name] = time.time()
             self.say(f"node {name} is lost: marking it DOWN so Slurm requeues its jobs")
             self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", "Reason=gcpgpu:node-lost")
@@ -50,6 +57,23 @@ class Keeper:
         if gone and time.monotonic() - self._upped >= UP_EVERY_S:
             self._upped = time.monotonic()
             self._bring_back(nodes, sorted(gone))
+
+    def _causes(self, nodes: list, names: list[str]) -> dict[str, tuple[float, str]]:
+        """Why each of `names` was lost, as a cluster without Slurm says it (jobs/cluster/loss.py)."""
+        from gcpgpu.gcp import clock
+        from gcpgpu.jobs.cluster.loss import loss_causes
+
+        by_name = {n.name: n for n in nodes}
+        zone = nodes[0].zone
+        rows = [{"node": name, "zone": by_name[name].zone if name in by_name else zone,
+                 "node_status": by_name[name].status if name in by_name else "DELETED"} for name in names]
+        try:
+            causes = loss_causes(self.clients, self.project, self.cluster, rows)
+        except Exception as e:  # noqa: BLE001 - the cause is a nicety: the node is marked DOWN regardless
+            self.say(f"why {', '.join(names)} went is unknown: {type(e).__name__}: {e}")
+            causes = {}
+        now = clock.now()
+        return {name: (now, causes.get(name) or "node lost") for name in names}
 
     def requeue_failed(self, job: dict[str, str]) -> bool:
         """Requeue a Slurm job that FAILED on a node lost while it ran (True when asked)."""

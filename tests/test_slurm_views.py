@@ -1,0 +1,102 @@
+"""A Slurm cluster's job in `job status` as any cluster job: its nodes with a row each, its cost for the time it
+held them, its priority, its place in the queue, Slurm's id and why it waits, in words.
+
+The jobs run the bundled trainer under the emulator's real Slurm (tests/test_cluster_slurm.py). Tests that start
+Slurm skip, saying what to install, where it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from helpers import PROJECT, wait_for
+
+from gcpgpu.cli import main
+from gcpgpu.fakes.guest.slurm import slurm_installed
+from gcpgpu.jobs.cluster.record import JobRecord
+from gcpgpu.jobs.state import JobState
+
+GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
+UP = ["cluster", "up", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+QUICK = ["--model", "tiny", "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--vocab-size", "256"]
+LONG = ["--model", "tiny", "--steps", "100000", "--seq-len", "16", "--batch-size", "2"]
+needs_slurm = pytest.mark.skipif(slurm_installed() is not None, reason=str(slurm_installed()))
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def submitted(*argv: str) -> str:
+    result = cli("job", "submit", "--cluster", "q", *argv, fmt="json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{"):])["id"]
+
+
+def status(job: str) -> dict:
+    shown = cli("job", "status", job, fmt="json")
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.output)
+
+
+# -- without Slurm ---------------------------------------------------------------------------------------------
+def test_slurms_reasons_are_said_in_words():
+    from gcpgpu.slurm.requeue import in_words
+
+    long = "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions"
+    assert in_words(long, replacing=False, drained=False) == "behind higher-priority jobs"
+    assert in_words(long, replacing=True, drained=False) == "nodes being replaced"
+    assert in_words("Priority", False, False) == "behind higher-priority jobs"
+    assert in_words("QOSMaxJobsPerUserLimit", False, False) == "per-user limit"
+    assert in_words("Resources", False, False) == "waiting for free nodes"
+
+
+def test_a_requeue_is_an_attempt_recovering_in_the_history_until_it_runs_again_and_only_running_time_costs():
+    from gcpgpu.jobs.cluster.spent import held
+    from gcpgpu.slurm.requeue import requeued
+
+    ran = JobRecord(id="low-abc123", state="RUNNING", attempt=0, slurm_nodes="q-[0-1]", started="2026-01-01T00:00:00Z",
+                    history=[])
+    back = requeued(ran, ran.but(state="PENDING", attempt=1, slurm_nodes=None),
+                    ("q-0, q-1", "preempted by higher-priority job high-1", []))
+    assert (back.state, back.node, back.cause) == ("RECOVERING", "q-0, q-1", "preempted by higher-priority job high-1")
+    [entry] = back.history or []
+    assert entry["attempt"] == 1 and entry["cause"] == back.cause and entry["node"] == "q-0, q-1" and entry["at"]
+    assert requeued(back, back.but(state="PENDING"), None).state == "RECOVERING"  # still waiting to run again
+    again = requeued(back, back.but(state="RUNNING"), None)
+    assert again.state == "RUNNING" and again.node is None and (again.history or [])[0]["delivered"]
+    state = JobState(started="2026-01-01T00:00:00Z", history=[{"at": "2026-01-01T00:10:00Z",
+                                                               "delivered": "2026-01-01T00:30:00Z"}])
+    from gcpgpu.times import parse_timestamp
+
+    end = parse_timestamp("2026-01-01T01:00:00Z")
+    assert sum(b - a for a, b in held(state, end)) == 600 + 1800  # not the 20 minutes it waited
+
+
+# -- on the emulator's Slurm -----------------------------------------------------------------------------------
+@needs_slurm
+def test_a_slurm_jobs_status_has_its_nodes_their_rows_its_cost_priority_slurm_id_and_place(gcp):
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    a = submitted("--name", "a", "--", *LONG)  # both nodes, normal
+    b = submitted("--name", "b", "--nodes", "1", "--priority", "low", "--", *QUICK)  # waits for A
+
+    def running() -> dict | None:
+        got = status(a)
+        return got if got["state"] == "RUNNING" and [r["state"] for r in got["per_node"]] == ["RUNNING"] * 2 else None
+
+    wait_for(running, timeout=300, interval=0.5, what="A running on both nodes, each node's agent saying so")
+    gcp.clock.advance(600)  # ten minutes on both nodes
+    got = status(a)
+    assert got["nodes"] == 2 and [(r["node"], r["rank"]) for r in got["per_node"]] == [("q-0", 0), ("q-1", 1)]
+    assert got["priority"] == "normal" and got["slurm_id"].isdigit() and got["cost_usd"] > 0
+    assert got["node_hours"] >= 2 * 600 / 3600
+    waiting = wait_for(lambda: (s := status(b)).get("position") == 1 and s.get("reason") and s, timeout=60,
+                       interval=0.5, what="B's place and reason in its status")
+    assert waiting["state"] == "PENDING" and waiting["priority"] == "low" and waiting["slurm_id"].isdigit()
+    assert "_" not in waiting["reason"] and waiting["nodes"] == 0 and waiting["cost_usd"] == 0
+    table = cli("job", "status", a)
+    assert "Nothing to show" not in table.output and "q-1" in table.output and "$0.00" not in table.output
+    assert cli("job", "cancel", b).exit_code == 0 and cli("job", "cancel", a).exit_code == 0
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
