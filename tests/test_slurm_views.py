@@ -60,12 +60,14 @@ def test_a_requeue_is_an_attempt_recovering_in_the_history_until_it_runs_again_a
     ran = JobRecord(id="low-abc123", state="RUNNING", attempt=0, slurm_nodes="q-[0-1]", started="2026-01-01T00:00:00Z",
                     history=[])
     back = requeued(ran, ran.but(state="PENDING", attempt=1, slurm_nodes=None),
-                    ("q-0, q-1", "preempted by higher-priority job high-1", []))
+                    ("q-0, q-1", "preempted by higher-priority job high-1", []), running=False)
     assert (back.state, back.node, back.cause) == ("RECOVERING", "q-0, q-1", "preempted by higher-priority job high-1")
     [entry] = back.history or []
     assert entry["attempt"] == 1 and entry["cause"] == back.cause and entry["node"] == "q-0, q-1" and entry["at"]
-    assert requeued(back, back.but(state="PENDING"), None).state == "RECOVERING"  # still waiting to run again
-    again = requeued(back, back.but(state="RUNNING"), None)
+    assert requeued(back, back.but(state="PENDING"), None, False).state == "RECOVERING"  # still waiting to run again
+    # Slurm shows a requeued job whose tasks are being killed as COMPLETING (RUNNING here): not running again yet.
+    assert requeued(ran, ran.but(state="RUNNING", attempt=1), None, running=False).state == "RECOVERING"
+    again = requeued(back, back.but(state="RUNNING"), None, True)
     assert again.state == "RUNNING" and again.node is None and (again.history or [])[0]["delivered"]
     state = JobState(started="2026-01-01T00:00:00Z", history=[{"at": "2026-01-01T00:10:00Z",
                                                                "delivered": "2026-01-01T00:30:00Z"}])

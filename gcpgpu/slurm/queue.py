@@ -200,7 +200,7 @@ class QueueAgent:
             fields = seen_fields(job, places.get(job["JobId"]), bool(self.keeper.lost), bool(self.keeper.drained))
             queue = QueuePlace(*((r.queue.priority, r.queue.nodes) if r.queue else (None, None)),
                                fields.pop("position", None))
-            new = requeued(r, r.but(**fields, queue=queue), why.get(r.slurm_id))
+            new = requeued(r, r.but(**fields, queue=queue), why.get(r.slurm_id), job.get("JobState") == "RUNNING")
             if new.state != r.state or new.attempt != r.attempt:
                 new = new.but(at=stamp())
                 if new.state == RUNNING:

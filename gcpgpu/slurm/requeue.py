@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gcpgpu.jobs.cluster.record import HistoryEntry, JobRecord, stamp
 from gcpgpu.jobs.cluster.slurm import TIERS, hostnames
-from gcpgpu.jobs.state import PENDING, RECOVERING, RUNNING, is_final
+from gcpgpu.jobs.state import RECOVERING, RUNNING, is_final
 
 # Slurm's reasons (scontrol's Reason=) as `job status` and `job list` say them.
 WORDS = {"Priority": "behind higher-priority jobs", "Resources": "waiting for free nodes",
@@ -60,9 +60,11 @@ def attempt_began(record: JobRecord) -> float:
     return parse_timestamp(last.get("delivered") or last.get("at") or record.started or record.created) or 0.0
 
 
-def requeued(old: JobRecord, new: JobRecord, why: tuple[str | None, str, list[str]] | None) -> JobRecord:
+def requeued(old: JobRecord, new: JobRecord, why: tuple[str | None, str, list[str]] | None,
+             running: bool) -> JobRecord:
     """`new` (`old` with what scontrol says now) with its requeues written: a history entry for each new attempt,
-    RECOVERING (node, cause) until it runs again, and the entry's `delivered` once it does."""
+    RECOVERING (node, cause) until it runs again (`running`: Slurm says RUNNING; a requeued job's tasks being
+    killed show COMPLETING with the new count first), and the entry's `delivered` once it does."""
     history: list[HistoryEntry] = [dict(h) for h in old.history or []]  # type: ignore[misc]
     if new.attempt > old.attempt:
         node, cause, lost = why or (None, "requeued", [])
@@ -71,13 +73,10 @@ def requeued(old: JobRecord, new: JobRecord, why: tuple[str | None, str, list[st
             if lost:
                 entry["lost"] = lost
             history.append(entry)
-    if is_final(new.state):
+    last = history[-1] if history and history[-1].get("attempt") == new.attempt else None
+    if is_final(new.state) or last is None or last.get("delivered"):
         return new.but(history=history or old.history, node=None, cause=None)
-    if new.state == PENDING and history and history[-1].get("attempt") == new.attempt \
-            and not history[-1].get("delivered"):
-        last = history[-1]
+    if not running:
         return new.but(history=history, state=RECOVERING, node=last.get("node"), cause=last.get("cause"))
-    if new.state == RUNNING and history and history[-1].get("attempt") == new.attempt \
-            and not history[-1].get("delivered"):
-        history[-1] = {**history[-1], "delivered": stamp()}
-    return new.but(history=history or old.history, node=None, cause=None)
+    history[-1] = {**last, "delivered": stamp()}
+    return new.but(history=history, state=RUNNING, node=None, cause=None)
