@@ -269,6 +269,10 @@ def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_c
 
     found = wait_for(row, timeout=60, interval=0.5, what="the hand-made job listed")
     assert found["id"] == f"cluster:q:slurm-{slurm_id}" and found["via"] == "sbatch" and found["nodes"] == 1
+    # Its output is in its -o file, never in Cloud Logging: `job logs` says where, instead of promising entries.
+    logs = cli("job", "logs", found["id"])
+    assert logs.exit_code == 0 and "No log entries" not in logs.output, logs.output
+    assert f"{tmp_path / 'by-hand.out'} on node q-" in logs.output and "gcpgpu cluster ssh q --node" in logs.output
     assert cli("job", "cancel", found["id"]).exit_code == 0
     wait_for(lambda: state(gcp, found["id"]) == "CANCELLED", timeout=60, what="the hand-made job cancelled")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0

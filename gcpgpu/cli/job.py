@@ -358,11 +358,27 @@ def logs(settings: Settings, job_id: str, follow: bool) -> None:
     def finished() -> bool:
         return route.status(settings.clients, project, jid).final
 
+    if jid.target == "cluster":
+        state = route.status(settings.clients, project, jid)
+        if state.output:  # sbatch'ed by hand: Slurm writes its output to a file on its batch host, nothing else
+            info(_output_file(jid, state.output))
+            return
     count = job_logs.stream(settings.clients, project, flt, show, follow=follow, finished=finished,
                             poll_s=_poll_s(settings) if settings.emulator else 5.0)
     if count == 0 and not follow:
         route.status(settings.clients, project, jid)  # a job that does not exist is its one line, exit 1
         info(f"No log entries for {jid} yet (Cloud Logging can lag a minute behind).")
+
+
+def _output_file(jid: Any, output: dict) -> str:
+    """Where a job sbatch'ed by hand on a Slurm cluster's node has its output (its -o file), and how to read it."""
+    import shlex
+
+    node = str(output.get("node"))
+    rank = node.rsplit("-", 1)[-1]
+    read = f"gcpgpu cluster ssh {jid.cluster} --node {rank} tail -n 100 {shlex.quote(str(output.get('path')))}"
+    return (f"Job {jid} was sbatch'ed by hand: its output is not in Cloud Logging but in Slurm's output file "
+            f"{output.get('path')} on node {node}; read it with: {read}")
 
 
 @job.command()

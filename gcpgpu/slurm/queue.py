@@ -201,6 +201,8 @@ class QueueAgent:
             queue = QueuePlace(*((r.queue.priority, r.queue.nodes) if r.queue else (None, None)),
                                fields.pop("position", None))
             new = requeued(r, r.but(**fields, queue=queue), why.get(r.slurm_id), job.get("JobState") == "RUNNING")
+            if r.by_hand and job.get("StdOut") and job.get("BatchHost") not in (None, "(null)"):
+                new = new.but(slurm_output={"path": job["StdOut"], "node": job["BatchHost"]})
             if new.state != r.state or new.attempt != r.attempt:
                 new = new.but(at=stamp())
                 if new.state == RUNNING:

@@ -141,6 +141,7 @@ class JobRecord:
     reason: str | None = None  # why it waits
     cancel: bool | None = None  # asked to stop: the controller's agent scancels it
     by_hand: bool | None = None  # sbatch'ed on a node by hand, not by gcpgpu
+    slurm_output: dict | None = None  # such a job's output file, where Slurm writes it: {"path", "node"}
     # Keys a newer gcpgpu wrote, kept as they were.
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 

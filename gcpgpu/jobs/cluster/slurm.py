@@ -97,7 +97,8 @@ def status(clients: Clients, project: str, jid: ids.JobId, seen: Seen) -> JobSta
     queue = found.queue or QueuePlace(None)
     waiting = found.state in (PENDING, RECOVERING)
     return replace(state, nodes=len(rows), per_node=rows, priority=queue.priority, slurm_id=found.slurm_id,
-                   position=queue.position if waiting else None, reason=found.reason if waiting else None)
+                   position=queue.position if waiting else None, reason=found.reason if waiting else None,
+                   output=found.slurm_output)
 
 
 def hostnames(nodelist: str | None) -> list[str]:
