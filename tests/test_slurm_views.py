@@ -102,3 +102,22 @@ def test_a_slurm_jobs_status_has_its_nodes_their_rows_its_cost_priority_slurm_id
     assert "Nothing to show" not in table.output and "q-1" in table.output and "$0.00" not in table.output
     assert cli("job", "cancel", b).exit_code == 0 and cli("job", "cancel", a).exit_code == 0
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_low_job_without_checkpoints_preempted_by_a_normal_one_starts_afresh_and_succeeds(gcp):
+    """`normal` preempts `low` too (README). The low job keeps no checkpoints (no --ckpt-dir, no --output-dir):
+    requeued, it starts again from step 0 instead of failing at once on --resume."""
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    low = submitted("--name", "low", "--priority", "low", "--", *LONG[:3], "40", *LONG[4:], "--log-every", "1")
+    wait_for(lambda: status(low)["state"] == "RUNNING", timeout=300, interval=0.5, what="the low job running")
+    normal = submitted("--name", "normal", "--", *QUICK)  # both nodes: the low job's
+    shown = wait_for(lambda: (s := status(low))["state"] == "RECOVERING" and s, timeout=180, interval=0.3,
+                     what="the low job RECOVERING")
+    assert shown["cause"] == f"preempted by higher-priority job {normal.rsplit(':', 1)[-1]}"
+    wait_for(lambda: status(low)["state"] in ("SUCCEEDED", "FAILED"), timeout=600, interval=0.5,
+             what="the low job's end")
+    got = status(low)
+    assert got["state"] == "SUCCEEDED" and got["attempt"] == 1, got
+    assert status(normal)["state"] == "SUCCEEDED"
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
