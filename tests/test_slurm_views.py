@@ -46,11 +46,13 @@ def test_slurms_reasons_are_said_in_words():
     from gcpgpu.slurm.requeue import in_words
 
     long = "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions"
-    assert in_words(long, replacing=False, drained=False) == "behind higher-priority jobs"
-    assert in_words(long, replacing=True, drained=False) == "nodes being replaced"
-    assert in_words("Priority", False, False) == "behind higher-priority jobs"
-    assert in_words("QOSMaxJobsPerUserLimit", False, False) == "per-user limit"
-    assert in_words("Resources", False, False) == "waiting for free nodes"
+    assert in_words(long, replacing=False) == "behind higher-priority jobs"
+    assert in_words(long, replacing=True) == "nodes being replaced"
+    assert in_words(long, replacing=False, drained=["q-1"]) == "drained nodes: q-1"
+    assert in_words("Priority", False) == "behind higher-priority jobs"
+    assert in_words("QOSMaxJobsPerUserLimit", False) == "per-user limit"
+    assert in_words("Resources", False) == "waiting for free nodes"
+    assert in_words("Resources", False, ["q-1"]) == "waiting for free nodes (q-1 drained)"
 
 
 def test_a_requeue_is_an_attempt_recovering_in_the_history_until_it_runs_again_and_only_running_time_costs():
@@ -120,4 +122,40 @@ def test_a_low_job_without_checkpoints_preempted_by_a_normal_one_starts_afresh_a
     got = status(low)
     assert got["state"] == "SUCCEEDED" and got["attempt"] == 1, got
     assert status(normal)["state"] == "SUCCEEDED"
+    assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+@needs_slurm
+def test_a_node_slurm_drained_for_a_task_it_could_not_kill_is_returned_to_service_and_an_admins_drain_is_not(gcp):
+    """A lost attempt's task Slurm cannot kill in time drains its node ("Kill task failed"), and nothing returned it:
+    the queue waited for good. Node 0's keeper returns it; a node an administrator drained stays drained, and a job
+    waiting for it says so."""
+    import os
+    import subprocess
+
+    from test_cluster_slurm import sinfo
+
+    from gcpgpu.slurm.node import conf_path
+
+    assert cli(*UP[:2], "q", *UP[2:], "--scheduler", "slurm").exit_code == 0
+    wait_for(lambda: sinfo(gcp, "q") == {"q-0": "idle", "q-1": "idle"}, timeout=120, interval=0.5,
+             what="both nodes idle")
+    env = {**os.environ, "SLURM_CONF": str(conf_path(gcp.jobs.slurm.folder(PROJECT, "q"), "q-0"))}
+
+    def drain(reason: str) -> None:  # what slurmd does to a node whose task outlived UnkillableStepTimeout
+        done = subprocess.run(["scontrol", "update", "NodeName=q-1", "State=DRAIN", f"Reason={reason}"], env=env,
+                              capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stderr
+
+    drain("Kill task failed")
+    wait_for(lambda: sinfo(gcp, "q").get("q-1") == "idle", timeout=120, interval=0.5,
+             what="q-1 returned to service by node 0's keeper")
+    drain("disk check")  # an administrator's: left alone
+    job = submitted("--name", "both", "--", *QUICK)  # needs both nodes
+    waiting = wait_for(lambda: "drained" in str((s := status(job)).get("reason")) and s, timeout=120, interval=0.5,
+                       what="the job saying it waits for a drained node")
+    assert waiting["state"] == "PENDING" and "q-1" in waiting["reason"]
+    assert sinfo(gcp, "q").get("q-1") in ("drain", "drng")
+    subprocess.run(["scontrol", "update", "NodeName=q-1", "State=RESUME"], env=env, timeout=30, check=True)
+    wait_for(lambda: status(job)["state"] == "SUCCEEDED", timeout=300, interval=0.5, what="the job done")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0

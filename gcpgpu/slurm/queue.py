@@ -61,13 +61,12 @@ def queue_places(jobs: dict[str, dict[str, str]]) -> dict[str, int]:
     return {j["JobId"]: i + 1 for i, j in enumerate(pending)}
 
 
-def seen_fields(job: dict[str, str], place: int | None, replacing: bool = False, drained: bool = False) -> dict:
+def seen_fields(job: dict[str, str], place: int | None, replacing: bool = False, drained: tuple[str, ...] = ()) -> dict:
     """What a record says of a Slurm job as scontrol shows it now (why it waits in words: requeue.in_words)."""
     state = STATES.get(job.get("JobState", ""), PENDING)
     reason = job.get("Reason", "None")
     fields: dict = {"state": state, "attempt": int(job.get("Restarts", "0") or 0),
-                    "reason": (in_words(reason, replacing, drained) if state == PENDING and reason != "None"
-                               else None),
+                    "reason": in_words(reason, replacing, drained) if state == PENDING else None,
                     "slurm_nodes": job.get("NodeList") if job.get("NodeList") not in (None, "(null)") else None}
     if place is not None:
         fields["position"] = place
@@ -197,7 +196,7 @@ class QueueAgent:
             if job is None or r.final:
                 out.append(r)
                 continue
-            fields = seen_fields(job, places.get(job["JobId"]), bool(self.keeper.lost), bool(self.keeper.drained))
+            fields = seen_fields(job, places.get(job["JobId"]), bool(self.keeper.lost), tuple(self.keeper.drained))
             queue = QueuePlace(*((r.queue.priority, r.queue.nodes) if r.queue else (None, None)),
                                fields.pop("position", None))
             new = requeued(r, r.but(**fields, queue=queue), why.get(r.slurm_id), job.get("JobState") == "RUNNING")

@@ -22,14 +22,19 @@ NODES_AWAY = ("ReqNodeNotAvail", "NodeDown", "Nodes_required_for_job_are_DOWN")
 LIMITS = ("Limit", "MaxJobs", "MaxNodes", "MaxCpu", "MaxGRES")
 
 
-def in_words(reason: str, replacing: bool, drained: bool) -> str:
+def in_words(reason: str, replacing: bool, drained: list[str] | tuple[str, ...] = ()) -> str | None:
     """Why a job waits: Slurm's `reason`, said as a user reads it. `replacing`: the keeper is bringing a lost
-    node back; `drained`: a node is drained (Slurm names a drained or down node's wait, and a wait behind a
-    higher partition's job, with the same words)."""
+    node back; `drained`: the nodes drained for a reason not gcpgpu's (an administrator's: Slurm names a
+    drained or down node's wait, and a wait behind a higher partition's job, with the same words)."""
+    if reason == "Resources" and drained:
+        return f"waiting for free nodes ({', '.join(drained)} drained)"
     if reason in WORDS:
         return WORDS[reason]
+    if reason in ("", "None"):  # Slurm has not said yet (between its passes)
+        return "nodes being replaced" if replacing else f"drained nodes: {', '.join(drained)}" if drained else None
     if reason.startswith(NODES_AWAY):
-        return "nodes being replaced" if replacing else "drained nodes" if drained else "behind higher-priority jobs"
+        return "nodes being replaced" if replacing else f"drained nodes: {', '.join(drained)}" if drained \
+            else "behind higher-priority jobs"
     if any(word in reason for word in LIMITS):
         return "per-user limit" if "User" in reason or "Assoc" in reason else "a limit of its partition or QOS"
     return reason.replace("_", " ")
