@@ -117,8 +117,12 @@ def test_a_low_job_without_checkpoints_preempted_by_a_normal_one_starts_afresh_a
     shown = wait_for(lambda: (s := status(low))["state"] == "RECOVERING" and s, timeout=180, interval=0.3,
                      what="the low job RECOVERING")
     assert shown["cause"] == f"preempted by higher-priority job {normal.rsplit(':', 1)[-1]}"
-    wait_for(lambda: status(low)["state"] in ("SUCCEEDED", "FAILED"), timeout=600, interval=0.5,
-             what="the low job's end")
+    followed = cli("job", "follow", low)  # from RECOVERING to its end, as any cluster job's
+    assert followed.exit_code == 0, followed.output
+    told = [line.split(": ", 1)[1] for line in followed.output.splitlines() if line.startswith(tuple("0123456789"))
+            and "step" not in line]
+    assert told[0] == f"RECOVERING (attempt 1): node q-0, q-1, {shown['cause']}", followed.output
+    assert "PENDING" not in followed.output and told[-1] == "SUCCEEDED (attempt 1)", followed.output
     got = status(low)
     assert got["state"] == "SUCCEEDED" and got["attempt"] == 1, got
     assert status(normal)["state"] == "SUCCEEDED"

@@ -215,8 +215,10 @@ def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
     """What a follower calls on each change of the job's state: the state on stderr (with a recovered
     job's attempt)."""
     def tell(state: JobState) -> None:
+        about = ", ".join(x for x in (f"node {state.node}" if state.node else "", state.cause or "") if x)
         info(f"{time.strftime('%H:%M:%S')} {jid}: {state.state}"
-             + (f" (attempt {state.attempt})" if attempt and state.attempt else ""))
+             + (f" (attempt {state.attempt})" if attempt and state.attempt else "")
+             + (f": {about}" if about and state.state in (RECOVERING, RETRYING, STALLED) else ""))
 
     return tell
 
