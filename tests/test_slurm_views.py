@@ -163,3 +163,11 @@ def test_a_node_slurm_drained_for_a_task_it_could_not_kill_is_returned_to_servic
     subprocess.run(["scontrol", "update", "NodeName=q-1", "State=RESUME"], env=env, timeout=30, check=True)
     wait_for(lambda: status(job)["state"] == "SUCCEEDED", timeout=300, interval=0.5, what="the job done")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+def test_a_records_output_file_is_a_printable_path_on_a_named_node_or_nothing():
+    kept = JobRecord.from_json({"id": "slurm-5", "slurm_output": {"path": "/home/me/out.txt", "node": "q-1"}})
+    assert kept is not None and kept.slurm_output == {"path": "/home/me/out.txt", "node": "q-1"}
+    for bad in ({"path": "/x\n$(id)", "node": "q-0"}, {"path": "/x", "node": "q 0; id"}, "/x"):
+        got = JobRecord.from_json({"id": "slurm-5", "slurm_output": bad})
+        assert got is not None and got.slurm_output is None

@@ -207,6 +207,10 @@ class JobRecord:
                 values[key] = _int(values[key])
         if values.get("slurm_id") is not None:
             values["slurm_id"] = str(values["slurm_id"])
+        out = values.get("slurm_output")
+        if out is not None and not (isinstance(out, dict) and isinstance(out.get("path"), str)
+                                    and out["path"].isprintable() and ids.is_job(out.get("node"))):
+            values["slurm_output"] = None  # printed by `job logs`: a file path and a node name, nothing else
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
 
