@@ -292,3 +292,33 @@ def test_ctrl_c_while_following_says_the_job_runs_on_and_how_to_stop_it_never_a_
         (said,) = [line for line in result.output.splitlines() if line.startswith("Interrupted.")]
         assert f"'gcpgpu job cancel {job_id}' stops it" in said and "keeps running" in said, said
         assert "recovery" not in said, said
+
+
+def test_a_recovered_trainer_without_a_checkpoint_location_starts_afresh_instead_of_failing(gcp):
+    """No --ckpt-dir and no --output-dir: nothing to resume from, and the trainer refuses --resume without
+    --ckpt-dir, so the recovered attempt starts from step 0 (the step line says so) and the job still ends."""
+    gcp.faults.preempt_grace_s = 0.2
+    assert cli("cluster", "up", "r", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    gcp.faults.preempt("r-1", after_s=0)  # as soon as the job runs on r-1
+    result = cli("job", "submit", "--cluster", "r", "--recover", "1", "--wait", "--", "--model", "tiny", "--steps",
+                 "3", "--seq-len", "16", "--batch-size", "2", "--vocab-size", "256")
+    assert result.exit_code == 0, result.output
+    assert "from the start: it has no --ckpt-dir or --output-dir to resume from" in result.output
+    status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "SUCCEEDED" and status["attempt"] == 1 and status["history"][0]["lost"] == ["r-1"]
+
+
+def test_a_recovered_jobs_cause_comes_from_the_attempt_that_failed_not_an_earlier_ones_stop(gcp):
+    gcp.faults.preempt_grace_s = 0.2
+    assert cli("cluster", "up", "r", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+               "--spot", "--yes").exit_code == 0
+    gcp.faults.preempt("r-1", after_s=1)  # a second into the first attempt, which has said its line by then
+    command = ("sh -c 'if [ -n \"$GCPGPU_RESTART\" ]; then echo \"RuntimeError: attempt two broke\"; exit 3; fi; "
+               "echo \"InterruptedError: attempt one was stopped\"; sleep 60'")
+    result = cli("job", "submit", "--cluster", "r", "--image", "busybox", "--command", command, "--recover", "1",
+                 "--wait")
+    assert result.exit_code == 1, result.output
+    status = json.loads(cli("job", "status", result.stdout.splitlines()[0], fmt="json").stdout)
+    assert status["state"] == "FAILED" and status["attempt"] == 1, status
+    assert status["cause"] == "RuntimeError: attempt two broke", status

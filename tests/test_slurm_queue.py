@@ -46,6 +46,13 @@ def recorded(gcp, job: str) -> dict:
     return found.to_json() if found is not None else {}
 
 
+def status_of(job: str) -> dict:
+    """`job status --format json` of the job."""
+    shown = cli("job", "status", job, fmt="json")
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.output)
+
+
 def state(gcp, job: str) -> str | None:
     return recorded(gcp, job).get("state")
 
@@ -84,7 +91,7 @@ def test_scontrols_view_becomes_states_places_and_reasons():
             "NodeList=q-[0-1]\n")
     jobs = parse_jobs(text)
     assert queue_places(jobs) == {"8": 1, "7": 2}  # high before low, whatever the order submitted
-    assert seen_fields(jobs["8"], 1) == {"state": "PENDING", "attempt": 1, "reason": "free nodes",
+    assert seen_fields(jobs["8"], 1) == {"state": "PENDING", "attempt": 1, "reason": "waiting for free nodes",
                                          "slurm_nodes": None, "position": 1}
     assert seen_fields(jobs["6"], None)["state"] == "RUNNING" and seen_fields(jobs["6"], None)["slurm_nodes"] == "q-[0-1]"
 
@@ -183,9 +190,17 @@ def test_a_high_job_preempts_a_low_one_which_requeues_and_resumes_from_its_check
                     "--batch-size", "2", "--ckpt-dir", "gs://ckpt/low", "--ckpt-every", "2", "--log-every", "1")
     wait_for(lambda: checkpointed(gcp, "low", 4), timeout=180, what="the low job past a checkpoint")
     high = submitted("--name", "high", "--priority", "high", "--", *QUICK)  # needs both nodes: the low job's
+    # Preempted, the low job is RECOVERING (as a cluster job whose node was lost), saying by whom, until it runs.
+    shown = wait_for(lambda: (s := status_of(low))["state"] == "RECOVERING" and s, timeout=180, interval=0.3,
+                     what="the low job RECOVERING")
+    assert shown["cause"] == f"preempted by higher-priority job {high.rsplit(':', 1)[-1]}", shown
+    assert shown["node"] == "q-0, q-1" and shown["attempt"] == 1
     wait_for(lambda: state(gcp, high) == "SUCCEEDED", timeout=180, what="the high job done")
     wait_for(lambda: state(gcp, low) == "SUCCEEDED", timeout=240, what="the low job resumed and done")
     assert recorded(gcp, low)["attempt"] == 1  # requeued once, by the preemption
+    [entry] = status_of(low)["history"]
+    assert (entry["attempt"], entry["node"], entry["cause"]) == (1, "q-0, q-1", shown["cause"])
+    assert entry["delivered"] >= entry["at"]
     out = job_output(gcp, low)
     assert "restart 1" in out and "resumed from" in out
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
@@ -200,8 +215,15 @@ def test_a_node_lost_under_a_running_job_comes_back_and_the_job_resumes_to_succe
                     "--ckpt-dir", "gs://ckpt/kept", "--ckpt-every", "2", "--log-every", "1")
     wait_for(lambda: checkpointed(gcp, "kept", 4), timeout=600, what="the job past a checkpoint")
     assert gcp.compute.lose_instance(PROJECT, "us-central1-a", "q-1", "preempt", 1.0)
+    # Requeued off the lost node: RECOVERING, with the node and why it went, until the node is back and it runs.
+    shown = wait_for(lambda: (s := status_of(job))["state"] == "RECOVERING" and s, timeout=300, interval=0.3,
+                     what="the job RECOVERING")
+    assert (shown["node"], shown["cause"], shown["attempt"]) == ("q-1", "preempted", 1), shown
     wait_for(lambda: state(gcp, job) == "SUCCEEDED", timeout=900, interval=0.5, what="the job resumed and done")
     assert recorded(gcp, job)["attempt"] >= 1 and "resumed from" in job_output(gcp, job)
+    first = status_of(job)["history"][0]
+    assert (first["attempt"], first["node"], first["cause"], first["lost"]) == (1, "q-1", "preempted", ["q-1"])
+    assert first["delivered"] >= first["at"]
     inst = gcp.compute.get(PROJECT, "zones/us-central1-a/instances", "q-1")
     assert inst["status"] == "RUNNING"  # node 0 brought it back under its name
     wait_for(lambda: set(gcp.jobs.slurm.running()) == {"q-0", "q-1"}, timeout=120, what="both nodes' daemons")
@@ -247,6 +269,56 @@ def test_a_job_sbatched_by_hand_on_the_controller_is_listed_marked_as_such_and_c
 
     found = wait_for(row, timeout=60, interval=0.5, what="the hand-made job listed")
     assert found["id"] == f"cluster:q:slurm-{slurm_id}" and found["via"] == "sbatch" and found["nodes"] == 1
+    # Its output is in its -o file, never in Cloud Logging: `job logs` says where, instead of promising entries.
+    logs = cli("job", "logs", found["id"])
+    assert logs.exit_code == 0 and "No log entries" not in logs.output, logs.output
+    assert f"{tmp_path / 'by-hand.out'} on node q-" in logs.output and "gcpgpu cluster ssh q --node" in logs.output
     assert cli("job", "cancel", found["id"]).exit_code == 0
     wait_for(lambda: state(gcp, found["id"]) == "CANCELLED", timeout=60, what="the hand-made job cancelled")
     assert cli("cluster", "down", "q", "--yes").exit_code == 0
+
+
+# -- a record's id is never a command or a path on node 0 ------------------------------------------------------
+CRAFTED = ["../../etc/x", "a\ntouch /tmp/pwned", "$(touch /tmp/pwned)", "x;id"]
+
+
+def test_a_crafted_record_in_project_metadata_is_refused_by_the_queue_agent_and_never_listed_raw(gcp, tmp_path):
+    """Whoever can write project metadata can write a record: its id becomes node 0's file names and its batch
+    job's name. An id (or run key) gcpgpu never makes is skipped where records are read, said once in the agent's
+    log, and never reaches sbatch, a file or `job list`; a well-formed record beside it is sbatched as ever."""
+    import subprocess
+
+    from helpers import clients
+
+    from gcpgpu.jobs.cluster import journal
+    from gcpgpu.slurm.queue import QueueAgent
+
+    c = clients(gcp)
+    good = {"id": "good-abc123", "name": "good", "scheduler": "slurm", "state": "PENDING",
+            "queue": {"priority": "normal", "nodes": 1}}
+    bad = [{**good, "id": i, "submit": {**good, "id": i}} for i in CRAFTED]
+    bad.append({**good, "id": "run-bad1", "run": "x\n$(id)", "submit": {**good, "id": "run-bad1", "run": "x\n$(id)"}})
+    journal.swap(c, PROJECT, records.key("q"),
+                 lambda _now: json.dumps({"jobs": [*bad, {**good, "submit": dict(good)}]}))
+    called: list[tuple[str, ...]] = []
+
+    def slurm(*argv: str) -> subprocess.CompletedProcess:
+        called.append(argv)
+        return subprocess.CompletedProcess(list(argv), 0, "5\n" if argv[0] == "sbatch" else "", "")
+
+    said: list[str] = []
+    agent = QueueAgent(c, PROJECT, "q", tmp_path / "jobs", tmp_path / "slurm.conf", True, said.append)
+    agent._slurm = slurm  # type: ignore[method-assign]
+    agent.round()
+    agent.round()
+    sbatched = [a for a in called if a[0] == "sbatch"]
+    assert [a[a.index("-J") + 1] for a in sbatched] == ["good-abc123"]
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["good-abc123.json", "good-abc123.sh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs"]  # nothing written outside the jobs folder
+    skipped = [s for s in said if "skipping a job record" in s]
+    assert len(skipped) == len(bad) and all("is not a job id" in s for s in skipped)
+    for fmt in (None, "json"):
+        listed = cli("job", "list", "--cluster", "q", fmt=fmt)
+        assert listed.exit_code == 0, listed.output
+        assert "good" in listed.output and "pwned" not in listed.output and "$(" not in listed.output
+        assert "../" not in listed.output and "x;id" not in listed.output

@@ -17,7 +17,7 @@ from gcpgpu.slurm.task import command
 
 __all__ = ["metadata"]  # the fixture, imported for this module's tests
 JOB = {"id": "train-abc123", "name": "train", "image": "us-central1-docker.pkg.dev/p/r/t:1", "command": [],
-       "args": ["--steps", "3", "a b; rm -rf /"], "env": {"X": "$(id)"}, "mounts": [], "nnodes": 2,
+       "args": ["--steps", "3", "a b; rm -rf /", "--ckpt-dir", "gs://b/c"], "env": {"X": "$(id)"}, "mounts": [], "nnodes": 2,
        "machine_type": "a3-megagpu-8g", "bundled_trainer": True, "timeout": 0}
 SLURM = {"SLURM_NODEID": "1", "SLURM_NNODES": "2", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "s-[0-1]",
          "SLURMD_NODENAME": "s-1"}
@@ -58,7 +58,8 @@ def test_a_slurm_task_runs_the_jobs_container_with_slurms_rendezvous_and_ends_wi
     run = next(c for c in docker_calls(tmp_path) if c[0] == "run" and "gcpgpu-job-train-abc123" in c)
     assert {"NODE_RANK=1", "NNODES=2", "MASTER_ADDR=s-0", "MASTER_PORT=29507", "GCPGPU_RESUME=1",
             "GCPGPU_RESTART=1", "X=$(id)"} <= set(run)
-    assert run[-4:] == ["--steps", "3", "a b; rm -rf /", "--resume"]  # one argument each, never through a shell
+    # one argument each, never through a shell; resumed from its --ckpt-dir
+    assert run[-6:] == ["--steps", "3", "a b; rm -rf /", "--ckpt-dir", "gs://b/c", "--resume"]
     assert metadata.guest["gcpgpu/job-id"] == "train-abc123-r1"
     assert json.dumps(metadata.guest["gcpgpu/state"]) == json.dumps("SUCCEEDED" if code == 0 else "FAILED")
 

@@ -46,12 +46,13 @@ STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEE
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
                ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
 QUEUE_COLUMNS = [("priority", "PRIORITY"), ("position", "PLACE"), ("slurm_nodes", "SLURM NODES"),
-                 ("reason", "WAITS FOR"), ("via", "VIA")]
+                 ("reason", "WHY IT WAITS"), ("via", "VIA")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
-                  ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR")]
+                  ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
+                  ("priority", "PRIORITY"), ("position", "PLACE"), ("slurm_id", "SLURM JOB"), ("reason", "WHY IT WAITS")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),
                    ("cause", "CAUSE"),
                    ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("redone", "STEPS REDONE")]
@@ -232,8 +233,10 @@ def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
     """What a follower calls on each change of the job's state: the state on stderr (with a recovered
     job's attempt)."""
     def tell(state: JobState) -> None:
+        about = ", ".join(x for x in (f"node {state.node}" if state.node else "", state.cause or "") if x)
         info(f"{time.strftime('%H:%M:%S')} {jid}: {state.state}"
-             + (f" (attempt {state.attempt})" if attempt and state.attempt else ""))
+             + (f" (attempt {state.attempt})" if attempt and state.attempt else "")
+             + (f": {about}" if about and state.state in (RECOVERING, RETRYING, STALLED) else ""))
 
     return tell
 
@@ -390,11 +393,27 @@ def logs(settings: Settings, job_id: str, follow: bool) -> None:
     def finished() -> bool:
         return route.status(settings.clients, project, jid).final
 
+    if jid.target == "cluster":
+        state = route.status(settings.clients, project, jid)
+        if state.output:  # sbatch'ed by hand: Slurm writes its output to a file on its batch host, nothing else
+            info(_output_file(jid, state.output))
+            return
     count = job_logs.stream(settings.clients, project, flt, show, follow=follow, finished=finished,
                             poll_s=_poll_s(settings) if settings.emulator else 5.0)
     if count == 0 and not follow:
         route.status(settings.clients, project, jid)  # a job that does not exist is its one line, exit 1
         info(f"No log entries for {jid} yet (Cloud Logging can lag a minute behind).")
+
+
+def _output_file(jid: Any, output: dict) -> str:
+    """Where a job sbatch'ed by hand on a Slurm cluster's node has its output (its -o file), and how to read it."""
+    import shlex
+
+    node = str(output.get("node"))
+    rank = node.rsplit("-", 1)[-1]
+    read = f"gcpgpu cluster ssh {jid.cluster} --node {rank} tail -n 100 {shlex.quote(str(output.get('path')))}"
+    return (f"Job {jid} was sbatch'ed by hand: its output is not in Cloud Logging but in Slurm's output file "
+            f"{output.get('path')} on node {node}; read it with: {read}")
 
 
 @job.command()

@@ -23,8 +23,12 @@ def with_cause(clients: Clients, project: str, state: JobState) -> JobState:
     from . import logs as job_logs
 
     jid = ids.parse(state.id)
+    flt = route.log_filter(project, jid)
+    began = (state.history[-1].get("delivered") or state.history[-1].get("at")) if state.history else None
+    if began:  # the failing attempt's own lines: an earlier attempt's stop (its SIGTERM) is not why this one failed
+        flt = f'{flt} AND timestamp>="{began}"'
     try:
-        cause = job_logs.failure_cause(clients, project, route.log_filter(project, jid))
+        cause = job_logs.failure_cause(clients, project, flt)
     except CloudError:  # no permission on the log, say: the state alone still answers
         cause = None
     if not (cause or "").startswith(job_logs.KILLED):

@@ -15,7 +15,11 @@ from gcpgpu.errors import UsageProblem
 
 _VERTEX_SHORT = re.compile(r"^vertex:([a-z]+-[a-z]+\d+):(\d{1,20})$")
 _VERTEX_FULL = re.compile(r"^projects/([^/]+)/locations/([a-z]+-[a-z]+\d+)/customJobs/(\d{1,20})$")
-_CLUSTER = re.compile(rf"^cluster:({NAME_PATTERN}):([a-z](?:[-a-z0-9]{{0,62}}[a-z0-9])?)$")
+# A cluster job's id: what `job submit` makes (NAME-xxxxxx, jobs/cluster/deliver.py), an attempt's run key
+# (ID-rN), or slurm-N (a job sbatch'ed by hand on a Slurm cluster's node).
+JOB_PATTERN = r"[a-z](?:[-a-z0-9]{0,62}[a-z0-9])?"
+_JOB = re.compile(rf"^{JOB_PATTERN}$")
+_CLUSTER = re.compile(rf"^cluster:({NAME_PATTERN}):({JOB_PATTERN})$")
 # A Vertex AI custom job's number alone, or inside its full name (metrics --job, the reporter's --job).
 VERTEX_NUMBER = re.compile(r"^(?:projects/[^/]+/locations/[^/]+/customJobs/)?(\d{1,25})$")
 
@@ -49,6 +53,12 @@ def parse(text: str) -> JobId:
         return JobId("cluster", cluster=m.group(1), job=m.group(2))
     raise UsageProblem(f"JOB {text!r} is not a job id: use what 'gcpgpu job submit' printed, e.g. "
                        "vertex:us-central1:1234567890, projects/P/locations/L/customJobs/ID or cluster:NAME:JOB")
+
+
+def is_job(value: object) -> bool:
+    """Whether `value` is a cluster job's id as gcpgpu makes them: the only ids a record may carry, since a
+    record's id becomes file names and a batch job's name on a Slurm cluster's node 0."""
+    return isinstance(value, str) and _JOB.match(value) is not None
 
 
 def check_vertex_number(value: str) -> str:

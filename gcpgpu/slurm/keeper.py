@@ -1,4 +1,6 @@
-"""Node 0 keeps a Slurm cluster whole: a lost node is marked DOWN (Slurm requeues its jobs) and brought back.
+"""Node 0 keeps a Slurm cluster whole: a lost node is marked DOWN (Slurm requeues its jobs) and brought back,
+and a node Slurm drained because a lost attempt's task outlived UnkillableStepTimeout ("Kill task failed")
+is returned to service.
 
 Each round of node 0's queue agent (queue.py) it reads the cluster's nodes from Compute. A node that is
 not RUNNING (preempted, stopped, deleted, a host error) is marked DOWN in Slurm at once, so the jobs on
@@ -21,7 +23,10 @@ from typing import Any
 from gcpgpu.cluster.observe import observe_nodes
 from gcpgpu.gcp.clients import Clients
 
-UP_EVERY_S = 10.0  # a cluster being brought back is not asked again before this
+UP_EVERY_S = 10.0
+# Why Slurm holds a node drained or down that gcpgpu returns to service: a task Slurm could not kill within
+# UnkillableStepTimeout (a lost attempt's), and gcpgpu's own mark of a lost node.
+OURS = ("Kill task failed", "Kill_task_failed", "gcpgpu")  # a cluster being brought back is not asked again before this
 
 
 class Keeper:
@@ -31,6 +36,10 @@ class Keeper:
         self.slurm = slurm  # runs a Slurm command with the node's SLURM_CONF
         self.say = say
         self.lost: dict[str, float] = {}  # node name -> when it was first seen lost (this process's clock)
+        # node name -> (when, why) of its last loss (gcpgpu.gcp.clock): kept after it is back, for the history
+        # entry of a job Slurm requeued off it (requeue.py)
+        self.losses: dict[str, tuple[float, str]] = {}
+        self.drained: list[str] = []  # nodes Slurm holds drained for a reason not gcpgpu's (_return_drained)
         self._upped = float("-inf")
 
     def round(self) -> None:
@@ -41,15 +50,58 @@ class Keeper:
         names = {n.name for n in nodes}
         gone = {n.name for n in nodes if n.status != "RUNNING"}
         gone |= {f"{self.cluster}-{r}" for r in range(expected)} - names
-        for name in sorted(gone - set(self.lost)):
+        new = sorted(gone - set(self.lost))
+        if new:
+            self.losses.update(self._causes(nodes, new))
+        for name in new:
             self.lost[name] = time.time()
             self.say(f"node {name} is lost: marking it DOWN so Slurm requeues its jobs")
             self.slurm("scontrol", "update", f"NodeName={name}", "State=DOWN", "Reason=gcpgpu:node-lost")
         for name in [n for n in self.lost if n not in gone]:
             del self.lost[name]  # RUNNING again: its slurmd registers and Slurm returns it to service
+        self._return_drained(names - gone)
         if gone and time.monotonic() - self._upped >= UP_EVERY_S:
             self._upped = time.monotonic()
             self._bring_back(nodes, sorted(gone))
+
+    def _return_drained(self, up: set[str]) -> None:
+        """Return to service the nodes (RUNNING VMs, their slurmd answering) that Slurm holds drained or down for
+        gcpgpu's own reasons: a lost attempt's task it could not kill in time ("Kill task failed": the node went
+        under it, or node 0 did) or gcpgpu's own mark (a loss, now over). Nothing else returns them (ReturnToService
+        covers a node DOWN for not responding only), and the queue then waits for good. A node drained for any
+        other reason (an administrator's) stays drained: `drained` names it, for why a job waits."""
+        shown = self.slurm("sinfo", "-h", "-N", "-o", "%N|%T|%E")
+        if getattr(shown, "returncode", 1) != 0:
+            return
+        drained = []
+        for line in sorted(set(str(shown.stdout).splitlines())):
+            name, _, rest = line.partition("|")
+            state, _, reason = rest.partition("|")
+            if not ("drain" in state or state.startswith("down")) or state.endswith("*"):
+                continue  # in service, or its slurmd not answering (ReturnToService=2 brings it back)
+            if name in up and reason.startswith(OURS):
+                self.say(f"node {name} is {state} ({reason}): returning it to service")
+                self.slurm("scontrol", "update", f"NodeName={name}", "State=RESUME")
+            elif "drain" in state:
+                drained.append(name)
+        self.drained = drained
+
+    def _causes(self, nodes: list, names: list[str]) -> dict[str, tuple[float, str]]:
+        """Why each of `names` was lost, as a cluster without Slurm says it (jobs/cluster/loss.py)."""
+        from gcpgpu.gcp import clock
+        from gcpgpu.jobs.cluster.loss import loss_causes
+
+        by_name = {n.name: n for n in nodes}
+        zone = nodes[0].zone
+        rows = [{"node": name, "zone": by_name[name].zone if name in by_name else zone,
+                 "node_status": by_name[name].status if name in by_name else "DELETED"} for name in names]
+        try:
+            causes = loss_causes(self.clients, self.project, self.cluster, rows)
+        except Exception as e:  # noqa: BLE001 - the cause is a nicety: the node is marked DOWN regardless
+            self.say(f"why {', '.join(names)} went is unknown: {type(e).__name__}: {e}")
+            causes = {}
+        now = clock.now()
+        return {name: (now, causes.get(name) or "node lost") for name in names}
 
     def requeue_failed(self, job: dict[str, str]) -> bool:
         """Requeue a Slurm job that FAILED on a node lost while it ran (True when asked)."""

@@ -7,7 +7,8 @@ Each round this agent, beside slurmctld on node 0:
   --exclusive: a job has whole nodes, --requeue: preempted or lost, it starts again), then drops `submit`;
 - scancels every job whose record asks (`cancel`);
 - reads `scontrol show job` once and writes each job's state (PENDING, RUNNING, SUCCEEDED, FAILED,
-  CANCELLED; a requeue is a new attempt), why it waits, its place in the queue and its nodes into its record.
+  CANCELLED), why it waits (in words), its place in the queue and its nodes into its record; a requeue is a
+  new attempt, RECOVERING with its node and cause in the job's history until it runs again (requeue.py).
 It also keeps the cluster whole (keeper.py): a lost node is marked DOWN, its jobs requeued, and the node
 brought back. A job someone sbatch'ed on a node by hand (cluster ssh) gets a record of its own too, marked
 `by_hand`, so `job list --cluster` shows it beside gcpgpu's (its state, nodes, place), and `job cancel` scancels it.
@@ -32,6 +33,7 @@ from gcpgpu.jobs.state import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, is
 from gcpgpu.resources import render
 
 from .keeper import Keeper
+from .requeue import attempt_began, in_words, requeued, why_requeued
 
 TIERS = backend.TIERS  # conf.py's partitions
 STATES = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -39,9 +41,6 @@ STATES = {"PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQU
           "RUNNING": RUNNING, "COMPLETING": RUNNING, "STAGE_OUT": RUNNING, "SIGNALING": RUNNING,
           "COMPLETED": SUCCEEDED, "CANCELLED": CANCELLED, "FAILED": FAILED, "TIMEOUT": FAILED,
           "NODE_FAIL": FAILED, "OUT_OF_MEMORY": FAILED, "BOOT_FAIL": FAILED, "DEADLINE": FAILED}
-REASONS = {"Priority": "jobs ahead of it", "Resources": "free nodes", "BeginTime": "its requeue delay",
-           "Dependency": "another job", "PartitionNodeLimit": "more nodes than the cluster has",
-           "ReqNodeNotAvail": "its nodes to come back", "NodeDown": "its nodes to come back"}
 
 
 def parse_jobs(text: str) -> dict[str, dict[str, str]]:
@@ -62,12 +61,12 @@ def queue_places(jobs: dict[str, dict[str, str]]) -> dict[str, int]:
     return {j["JobId"]: i + 1 for i, j in enumerate(pending)}
 
 
-def seen_fields(job: dict[str, str], place: int | None) -> dict:
-    """What a record says of a Slurm job as scontrol shows it now."""
+def seen_fields(job: dict[str, str], place: int | None, replacing: bool = False, drained: tuple[str, ...] = ()) -> dict:
+    """What a record says of a Slurm job as scontrol shows it now (why it waits in words: requeue.in_words)."""
     state = STATES.get(job.get("JobState", ""), PENDING)
     reason = job.get("Reason", "None")
     fields: dict = {"state": state, "attempt": int(job.get("Restarts", "0") or 0),
-                    "reason": (REASONS.get(reason, reason) if state == PENDING and reason != "None" else None),
+                    "reason": in_words(reason, replacing, drained) if state == PENDING else None,
                     "slurm_nodes": job.get("NodeList") if job.get("NodeList") not in (None, "(null)") else None}
     if place is not None:
         fields["position"] = place
@@ -111,6 +110,7 @@ class QueueAgent:
         self.say = say
         self.poll_s = poll_s
         self.stop = threading.Event()
+        self.skipped: set[str] = set()
         self.keeper = Keeper(clients, project, cluster, self._slurm, say)
 
     def run(self) -> None:
@@ -129,6 +129,9 @@ class QueueAgent:
     def round(self) -> None:
         self.keeper.round()
         seen = store.read(self.clients, self.project, self.cluster)
+        for why in set(seen.skipped) - self.skipped:  # never sbatched, never a file: said once
+            self.skipped.add(why)
+            self.say(f"queue agent: skipping a job record: {why}")
         for rec in seen.records:
             if rec.submit is not None and not rec.slurm_id and not rec.final:
                 self._sbatch(rec)
@@ -147,6 +150,9 @@ class QueueAgent:
                 # Slurm holds a requeued job back a while; a preempted or lost job resumes as soon as it can.
                 self._slurm("scontrol", "update", f"JobId={job['JobId']}", "StartTime=now")
         places = queue_places(jobs)
+        why = {r.slurm_id: why_requeued(r, jobs[r.slurm_id], jobs, self.keeper.losses, attempt_began(r))
+               for r in seen.records if r.slurm_id in jobs and not r.final
+               and int(jobs[r.slurm_id].get("Restarts", "0") or 0) > r.attempt}
         known = {r.slurm_id for r in seen.records if r.slurm_id} | {r.id for r in seen.records}
         # sbatch'ed on a node by hand (cluster ssh): not gcpgpu's (its jobs are named by their records' ids)
         by_hand = [j for i, j in jobs.items() if i not in known and j.get("JobName") not in known
@@ -154,7 +160,7 @@ class QueueAgent:
 
         def change(current: list[JobRecord]) -> list[JobRecord] | None:
             added = [hand_record(j) for j in by_hand if not _has(current, j["JobId"])]
-            merged = self._merged([*current, *added], jobs, places)
+            merged = self._merged([*current, *added], jobs, places, why)
             return merged if merged is not None else [*current, *added] if added else None
 
         store.update(self.clients, self.project, self.cluster, change)
@@ -167,7 +173,7 @@ class QueueAgent:
         job_file.write_text(json.dumps(job))
         script = self.jobs_dir / f"{rec.id}.sh"
         # On the emulator every node shares this folder; real nodes get the job through the script (sbcast).
-        script.write_text(render("slurm_job.sh.j2", job_id=rec.id, python=sys.executable, job_file=str(job_file),
+        script.write_text(render("slurm_job.sh.j2", python=sys.executable, job_file=str(job_file),
                                  job_json="" if self.emulated else json.dumps(job)))
         queue = rec.queue or QueuePlace()
         done = self._slurm("sbatch", "--parsable", "-J", rec.id, "-p", str(queue.priority or "normal"),
@@ -181,9 +187,8 @@ class QueueAgent:
         store.update(self.clients, self.project, self.cluster, store.change_one(
             rec.id, lambda r: r.but(submit=None, slurm_id=slurm_id, reason="its turn")))
 
-    @staticmethod
-    def _merged(current: list[JobRecord], jobs: dict[str, dict[str, str]],
-                places: dict[str, int]) -> list[JobRecord] | None:
+    def _merged(self, current: list[JobRecord], jobs: dict[str, dict[str, str]], places: dict[str, int],
+                why: dict) -> list[JobRecord] | None:
         changed = False
         out = []
         for r in current:
@@ -191,14 +196,16 @@ class QueueAgent:
             if job is None or r.final:
                 out.append(r)
                 continue
-            fields = seen_fields(job, places.get(job["JobId"]))
+            fields = seen_fields(job, places.get(job["JobId"]), bool(self.keeper.lost), tuple(self.keeper.drained))
             queue = QueuePlace(*((r.queue.priority, r.queue.nodes) if r.queue else (None, None)),
                                fields.pop("position", None))
-            new = r.but(**fields, queue=queue)
+            new = requeued(r, r.but(**fields, queue=queue), why.get(r.slurm_id), job.get("JobState") == "RUNNING")
+            if r.by_hand and job.get("StdOut") and job.get("BatchHost") not in (None, "(null)"):
+                new = new.but(slurm_output={"path": job["StdOut"], "node": job["BatchHost"]})
             if new.state != r.state or new.attempt != r.attempt:
                 new = new.but(at=stamp())
                 if new.state == RUNNING:
-                    new = new.but(started=stamp())
+                    new = new.but(started=r.started or stamp())
                 if new.final:
                     new = new.but(ended=stamp())
             if new != r:

@@ -79,16 +79,39 @@ def run_key(job_id: str, attempt: int) -> str:
     return job_id if attempt == 0 else f"{job_id}-r{attempt}"
 
 
+def checkpoint_location(record: JobRecord) -> str | None:
+    """Where the bundled trainer of `record` keeps its checkpoints: its --ckpt-dir, else the --output-dir its
+    AIP_CHECKPOINT_DIR names; None when it keeps none (a later attempt then starts afresh)."""
+    args = list(record.args or [])
+    for i, arg in enumerate(args):
+        if arg == "--ckpt-dir" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--ckpt-dir="):
+            return arg.split("=", 1)[1]
+    return (record.env or {}).get("AIP_CHECKPOINT_DIR") or None
+
+
 def resumed(record: JobRecord, attempt: int) -> JobRecord:
     """`record` as its attempt `attempt` (> 0) runs: the bundled trainer with --resume (its newest complete
-    checkpoint; a fresh start if there is none), and GCPGPU_RESUME=1, GCPGPU_RESTART=N for a user's own command,
-    which resumes from its own checkpoint when it sees them (containers/README.md). gcpgpu's recovery and a Slurm
-    job that Slurm requeued (gcpgpu/slurm/task.py) resume the same way."""
+    checkpoint; a fresh start if there is none) where it keeps checkpoints (checkpoint_location; without one,
+    --resume would fail the attempt at once: it starts afresh), and GCPGPU_RESUME=1, GCPGPU_RESTART=N for a
+    user's own command, which resumes from its own checkpoint when it sees them (containers/README.md).
+    gcpgpu's recovery and a Slurm job that Slurm requeued (gcpgpu/slurm/task.py) resume the same way."""
     args = list(record.args or [])
-    if record.bundled_trainer and "--resume" not in args and "--no-resume" not in args:
+    if record.bundled_trainer and "--resume" not in args and "--no-resume" not in args \
+            and checkpoint_location(record):
         args.append("--resume")
     env = {**(record.env or {}), "GCPGPU_RESUME": "1", "GCPGPU_RESTART": str(attempt)}
     return record.but(args=args, env=env, attempt=attempt, run=run_key(record.id, attempt))
+
+
+def resume_note(record: JobRecord) -> str:
+    """What a recovery's step line says of how attempt `record` starts."""
+    if "--resume" in (record.args or []):
+        return " with --resume"
+    if record.bundled_trainer and not checkpoint_location(record):
+        return ", from the start: it has no --ckpt-dir or --output-dir to resume from"
+    return ""
 
 
 def deliver(clients: Clients, project: str, record: JobRecord, chosen: list[Node],

@@ -166,6 +166,13 @@ def follow(clients: Clients, project: str, jid: ids.JobId, *, recover: int | Non
     says, else the cluster's default), else watch the leader."""
     from gcpgpu.errors import Interrupted
 
+    seen = store.read(clients, project, jid.cluster or "")
+    ended = seen.of(jid.job)
+    if ended is not None and ended.final and seen.pending_of(jid.job) is None:
+        # Nothing is left to follow, and its nodes may run another job by now: its end, as `job status` says it.
+        state = job_status(clients, project, jid, seen)
+        on_state(state)
+        return state
     found = record(clients, project, jid)
     n = recoveries(clients, project, jid, found, recover)
     if n:

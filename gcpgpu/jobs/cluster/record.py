@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from gcpgpu.gcp import clock
+from gcpgpu.jobs import ids
 from gcpgpu.jobs.state import is_final
 
+log = logging.getLogger(__name__)
 AGENT = "agent"  # the scheduler of a cluster without one: gcpgpu's job agent on each node, one job at a time
 
 
@@ -138,6 +141,7 @@ class JobRecord:
     reason: str | None = None  # why it waits
     cancel: bool | None = None  # asked to stop: the controller's agent scancels it
     by_hand: bool | None = None  # sbatch'ed on a node by hand, not by gcpgpu
+    slurm_output: dict | None = None  # such a job's output file, where Slurm writes it: {"path", "node"}
     # Keys a newer gcpgpu wrote, kept as they were.
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -179,8 +183,13 @@ class JobRecord:
     @classmethod
     def from_json(cls, data: Any) -> JobRecord | None:
         """A record from what to_json gave, or from what any earlier gcpgpu wrote; None when `data` is not
-        a record (no id)."""
+        a record: no id, or an id (or run key) gcpgpu never makes (ids.is_job), which is refused here, where
+        every reader reads, before it can reach a file name or a node's batch script."""
         if not isinstance(data, dict) or not data.get("id"):
+            return None
+        why = refused(data)
+        if why is not None:
+            log.warning("skipping a job record: %s", why)
             return None
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
@@ -198,7 +207,20 @@ class JobRecord:
                 values[key] = _int(values[key])
         if values.get("slurm_id") is not None:
             values["slurm_id"] = str(values["slurm_id"])
+        out = values.get("slurm_output")
+        if out is not None and not (isinstance(out, dict) and isinstance(out.get("path"), str)
+                                    and out["path"].isprintable() and ids.is_job(out.get("node"))):
+            values["slurm_output"] = None  # printed by `job logs`: a file path and a node name, nothing else
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
+
+
+def refused(data: dict) -> str | None:
+    """Why the stored record `data` is not one gcpgpu wrote (its id or run key is not a job id), or None."""
+    for key in ("id", "run"):
+        value = data.get(key)
+        if (key == "id" or value is not None) and not ids.is_job(value):
+            return f"its {key} {ascii(value)[:80]} is not a job id gcpgpu makes"
+    return None
 
 
 def _int(value: Any) -> int | None:

@@ -46,7 +46,7 @@ from gcpgpu.jobs.steplines import trainer_values
 from gcpgpu.trainer.argv import log_every
 
 from . import ahead, journal, nodes, store
-from .deliver import deliver, resumed
+from .deliver import deliver, resume_note, resumed
 from .loss import RUN_LIMIT, loss_causes
 from .record import HistoryEntry, JobRecord, stamp
 
@@ -265,7 +265,7 @@ class Follower:
             self._give_up(s, f"cluster {self.jid.cluster} did not come back to {want} RUNNING node(s); "
                              f"see 'gcpgpu cluster status {self.jid.cluster}'")
         self.report.step("resubmit", f"Resubmitting {self.jid} as attempt {record.attempt} on {len(held)} node(s)"
-                                     + (" with --resume" if "--resume" in (record.args or []) else ""))
+                                     + resume_note(record))
         put = deliver(self.clients, self.project, record, held, s.check_lease)
         if record.history:  # when the attempt was put on its nodes: where goodput's recovery ends. Stamped
             # before the nodes were told (the nodes may start and report RUNNING before deliver returns).

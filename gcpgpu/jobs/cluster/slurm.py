@@ -16,18 +16,21 @@ poll (a second or so) between a submit and sbatch.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
+from gcpgpu.cluster.observe import observe_nodes
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import ids
 from gcpgpu.jobs.spec import ValidJob
-from gcpgpu.jobs.state import CANCELLED, PENDING, JobState, is_final
+from gcpgpu.jobs.state import CANCELLED, PENDING, RECOVERING, UNKNOWN, JobState, is_final
 
-from . import store, view
-from .deliver import new_record
+from . import nodes, store, view
+from .deliver import new_record, run_key
 from .placement import Asked, Placement, Put
 from .record import JobRecord, QueuePlace, stamp
 from .store import Seen
@@ -39,7 +42,7 @@ WAIT_POLL_S = 2.0
 
 def position(recorded: list[JobRecord], priority: str) -> int:
     """Where a new job of `priority` joins the queue: behind every queued job of its tier or higher."""
-    waiting = [r for r in recorded if r.queue is not None and r.state == PENDING]
+    waiting = [r for r in recorded if r.queue is not None and r.state in (PENDING, RECOVERING)]
     return 1 + sum(1 for r in waiting if TIERS.get(str(r.queue.priority), 2) >= TIERS[priority])  # type: ignore[union-attr]
 
 
@@ -84,11 +87,56 @@ def _queue(clients: Clients, project: str, job: ValidJob, placed: Placement, ask
 
 
 def status(clients: Clients, project: str, jid: ids.JobId, seen: Seen) -> JobState:
-    """The job as its record says: node 0's queue agent writes what Slurm says of it (no node holds it)."""
+    """The job as its record says (node 0's queue agent writes what Slurm says of it: state, attempt, history,
+    why it waits), with the nodes Slurm gave it and what each one's job agent reports, as any cluster job."""
     found = seen.of(jid.job)
     if found is None:
         raise CloudError(f"job {jid.job} is not on cluster {jid.cluster}; see 'gcpgpu job list'")
-    return view.from_record(jid, found)
+    state = view.from_record(jid, found)
+    rows = node_rows(clients, project, jid, found)
+    queue = found.queue or QueuePlace(None)
+    waiting = found.state in (PENDING, RECOVERING)
+    return replace(state, nodes=len(rows), per_node=rows, priority=queue.priority, slurm_id=found.slurm_id,
+                   position=queue.position if waiting else None, reason=found.reason if waiting else None,
+                   output=found.slurm_output)
+
+
+def hostnames(nodelist: str | None) -> list[str]:
+    """Slurm's compact node list ("q-[0-1,3]", "q-0,q-2") as names, in Slurm's order (its tasks' ranks)."""
+    out: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", nodelist or ""):
+        m = re.fullmatch(r"(.*)\[(.*)\]", part)
+        if not m:
+            out.append(part)
+            continue
+        for item in m.group(2).split(","):
+            lo, _, hi = item.partition("-")
+            width = len(lo)
+            out.extend(f"{m.group(1)}{i:0{width}d}" for i in range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def node_rows(clients: Clients, project: str, jid: ids.JobId, record: JobRecord) -> list[dict]:
+    """Each node Slurm gave the job (its rank: its place in the allocation), with what the node's job agent
+    reports of the job's current attempt (nodes.py's rows: a lost node FAILED, its status said); a node whose
+    agent has moved on to another job since the job ended shows the job's end."""
+    names = hostnames(record.slurm_nodes) if record.state not in (PENDING, RECOVERING) else []
+    if not names:
+        return []
+    found = {n.name: n for n in observe_nodes(clients, project, jid.cluster or "")}
+    attempt = record.but(run=run_key(record.id, record.attempt))
+    mine = [(found[name], attempt) for name in names if name in found]
+    try:
+        said = nodes.reports(clients, project, [n for n, _r in mine])
+    except CloudError:
+        said = {}
+    rows = nodes.state_of(jid, mine, said).per_node if mine else []
+    rank = {name: i for i, name in enumerate(names)}
+    for row in rows:
+        row["rank"] = rank[row["node"]]
+        if row["state"] == UNKNOWN and is_final(record.state):
+            row.update(state=record.state, message=None)
+    return sorted(rows, key=lambda r: r["rank"])
 
 
 def cancel(clients: Clients, project: str, jid: ids.JobId, seen: Seen) -> JobState:
@@ -111,7 +159,7 @@ def row(record: JobRecord) -> dict:
     """`job list`'s queue columns: priority, why it waits, and how it came (VIA: `job submit`, or sbatch by
     hand on a node)."""
     queue = record.queue or QueuePlace(None)
-    waiting = record.state == PENDING
+    waiting = record.state in (PENDING, RECOVERING)
     return {"priority": queue.priority, "reason": record.reason if waiting else None,
             "position": queue.position if waiting else None, "slurm_nodes": record.slurm_nodes,
             "via": "sbatch" if record.by_hand else "gcpgpu"}  # sbatch'ed on a node by hand, or job submit

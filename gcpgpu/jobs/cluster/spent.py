@@ -5,7 +5,8 @@ for the part of that window it was up: a node that is there now from the later o
 and the VM's own start (a node a recovery recreated starts late) to the window's end or the VM's
 stop; a node a recovery replaced counts from its own start (the job's, or the recovery that made it)
 to that recovery, as the job's history records it. Time between a loss and the new VM is not billed
-and not counted. Disks are not counted, as `cluster status` does not count them.
+and not counted. Disks are not counted, as `cluster status` does not count them. A Slurm cluster's job counts its
+nodes for the time it held them (held): not while it waited in the queue or for its requeue.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any
     if begin is None:
         return {"uptime_s": None, "node_hours": None, "cost_usd": None}
     end = parse_timestamp(state.ended) or now
+    if state.slurm_id is not None or state.priority is not None:
+        return _queued_spent(clients, project, state, begin, end)
     names = {r["node"] for r in state.per_node}
     nodes = [n for n in observe_nodes(clients, project, state.cluster or "") if n.name in names]
     seconds = 0.0
@@ -52,6 +55,24 @@ def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any
         seconds += max(0.0, stop - max(begin, run.started))
     provisioning = nodes[0].provisioning if nodes else "STANDARD"
     price = cost.node_price(str(state.machine_type or ""), provisioning)
+    return {"uptime_s": round(end - begin), "node_hours": round(seconds / 3600, 3),
+            "cost_usd": None if price is None else round(price * seconds / 3600, 2)}
+
+
+def held(state: JobState, end: float) -> list[tuple[float, float]]:
+    """When a Slurm cluster's job held its nodes: each attempt from its start (the first's `started`, a later
+    one's history entry's `delivered`) to its loss, preemption or requeue (the next entry's `at`) or the job's
+    end (`end`: now while it runs). Queued, and between a requeue and its next start, it holds none."""
+    starts = [parse_timestamp(state.started)] + [parse_timestamp(h.get("delivered")) for h in state.history]
+    stops = [parse_timestamp(h.get("at")) for h in state.history] + [end]
+    return [(a, min(b, end)) for a, b in zip(starts, stops, strict=True) if a is not None and b is not None and b > a]
+
+
+def _queued_spent(clients: Clients, project: str, state: JobState, begin: float, end: float) -> dict[str, Any]:
+    """job_spent of a Slurm cluster's job: its nodes (nnodes, whole nodes: --exclusive) for the time it held them."""
+    seconds = sum(b - a for a, b in held(state, end)) * int(state.nnodes or 1)
+    nodes = observe_nodes(clients, project, state.cluster or "")
+    price = cost.node_price(str(state.machine_type or ""), nodes[0].provisioning if nodes else "STANDARD")
     return {"uptime_s": round(end - begin), "node_hours": round(seconds / 3600, 3),
             "cost_usd": None if price is None else round(price * seconds / 3600, 2)}
 

@@ -32,6 +32,7 @@ from gcpgpu.jobs.state import PENDING, RUNNING, UNKNOWN, is_final
 
 from . import journal
 from .record import JobRecord, stamp
+from .record import refused as refused_entry
 
 KEY_PREFIX = "gcpgpu-jobs-"
 LEADER_PREFIX = "gcpgpu-leader-"  # follower.py's lease: who leads the cluster's followers
@@ -55,6 +56,15 @@ def _parse(raw: str | None) -> list[JobRecord]:
     return [r for r in map(JobRecord.from_json, got) if r is not None]
 
 
+def refused(raw: str | None) -> list[str]:
+    """Why each stored entry that is no record gcpgpu wrote (record.py's refused) was skipped."""
+    try:
+        got = json.loads(raw or "{}").get("jobs") or []
+    except (ValueError, AttributeError):
+        return []
+    return [why for why in (refused_entry(g) for g in got if isinstance(g, dict)) if why]
+
+
 @dataclass(frozen=True)
 class Seen:
     """What one read of the project's metadata says of a cluster's jobs."""
@@ -62,6 +72,7 @@ class Seen:
     records: list[JobRecord]  # oldest first
     leader: dict | None  # the followers' leader's lease, unexpired; None when nobody leads
     pending: JobRecord | None  # a recovery written down and not finished (journal.py)
+    skipped: tuple[str, ...] = ()  # why each stored entry that is no record gcpgpu wrote was skipped
 
     def of(self, job_id: str) -> JobRecord | None:
         return next((r for r in self.records if r.id == job_id), None)
@@ -84,8 +95,8 @@ def _leader(items: list[dict[str, str]], cluster: str) -> dict | None:
 
 
 def _seen(items: list[dict[str, str]], cluster: str) -> Seen:
-    return Seen(_parse(next((i["value"] for i in items if i["key"] == key(cluster)), None)),
-                _leader(items, cluster), journal.pending_in(items, cluster))
+    raw = next((i["value"] for i in items if i["key"] == key(cluster)), None)
+    return Seen(_parse(raw), _leader(items, cluster), journal.pending_in(items, cluster), tuple(refused(raw)))
 
 
 def read(clients: Clients, project: str, cluster: str) -> Seen:
