@@ -23,6 +23,7 @@ from werkzeug.wrappers import Request, Response
 
 from .activity import Activity
 from .artifactregistry.backend import ArtifactRegistryBackend
+from .clock import MAX_ADVANCE, MAX_RATE, checked
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
 from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
@@ -389,11 +390,10 @@ class Emulator:
                 body = json.loads(request.get_data() or b"{}")
                 if not isinstance(body, dict) or not set(body) <= {"advance", "rate"}:
                     raise ValueError('give {"advance": SECONDS} and/or {"rate": R}')
-                advance, rate = float(body.get("advance", 0)), body.get("rate")
-                if not advance >= 0:
-                    raise ValueError(f"advance {body['advance']!r}: the clock only moves forward")
-                if rate is not None:
-                    self.clock.scale(float(rate))
+                advance = checked("advance", body.get("advance", 0), MAX_ADVANCE)
+                rate = None if body.get("rate") is None else checked("rate", body["rate"], MAX_RATE)
+                if rate is not None:  # both checked before either moves the clock
+                    self.clock.scale(rate)
                 self.clock.advance(advance)
             except (ValueError, TypeError) as e:
                 return _json(400, ApiError(400, "invalid", str(e)).to_json())
