@@ -105,9 +105,16 @@ class Forked:
     def poll(self) -> int | None:
         if self.returncode is None:
             self.returncode = self._process.exitcode
+            if self.returncode is not None:
+                # multiprocessing keeps the forkserver's sentinel and a copy of the data pipe open until the Process
+                # is collected, and the emulator keeps its runs (and so this) for their logs: two pipes per helper
+                # for ever. Its exit code is all that is wanted of it from now on.
+                self._process.close()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is not None:  # ended and closed: join() would refuse a closed process
+            return self.returncode
         self._process.join(timeout)
         code = self.poll()
         if code is None:
