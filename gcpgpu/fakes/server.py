@@ -26,7 +26,7 @@ from .artifactregistry.backend import ArtifactRegistryBackend
 from .clock import MAX_ADVANCE, MAX_RATE, checked
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
-from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
+from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog, write_private
 from .events import VmEvents
 from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
@@ -41,6 +41,7 @@ from .lustre.backend import LustreBackend
 from .monitoring.backend import MonitoringBackend
 from .partial import partial_response
 from .secretmanager.backend import SecretManagerBackend
+from .secretmanager.grants import Grants, sandbox_refusal
 from .servicenetworking.backend import ServiceNetworkingBackend
 from .storage.backend import StorageBackend
 from .vertex.backend import VertexBackend
@@ -48,6 +49,7 @@ from .world import default_world
 
 HOST = "127.0.0.1"
 STATE_VERSION = 1
+HOSTED_KEYS = ("gcpgpu-job", "gcpgpu-scheduler", "gcpgpu-agent")  # metadata of VMs it runs processes for
 
 # APIs plug in here, one line each, imported only when the emulator starts.
 # REST: (path regex, "module:factory"); factory(emulator) -> object with handle(request) -> (status, body)
@@ -139,7 +141,9 @@ class Emulator:
         self.secretmanager = SecretManagerBackend(self.clock)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
         # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
-        self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address)
+        self.grants = Grants()  # what a user's sandboxed command may read of Secret Manager: its own --secrets
+        self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address,
+                                          self.grants.mint)
         # Shared file systems (issue 41): one folder per instance under the storage root, bound into the jobs
         # of the nodes whose gcpgpu-storage metadata names it (and Vertex AI's nfsMounts); private service
         # access (Service Networking) on the networks that need it.
@@ -177,6 +181,7 @@ class Emulator:
         self.cloudbuild.reset()
         self.artifactregistry.reset()
         self.secretmanager.reset()
+        self.grants.reset()
         self.vertex.reset()
         self.jobs.reset()
         self.monitoring.reset()
@@ -193,10 +198,9 @@ class Emulator:
         target = Path(path or self.state_file or ".emulator-state.json")
         data = {"version": STATE_VERSION, "compute": self.compute.snapshot(), "faults": self.faults.to_dict(),
                 "filestore": self.filestore.snapshot(), "lustre": self.lustre.snapshot(),
-                "servicenetworking": self.servicenetworking.snapshot()}
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, target)  # atomic: a crash mid-write never leaves half a state file
+                "servicenetworking": self.servicenetworking.snapshot(),
+                "secretmanager": self.secretmanager.snapshot(), "guest": self.jobs.agent.snapshot()}
+        write_private(target, data)
         return target
 
     def load(self, path: str | os.PathLike) -> None:
@@ -207,7 +211,12 @@ class Emulator:
         self.filestore.restore(data.get("filestore", {}))
         self.lustre.restore(data.get("lustre", {}))
         self.servicenetworking.restore(data.get("servicenetworking", []))
+        self.secretmanager.restore(data.get("secretmanager", []))
+        self.jobs.agent.restore(data.get("guest", {}))
         self.faults.update(data.get("faults", {}))
+        # What ran on its VMs (jobs, Slurm's daemons, node agents) died with the old process: each such VM is
+        # lost to a host error, which the tool recovers from (or reports) as it does any; none reads RUNNING for ever.
+        self.compute.lose_hosts(HOSTED_KEYS)
 
     def _network_exists(self, project: str, name: str) -> bool:
         if project.isdigit():  # a network named by its project's number
@@ -282,7 +291,10 @@ class Emulator:
     # -- WSGI ----------------------------------------------------------------------------
     def wsgi(self, environ: dict, start_response: Callable) -> Any:
         request = Request(environ)
-        if request.path.startswith("/_emulator/"):
+        refused = sandbox_refusal(self.grants, self.jobs.runner, request)
+        if refused is not None:
+            response = _json(refused.code, refused.to_json())
+        elif request.path.startswith("/_emulator/"):
             response = self._control(request)
         elif request.path.startswith("/batch/") and request.method == "POST":
             response = self._batch(request)

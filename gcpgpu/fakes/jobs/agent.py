@@ -115,6 +115,15 @@ class ClusterAgent:
             self.images.clear()
         self.storage.reset()
 
+    def snapshot(self) -> dict[str, dict[str, str]]:
+        """The nodes' guest attributes (their reports), for the server's --state-file."""
+        with self._lock:
+            return {iid: dict(attrs) for iid, attrs in self.guest.items()}
+
+    def restore(self, guest: dict[str, dict[str, str]]) -> None:
+        with self._lock:
+            self.guest = {str(iid): dict(attrs) for iid, attrs in guest.items()}
+
     # -- guest attributes ---------------------------------------------------------------------
     def report(self, instance_id: str, **values: Any) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import re
 import threading
 import uuid
@@ -88,6 +89,22 @@ class SecretManagerBackend:
     def reset(self) -> None:
         with self._lock:
             self._secrets.clear()
+
+    def snapshot(self) -> list[dict]:
+        """Every secret, its versions and their payloads (base64), as plain JSON for the server's --state-file
+        (which it writes readable by its owner alone: these are secrets)."""
+        with self._lock:
+            return [{"project": number, "id": sid, "body": copy.deepcopy(s.body), "created": s.created, "etag": s.etag,
+                     "versions": [{**{k: v for k, v in vars(ver).items() if k != "data"},
+                                   "data": base64.b64encode(ver.data).decode()} for ver in s.versions]}
+                    for (number, sid), s in self._secrets.items()]
+
+    def restore(self, data: list[dict]) -> None:
+        with self._lock:
+            self._secrets.clear()
+            for row in data:
+                versions = [_Version(**{**v, "data": base64.b64decode(v["data"])}) for v in row["versions"]]
+                self._secrets[(row["project"], row["id"])] = _Secret(row["body"], row["created"], row["etag"], versions)
 
     # -- names ------------------------------------------------------------------------------
     @staticmethod
