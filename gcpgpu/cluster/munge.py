@@ -19,8 +19,11 @@ from .names import LABEL_CLUSTER, LABEL_MANAGED
 KEY_BYTES = 1024  # what mungekey makes by default
 
 
+PREFIX = "gcpgpu-munge-"  # no job may name one as its --secret (gcpgpu/jobs/usercode.py)
+
+
 def secret_id(cluster: str) -> str:
-    return f"gcpgpu-munge-{cluster}"
+    return f"{PREFIX}{cluster}"
 
 
 def secret_name(project: str, cluster: str) -> str:
