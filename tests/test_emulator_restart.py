@@ -11,15 +11,20 @@ import stat
 import urllib.request
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from helpers import wait_for
 
 from gcpgpu.cli import main
+from gcpgpu.fakes.guest.slurm import slurm_installed
 from gcpgpu.fakes.server import Emulator
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs.cluster.loss import loss_causes
+from gcpgpu.trainer import ckpt_rule
 
 GLOBAL = ["--project", "test-proj", "--region", "us-central1"]
+UP = ["cluster", "up", "q", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+needs_slurm = pytest.mark.skipif(slurm_installed() is not None, reason=str(slurm_installed()))
 
 
 def cli(*argv: str, fmt: str | None = None):
@@ -65,3 +70,32 @@ def test_a_job_running_when_the_emulator_stopped_is_lost_to_a_host_error_not_run
         # Compute says why, as for any host error: what the follower reads to recover the job (--recover).
         causes = loss_causes(Clients(emulator=second.address), "test-proj", "c", final["per_node"])
         assert causes == {"c-0": "host error", "c-1": "host error"}
+
+
+@needs_slurm
+def test_a_checkpointing_slurm_job_resumes_after_the_emulator_restarts_and_the_cluster_comes_back(tmp_path, monkeypatch):
+    """Before, the restarted emulator had no munge key (Secret Manager was not saved), so the cluster's Slurm never
+    came back and the job ended FAILED. Now `cluster up` brings the lost nodes back, their daemons read the kept
+    key, slurmctld reads its queue from the state disk, and the job resumes from its checkpoint."""
+    state = tmp_path / "emu.json"
+    with Emulator(state_file=state) as first:
+        monkeypatch.setenv("GCPGPU_EMULATOR", first.address)
+        first.faults.update({"operation_seconds": 0})
+        assert cli(*UP, "--scheduler", "slurm").exit_code == 0
+        submitted = cli("job", "submit", "--cluster", "q", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16",
+                        "--batch-size", "2", "--vocab-size", "256", "--ckpt-dir", "gs://ckpt/kept", "--ckpt-every", "2",
+                        "--log-every", "1")
+        assert submitted.exit_code == 0, submitted.output
+        jid = submitted.stdout.splitlines()[0]
+        wait_for(lambda: ckpt_rule.complete(ckpt_rule.folder(first.storage.object_path("ckpt", "kept"), 4)),
+                 timeout=600, what="the job past a checkpoint")
+    with Emulator(state_file=state) as second:
+        monkeypatch.setenv("GCPGPU_EMULATOR", second.address)
+        second.faults.update({"operation_seconds": 0})
+        back = cli(*UP, "--scheduler", "slurm")
+        assert back.exit_code == 0, back.output
+        final = wait_for(lambda: (s := _status(jid))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and s,
+                         timeout=900, interval=0.5, what="the job resumed and ended")
+        assert final["state"] == "SUCCEEDED", final
+        assert "resumed from" in cli("job", "logs", jid).output
+        assert cli("cluster", "down", "q", "--yes").exit_code == 0

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from multiprocessing import reduction
 from pathlib import Path
@@ -101,24 +102,26 @@ class Forked:
         self.stdout = stdout
         self.stderr = stderr
         self.returncode: int | None = None
+        self._lock = threading.Lock()
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self._process.exitcode
-            if self.returncode is not None:
-                # multiprocessing keeps the forkserver's sentinel and a copy of the data pipe open until the Process
-                # is collected, and the emulator keeps its runs (and so this) for their logs: two pipes per helper
-                # for ever. Its exit code is all that is wanted of it from now on.
-                self._process.close()
-        return self.returncode
+        with self._lock:  # the runner's threads ask at once; only one may close
+            if self.returncode is None:
+                self.returncode = self._process.exitcode
+                if self.returncode is not None:
+                    # multiprocessing keeps the forkserver's sentinel and a copy of the data pipe open until the
+                    # Process is collected, and the emulator keeps its runs (and so this) for their logs: two pipes
+                    # per helper for ever. Its exit code is all that is wanted of it from now on.
+                    self._process.close()
+            return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is not None:  # ended and closed: join() would refuse a closed process
-            return self.returncode
-        self._process.join(timeout)
-        code = self.poll()
-        if code is None:
-            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        # poll()'s own steps, not join(): a join would read the sentinel a poll() in another thread may close.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.02)
         return code
 
 
