@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import io
 import multiprocessing
+import multiprocessing.util  # noqa: F401 - its exit hook registered before this module's
 import os
 import signal
 import subprocess
@@ -112,7 +113,7 @@ class Forked:
                     # multiprocessing keeps the forkserver's sentinel and a copy of the data pipe open until the
                     # Process is collected, and the emulator keeps its runs (and so this) for their logs: two pipes
                     # per helper for ever. Its exit code is all that is wanted of it from now on.
-                    self._process.close()
+                    _close(self._process)
             return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -123,6 +124,25 @@ class Forked:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
             time.sleep(0.02)
         return code
+
+
+_closing = threading.Lock()
+_exiting = False
+
+
+def _close(process: Any) -> None:
+    with _closing:
+        if not _exiting:
+            process.close()
+
+
+@atexit.register  # after multiprocessing's own exit hook, so run before it: that one joins every child it lists
+def _stop_closing() -> None:
+    """No Process is closed once the interpreter exits: one closed between multiprocessing's listing of the
+    children and its join() of each failed that join ("process object is closed")."""
+    global _exiting
+    with _closing:
+        _exiting = True
 
 
 def start(argv: list[str], env: dict[str, str], cwd: str | os.PathLike) -> Forked:
