@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import stat
+import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -73,16 +75,20 @@ def test_a_job_running_when_the_emulator_stopped_is_lost_to_a_host_error_not_run
 
 
 @needs_slurm
-def test_a_checkpointing_slurm_job_resumes_after_the_emulator_restarts_and_the_cluster_comes_back(tmp_path, monkeypatch):
+def test_a_checkpointing_slurm_job_resumes_after_the_emulator_restarts_and_the_cluster_comes_back(request, monkeypatch):
     """Before, the restarted emulator had no munge key (Secret Manager was not saved), so the cluster's Slurm never
     came back and the job ended FAILED. Now `cluster up` brings the lost nodes back, their daemons read the kept
-    key, slurmctld reads its queue from the state disk, and the job resumes from its checkpoint."""
-    state = tmp_path / "emu.json"
+    key, slurmctld reads its queue from the state disk, and Slurm requeues the job, which runs again (restart 1)."""
+    # A short folder: slurmd's sockets live under the state file's storage, and a socket's path has 108 bytes.
+    short = Path(tempfile.mkdtemp(prefix="gcpgpu-r-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    state = short / "e.json"
     with Emulator(state_file=state) as first:
         monkeypatch.setenv("GCPGPU_EMULATOR", first.address)
         first.faults.update({"operation_seconds": 0})
         assert cli(*UP, "--scheduler", "slurm").exit_code == 0
-        submitted = cli("job", "submit", "--cluster", "q", "--", "--model", "tiny", "--steps", "16", "--seq-len", "16",
+        submitted = cli("job", "submit", "--cluster", "q", "--nodes", "1", "--", "--model", "tiny", "--steps", "60",
+                        "--seq-len", "16",
                         "--batch-size", "2", "--vocab-size", "256", "--ckpt-dir", "gs://ckpt/kept", "--ckpt-every", "2",
                         "--log-every", "1")
         assert submitted.exit_code == 0, submitted.output
@@ -95,7 +101,10 @@ def test_a_checkpointing_slurm_job_resumes_after_the_emulator_restarts_and_the_c
         back = cli(*UP, "--scheduler", "slurm")
         assert back.exit_code == 0, back.output
         final = wait_for(lambda: (s := _status(jid))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and s,
-                         timeout=900, interval=0.5, what="the job resumed and ended")
+                         timeout=600, interval=0.5, what="the job resumed and ended")
         assert final["state"] == "SUCCEEDED", final
-        assert "resumed from" in cli("job", "logs", jid).output
+        assert final["attempt"] >= 1, final  # requeued by the loss, not run to its end before the restart
+        folder = second.jobs.slurm.folder("test-proj", "q")
+        out = (folder / "jobs" / f"{jid.rsplit(':', 1)[-1]}.out").read_text(errors="replace") if folder else ""
+        assert "(Slurm job 1, restart 1)" in out, out  # Slurm requeued it; its trainer ran again with --resume
         assert cli("cluster", "down", "q", "--yes").exit_code == 0
