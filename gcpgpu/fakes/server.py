@@ -49,7 +49,6 @@ from .world import default_world
 
 HOST = "127.0.0.1"
 STATE_VERSION = 1
-HOSTED_KEYS = ("gcpgpu-job", "gcpgpu-scheduler", "gcpgpu-agent")  # metadata of VMs it runs processes for
 
 # APIs plug in here, one line each, imported only when the emulator starts.
 # REST: (path regex, "module:factory"); factory(emulator) -> object with handle(request) -> (status, body)
@@ -214,9 +213,10 @@ class Emulator:
         self.secretmanager.restore(data.get("secretmanager", []))
         self.jobs.agent.restore(data.get("guest", {}))
         self.faults.update(data.get("faults", {}))
-        # What ran on its VMs (jobs, Slurm's daemons, node agents) died with the old process: each such VM is
-        # lost to a host error, which the tool recovers from (or reports) as it does any; none reads RUNNING for ever.
-        self.compute.lose_hosts(HOSTED_KEYS)
+        # A job's processes died with the old process: its VMs are lost to a host error, which the tool recovers
+        # from (or reports) as it does any, so none reads RUNNING for ever. (A Slurm node's and a node agent's
+        # come back by themselves on a RUNNING VM, and Slurm requeues what ran there.)
+        self.compute.lose_hosts(self.jobs.agent.ran_a_job)
 
     def _network_exists(self, project: str, name: str) -> bool:
         if project.isdigit():  # a network named by its project's number
