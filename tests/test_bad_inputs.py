@@ -318,6 +318,8 @@ CASES: list[tuple[str, list[str], dict[str, Content], str]] = [
      {"j.yaml": "cluster: c\nimage: busybox\nmounts: [\"gs://my-data:/tmp\"]\n"}, "/tmp is reserved"),
     ("job-secret-not-pair", [*CLUSTER_JOB, "--secret", "projects/p-123/secrets/x"], {}, "--secret"),
     ("job-secret-bad-env", [*CLUSTER_JOB, "--secret", "1X=projects/my-proj/secrets/x"], {}, "environment variable"),
+    ("job-secret-munge-key", [*CLUSTER_JOB, "--secret", "K=projects/my-proj/secrets/gcpgpu-munge-other"], {},
+     "names a Slurm cluster's munge key"),
     ("job-secret-bad-ref", [*VERTEX, "--secret", "HF_TOKEN=hf_abc"], {}, "projects/PROJECT/secrets/NAME"),
     ("job-secret-bad-version", [*VERTEX, "--secret", "T=projects/my-proj/secrets/x/versions/0"], {}, "--secret T="),
     ("job-secret-and-env", [*CLUSTER_JOB, "--env", "T=1", "--secret", "T=projects/my-proj/secrets/x"], {},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from gcpgpu.slurm import conf
@@ -46,6 +47,17 @@ def test_priorities_are_partitions_and_only_low_jobs_are_preempted_by_requeue():
     assert "PriorityTier=3" in parts["high"] and "PriorityTier=1" in parts["low"]
     assert "PreemptMode=REQUEUE" in parts["low"] and "PreemptMode=OFF" in parts["normal"]
     assert "Default=YES" in parts["normal"]
+
+
+def test_only_gcpgpus_submitter_may_use_any_partition():
+    """Any user with a munge credential (a user on a node, a job's own process) could submit to `high` and
+    preempt the cluster's `low` jobs: every partition now names the one group that may run jobs in it, the
+    queue agent's (root's on a real node; Slurm lets root use any partition whatever it says)."""
+    text = conf.slurm_conf(_layout(emulated=False))
+    partitions = _lines(text, "PartitionName=")
+    assert len(partitions) == 3 and all(" AllowGroups=root " in line for line in partitions)
+    emulated = conf.slurm_conf(dataclasses.replace(_layout(emulated=True), submitters="emu"))
+    assert all(" AllowGroups=emu " in line for line in _lines(emulated, "PartitionName="))
 
 
 def test_topology_groups_nodes_by_sub_block_under_their_block():

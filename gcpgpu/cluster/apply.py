@@ -123,7 +123,7 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         _adopt_reservation(s, plan, obs)
     try:
         nat = _ensure_shared(s, plan, obs)
-        if plan.spec.scheduler and munge.ensure_key(s.clients, s.project, name):
+        if plan.spec.scheduler and munge.ensure_key(s.clients, s.project, name, plan.spec.service_account):
             s.report.step("munge", f"Made the Slurm munge key of cluster {name} in Secret Manager "
                                    f"({munge.secret_name(s.project, name)})")
         _start_stopped(s, plan, obs)

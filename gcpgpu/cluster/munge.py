@@ -19,8 +19,11 @@ from .names import LABEL_CLUSTER, LABEL_MANAGED
 KEY_BYTES = 1024  # what mungekey makes by default
 
 
+PREFIX = "gcpgpu-munge-"  # no job may name one as its --secret (gcpgpu/jobs/usercode.py)
+
+
 def secret_id(cluster: str) -> str:
-    return f"gcpgpu-munge-{cluster}"
+    return f"{PREFIX}{cluster}"
 
 
 def secret_name(project: str, cluster: str) -> str:
@@ -35,12 +38,18 @@ def _fail(what: str, response: object) -> CloudError:
     return CloudError(f"{what}: Secret Manager said {getattr(response, 'status_code', '?')} {message}")
 
 
-def ensure_key(clients: Clients, project: str, cluster: str) -> bool:
-    """Make the cluster's munge key unless it has one; True when it was made now."""
+ACCESSOR = "roles/secretmanager.secretAccessor"
+
+
+def ensure_key(clients: Clients, project: str, cluster: str, service_account: str | None = None) -> bool:
+    """Make the cluster's munge key unless it has one; True when it was made now. With the nodes' own
+    `service_account` (`--service-account`), that account alone is given access on this secret, so a
+    cluster's nodes (and what runs on them) need no project-wide Secret Manager role to read it."""
     session, base = clients.secretmanager_session()
     url = f"{base}/v1/projects/{project}/secrets"
     got = session.get(f"{url}/{secret_id(cluster)}/versions/latest", timeout=30)
     if got.status_code == 200:
+        _grant(session, url, cluster, service_account)
         return False
     if got.status_code != 404:
         raise _fail(f"reading the munge key of cluster {cluster}", got)
@@ -53,7 +62,18 @@ def ensure_key(clients: Clients, project: str, cluster: str) -> bool:
                          json={"payload": {"data": base64.b64encode(key).decode()}})
     if added.status_code != 200:
         raise _fail(f"storing the munge key of cluster {cluster}", added)
+    _grant(session, url, cluster, service_account)
     return True
+
+
+def _grant(session: object, url: str, cluster: str, service_account: str | None) -> None:
+    """The key's policy: read by the cluster's own service account and no other (none given: left as it is)."""
+    if not service_account or service_account == "default":
+        return
+    policy = {"bindings": [{"role": ACCESSOR, "members": [f"serviceAccount:{service_account}"]}]}
+    done = session.post(f"{url}/{secret_id(cluster)}:setIamPolicy", json={"policy": policy}, timeout=30)  # type: ignore[attr-defined]
+    if done.status_code != 200:
+        raise _fail(f"giving the nodes of cluster {cluster} access to its munge key", done)
 
 
 def delete_key(clients: Clients, project: str, cluster: str) -> bool:

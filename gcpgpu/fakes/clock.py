@@ -8,11 +8,27 @@ tool's clock too (gcpgpu.gcp.clock, GCPGPU_CLOCK).
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+MAX_ADVANCE = 10 * 366 * 86400.0  # ten years: past this a float clock stops moving by seconds (1e300 + 1 == 1e300)
+MAX_RATE = 10_000.0  # clock seconds per wall second
+
+
+def checked(field: str, value: Any, top: float) -> float:
+    """`value` as seconds in [0, top], or a ValueError naming `field` and that range (Infinity, NaN and
+    1e300 included: one of those would leave every later operation waiting for a time that never comes)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 <= seconds <= top):
+        raise ValueError(f"{field} {value!r}: give a number of seconds from 0 to {top:g}")
+    return seconds
 
 
 class Clock:
@@ -29,6 +45,7 @@ class Clock:
         return at + (time.time() - base) * rate
 
     def advance(self, seconds: float) -> None:
+        seconds = checked("advance", seconds, MAX_ADVANCE)
         with self._lock:
             self._set(self.now() + seconds, self._state[2])
 
@@ -43,8 +60,7 @@ class Clock:
 
     def scale(self, rate: float) -> None:
         """Run `rate` clock seconds per wall second from now on (0 stops it)."""
-        if not rate >= 0:
-            raise ValueError(f"clock rate {rate!r} is not a number of seconds per second >= 0")
+        rate = checked("rate", rate, MAX_RATE)
         with self._lock:
             self._set(self.now(), float(rate))
 

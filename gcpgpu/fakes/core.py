@@ -10,12 +10,14 @@ import base64
 import calendar
 import hashlib
 import json
+import os
 import random
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .clock import Clock, ClockTimer  # noqa: F401 - the world's clock, kept in its own module
@@ -402,3 +404,14 @@ class RequestLog:
             and (method is None or r.method == method)
             and (contains is None or contains in r.path)
         ]
+
+
+def write_private(target: Path, data: Any) -> None:
+    """`data` as JSON in `target`, readable by its owner alone from the first byte written (the emulator's state
+    file holds Secret Manager's payloads), and whole: a crash mid-write never leaves half a file."""
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a .tmp left by a crash keeps its old mode through O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, target)

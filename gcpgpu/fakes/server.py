@@ -23,9 +23,10 @@ from werkzeug.wrappers import Request, Response
 
 from .activity import Activity
 from .artifactregistry.backend import ArtifactRegistryBackend
+from .clock import MAX_ADVANCE, MAX_RATE, checked
 from .cloudbuild.backend import CloudBuildBackend
 from .compute.backend import ComputeBackend
-from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog
+from .core import ApiError, Clock, Faults, IdSource, LoggedRequest, RequestLog, write_private
 from .events import VmEvents
 from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
@@ -41,6 +42,7 @@ from .monitoring.backend import MonitoringBackend
 from .partial import partial_response
 from .schema import check_served
 from .secretmanager.backend import SecretManagerBackend
+from .secretmanager.grants import Grants, sandbox_refusal
 from .servicenetworking.backend import ServiceNetworkingBackend
 from .storage.backend import StorageBackend
 from .vertex.backend import VertexBackend
@@ -139,7 +141,9 @@ class Emulator:
         self.secretmanager = SecretManagerBackend(self.clock)
         # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
         # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
-        self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address)
+        self.grants = Grants()  # what a user's sandboxed command may read of Secret Manager: its own --secrets
+        self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address,
+                                          self.grants.mint)
         # Shared file systems (issue 41): one folder per instance under the storage root, bound into the jobs
         # of the nodes whose gcpgpu-storage metadata names it (and Vertex AI's nfsMounts); private service
         # access (Service Networking) on the networks that need it.
@@ -177,6 +181,7 @@ class Emulator:
         self.cloudbuild.reset()
         self.artifactregistry.reset()
         self.secretmanager.reset()
+        self.grants.reset()
         self.vertex.reset()
         self.jobs.reset()
         self.monitoring.reset()
@@ -193,10 +198,9 @@ class Emulator:
         target = Path(path or self.state_file or ".emulator-state.json")
         data = {"version": STATE_VERSION, "compute": self.compute.snapshot(), "faults": self.faults.to_dict(),
                 "filestore": self.filestore.snapshot(), "lustre": self.lustre.snapshot(),
-                "servicenetworking": self.servicenetworking.snapshot()}
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, target)  # atomic: a crash mid-write never leaves half a state file
+                "servicenetworking": self.servicenetworking.snapshot(),
+                "secretmanager": self.secretmanager.snapshot(), "guest": self.jobs.agent.snapshot()}
+        write_private(target, data)
         return target
 
     def load(self, path: str | os.PathLike) -> None:
@@ -207,7 +211,13 @@ class Emulator:
         self.filestore.restore(data.get("filestore", {}))
         self.lustre.restore(data.get("lustre", {}))
         self.servicenetworking.restore(data.get("servicenetworking", []))
+        self.secretmanager.restore(data.get("secretmanager", []))
+        self.jobs.agent.restore(data.get("guest", {}))
         self.faults.update(data.get("faults", {}))
+        # A job's processes died with the old process: its VMs are lost to a host error, which the tool recovers
+        # from (or reports) as it does any, so none reads RUNNING for ever. (A Slurm node's and a node agent's
+        # come back by themselves on a RUNNING VM, and Slurm requeues what ran there.)
+        self.compute.lose_hosts(self.jobs.agent.ran_a_job)
 
     def _network_exists(self, project: str, name: str) -> bool:
         if project.isdigit():  # a network named by its project's number
@@ -282,7 +292,10 @@ class Emulator:
     # -- WSGI ----------------------------------------------------------------------------
     def wsgi(self, environ: dict, start_response: Callable) -> Any:
         request = Request(environ)
-        if request.path.startswith("/_emulator/"):
+        refused = sandbox_refusal(self.grants, self.jobs.runner, request)
+        if refused is not None:
+            response = _json(refused.code, refused.to_json())
+        elif request.path.startswith("/_emulator/"):
             response = self._control(request)
         elif request.path.startswith("/batch/") and request.method == "POST":
             response = self._batch(request)
@@ -391,11 +404,10 @@ class Emulator:
                 body = json.loads(request.get_data() or b"{}")
                 if not isinstance(body, dict) or not set(body) <= {"advance", "rate"}:
                     raise ValueError('give {"advance": SECONDS} and/or {"rate": R}')
-                advance, rate = float(body.get("advance", 0)), body.get("rate")
-                if not advance >= 0:
-                    raise ValueError(f"advance {body['advance']!r}: the clock only moves forward")
-                if rate is not None:
-                    self.clock.scale(float(rate))
+                advance = checked("advance", body.get("advance", 0), MAX_ADVANCE)
+                rate = None if body.get("rate") is None else checked("rate", body["rate"], MAX_RATE)
+                if rate is not None:  # both checked before either moves the clock
+                    self.clock.scale(rate)
                 self.clock.advance(advance)
             except (ValueError, TypeError) as e:
                 return _json(400, ApiError(400, "invalid", str(e)).to_json())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcpgpu import specfile
+from gcpgpu.cluster import munge
 from gcpgpu.errors import UsageProblem
 from gcpgpu.image.pack import check_folder
 
@@ -165,6 +166,10 @@ def parse_secrets(values: Any, where: str = "--secret") -> dict[str, str]:
         if not match:
             raise UsageProblem(f"{where} {name}={specfile.shown(ref, quote=False)} must name a secret as "
                                "projects/PROJECT/secrets/NAME[/versions/VERSION] (VERSION a number or latest)")
+        if match.group(2).startswith(munge.PREFIX):
+            raise UsageProblem(f"{where} {name}={specfile.shown(ref, quote=False)} names a Slurm cluster's munge key, "
+                               "which no job may read (it would let the job act as any user of that cluster); "
+                               "give a secret of your own")
         out[name] = ref if match.group(3) else f"{ref}/versions/latest"
     return out
 

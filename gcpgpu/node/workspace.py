@@ -29,7 +29,8 @@ sets identically on a cluster node's container and on a Vertex AI worker pool:
                                          the job's log; a failure ends the replica with its exit status and the
                                          line `gcpgpu-entrypoint: setup failed (exit N): <its last line>`.
 Test seams: GCPGPU_GCS_ROOT (stands in for /gcs), GCPGPU_SECRETMANAGER_URL (Secret Manager's endpoint;
-the emulator's, which needs no token), GCPGPU_METADATA_URL (gcpgpu.node.launch's).
+with GCPGPU_SECRETMANAGER_TOKEN, the token the emulator gives a job for its own secrets alone),
+GCPGPU_METADATA_URL (gcpgpu.node.launch's).
 
 Secret values never pass through the shell: `python -m gcpgpu.node.launch exec -- CMD` reads them, runs the
 setup with them and then becomes CMD (exec), so no plan the entrypoint evals, no `set -x` trace and no
@@ -436,7 +437,8 @@ def secret_env(environ: Mapping[str, str], metadata: Metadata) -> dict[str, str]
     if not names:
         return {}
     endpoint = environ.get("GCPGPU_SECRETMANAGER_URL", "").strip() or SECRETMANAGER_URL
-    token = _token(metadata, endpoint, *next(iter(names.items())))  # one token serves every secret
+    seam = environ.get("GCPGPU_SECRETMANAGER_TOKEN", "").strip() if endpoint.rstrip("/") != SECRETMANAGER_URL else ""
+    token = seam or _token(metadata, endpoint, *next(iter(names.items())))  # one token serves every secret
     return {env: os.fsdecode(access_secret(env, name, endpoint, token)) for env, name in names.items()}
 
 

@@ -48,6 +48,9 @@ class Layout:
     emulated: bool = False
     gpu_dir: str = "/dev"  # where nvidia0..N-1 are (the emulator: links to /dev/null, one per GPU)
     slurmd_timeout: int = 60  # seconds before a silent node is DOWN (and its jobs requeued)
+    # The only group whose users may run jobs in the partitions (AllowGroups; root always may): gcpgpu's queue
+    # agent's, root's on a real node. A user on a node, or a job's process, is refused every partition.
+    submitters: str = "root"
 
 
 def slurm_nodes(cluster: str, machine_type: str, count: int, topology: dict[str, tuple[str | None, str | None]]

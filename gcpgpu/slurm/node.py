@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import grp
 import json
 import os
 import shutil
@@ -108,7 +109,7 @@ def layout(cluster: str, nodes: list[Node], me: Node, paths: Paths, emulated: bo
         # the cluster's (Secret Manager), never a file of the image's.
         munge_socket=str(paths.munge_dir / "munge.sock"),
         node_host="127.0.0.1" if emulated else None, emulated=emulated, gpu_dir=str(root / "gpus") if emulated else "/dev",
-        slurmd_timeout=10 if emulated else 60)
+        slurmd_timeout=10 if emulated else 60, submitters=grp.getgrgid(os.getgid()).gr_name)
 
 
 def write_files(lay: conf.Layout, paths: Paths, key: bytes) -> None:

@@ -151,6 +151,19 @@ def test_the_clock_endpoint_sets_the_time_every_process_on_the_published_clock_r
     assert gcp.clock.now() == got["now"]  # a refused request changed nothing
 
 
+@pytest.mark.parametrize("bad", [{"advance": float("inf")}, {"advance": 1e300}, {"advance": float("nan")},
+                                 {"rate": float("inf")}, {"advance": 60, "rate": 1e300}])
+def test_the_clock_endpoint_refuses_a_time_no_later_operation_could_reach(gcp: Emulator, bad: dict) -> None:
+    """Infinity or 1e300 seconds on left every later `cluster up` waiting for ever (1e300 + 1 == 1e300):
+    refused with a 400 naming the field and the range, and the clock left where it was."""
+    before = _call(gcp, "POST", "/_emulator/clock", {"rate": 0})[1]["now"]
+    code, err = _call(gcp, "POST", "/_emulator/clock", bad)
+    field = "rate" if "rate" in bad else "advance"
+    assert code == 400, (bad, err)
+    assert err["error"]["message"].startswith(field) and "from 0 to" in err["error"]["message"]
+    assert gcp.clock.now() == before and gcp.clock.rate == 0.0
+
+
 def test_save_endpoint_writes_the_state_file(tmp_path: Path) -> None:
     with Emulator(state_file=tmp_path / "s.json") as emu:
         code, body = _call(emu, "POST", "/_emulator/save")

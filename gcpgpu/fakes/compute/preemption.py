@@ -16,6 +16,8 @@ what ran on the VM.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..core import rfc3339
 from ..events import VmEvents
 
@@ -60,3 +62,12 @@ class PreemptionMixin:
             iid = str(inst["id"])
         self.events.vm_lost(project, zone, name, iid, kind, notice)  # outside the lock: the job agent signals processes
         return iid
+
+    def lose_hosts(self, died: Callable[[dict], bool]) -> list[str]:
+        """Every RUNNING VM for which `died(instance)` says that what ran on it died with the emulator's old
+        process, lost to a host error, as when the emulator restarts on its state file. Their names."""
+        with self._lock:
+            hosted = [(p.name, path.split("/")[1], inst["name"]) for p in self.projects.values()
+                      for path, inst in p.iter_kind("instances")
+                      if inst.get("_gone_at") is None and self.instance_status(inst) == "RUNNING" and died(inst)]
+        return [name for project, zone, name in hosted if self.lose_instance(project, zone, name, "host_error", 0.0)]

@@ -26,11 +26,13 @@ import atexit
 import contextlib
 import io
 import multiprocessing
+import multiprocessing.util  # noqa: F401 - its exit hook registered before this module's
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from multiprocessing import reduction
 from pathlib import Path
@@ -101,18 +103,46 @@ class Forked:
         self.stdout = stdout
         self.stderr = stderr
         self.returncode: int | None = None
+        self._lock = threading.Lock()
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self._process.exitcode
-        return self.returncode
+        with self._lock:  # the runner's threads ask at once; only one may close
+            if self.returncode is None:
+                self.returncode = self._process.exitcode
+                if self.returncode is not None:
+                    # multiprocessing keeps the forkserver's sentinel and a copy of the data pipe open until the
+                    # Process is collected, and the emulator keeps its runs (and so this) for their logs: two pipes
+                    # per helper for ever. Its exit code is all that is wanted of it from now on.
+                    _close(self._process)
+            return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        self._process.join(timeout)
-        code = self.poll()
-        if code is None:
-            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        # poll()'s own steps, not join(): a join would read the sentinel a poll() in another thread may close.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.02)
         return code
+
+
+_closing = threading.Lock()
+_exiting = False
+
+
+def _close(process: Any) -> None:
+    with _closing:
+        if not _exiting:
+            process.close()
+
+
+@atexit.register  # after multiprocessing's own exit hook, so run before it: that one joins every child it lists
+def _stop_closing() -> None:
+    """No Process is closed once the interpreter exits: one closed between multiprocessing's listing of the
+    children and its join() of each failed that join ("process object is closed")."""
+    global _exiting
+    with _closing:
+        _exiting = True
 
 
 def start(argv: list[str], env: dict[str, str], cwd: str | os.PathLike) -> Forked:

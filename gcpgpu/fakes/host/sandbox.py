@@ -22,7 +22,9 @@ another user namespace, whoever started the emulator: it can neither remount wha
 nor mount anything. It has its own pid, IPC, UTS and cgroup namespaces, so a lost node's kill leaves
 nothing behind; the network is shared (replicas meet on 127.0.0.1, as the bundled trainer's do, and the
 emulator's Secret Manager is there). It dies with the emulator (--die-with-parent), and it has no
-terminal to reach (the runner starts it in a session of its own with stdin from /dev/null).
+terminal to reach (the runner starts it in a session of its own with stdin from /dev/null). What it may ask
+the emulator is a job's due and no more (secretmanager/grants.py, host/peers.py): its own secrets, with the
+token it is given; no munge key, no other job's secret, no other API.
 
 Nothing a job wrote is trusted outside the sandbox. Each mount is opened by walking from the storage
 folder one name at a time without following links, right before bwrap starts, and bound by its open
@@ -87,8 +89,10 @@ class UserCommands:
     """Whether and how the emulator runs users' commands; one per emulator."""
 
     def __init__(self, allowed: bool = False, gcs_root: Callable[[], Path] | None = None,
-                 address: Callable[[], str | None] | None = None) -> None:
+                 address: Callable[[], str | None] | None = None,
+                 token: Callable[[str], str] | None = None) -> None:
         self.allowed = allowed
+        self.token = token  # GCPGPU_SECRETS -> the job's Secret Manager token (secretmanager/grants.py)
         self._gcs_root = gcs_root  # the emulator's storage folder of buckets (it may be made lazily)
         self.address = address  # HOST:PORT of the emulator once it serves (its Secret Manager)
         self.bwrap = shutil.which("bwrap")
@@ -171,6 +175,8 @@ class UserCommands:
         })
         if address:
             out["GCPGPU_SECRETMANAGER_URL"] = f"http://{address}"
+            if self.token is not None:  # what the job's own credentials reach: its --secrets, nothing else
+                out["GCPGPU_SECRETMANAGER_TOKEN"] = self.token(env.get("GCPGPU_SECRETS", ""))
         return out
 
 

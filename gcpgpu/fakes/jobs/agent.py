@@ -115,6 +115,21 @@ class ClusterAgent:
             self.images.clear()
         self.storage.reset()
 
+    def snapshot(self) -> dict[str, dict[str, str]]:
+        """The nodes' guest attributes (their reports), for the server's --state-file."""
+        with self._lock:
+            return {iid: dict(attrs) for iid, attrs in self.guest.items()}
+
+    def restore(self, guest: dict[str, dict[str, str]]) -> None:
+        with self._lock:
+            self.guest = {str(iid): dict(attrs) for iid, attrs in guest.items()}
+
+    def ran_a_job(self, inst: dict) -> bool:
+        """Whether a job (not a Slurm node's task: Slurm's own story) was on `inst` by its last report."""
+        items = {i.get("key"): i.get("value") for i in (inst.get("metadata") or {}).get("items", [])}
+        state = self.attributes(str(inst.get("id"))).get(f"{NAMESPACE}/state")
+        return items.get("gcpgpu-scheduler") != "slurm" and state not in (None, "SUCCEEDED", "FAILED", "CANCELLED")
+
     # -- guest attributes ---------------------------------------------------------------------
     def report(self, instance_id: str, **values: Any) -> None:
         with self._lock:

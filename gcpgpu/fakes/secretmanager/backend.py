@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import re
 import threading
 import uuid
@@ -75,6 +76,7 @@ class _Secret:
     created: float
     etag: str = field(default_factory=_etag)
     versions: list[_Version] = field(default_factory=list)
+    policy: dict[str, Any] = field(default_factory=dict)  # its IAM policy (bindings), as setIamPolicy left it
 
 
 class SecretManagerBackend:
@@ -88,6 +90,24 @@ class SecretManagerBackend:
     def reset(self) -> None:
         with self._lock:
             self._secrets.clear()
+
+    def snapshot(self) -> list[dict]:
+        """Every secret, its versions and their payloads (base64), as plain JSON for the server's --state-file
+        (which it writes readable by its owner alone: these are secrets)."""
+        with self._lock:
+            return [{"project": number, "id": sid, "body": copy.deepcopy(s.body), "created": s.created, "etag": s.etag,
+                     "policy": copy.deepcopy(s.policy),
+                     "versions": [{**{k: v for k, v in vars(ver).items() if k != "data"},
+                                   "data": base64.b64encode(ver.data).decode()} for ver in s.versions]}
+                    for (number, sid), s in self._secrets.items()]
+
+    def restore(self, data: list[dict]) -> None:
+        with self._lock:
+            self._secrets.clear()
+            for row in data:
+                versions = [_Version(**{**v, "data": base64.b64decode(v["data"])}) for v in row["versions"]]
+                self._secrets[(row["project"], row["id"])] = _Secret(row["body"], row["created"], row["etag"], versions,
+                                                                     row.get("policy", {}))
 
     # -- names ------------------------------------------------------------------------------
     @staticmethod
@@ -181,6 +201,24 @@ class SecretManagerBackend:
             secret = self._secret(project, secret_id)
             _check_etag(etag, secret.etag)
             del self._secrets[(project_number(project), secret_id)]
+
+    def get_iam_policy(self, project: str, secret_id: str) -> dict:
+        with self._lock:
+            secret = self._secret(project, secret_id)
+            return {"version": 1, "etag": "ACAB", **copy.deepcopy(secret.policy)}
+
+    def set_iam_policy(self, project: str, secret_id: str, body: dict) -> dict:
+        """secrets.setIamPolicy: the policy given replaces the secret's (its bindings: role and members)."""
+        policy = body.get("policy")
+        if not isinstance(policy, dict) or not all(
+                isinstance(b, dict) and isinstance(b.get("role"), str) and isinstance(b.get("members"), list)
+                for b in policy.get("bindings", [])):
+            raise SecretError("INVALID_ARGUMENT", "Invalid JSON payload: policy.bindings must be a list of "
+                                                  "{role, members}.")
+        with self._lock:
+            secret = self._secret(project, secret_id)
+            secret.policy = {"bindings": copy.deepcopy(policy.get("bindings", []))}
+            return {"version": 1, "etag": "ACAB", **copy.deepcopy(secret.policy)}
 
     # -- versions --------------------------------------------------------------------------------
     def add_version(self, project: str, secret_id: str, payload: Any) -> dict:

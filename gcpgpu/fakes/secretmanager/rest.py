@@ -5,6 +5,8 @@
     GET    /v1/projects/P/secrets/S                          secrets.get
     DELETE /v1/projects/P/secrets/S                          secrets.delete (etag)
     POST   /v1/projects/P/secrets/S:addVersion               secrets.addVersion (body: {payload})
+    GET    /v1/projects/P/secrets/S:getIamPolicy             secrets.getIamPolicy
+    POST   /v1/projects/P/secrets/S:setIamPolicy             secrets.setIamPolicy (body: {policy: {bindings}})
     GET    /v1/projects/P/secrets/S/versions                 secrets.versions.list
     GET    /v1/projects/P/secrets/S/versions/V               secrets.versions.get (V: a number or latest)
     GET    /v1/projects/P/secrets/S/versions/V:access        secrets.versions.access
@@ -93,6 +95,10 @@ class SecretManagerRest:
         elif secret_verb is not None:
             if secret_verb == "addVersion" and method == "POST":
                 return b.add_version(project, secret, body.get("payload"))
+            if secret_verb == "getIamPolicy" and method == "GET":
+                return b.get_iam_policy(project, secret)
+            if secret_verb == "setIamPolicy" and method == "POST":
+                return b.set_iam_policy(project, secret, body)
         elif not versions:
             if method == "GET":
                 return b.get_secret(project, secret)
