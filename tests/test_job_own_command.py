@@ -151,3 +151,19 @@ def test_arguments_after_dashes_for_a_line_run_by_a_shell_are_refused_before_any
     assert result.exit_code == 2, result.output
     assert "--command runs under sh -c" in result.output
     assert "--command 'cd /workdir && python train.py --lr 3e-4'" in result.output
+
+
+@pytest.mark.parametrize("line", [
+    "gcpgpu-entrypoint: setup failed (exit 3): pip install -r requirements.txt",
+    "gcpgpu-entrypoint: GCPGPU_WORKDIR: cannot unpack gs://b/w.tgz",
+    "gcpgpu-entrypoint: secret HF_TOKEN (projects/p/secrets/hf): permission denied",
+    "gcpgpu-entrypoint: cannot run train.sh: No such file or directory",
+    "gcpgpu-entrypoint: checkpoints (GCPGPU_CKPT_DIR): no output directory",
+    "gcpgpu-entrypoint: a2-highgpu-1g (metadata): NCCL profile none on gce (metadata server)",
+])
+def test_the_emulator_and_the_tool_read_the_entrypoints_refusals_alike(line):
+    """fakes/ imports nothing of the tool: lastwords.py says jobs/logs.py's refusal pattern again; they agree."""
+    from gcpgpu.fakes.host.lastwords import banner
+    from gcpgpu.jobs.logs import entrypoint_refusal
+
+    assert banner(line) is not entrypoint_refusal(line)  # a refusal is last words; a note never is

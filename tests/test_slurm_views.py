@@ -94,11 +94,11 @@ def test_a_slurm_jobs_status_has_its_nodes_their_rows_its_cost_priority_slurm_id
     gcp.clock.advance(600)  # ten minutes on both nodes
     got = status(a)
     assert got["nodes"] == 2 and [(r["node"], r["rank"]) for r in got["per_node"]] == [("q-0", 0), ("q-1", 1)]
-    assert got["priority"] == "normal" and got["slurm_id"].isdigit() and got["cost_usd"] > 0
+    assert got["priority"] == "normal" and got["scheduler_id"].isdigit() and got["cost_usd"] > 0
     assert got["node_hours"] >= 2 * 600 / 3600
     waiting = wait_for(lambda: (s := status(b)).get("position") == 1 and s.get("reason") and s, timeout=60,
                        interval=0.5, what="B's place and reason in its status")
-    assert waiting["state"] == "PENDING" and waiting["priority"] == "low" and waiting["slurm_id"].isdigit()
+    assert waiting["state"] == "PENDING" and waiting["priority"] == "low" and waiting["scheduler_id"].isdigit()
     assert "_" not in waiting["reason"] and waiting["nodes"] == 0 and waiting["cost_usd"] == 0
     table = cli("job", "status", a)
     assert "Nothing to show" not in table.output and "q-1" in table.output and "$0.00" not in table.output

@@ -52,7 +52,7 @@ STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
                   ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
-                  ("priority", "PRIORITY"), ("position", "PLACE"), ("slurm_id", "SLURM JOB"), ("reason", "WHY IT WAITS")]
+                  ("priority", "PRIORITY"), ("position", "PLACE"), ("scheduler_id", "SCHEDULER ID"), ("reason", "WHY IT WAITS")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),
                    ("cause", "CAUSE"),
                    ("last_step", "LAST STEP"), ("resumed_at", "RESUMED AT"), ("redone", "STEPS REDONE")]

@@ -42,8 +42,8 @@ CAUSE_LOG = "log"  # the first error line of the job's log, read when the state 
 _HEAD = ("id", "target", "name", "state", "created", "started", "ended", "error", "nodes", "machine_type")
 _VERTEX = ("strategy", "pools", "resource", "note")
 _CLUSTER = ("cluster", "master", "image", "per_node", "nnodes", "attempt", "recover", "recoveries", "history",
-            "restarts", "output_dir", "node", "priority", "position", "slurm_id", "reason", "output")
-_WHEN_SET = ("master", "restarts", "node", "priority", "position", "slurm_id", "reason", "output")  # a cluster job's keys shown only when they have a value
+            "restarts", "output_dir", "node", "priority", "position", "scheduler_id", "reason", "output")
+_WHEN_SET = ("master", "restarts", "node", "priority", "position", "scheduler_id", "reason", "output")  # a cluster job's keys shown only when they have a value
 _SPENT = ("uptime_s", "node_hours", "cost_usd", "uptime", "cost")
 _REDONE = ("steps_redone", "steps_redone_max")
 
@@ -103,7 +103,7 @@ class JobState:
     # A Slurm cluster's job: its partition, place among the waiting, Slurm's id and why it waits (in words)
     priority: str | None = None
     position: int | None = None
-    slurm_id: str | None = None
+    scheduler_id: str | None = None  # the job's id in its scheduler's queue (a Slurm job id)
     reason: str | None = None
     output: dict | None = None  # a job sbatch'ed by hand: its output file {"path", "node"} (not in Cloud Logging)
     # Added for `job status` (jobs/detail.py)

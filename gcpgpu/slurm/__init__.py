@@ -6,6 +6,8 @@ node.py    what each node runs: munged with the cluster's key (from Secret Manag
 keeper.py  node 0 keeps the cluster whole: a lost node is marked DOWN (Slurm requeues its jobs) and
            brought back.
 queue.py   node 0's queue agent: hands queued jobs to sbatch and writes back what Slurm says of them.
+requeue.py what the queue agent writes of a requeue (a preemption, a node loss): the job's history entry and
+           RECOVERING until it runs again.
 task.py    one node's task of a gcpgpu job run by Slurm (`python -m gcpgpu.slurm.task JOB.json`, from the
            batch script): the job's container, as the node's job agent runs it.
 

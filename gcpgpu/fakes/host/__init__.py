@@ -15,6 +15,7 @@ forked.py         gcpgpu's own Python helpers (node agent, Slurm node, reporter,
 lastwords.py      a failed container's last words: a launcher's banners left out, a SIGKILL said as such.
 sandbox.py        users' own commands through the image's entrypoint inside bubblewrap: an unprivileged
                   user without capabilities, /gcs and every mount bound by descriptor, never through a link.
+peers.py          who sent a request: a sandboxed command (its socket held in another pid namespace) or not.
 storage.py        the emulator's storage root: the paths a job names (gs://, /gcs/, a node's own paths)
                   mapped to folders that outlive it, never outside the root (PathRefused).
 mounts.py         a job's --mount of a bucket that does not exist, failed in the words of gcsfuse or of

@@ -17,15 +17,17 @@ _BANNER = re.compile(r"^(?:\s.*|=+|-+|\[\d+\]:|Failures:|Root Cause.*|\S+ FAILED
 # The image's entrypoint's notes around the command (where it runs, its checkpoint folder, its uploads): only
 # its refusals to run the command (jobs/logs.py) say why a replica ended.
 _NOTE = re.compile(r"^gcpgpu-entrypoint: ")
+# Its refusals, as the tool reads them (jobs/logs.py's entrypoint_refusal; fakes/ imports nothing of the tool,
+# so the pattern is said again here, and tests/test_job_own_command.py holds the two to the same lines).
+_REFUSAL = re.compile(r"^gcpgpu-entrypoint: (?:setup failed \(exit \d+\): |GCPGPU_[A-Z_]+: |secret [A-Za-z_]\w* \(|"
+                      r"cannot run )")
 
 
 def banner(text: str) -> bool:
     """True for a line that is never a replica's last words: a launcher's report (banners, its table, a
     traceback's frames) or the entrypoint's note beside the command (not its refusal to run it)."""
-    from gcpgpu.jobs.logs import entrypoint_refusal
-
     line = text.rstrip()
-    return bool(_BANNER.match(line)) or (bool(_NOTE.match(line)) and not entrypoint_refusal(line))
+    return bool(_BANNER.match(line)) or (bool(_NOTE.match(line)) and not _REFUSAL.match(line))
 
 
 KILLED = "killed (out of memory?)"

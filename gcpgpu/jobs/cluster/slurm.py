@@ -96,7 +96,7 @@ def status(clients: Clients, project: str, jid: ids.JobId, seen: Seen) -> JobSta
     rows = node_rows(clients, project, jid, found)
     queue = found.queue or QueuePlace(None)
     waiting = found.state in (PENDING, RECOVERING)
-    return replace(state, nodes=len(rows), per_node=rows, priority=queue.priority, slurm_id=found.slurm_id,
+    return replace(state, nodes=len(rows), per_node=rows, priority=queue.priority, scheduler_id=found.slurm_id,
                    position=queue.position if waiting else None, reason=found.reason if waiting else None,
                    output=found.slurm_output)
 

@@ -34,7 +34,7 @@ def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any
     if begin is None:
         return {"uptime_s": None, "node_hours": None, "cost_usd": None}
     end = parse_timestamp(state.ended) or now
-    if state.slurm_id is not None or state.priority is not None:
+    if state.waits_in_queue:  # a shared queue's job (the backend says: jobs/cluster/backend.py)
         return _queued_spent(clients, project, state, begin, end)
     names = {r["node"] for r in state.per_node}
     nodes = [n for n in observe_nodes(clients, project, state.cluster or "") if n.name in names]
