@@ -36,7 +36,6 @@ def test_nearest_lists_every_close_name_sorted():
     ("cluster", "status", "tema"),
     ("job", "submit", "--cluster", "tema", "--image", "busybox", "--command", "true"),
     ("job", "list", "--cluster", "tema"),
-    ("cluster", "down", "tema", "--yes"),
     ("job", "cancel", "cluster:tema:x"),
     ("job", "status", "cluster:tema:x"),
 ], ids=lambda a: " ".join(a[:2]))
@@ -47,6 +46,15 @@ def test_a_typo_of_a_cluster_name_exits_1_and_says_did_you_mean(gcp, argv):
     assert got.exit_code == 1, got.output
     assert "did you mean team?" in got.output and "went with it" not in got.output, got.output
     assert len([line for line in got.output.splitlines() if line.startswith("Error:")]) == 1, got.output
+
+
+def test_down_of_a_typo_stays_idempotent_but_says_did_you_mean(gcp):
+    """`cluster down` of nothing exits 0 (a second `down`, one after a Ctrl-C, must be fine), and says the name
+    it was likely meant to be."""
+    assert cli("cluster", "up", "team", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+               "--yes").exit_code == 0
+    got = cli("cluster", "down", "tema", "--yes")
+    assert got.exit_code == 0 and "nothing to delete" in got.output and "did you mean team?" in got.output, got.output
 
 
 def test_a_name_close_to_nothing_gets_no_suggestion_and_a_cluster_with_no_job_lists_none(gcp):

@@ -175,7 +175,7 @@ def test_bad_input_is_refused_before_any_api_call(env, args, words):
 
 def test_an_unknown_cluster_is_a_one_line_cloud_error(env):
     result = tail("--cluster", "ghost", "--once")
-    assert result.exit_code == 1 and "cluster 'ghost' has no nodes" in result.output
+    assert result.exit_code == 1 and "no cluster named ghost in project metrics-test with nodes" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 

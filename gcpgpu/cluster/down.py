@@ -35,11 +35,11 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
     if obs.empty:
         # Left by a `down` stopped after the nodes, or by an `up` that made nothing else (the munge key).
         lines = _after_nodes(s, name, slurm=None if not obs.held else obs.scheduler == "slurm")
-        if not lines and not obs.held:  # nothing matched: a typo's likely meaning is said, and the exit is 1
+        if not lines and not obs.held:  # nothing matched: down stays idempotent (exit 0), a typo is said
             from .unknown import suggestion
 
-            raise CloudError(f"nothing to delete: no resources of cluster {name} in project {s.project}"
-                             f"{suggestion(s.clients, s.project, name)} (see 'gcpgpu cluster list')")
+            s.report.note(f"nothing to delete: no resources of cluster {name} in project {s.project}"
+                          f"{suggestion(s.clients, s.project, name)}")
         _raise_left(name, lines)
         return obs
     s.report.note(f"found {obs.summary()}")
