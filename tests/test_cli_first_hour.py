@@ -354,3 +354,31 @@ def test_no_command_pointed_at_the_emulator_reaches_google_cloud_gcloud_or_ssh(g
     assert not (home / ".ssh").exists() and not (home / ".config" / "gcloud").exists()  # (matplotlib's cache may be)
     refused = {c: code for c, code in codes.items() if code}
     assert refused == {"cluster ssh demo --node 1 -- nvidia-smi": 2, "cluster ssh demo": 2}, refused
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["state-file", "none"])
+def test_ctrl_c_on_the_emulator_says_what_it_kept(tmp_path, keep):
+    """Issue 51: Ctrl-C on the emulator said nothing of what a --state-file kept or what was lost."""
+    import signal
+    import subprocess
+    import sys
+
+    from helpers import free_port
+
+    state = tmp_path / "state.json"
+    argv = [str(Path(sys.executable).with_name("gcpgpu")), "emulator", "start", "--port", str(free_port()),
+            *(["--state-file", str(state)] if keep else [])]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in server.stderr:  # the event: it says where it listens, then how to stop it
+            if "Stop with Ctrl-C" in line:
+                break
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=120)
+    finally:
+        server.kill()
+    assert server.returncode == 0, err
+    if keep:
+        assert f"Stopped. Saved to {state}: every resource" in err and state.is_file(), err
+    else:
+        assert "Stopped. Nothing was kept" in err and "--state-file FILE" in err, err

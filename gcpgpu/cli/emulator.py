@@ -201,6 +201,11 @@ def start(port: int, state_file: str | None, faults_file: str | None, seed: int 
         if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise  # not the port: a file it reads (the state file, its own data) is missing or unreadable
         raise CloudError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); choose another --port") from e
+    if state_file:  # what a restart gets back, and what it does not
+        info(f"Stopped. Saved to {state_file}: every resource, secret and job record; not the processes that ran "
+             "(a restart on it finds their jobs lost to a host error, and recovers those that say so).")
+    else:
+        info("Stopped. Nothing was kept: every resource is gone (--state-file FILE keeps them for the next start).")
 
 
 @emulator.command("info")
