@@ -9,30 +9,13 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from click.testing import CliRunner
 from helpers import PROJECT, wait_for
 
-from gcpgpu.cli import main
-from gcpgpu.fakes.guest.slurm import slurm_installed
+# The queue's own tests' commands and jobs, shared rather than written again.
+from test_slurm_queue import LONG, QUICK, UP, cli, needs_slurm, submitted
+
 from gcpgpu.jobs.cluster.record import JobRecord
 from gcpgpu.jobs.state import JobState
-
-GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
-UP = ["cluster", "up", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
-QUICK = ["--model", "tiny", "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--vocab-size", "256"]
-LONG = ["--model", "tiny", "--steps", "100000", "--seq-len", "16", "--batch-size", "2"]
-needs_slurm = pytest.mark.skipif(slurm_installed() is not None, reason=str(slurm_installed()))
-
-
-def cli(*argv: str, fmt: str | None = None):
-    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
-
-
-def submitted(*argv: str) -> str:
-    result = cli("job", "submit", "--cluster", "q", *argv, fmt="json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output[result.output.index("{"):])["id"]
 
 
 def status(job: str) -> dict:
