@@ -94,3 +94,10 @@ def test_a_vertex_jobs_uptime_and_node_hours_count_from_when_its_replicas_ran(gc
     assert status["node_hours"] == round(2 * ran / 3600, 3) and status["cost_usd"] is None
     table = cli("job", "status", job_id).stdout
     assert "UPTIME" in table and "10m" in table, table
+
+
+def test_a_job_outside_a_shared_queue_shows_no_queue_rows(gcp):
+    """A Vertex (or plain cluster) job's `job status` showed PRIORITY, PLACE, SCHEDULER ID and WHY IT WAITS as '-'."""
+    job_id = submit().stdout.splitlines()[0]
+    table = cli("job", "status", job_id).stdout
+    assert "ID" in table and not any(row in table for row in ("PRIORITY", "PLACE", "SCHEDULER ID", "WHY IT WAITS"))

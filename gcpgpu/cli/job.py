@@ -292,7 +292,8 @@ def status(settings: Settings, job_id: str) -> None:
         got = state.goodput
         shown["goodput_shown"] = (f"{got['percent']:.1f}% of {_hours(got['node_s'])} node-time"
                                   if got.get("percent") is not None else f"- ({got.get('reason')})")
-    emit(shown, STATUS_COLUMNS, title=f"Job {state.id}")
+    queue = {"priority", "position", "scheduler_id", "reason"}  # only a job that waits in a shared queue has them
+    emit(shown, [c for c in STATUS_COLUMNS if state.waits_in_queue or c[0] not in queue], title=f"Job {state.id}")
     if state.target == "vertex":
         emit(state.pools, [("pool", "POOL"), ("replicas", "REPLICAS"), ("machine_type", "MACHINE TYPE"),
                            ("accelerators", "ACCELERATORS"), ("image", "IMAGE")])
