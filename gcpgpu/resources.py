@@ -60,3 +60,9 @@ def _env() -> Any:
 def render(template: str, **context: Any) -> str:
     """Render templates/TEMPLATE with `context`."""
     return _env().get_template(template).render(**context)
+
+
+def node_file(name: str) -> str:
+    """The text of a node-side program the startup script writes onto a node as a file (gcpgpu/node/NAME):
+    read as data, never imported, since nothing on the laptop's side imports the node's room."""
+    return (_PKG / "node" / name).read_text()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gcpgpu import catalog
-from gcpgpu.resources import render
+from gcpgpu.resources import node_file, render
 from gcpgpu.storage.spec import describe as describe_storage
 from gcpgpu.times import format_duration
 
@@ -390,7 +390,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
                      ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds,
                      prepull="" if spec.prepull in (None, "none") else spec.prepull,
                      storage=bool(spec.filestore or spec.lustre or spec.hyperdisk_ml or spec.mounts),
-                     slurm=bool(spec.scheduler), slurm_device=slurm_state.DEVICE)
+                     slurm=bool(spec.scheduler), slurm_device=slurm_state.DEVICE, job_account=spec.job_service_account or "",
+                     jobmeta_source=node_file("jobmeta.py") if spec.job_service_account else "")
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",
@@ -418,6 +419,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
             # A Slurm cluster: the nodes run its daemons (gcpgpu/slurm/node.py) with the munge key that
             # `up` keeps in Secret Manager (named, never the key), node 0 with the queue on its state disk.
             *slurm_state.metadata_items(spec, project),
+            # Jobs' own service account (--job-service-account): the nodes fence the metadata server off from them.
+            *([{"key": "gcpgpu-job-service-account", "value": spec.job_service_account}] if spec.job_service_account else []),
             # The Deep Learning VM installs the NVIDIA driver on first boot when asked to.
             *([{"key": "install-nvidia-driver", "value": "True"}] if setup.driver == "dlvm-metadata" else []),
         ]},
@@ -449,9 +452,8 @@ def _nat_routers(spec: ClusterSpec, project: str) -> list[dict]:
     name = nat_router_name(spec.name)
     return [{"name": name, "description": f"{marker(spec.name)} Cloud NAT for the nodes",
              "network": f"projects/{project}/global/networks/{spec.network}",
-             # RouterNat enums per the Compute v1 discovery document (natIpAllocateOption AUTO_ONLY,
-             # sourceSubnetworkIpRangesToNat ALL_SUBNETWORKS_ALL_IP_RANGES); gcloud's
-             # --auto-allocate-nat-external-ips --nat-all-subnet-ip-ranges send the same.
+             # RouterNat enums per the Compute v1 discovery document; gcloud's --auto-allocate-nat-external-ips
+             # --nat-all-subnet-ip-ranges send the same.
              "nats": [{"name": name, "natIpAllocateOption": "AUTO_ONLY",
                        "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}]}]
 
@@ -461,10 +463,9 @@ RDMA_CIDR = "10.131.{i}.0/24"  # one /24 per MRDMA subnet of the RoCE VPC (Clust
 
 def _rdma_networks(spec: ClusterSpec, project: str, mt: catalog.MachineType, networks: list[dict], subnets: list[dict],
                    firewalls: list[dict], nics: list[dict], notes: list[str]) -> None:
-    """A3 Ultra / A4: a second gVNIC VPC, and one VPC with the zone's RoCE network profile holding
-    one subnet per MRDMA NIC. Source: Cluster Toolkit a4high-vm.yaml / a3ultra-vm.yaml (net-0 and
-    net-1 at MTU 8896, modules/network/gpu-rdma-vpc with network_profile ZONE-vpc-roce, 8 subnets,
-    nic2-9 MRDMA); gcp-facts section 10."""
+    """A3 Ultra / A4: a second gVNIC VPC, and one VPC with the zone's RoCE network profile holding one subnet per
+    MRDMA NIC. Source: Cluster Toolkit a4high-vm.yaml / a3ultra-vm.yaml (net-0 and net-1 at MTU 8896,
+    modules/network/gpu-rdma-vpc with network_profile ZONE-vpc-roce, 8 subnets, nic2-9 MRDMA); gcp-facts section 10."""
     name, region, mark = spec.name, str(spec.region), marker(spec.name)
     mtu = mt.gvnic_mtu or 8896
     for i in range(1, mt.gvnic_networks):  # nic0 is the primary network: the family's first gVNIC

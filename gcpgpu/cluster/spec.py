@@ -84,6 +84,8 @@ class ClusterSpec:
     boot_disk_gb: int = 200
     boot_disk_type: str | None = None  # None: the machine family's boot disk type (catalog `nodes`)
     service_account: str | None = None
+    # Jobs' own account (README, "Where the security boundary is"): the nodes keep theirs from job containers.
+    job_service_account: str | None = None
     scopes: list[str] = field(default_factory=lambda: list(DEFAULT_SCOPES))
     labels: dict[str, str] = field(default_factory=dict)
     network: str = "default"
@@ -314,6 +316,11 @@ class ClusterSpec:
                                    "lowercase letters, digits and dashes, starting with a letter (e.g. default)")
         if self.service_account is not None:
             check_service_account(str(self.service_account), "--service-account")
+        if self.job_service_account is not None:
+            check_service_account(str(self.job_service_account), "--job-service-account")
+            if self.job_service_account == self.service_account:
+                raise UsageProblem("--job-service-account must not be the nodes' --service-account: jobs would hold "
+                                   "the nodes' own identity (a Slurm cluster's munge key with it)")
         for scope in self.scopes:
             if not isinstance(scope, str) or not SCOPE.match(scope):
                 raise UsageProblem(f"--scope {shown(scope)} must be an OAuth scope URL, e.g. "

@@ -13,6 +13,8 @@ service    what a node's long-running programs share (the follower, the Slurm da
            arguments, clients, log lines, and SIGTERM as the node going
 upload     `python -m gcpgpu.node.upload gs://... FILE...`: the entrypoint copies a profile's files to
            Cloud Storage (apart from the preflight, which must not import a Google client)
+jobmeta    the metadata server a job's container sees on a cluster with --job-service-account: its own
+           account's token (minted by IAM Credentials), never the node's; standard library only
 warm       what the node programs import of Google's clients when they first call, imported ahead by
            the process they are forked from (the emulator's forkserver), so each starts warm
 """

@@ -49,6 +49,10 @@ def spec_options(fn: Callable) -> Callable:
         click.option("--boot-disk-gb", type=int, help="Boot disk size in GB (default 200)."),
         click.option("--boot-disk-type", help="Boot disk type (default: the family's, e.g. pd-ssd on A3 High/Mega, hyperdisk-balanced on A3 Ultra/A4)."),
         click.option("--service-account", help="Service account e-mail for the nodes (default: the project's)."),
+        click.option("--job-service-account", metavar="EMAIL",
+                     help="Run jobs as this service account, not the nodes': their containers cannot reach the "
+                          "metadata server, and get this account's token from gcpgpu's (README, \"Where the "
+                          "security boundary is\")."),
         click.option("--scope", "scopes", multiple=True, help="OAuth scope for the nodes (repeatable)."),
         click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label for the nodes (repeatable)."),
         click.option("--network", help="Primary VPC network (default: default)."),
@@ -97,6 +101,7 @@ def build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "boot_disk_gb": kw.get("boot_disk_gb"),
         "boot_disk_type": kw.get("boot_disk_type"),
         "service_account": kw.get("service_account"),
+        "job_service_account": kw.get("job_service_account"),
         "scopes": list(kw.get("scopes") or ()),
         "labels": labels or None,
         "network": kw.get("network"),
