@@ -21,16 +21,18 @@ NODE = {"node": "c-0", "rank": 0, "state": "FAILED", "exit_code": 3, "started": 
 HISTORY = [{"attempt": 1, "at": "2026-01-01T00:00:30Z", "lost": ["c-1"], "zone": "us-central1-a", "cause": "preempted",
             "last_step": 9, "log_every": 1, "resumed_at": 5, "steps_redone": 5, "steps_redone_max": 5,
             "kind": "recovery", "node": "c-1", "redone": 5}]
-# The dicts `job status --format json` printed before the state was typed, key for key and in their order.
+# The dicts `job status --format json` printed before the state was typed, key for key and in their order (with
+# `submitter`, who submitted it, added since: "unknown" for a job from before gcpgpu kept it).
 VERTEX = {"id": "vertex:us-central1:123", "target": "vertex", "name": "train", "state": "FAILED",
           "created": "2026-01-01T00:00:00Z", "started": "2026-01-01T00:00:05Z", "ended": "2026-01-01T00:01:00Z",
-          "error": "exited with a non-zero status", "nodes": 1, "machine_type": "a3-highgpu-8g", "strategy": None,
+          "error": "exited with a non-zero status", "nodes": 1, "machine_type": "a3-highgpu-8g",
+          "submitter": "alice@example.com", "strategy": None,
           "pools": [POOL], "resource": "projects/p/locations/us-central1/customJobs/123", "note": None,
           "cause": "ValueError: bad"}
 CLUSTER_HEAD = {"id": "cluster:c:train-abc123", "target": "cluster", "name": "train", "state": "FAILED",
                 "created": "2026-01-01T00:00:00Z", "started": "2026-01-01T00:00:05Z", "ended": "2026-01-01T00:01:00Z",
                 "error": "node c-0 (rank 0) exited with status 3: boom", "nodes": 1, "machine_type": "a2-highgpu-1g",
-                "cluster": "c", "master": "10.0.0.2:29500", "image": "busybox", "per_node": [NODE], "nnodes": 1,
+                "submitter": "unknown", "cluster": "c", "master": "10.0.0.2:29500", "image": "busybox", "per_node": [NODE], "nnodes": 1,
                 "attempt": 1, "recover": None, "recoveries": 1, "history": HISTORY, "restarts": 0,
                 "output_dir": "gs://bkt/run"}
 SPENT = {"uptime_s": 60, "node_hours": 0.017, "cost_usd": 0.06, "uptime": "1m", "cost": "$0.06"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gcpgpu.cli.options import with_options
+from gcpgpu.cli.options import wanted_user, with_options
 from gcpgpu.errors import CloudError
 from gcpgpu.jobs.state import (
     ACTIVE,
@@ -44,11 +44,12 @@ follower_options = with_options(
 )
 STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
-               ("machine_type", "MACHINE TYPE"), ("created", "CREATED"), ("recoveries", "RECOVERIES")]
+               ("machine_type", "MACHINE TYPE"), ("submitter", "SUBMITTED BY"), ("created", "CREATED"),
+               ("recoveries", "RECOVERIES")]
 QUEUE_COLUMNS = [("priority", "PRIORITY"), ("position", "PLACE"), ("slurm_nodes", "SLURM NODES"),
                  ("reason", "WHY IT WAITS"), ("via", "VIA")]
 STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_type", "MACHINE TYPE"),
-                  ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
+                  ("nodes", "NODES"), ("submitter", "SUBMITTED BY"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
                   ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
@@ -346,12 +347,16 @@ def follow(settings: Settings, job_id: str, recover: int | None) -> None:
 @click.option("--state", type=click.Choice(STATE_CHOICES, case_sensitive=False), help="Only jobs in this state.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many Vertex jobs.")
 @click.option("--region", "job_region", metavar="REGION", help="Vertex: the region (default: the global --region).")
+@click.option("--mine", is_flag=True, help="Only the jobs you submitted (the identity of your credentials).")
+@click.option("--user", "user", metavar="EMAIL", help="Only the jobs this person or service account submitted.")
 @click.pass_obj
 def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int, job_region: str | None,
-             cluster_name: str | None) -> None:
+             cluster_name: str | None, mine: bool, user: str | None) -> None:
     """List Vertex AI custom jobs of the region (newest first) and the jobs on gcpgpu clusters."""
+    from gcpgpu.gcp import identity
     from gcpgpu.jobs import route
 
+    wanted = wanted_user(settings, mine, user)
     region = job_region or settings.optional("region")
     project = settings.project
     if cluster_name:
@@ -366,9 +371,12 @@ def list_cmd(settings: Settings, only: str | None, state: str | None, limit: int
 
             if not ranked_nodes(settings.clients, project, cluster_name):
                 raise missing(settings.clients, project, cluster_name)
+    if wanted is not None:
+        rows = [r for r in rows if identity.matches(r.get("submitter"), wanted)]
     queued = any(r.get("priority") for r in rows)
     emit(rows, JOB_COLUMNS + (QUEUE_COLUMNS if queued else []), empty=f"No jobs in project {project}"
-         + (f" on cluster {cluster_name}." if cluster_name else "."))
+         + (f" on cluster {cluster_name}" if cluster_name else "") + (f" submitted by {wanted}." if wanted else "."))
+
 
 
 @job.command()
@@ -420,12 +428,15 @@ def _output_file(jid: Any, output: dict) -> str:
 @job.command()
 @click.argument("job_id", metavar="JOB")
 @click.option("--wait", is_flag=True, help="Wait until the job has stopped.")
+@click.option("--force", is_flag=True, help="Cancel it even if someone else submitted it.")
 @click.pass_obj
-def cancel(settings: Settings, job_id: str, wait: bool) -> None:
+def cancel(settings: Settings, job_id: str, wait: bool, force: bool) -> None:
     """Cancel a job: Vertex AI stops its replicas; on a cluster every node's agent stops its container."""
     from gcpgpu.jobs import ids, route
 
     jid = ids.parse(job_id)
+    if not force:
+        _refuse_anothers(settings, jid, route.status(settings.clients, settings.project, jid).submitter)
     state = route.cancel(settings.clients, settings.project, jid)
     still = [r["node"] for r in state.per_node if r["state"] in ACTIVE]
     if state.final and state.state != CANCELLED and still:
@@ -440,3 +451,15 @@ def cancel(settings: Settings, job_id: str, wait: bool) -> None:
         info(f"Cancelling job {jid} (now {state.state}).")
     if settings.format != "table":
         emit(state.to_dict())
+
+
+def _refuse_anothers(settings: Settings, jid: Any, submitter: str | None) -> None:
+    """Refuse to cancel a job someone else submitted (without --force): what stops anyone with the project's
+    access from doing so is the project's IAM, not gcpgpu, so it asks to be sure."""
+    from gcpgpu.errors import UsageProblem
+    from gcpgpu.gcp import identity
+
+    me = identity.whoami(settings.clients)
+    if submitter and submitter != identity.UNKNOWN and me != identity.UNKNOWN and submitter.lower() != me.lower():
+        raise UsageProblem(f"job {jid} was submitted by {submitter}, not by you ({me}); only the project's IAM keeps "
+                           "others from stopping it: pass --force to cancel it anyway")

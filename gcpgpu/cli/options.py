@@ -137,3 +137,16 @@ def adopt_global_options(command: click.Command) -> click.Command:
         for sub in command.commands.values():
             adopt_global_options(sub)
     return command
+
+
+def wanted_user(settings: Any, mine: bool, user: str | None) -> str | None:
+    """Whose jobs or clusters a list shows (--mine, --user EMAIL); None: everyone's. Checked before any call."""
+    from gcpgpu.errors import UsageProblem
+    from gcpgpu.gcp import identity
+
+    if mine and user:
+        raise UsageProblem("--mine and --user exclude each other: choose one")
+    if user is not None and user != identity.UNKNOWN and not identity.is_email(user):
+        raise UsageProblem(f"--user {user!r} must be an e-mail address, like alice@example.com "
+                           "(or 'unknown' for what was made before gcpgpu kept who made it)")
+    return identity.whoami(settings.clients) if mine else user

@@ -101,6 +101,18 @@ class Cluster:
 
 
 # ---------------------------------------------------------------------- up
+OWNER_KEY = "gcpgpu-owner"  # instance metadata: who made the cluster (gcp/identity.py); labels cannot hold an e-mail
+
+
+def _stamp_owner(s: Session, plan: Plan, obs: Observed) -> None:
+    """Its maker on every node `up` makes: the one who made its first nodes, else the caller."""
+    from gcpgpu.gcp.identity import whoami
+
+    owner = next((n.metadata[OWNER_KEY] for n in obs.nodes if n.metadata.get(OWNER_KEY)), None) or whoami(s.clients)
+    items = plan.instance_properties["metadata"]["items"]
+    items[:] = [i for i in items if i["key"] != OWNER_KEY] + [{"key": OWNER_KEY, "value": owner}]
+
+
 def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
     """Create what the cluster lacks, as attempt `s`; on failure remove what `s` created. `obs`: the
     cluster as observed under this attempt's lease, if the caller already has it.
@@ -118,6 +130,7 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         s.report.note(f"found {obs.summary()}: creating only what is missing")
     _check_compatible(s, plan, obs)
     _check_policy_room(plan, obs)
+    _stamp_owner(s, plan, obs)
     shared_fs.check_attached(s, plan, sorted({n.zone for n in obs.nodes}) or plan.zones)
     if plan.spec.reservation:
         _adopt_reservation(s, plan, obs)

@@ -351,6 +351,7 @@ def _cluster_row(name: str, obs: Observed) -> dict[str, Any]:
         **spent,
         "cost": shown,
         "scheduler": obs.scheduler or "-",
+        "owner": next((n.metadata["gcpgpu-owner"] for n in nodes if n.metadata.get("gcpgpu-owner")), "unknown"),
         "storage": holdings.summary(obs.held) or "-",
         "storage_detail": [h.row() for h in obs.held],
         "autostop": public(autostop_of(nodes)),

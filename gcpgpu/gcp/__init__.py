@@ -6,4 +6,5 @@ operations.py  Compute mutations called safely, and their operations waited on, 
 errors.py      what a Google error means for the tool: stockout, quota, transient or permanent.
 clock.py       the tool's clock for what it waits on in the cloud: leases, polls, idle and stall
                times, backoff.
+identity.py    who is calling: the credentials' Google identity, written on the jobs and clusters it makes.
 """

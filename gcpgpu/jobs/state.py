@@ -39,7 +39,7 @@ ACTIVE = (PENDING, RUNNING)  # a node's agent still runs the job (or is about to
 CAUSE_FOLLOWER = "follower"  # the follower's verdict, kept in the job's record (stalled, stopped ahead)
 CAUSE_LOG = "log"  # the first error line of the job's log, read when the state is shown (jobs/detail.py)
 
-_HEAD = ("id", "target", "name", "state", "created", "started", "ended", "error", "nodes", "machine_type")
+_HEAD = ("id", "target", "name", "state", "created", "started", "ended", "error", "nodes", "machine_type", "submitter")
 _VERTEX = ("strategy", "pools", "resource", "note")
 _CLUSTER = ("cluster", "master", "image", "per_node", "nnodes", "attempt", "recover", "recoveries", "history",
             "restarts", "output_dir", "node", "priority", "position", "scheduler_id", "reason", "output")
@@ -77,6 +77,7 @@ class JobState:
     error: str | None = None
     nodes: int = 0  # Vertex: replicas; cluster: the nodes that hold the job
     machine_type: str | None = None
+    submitter: str | None = None  # who submitted it (gcp/identity.py); "unknown" for a job from before
     # A Vertex AI custom job's
     strategy: str | None = None
     pools: list[dict] = field(default_factory=list)  # one row per worker pool
@@ -119,6 +120,7 @@ class JobState:
     def to_dict(self) -> dict[str, Any]:
         """The state as `job status --format json` prints it: the keys its target has, in their order."""
         out = {key: getattr(self, key) for key in _HEAD}
+        out["submitter"] = self.submitter or "unknown"  # a job from before gcpgpu kept who submitted it
         if self.target == "vertex":
             out.update((key, getattr(self, key)) for key in _VERTEX)
         elif self.target == "cluster":

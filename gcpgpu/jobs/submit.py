@@ -104,12 +104,15 @@ def _workdir(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[st
 
 
 def _vertex(settings: Settings, job: ValidJob, dry_run: bool, say: Callable[[str], None]) -> Submitted:
+    from gcpgpu.gcp.identity import whoami
+
     from . import vertex
 
     assert job.machine is not None and job.region is not None  # validate() made sure
     image = _image(settings, job, job.region, job.machine, dry_run, say)
     job = replace(job, image=image, image_pending=False, workdir_uri=_workdir(settings, job, dry_run, say))
-    request = vertex.build_request(job, settings.project, *vertex.resolve_nfs(settings.clients, settings.project, job))
+    request = vertex.build_request(job, settings.project, *vertex.resolve_nfs(settings.clients, settings.project, job),
+                                   submitter=None if dry_run else whoami(settings.clients))
     for note in job.notes:
         say(f"note: {note}")
     if dry_run:

@@ -20,9 +20,14 @@ LABEL_JOB = "gcpgpu-job"
 EMULATOR_LABEL = "gcpgpu-emulator"  # the emulator says whether it ran a job locally or simulated it
 
 
-def build_request(job: ValidJob, project: str, nfs: list[dict] | None = None, network: str | None = None) -> dict:
+SUBMITTER_ENV = "GCPGPU_SUBMITTER"  # who submitted it (gcp/identity.py): a label cannot hold an e-mail address
+
+
+def build_request(job: ValidJob, project: str, nfs: list[dict] | None = None, network: str | None = None,
+                  submitter: str | None = None) -> dict:
     """The CreateCustomJob request as REST JSON: {"parent": ..., "customJob": {...}}. No API call: `nfs` (each
-    worker pool's nfsMounts) and `network` (the peered VPC they need) come from resolve_nfs."""
+    worker pool's nfsMounts) and `network` (the peered VPC they need) come from resolve_nfs; `submitter` is
+    kept in the containers' environment, where `job status` reads it back."""
     import yaml
 
     machine = job.machine
@@ -31,6 +36,8 @@ def build_request(job: ValidJob, project: str, nfs: list[dict] | None = None, ne
         raise RuntimeError("the default image is resolved (jobs/submit.py) before the request is built")
     pools = [{"replicas": 1}] + ([{"replicas": job.nodes - 1}] if job.nodes > 1 else [])
     env = job_env(job, machine, "vertex")
+    if submitter:
+        env = {**env, SUBMITTER_ENV: submitter}
     command, args = container_call(job)
     text = render(
         "vertex_custom_job.yaml.j2",
@@ -172,6 +179,8 @@ def describe(jid: ids.JobId, job: Any) -> JobState:
         pools.append({"pool": f"workerpool{i}", "replicas": int(pool.replica_count), "machine_type": ms.machine_type,
                       "accelerators": accel, "image": pool.container_spec.image_uri or None})
     labels = dict(job.labels)
+    first = job.job_spec.worker_pool_specs[0].container_spec.env if job.job_spec.worker_pool_specs else []
+    submitter = next((e.value for e in first if e.name == SUBMITTER_ENV), None)
     message = job.error.message if "error" in job and job.error.message else None
     emulated = labels.get(EMULATOR_LABEL)
     if emulated == "simulated":
@@ -191,6 +200,7 @@ def describe(jid: ids.JobId, job: Any) -> JobState:
         error=message,
         nodes=sum(p["replicas"] for p in pools),
         machine_type=pools[0]["machine_type"] if pools else None,
+        submitter=submitter,
         strategy=job.job_spec.scheduling.strategy.name if "scheduling" in job.job_spec else None,
         pools=pools,
         resource=job.name,

@@ -330,17 +330,24 @@ def status(settings: Settings, name: str) -> None:
 
 
 @cluster.command("list")
+@click.option("--mine", is_flag=True, help="Only the clusters you made (the identity of your credentials).")
+@click.option("--user", "user", metavar="EMAIL", help="Only the clusters this person or service account made.")
 @click.pass_obj
-def list_cmd(settings: Settings) -> None:
+def list_cmd(settings: Settings, mine: bool, user: str | None) -> None:
     """List the project's gcpgpu clusters, half-built ones included (one list call per resource kind)."""
+    from gcpgpu.cli.options import wanted_user
     from gcpgpu.cluster.observe import list_clusters
+    from gcpgpu.gcp import identity
 
+    wanted = wanted_user(settings, mine, user)
     project = settings.project
     rows = list_clusters(settings.clients, project)
+    if wanted is not None:
+        rows = [r for r in rows if identity.matches(r.get("owner"), wanted)]
     emit(rows, [("cluster", "CLUSTER"), ("machine_type", "MACHINE TYPE"), ("nodes", "NODES"), ("gpus", "GPUS"),
                 ("zones", "ZONE"), Column("status", "STATUS", wrap=48), COST_COLUMNS[0], Column("cost", "COST SO FAR", justify="right"),
-                ("scheduler", "SCHEDULER"), ("storage", "STORAGE"), AUTOSTOP_COLUMN],
-         empty=f"No gcpgpu clusters in project {project}.")
+                ("scheduler", "SCHEDULER"), ("owner", "MADE BY"), ("storage", "STORAGE"), AUTOSTOP_COLUMN],
+         empty=f"No gcpgpu clusters in project {project}" + (f" made by {wanted}." if wanted else "."))
 
 
 @cluster.command(context_settings={"ignore_unknown_options": True})

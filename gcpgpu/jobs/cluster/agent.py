@@ -21,6 +21,7 @@ from typing import Any
 from gcpgpu.cluster.lease import Lease, LeaseHeld, describe
 from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.identity import whoami
 from gcpgpu.jobs import ids, policy
 from gcpgpu.jobs.spec import ValidJob
 from gcpgpu.jobs.state import JobState
@@ -81,7 +82,7 @@ def _put(clients: Clients, project: str, job: ValidJob, placed: Placement, asked
     detection or webhooks need a follower (the nodes' own after --detach): the record says so until it leads."""
     follow = (asked.wait or asked.recover is not None or bool(policy.record_fields(job.spec))) and not asked.detach
     record = deliver.new_record(job, placed, scheduler=AGENT, recover=asked.recover, detach=asked.detach,
-                                agent=asked.agent)
+                                agent=asked.agent).but(submitter=whoami(clients))
     record = deliver.deliver(clients, project, record, placed.nodes, fence)
     opening = store.opening(record, followed_s=store.FOLLOW_PROMISE_S if follow else 0.0)
     store.update(clients, project, placed.cluster, store.opened(opening, ended))

@@ -161,6 +161,7 @@ def list_jobs(clients: Clients, project: str) -> list[dict]:
                 continue
             rows.append({"id": str(jid), "target": "cluster", "name": state.name, "state": state.state,
                          "nodes": state.nodes or state.nnodes, "machine_type": state.machine_type,
+                         "submitter": state.submitter or "unknown",
                          "created": state.created, "recoveries": state.recoveries,
                          **(backend.row(recorded) if recorded is not None else {})})
     return rows

@@ -116,6 +116,7 @@ class JobRecord:
     history: list[HistoryEntry] | None = None
     created: str | None = None
     submitted: str | None = None
+    submitter: str | None = None  # who submitted it (gcp/identity.py); None: written before gcpgpu kept it
     # -- what its follower reads
     recover: int | None = None
     follow: dict | None = None  # the Follower's other settings

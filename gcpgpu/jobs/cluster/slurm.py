@@ -25,6 +25,7 @@ from typing import Any
 from gcpgpu.cluster.observe import observe_nodes
 from gcpgpu.errors import CloudError
 from gcpgpu.gcp.clients import Clients
+from gcpgpu.gcp.identity import whoami
 from gcpgpu.jobs import ids
 from gcpgpu.jobs.spec import ValidJob
 from gcpgpu.jobs.state import CANCELLED, PENDING, RECOVERING, UNKNOWN, JobState, is_final
@@ -63,7 +64,7 @@ def _queue(clients: Clients, project: str, job: ValidJob, placed: Placement, ask
     """Queue the job on the cluster's Slurm (as a PENDING record the controller's agent hands to sbatch)."""
     want = len(placed.nodes)
     priority = job.spec.priority or "normal"
-    node_record = new_record(job, placed, scheduler=NAME)
+    node_record = new_record(job, placed, scheduler=NAME).but(submitter=whoami(clients))
     pol = dict(node_record.policy or {})
     pol.pop("notify", None)  # webhook URLs are not written where every reader of the project sees them
     node_record = node_record.but(policy=pol or None)  # type: ignore[arg-type]

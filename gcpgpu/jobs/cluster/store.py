@@ -227,6 +227,6 @@ def opening(job: JobRecord, *, followed_s: float = 0.0) -> JobRecord:
         id=job.id, name=job.name, scheduler=job.scheduler, state=PENDING, attempt=job.attempt, at=stamp(),
         created=job.created or job.submitted, nnodes=job.nnodes, machine_type=job.machine_type, image=job.image,
         output_dir=job.output_dir, bundled_trainer=job.bundled_trainer, recover=job.recover, policy=pol,
-        detached=bool(job.detached), history=list(job.history or []),
+        detached=bool(job.detached), history=list(job.history or []), submitter=job.submitter,
         followed_until=clock.now() + followed_s if followed_s else None)
 

@@ -52,7 +52,7 @@ def from_record(jid: ids.JobId, record: JobRecord) -> JobState:
     return JobState(
         id=str(jid), target="cluster", name=record.name, state=state, created=record.created,
         started=record.started, ended=record.ended if is_final(state) else None,
-        error=record.error, nodes=0, machine_type=record.machine_type, cluster=jid.cluster,
+        error=record.error, nodes=0, machine_type=record.machine_type, submitter=record.submitter, cluster=jid.cluster,
         image=record.image, nnodes=int(record.nnodes or 0), attempt=record.attempt,
         recover=record.recover, recoveries=recoveries, history=history, restarts=len(history) - recoveries,
         output_dir=record.output_dir, node=record.node,
@@ -106,7 +106,7 @@ def shown(jid: ids.JobId, observed: JobState | None, record: JobRecord | None, s
     recoveries = sum(1 for h in history if h.get("kind") != "retry")
     state = replace(observed, history=history, recoveries=recoveries, restarts=len(history) - recoveries,
                     recover=record.recover if record.recover is not None else observed.recover,
-                    created=record.created or observed.created)
+                    created=record.created or observed.created, submitter=record.submitter)
     said, attempt = str(record.state or PENDING), record.attempt
     if is_final(said):
         return _as_recorded(state, record)
