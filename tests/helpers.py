@@ -94,15 +94,19 @@ def job_logs_of(script: str, cluster: str = "c", project: str = PROJECT, region:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05,
-             explain: Callable[[], str] | None = None) -> Any:
+             explain: Callable[[], str] | None = None, most: float = 0.5) -> Any:
     """Poll `predicate` until it returns something truthy and return that; fail the test after `timeout` s,
-    saying what `explain()` (when given) says of the state things were left in."""
+    saying what `explain()` (when given) says of the state things were left in. The pause starts at
+    `interval` and grows by half each time up to `most` (or `interval`, if larger): a predicate is often a
+    whole CLI call, and polling one every 50 ms for minutes takes a core from what the test waits on."""
     deadline = time.monotonic() + timeout
+    pause, most = interval, max(most, interval)
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 1.5, most)
     raise AssertionError(f"timed out waiting for {what}" + (f"\n{explain()}" if explain else ""))
 
 
