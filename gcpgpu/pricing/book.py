@@ -183,6 +183,7 @@ def use(emulator: str | None) -> None:
     """Say which Google (the emulator's address, or None) this process prices against; until it is said,
     current() never calls an API (a library caller, a unit test)."""
     _EMULATOR["address"] = emulator
+    _BOOKS.clear()  # a new command: read the cache again (another test, another $XDG_CACHE_HOME)
 
 
 def current() -> Book:
