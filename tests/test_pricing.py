@@ -112,6 +112,39 @@ def test_an_old_cache_it_cannot_refresh_says_how_old(monkeypatch):
     assert catalog_json()["a4-highgpu-8g"]["price_per_hour"] == 8 * 15.0
 
 
+@pytest.mark.parametrize(("provisioning", "index", "flags"), [
+    ("standard", 0, []), ("spot", 1, ["--spot"]), ("flex-start", 2, ["--flex-start", "4h"])])
+def test_cluster_plan_costs_the_regions_price_flex_start_too(gcp, provisioning, index, flags):
+    catalog_json()  # reads the Billing Catalog into the cache, which a plan (calling no API) reads
+    gcp.requests.clear()
+    result = CliRunner().invoke(main, ["--format", "json", "--project", "test-proj", "cluster", "plan", "c",
+                                       "--machine-type", "a3-ultragpu-8g", "--nodes", "2", "--region", "us-east5",
+                                       *flags])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.stdout)
+    assert planned["costPerHourUsd"] == pytest.approx(2 * expected("us-east5")["a3-ultragpu-8g"][index], abs=0.01)
+    assert planned["priceSource"] == "Cloud Billing Catalog"
+    assert gcp.requests.all() == []
+
+
+def test_cost_so_far_prices_a_flex_start_node_in_its_region(gcp):
+    from gcpgpu.cluster import cost
+
+    class Node:
+        name, status, machine_type, provisioning = "x-0", "RUNNING", "a3-highgpu-8g", "FLEX_START"
+        created = last_start = "2026-01-01T00:00:00.000-00:00"
+        last_stop, zone, region = "", "us-east5-a", "us-east5"
+
+    import click
+
+    from gcpgpu import times
+    from gcpgpu.settings import Settings
+
+    with click.Context(main, obj=Settings(emulator=gcp.address)):  # as inside `cluster status`
+        run = cost.node_run(Node(), now=times.parse_timestamp(Node.last_start) + 7200)
+    assert run.cost == pytest.approx(2 * expected("us-east5")["a3-highgpu-8g"][2], abs=0.01)
+
+
 def test_unknown_region_exits_2_before_any_call(gcp):
     from helpers import refused
 

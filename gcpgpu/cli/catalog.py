@@ -86,8 +86,7 @@ def priced(machine: machine_catalog.MachineType, book: Any, region: str) -> dict
 def _book(settings: Settings) -> Any:
     from gcpgpu import pricing
 
-    pricing.use(settings.emulator)
-    return pricing.current()
+    return pricing.current()  # against the Google the global options name
 
 
 def _price_note(book: Any, region: str) -> None:

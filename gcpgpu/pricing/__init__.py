@@ -9,6 +9,6 @@ book.py   the price book: the cache under $XDG_CACHE_HOME/gcpgpu, refreshed thro
 
 from __future__ import annotations
 
-from .book import Book, NodePrices, current, load, use
+from .book import Book, NodePrices, current, load
 
-__all__ = ["Book", "NodePrices", "current", "load", "use"]
+__all__ = ["Book", "NodePrices", "current", "load"]

@@ -159,7 +159,7 @@ def load(emulator: str | None, *, refresh: bool = False, now: float | None = Non
     cached = _read(path)
     if cached and not refresh and now - cached[1] <= MAX_AGE_DAYS * 86400:
         return Book(cached[0], cached[1], f"prices from the {CATALOG}, read {_day(cached[1])} (cached)")
-    why = _credentials_problem(emulator) if online else "not read here"
+    why = _credentials_problem(emulator) if online else "a plan calls no API ('gcpgpu catalog' reads it)"
     if why is None:
         try:
             skus = fetch(emulator)
@@ -175,22 +175,23 @@ def load(emulator: str | None, *, refresh: bool = False, now: float | None = Non
     return Book(None, None, f"prices from the {FALLBACK}, not the {CATALOG}: {why}")
 
 
-_EMULATOR: dict[str, Any] = {}  # "address": the emulator (or None) the command runs against, once set
-_BOOKS: dict[str | None, Book] = {}
+_BOOKS: dict[tuple, Book] = {}
 
 
-def use(emulator: str | None) -> None:
-    """Say which Google (the emulator's address, or None) this process prices against; until it is said,
-    current() never calls an API (a library caller, a unit test)."""
-    _EMULATOR["address"] = emulator
-    _BOOKS.clear()  # a new command: read the cache again (another test, another $XDG_CACHE_HOME)
+def current(*, fetch: bool = True) -> Book:
+    """The book of the command running: loaded once per invocation, against the Google its global options name
+    (--emulator / GCPGPU_EMULATOR, else Google's own). `fetch` False (a plan, which calls no API) and outside a
+    gcpgpu command (a library caller, a unit test) it never calls an API: the cache, else the bundled table."""
+    import click
 
-
-def current() -> Book:
-    """This process's book, loaded once (see use())."""
-    online = "address" in _EMULATOR
-    emulator = _EMULATOR.get("address")
-    key = emulator if online else "-offline-"
+    ctx = click.get_current_context(silent=True)
+    settings = ctx.find_root().obj if ctx is not None else None
+    in_command = settings is not None and hasattr(settings, "emulator")
+    emulator = settings.emulator if in_command else None
+    online = in_command and fetch
+    key = (id(ctx.find_root()) if ctx is not None else None, online, emulator, str(cache_file(emulator)))
     if key not in _BOOKS:
+        if len(_BOOKS) > 32:  # one per command: a long-lived process (the test suite) keeps a few
+            _BOOKS.clear()
         _BOOKS[key] = load(emulator, online=online)
     return _BOOKS[key]
