@@ -11,6 +11,7 @@ container.py `gcpgpu container build`: the training image
 metrics.py   `gcpgpu metrics`: tail, report, dashboard
 reservation.py `gcpgpu reservation`: reservations, their blocks, calendar-mode future reservations
 plan.py      `gcpgpu plan`: estimates made before anything is created or run
+plan_train.py `gcpgpu plan train`: a training run's time and cost from FLOPs, MFU and the catalog's price
 catalog.py   `gcpgpu catalog`: the GPU machine types gcpgpu knows
 nccl.py      `gcpgpu nccl`: the NCCL environment per machine type, and the tuner plugin's config
 emulator.py  `gcpgpu emulator`: the offline GCP emulator, and pointing tools at it
