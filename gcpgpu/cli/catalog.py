@@ -89,10 +89,18 @@ def _book(settings: Settings) -> Any:
     return pricing.current()  # against the Google the global options name
 
 
-def _price_note(book: Any, region: str) -> None:
+def _price_note(book: Any, region: str, rows: list[dict[str, Any]]) -> None:
     # On stderr, like all notes: the table on stdout stays clean for grep and awk.
     if current_format() == "table":
         info(f"Prices: USD per node-hour in {region}; {book.note}; '-' where unknown; prices change.")
+        apart = [r["name"] for r in rows if r["price_source"] != book.source]
+        if apart:  # a family the catalog read holds no SKUs for (G2 in the emulator's snapshot)
+            info(f"{', '.join(apart)}: no {book.source} SKUs in {region}; the {rows_source(rows, apart[0])}'s "
+                 "figures, not per region.")
+
+
+def rows_source(rows: list[dict[str, Any]], name: str) -> str:
+    return next(r["price_source"] for r in rows if r["name"] == name)
 
 
 @click.group(invoke_without_command=True)
@@ -115,8 +123,9 @@ def catalog(ctx: click.Context, region: str | None) -> None:
         settings = ctx.find_root().obj
         where = price_region(settings, region)
         book = _book(settings)
-        emit([priced(m, book, where) for m in machine_catalog.machine_types().values()], _LIST_COLUMNS)
-        _price_note(book, where)
+        rows = [priced(m, book, where) for m in machine_catalog.machine_types().values()]
+        emit(rows, _LIST_COLUMNS)
+        _price_note(book, where, rows)
 
 
 @catalog.command("show")
@@ -135,8 +144,9 @@ def show(ctx: click.Context, machine_type: str, region: str | None) -> None:
     machine = machine_catalog.get_machine_type(machine_type, option="MACHINE_TYPE")
     where = price_region(settings, region or ctx.meta.get("catalog_region"))
     book = _book(settings)
-    emit(priced(machine, book, where), _SHOW_COLUMNS)
-    _price_note(book, where)
+    row = priced(machine, book, where)
+    emit(row, _SHOW_COLUMNS)
+    _price_note(book, where, [row])
 
 
 @catalog.command("zones")
