@@ -198,3 +198,25 @@ def test_every_served_sku_fits_the_discovery_documents_schema():
     bad["pricingInfo"][0]["price"] = 1
     with pytest.raises(ApiError):
         check("cloudbilling.v1", "Sku", bad, "sku")
+
+
+@pytest.mark.parametrize(("description", "usage", "found"), [
+    ("Nvidia H100 80GB GPU running in Americas", "OnDemand", ("Nvidia H100 80GB GPU", "STANDARD")),
+    ("Nvidia H100 80GB Mega GPU attached to Spot Preemptible VMs running in Tokyo", "Preemptible",
+     ("Nvidia H100 80GB Mega GPU", "SPOT")),
+    ("Spot Preemptible A3 Instance Core running in Americas", "Preemptible", ("A3 Instance Core", "SPOT")),
+    ("Spot Preemptible A4 Nvidia B200 (1 gpu slice) running in Americas", "OnDemand",  # Google tags it OnDemand
+     ("A4 Nvidia B200 (1 gpu slice)", "SPOT")),
+    ("Nvidia H100 Mega 80GB GPU attached to DWS Defined Duration VMs running in Americas", "OnDemand",
+     ("Nvidia H100 Mega 80GB GPU", "FLEX_START")),
+    ("Reserved A2 Ram in Netherlands", "OnDemand", ("A2 Ram", "RESERVATION_BOUND")),
+    ("SSD backed Local Storage", "OnDemand", ("SSD backed Local Storage", "STANDARD")),
+    ("Reserved Nvidia H100 80GB Mega GPU in Americas in Calendar Mode", "OnDemand", None),
+    ("Commitment v1: H200 141GB GPU running in Americas for 3 Years", "Commit3Yr", None),
+])
+def test_sku_descriptions_as_billing_catalog_readers_record_them(description, usage, found):
+    """Provisioning from the description (Google tags DWS, reserved and some Spot SKUs OnDemand); wordings from
+    the sources gcpgpu/fakes/data/billing_catalog.yaml cites."""
+    from gcpgpu.pricing.skus import classify
+
+    assert classify(description, usage) == found

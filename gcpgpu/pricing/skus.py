@@ -67,16 +67,21 @@ def from_api(sku: Any, wanted: set[str]) -> Sku | None:
     expression = sku.pricing_info[-1].pricing_expression
     if expression.usage_unit not in _PER_HOUR or not expression.tiered_rates:
         return None
-    money = expression.tiered_rates[-1].unit_price
+    money = expression.tiered_rates[0].unit_price  # the rate from the first unit used (GPU SKUs have one tier)
     price = int(money.units) + money.nanos / 1e9
     return Sku(found[0], found[1], tuple(sku.service_regions), expression.usage_unit, price)
 
 
+def names(value: str | list[str] | None) -> tuple[str, ...]:
+    """A `billing` entry's SKU names: one, or several (a GPU called differently in its Spot or DWS SKUs)."""
+    return (value,) if isinstance(value, str) else tuple(value or ())
+
+
 def wanted_bases(billing: dict) -> set[str]:
-    names = set(billing["gpus"].values())
+    wanted = {n for value in billing["gpus"].values() for n in names(value)}
     for parts in billing["families"].values():
-        names.update(parts.values())
-    return names
+        wanted.update(n for value in parts.values() for n in names(value))
+    return wanted
 
 
 def node_price(skus: list[Sku], billing: dict, machine: Any, region: str, provisioning: str) -> float | None:
@@ -86,9 +91,10 @@ def node_price(skus: list[Sku], billing: dict, machine: Any, region: str, provis
     if not parts:
         return None
 
-    def rate(base: str | None) -> float | None:
+    def rate(base: str | list[str] | None) -> float | None:
+        wanted = names(base)
         for sku in skus:
-            if sku.base == base and sku.provisioning == provisioning and region in sku.regions:
+            if sku.base in wanted and sku.provisioning == provisioning and region in sku.regions:
                 return sku.price * _PER_HOUR[sku.unit]
         return None
 
