@@ -97,7 +97,13 @@ def node_run(node: Any, now: float | None = None) -> NodeRun:
     else:
         seconds = 0.0
     return NodeRun(node.name, started, max(seconds, 0.0), running,
-                   node_price(node.machine_type, node.provisioning, node.region))
+                   node_price(node.machine_type, node.provisioning, _region(node)))
+
+
+def _region(node: Any) -> str | None:
+    """A node's region: observe.Node's, else its zone's (a record of a node that carries only its zone)."""
+    zone = getattr(node, "zone", "") or ""
+    return getattr(node, "region", None) or (zone.rsplit("-", 1)[0] if zone else None)
 
 
 def summary(nodes: list[Any], now: float | None = None) -> dict[str, Any]:
