@@ -82,7 +82,8 @@ def _stub_from_source(name: str, target: str) -> click.Command:
             keywords = {
                 kw.arg: kw.value.value
                 for decorator in node.decorator_list
-                if isinstance(decorator, ast.Call)
+                # the command's own decorator (click.group, x.command): an option's help= is not the command's
+                if isinstance(decorator, ast.Call) and _decorator_name(decorator.func) in ("command", "group")
                 for kw in decorator.keywords
                 if kw.arg in ("help", "short_help", "hidden", "deprecated")
                 and isinstance(kw.value, ast.Constant)
@@ -90,6 +91,10 @@ def _stub_from_source(name: str, target: str) -> click.Command:
             keywords.setdefault("help", ast.get_docstring(node))
             return click.Command(name, **keywords)
     return click.Command(name)
+
+
+def _decorator_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 class LazyGroup(click.Group):
