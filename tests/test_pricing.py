@@ -180,6 +180,11 @@ def test_googles_client_pages_through_the_skus_and_converts_currency(gcp):
 def test_the_front_end_refuses_what_google_refuses(gcp):
     import requests
 
+    first = requests.get(f"http://{gcp.address}/v1/services", params={"pageSize": "1"}, timeout=10).json()
+    assert len(first["services"]) == 1 and first["nextPageToken"]
+    rest = requests.get(f"http://{gcp.address}/v1/services", timeout=10,
+                        params={"pageSize": "5", "pageToken": first["nextPageToken"]}).json()
+    assert "nextPageToken" not in rest and first["services"][0] not in rest["services"]
     base = f"http://{gcp.address}/v1/services/6F81-5844-456A/skus"
     assert requests.get(base, params={"pageSize": "2"}, timeout=10).status_code == 200
     assert requests.get(base, params={"filter": "gpu"}, timeout=10).status_code == 400  # no such parameter
