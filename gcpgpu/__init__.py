@@ -8,6 +8,7 @@ Rooms (README "Layout"; tests/test_layering.py keeps which may import which):
   image/      the training image: Cloud Build of the base image, the user's layer, the default image
   storage/    shared file systems beside the GPUs: Filestore, Managed Lustre, Hyperdisk ML
   gcp/        the one place that builds Google clients, error classes, operations
+  pricing/    node prices per region and provisioning: the Cloud Billing Catalog, cached, or the bundled table
   node/       what a node or the image runs: the preflight, the workspace, the reporter, the follower
   slurm/      what a Slurm cluster's nodes run: its configuration, daemons, queue and tasks
   trainer/    the bundled GPT trainer (torch only)

@@ -31,7 +31,8 @@ _FAMILY_KEYS = {
     "compact_max_vms", "compact_max_vms_verified", "max_net_gbps",
 }  # fmt: skip
 # A machine type may override any family key (a3-highgpu-1g..4g have no GPU NICs).
-_MACHINE_KEYS = {"family", "gpu", "gpu_count", "vcpus", "memory_mb", "verified", "vertex", "local_ssds"} | _FAMILY_KEYS
+_MACHINE_KEYS = ({"family", "gpu", "gpu_count", "vcpus", "memory_mb", "verified", "vertex", "local_ssds",
+                  "price_per_hour", "spot_price_per_hour"} | _PRICE_KEYS | _FAMILY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class MachineType:
     spot_price_per_hour: float | None
     verified: bool  # vcpus/memory confirmed against a real API
     local_ssds: int = 0  # 375 GiB local NVMe SSDs the machine type comes with (none to attach: bundled)
+    price_source: str = ""  # where a whole-VM fallback price comes from ("": its GPU's, times gpu_count)
+    price_as_of: str = ""
 
     @property
     def accelerator_type(self) -> str:
@@ -149,10 +152,14 @@ def machine_types() -> MappingProxyType[str, MachineType]:
             max_net_gbps=int(merged["max_net_gbps"]),
             # `vertex: false` marks machine types Vertex AI does not offer (a3-edgegpu-8g).
             vertex_accelerator=gpu.vertex_accelerator if merged.get("vertex", True) else None,
-            price_per_hour=_price(gpu.price_per_hour, count),
-            spot_price_per_hour=_price(gpu.spot_price_per_hour, count),
+            # The offline fallback (gcpgpu/pricing reads the Billing Catalog): the machine's own whole-VM
+            # figures where the table has them, else its GPUs' (a3-highgpu-8g is not 8 bare GPUs).
+            price_per_hour=entry.get("price_per_hour", _price(gpu.price_per_hour, count)),
+            spot_price_per_hour=entry.get("spot_price_per_hour", _price(gpu.spot_price_per_hour, count)),
             verified=bool(entry.get("verified", False)),
             local_ssds=int(entry.get("local_ssds", 0)),
+            price_source=str(entry.get("price_source") or ""),
+            price_as_of=str(entry.get("price_as_of") or ""),
         )
     return MappingProxyType(machines)
 
@@ -164,12 +171,23 @@ def prices_as_of() -> str:
 
 def price_as_of(machine: MachineType) -> str:
     """The date `machine`'s prices were quoted: its GPU's own date where the data gives one."""
-    return machine.gpu.price_as_of or prices_as_of()
+    return machine.price_as_of or machine.gpu.price_as_of or prices_as_of()
+
+
+def price_source(machine: MachineType) -> str:
+    """Where `machine`'s fallback price comes from: its own source, else its GPU's."""
+    return machine.price_source or machine.gpu.price_source
+
+
+def billing() -> dict[str, Any]:
+    """How Google bills each family in the Cloud Billing Catalog (the catalog's `billing` table)."""
+    return _raw()["billing"]
 
 
 def price_note(machine: MachineType) -> str:
     """Where `machine`'s price comes from, in a few words: 'catalog prices of 2025-03-06, unverified'."""
-    return f"catalog prices of {price_as_of(machine)}" + ("" if machine.gpu.price_verified else ", unverified")
+    verified = machine.gpu.price_verified and not machine.price_source
+    return f"catalog prices of {price_as_of(machine)}" + ("" if verified else ", unverified")
 
 
 def get_machine_type(name: str, *, option: str = "--machine-type") -> MachineType:

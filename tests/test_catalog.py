@@ -86,10 +86,12 @@ def test_rdma_families_need_two_gvnic_networks():
 
 
 def test_prices_are_per_node():
+    # The offline fallback (gcpgpu/pricing reads the Billing Catalog): a3-highgpu-8g is the whole VM's list
+    # price, not eight bare GPUs at the seed's $6.98 ($55.84).
     a3 = get_machine_type("a3-highgpu-8g")
-    assert (a3.price_per_hour, a3.spot_price_per_hour) == (55.84, 16.72)
+    assert (a3.price_per_hour, a3.spot_price_per_hour) == (88.49, 50.6095)
+    assert "whole VM" in catalog.price_source(a3) and catalog.price_as_of(a3) == "2026-07-30"
     assert get_machine_type("a2-highgpu-1g").price_per_hour == 3.52
-    assert get_machine_type("a4-highgpu-8g").price_per_hour is None  # unknown, not zero
     assert catalog.prices_as_of() == "2025-01"
 
 
@@ -110,10 +112,10 @@ def test_a2_ultra_a3_mega_a3_ultra_and_g2_have_dated_sourced_prices(name, prices
     assert catalog.price_note(machine) == f"catalog prices of {machine.gpu.price_as_of}, unverified"
 
 
-def test_a4_has_no_price_and_says_why():
+def test_a4_is_priced_as_eight_whole_vm_slices():
     a4 = get_machine_type("a4-highgpu-8g")
-    assert (a4.price_per_hour, a4.spot_price_per_hour) == (None, None)
-    assert "no figure found" in a4.gpu.price_source
+    assert (a4.price_per_hour, a4.spot_price_per_hour) == (8 * 16.11, 8 * 4.9542)
+    assert "1 gpu slice" in catalog.price_source(a4) and "unverified" in catalog.price_source(a4)
 
 
 def test_verified_figures_from_a_real_api():
@@ -187,7 +189,7 @@ def test_catalog_command_lists_every_machine_type():
     for name in VERTEX:
         assert name in result.stdout
     assert "NVIDIA_H100_MEGA_80GB" in result.stdout
-    assert "2025-01" in result.stderr  # the price date is a note, not a row
+    assert "bundled table (offline fallback)" in result.stderr  # where prices come from is a note, not a row
 
 
 def test_catalog_json_is_complete():

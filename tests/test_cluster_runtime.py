@@ -49,7 +49,7 @@ def test_status_and_list_show_uptime_and_cost_so_far(gcp):
     two_hours_ago = time.time() - 7200
     for n in nodes:
         gcp.compute.backdate(PROJECT, n.zone, n.name, two_hours_ago)
-    price = 5.0688  # a2-ultragpu-1g on-demand, catalog prices of 2025-03-06
+    price = 5.0688  # a2-ultragpu-1g on-demand in us-central1: A100 80GB + 12 vCPUs + 170 GiB + 375 GiB Local SSD
 
     listed = json.loads(cli("--format", "json", "cluster", "list").stdout)
     row = next(r for r in listed if r["cluster"] == "c")
@@ -65,7 +65,7 @@ def test_status_and_list_show_uptime_and_cost_so_far(gcp):
     status = cli("cluster", "status", "c")
     assert status.exit_code == 0, status.output
     assert "COST SO FAR" in status.output
-    assert "cost so far $20.2" in status.output and "catalog prices of 2025-03-06, unverified" in status.output
+    assert "cost so far $20.2" in status.output and "(Cloud Billing Catalog, us-central1, read " in status.output
     per_node = json.loads(cli("--format", "json", "cluster", "status", "c").stdout)
     assert [n["cost_usd"] for n in per_node["nodes"]] == pytest.approx([2 * price, 2 * price], abs=0.05)
     assert per_node["cost_usd"] == pytest.approx(4 * price, abs=0.1)
@@ -83,7 +83,7 @@ def test_a_stopped_node_costs_its_last_run_and_has_no_uptime(gcp):
 
 def test_no_catalog_price_shows_a_dash_not_zero():
     class Node:
-        name, status, machine_type, provisioning = "x-0", "RUNNING", "a4-highgpu-8g", "STANDARD"
+        name, status, machine_type, provisioning, region = "x-0", "RUNNING", "n2-standard-8", "STANDARD", "us-central1"
         created = last_start = "2026-01-01T00:00:00.000-00:00"
         last_stop = ""
 
@@ -92,7 +92,7 @@ def test_no_catalog_price_shows_a_dash_not_zero():
     assert cost.summary([Node()])["cost_usd"] is None
     assert cost.shown_cost(None) == "-" and cost.shown_uptime(None) == "-"
     flex = type("Flex", (Node,), {"provisioning": "FLEX_START", "machine_type": "a3-highgpu-8g"})
-    assert cost.node_run(flex()).cost is None  # flex-start has its own price the catalog does not hold
+    assert cost.node_run(flex()).cost is None  # the bundled table has no flex-start price (the Billing Catalog has)
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(30, "30s"), (90, "1m30s"), (3600, "1h"), (11100, "3h05m"),

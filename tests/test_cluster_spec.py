@@ -123,10 +123,14 @@ def test_created_reservation_carries_the_placement_policy_and_is_consumed():
 
 
 def test_cost_comes_from_dated_catalog_prices():
-    assert make_plan(machine_type="a3-highgpu-8g").cost_per_hour == round(2 * 8 * 6.98, 2)
-    assert make_plan(machine_type="a3-highgpu-8g", provisioning="spot").cost_per_hour == round(2 * 8 * 2.09, 2)
+    # Outside a command nothing reads the Billing Catalog: the bundled table's whole-VM figures (tests/test_pricing.py
+    # has the catalog's, per region).
+    assert make_plan(machine_type="a3-highgpu-8g").cost_per_hour == round(2 * 88.49, 2)
+    assert make_plan(machine_type="a3-highgpu-8g", provisioning="spot").cost_per_hour == round(2 * 50.6095, 2)
     assert make_plan(machine_type="a3-megagpu-8g").cost_per_hour == round(2 * 8 * 11.6172, 2)  # dated, sourced
-    assert make_plan(machine_type="a4-highgpu-8g", region="us-east5").cost_per_hour is None  # no price: unknown, not 0
+    assert make_plan(machine_type="a4-highgpu-8g", region="us-east5").cost_per_hour == round(2 * 8 * 16.11, 2)
+    assert make_plan(machine_type="a4-highgpu-8g", region="us-east5", provisioning="flex-start",
+                     max_run_duration=7200).cost_per_hour is None  # the table has no flex-start price: unknown, not 0
 
 
 def test_max_run_duration_caps_standard_and_spot_nodes_on_compute_itself():
@@ -184,7 +188,9 @@ def test_plan_command_prints_resources_and_cost_without_api_calls(gcp, monkeypat
     result = CliRunner().invoke(main, ["cluster", "plan", "demo", "--machine-type", "a3-highgpu-8g", "--nodes", "2",
                                        "--region", "us-central1"])
     assert result.exit_code == 0, result.output
-    assert "demo-gpunet-4" in result.output and "$111.68/hour" in result.output
+    # 2 whole a3-highgpu-8g VMs; a plan reads no price list either: the bundled table, as it says
+    assert "demo-gpunet-4" in result.output and "$176.98/hour" in result.output
+    assert "bundled table (offline fallback)" in result.output and "'gcpgpu catalog' reads it" in result.output
     assert len(gcp.requests) == 0
     as_json = CliRunner().invoke(main, ["--format", "json", "cluster", "up", "demo", "--machine-type", "a2-highgpu-1g",
                                         "--region", "us-central1", "--dry-run"])

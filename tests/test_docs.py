@@ -96,6 +96,9 @@ TWINS: dict[str, Twin] = {
     "python -m gcpgpu.trainer --model 124m --parallel fsdp --precision bf16 --data synthetic --steps 100 "
     "--batch-size 32": Twin(gpu=True),
     "gcpgpu nccl env --machine-type a3-megagpu-8g": Twin(says="gcpgpu-trainer:"),
+    "gcpgpu catalog --region us-east5": Twin(says="prices from the Cloud Billing Catalog, read "),
+    "gcpgpu plan train --layers 80 --d-model 8192 --vocab-size 32000 --seq-len 2048 --tokens 1.4T --machine-type "
+    "a2-ultragpu-8g --nodes 256": Twin(says="324.1 days"),
     "pushd \"$(mktemp -d)\" >/dev/null && mkdir -p myrun && echo 'print(\"hello from my code\")' > myrun/train.py":
         Twin(says="workdir: 2 files"),
     "pushd \"$(mktemp -d)\" >/dev/null && mkdir -p mycode && echo 'print(\"hello from my image\")' > mycode/train.py":

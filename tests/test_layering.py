@@ -21,9 +21,13 @@ MAX_LINES = 500
 # sky.provision), never the CLI; nothing on the laptop side imports node/. slurm/ is a node-side room
 # too (what a Slurm cluster's nodes run: its configuration and daemons): the laptop reaches Slurm only
 # through Google's APIs, so nothing on the laptop side imports it, and it uses the laptop's verbs as node/ does.
-BASE_ABOVE = {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage"}
+BASE_ABOVE = {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage",
+              "pricing"}
 FORBIDDEN = {
-    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage"},
+    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage", "pricing"},
+    # Prices (the Billing Catalog, its cache, the bundled fallback): over gcp/'s clients and the catalog, below
+    # everything that prints a dollar figure.
+    "pricing": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage"},
     # Shared file systems (Filestore, Lustre, Hyperdisk ML): a room below cluster/, which creates and
     # deletes them with the nodes, over gcp/'s clients; it knows nothing of clusters, jobs or nodes.
     "storage": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm"},
@@ -34,7 +38,7 @@ FORBIDDEN = {
     "cli": {"slurm"},
     "node": {"cli", "fakes", "image"},
     "slurm": {"cli", "fakes", "image"},
-    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "image", "node", "slurm", "storage"},
+    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "image", "node", "slurm", "storage", "pricing"},
     "nccl": BASE_ABOVE,
     "catalog": BASE_ABOVE,
     "errors": BASE_ABOVE,

@@ -11,6 +11,7 @@ container.py `gcpgpu container build`: the training image
 metrics.py   `gcpgpu metrics`: tail, report, dashboard
 reservation.py `gcpgpu reservation`: reservations, their blocks, calendar-mode future reservations
 plan.py      `gcpgpu plan`: estimates made before anything is created or run
+plan_train.py `gcpgpu plan train`: a training run's time and cost from FLOPs, MFU and the catalog's price
 catalog.py   `gcpgpu catalog`: the GPU machine types gcpgpu knows
 nccl.py      `gcpgpu nccl`: the NCCL environment per machine type, and the tuner plugin's config
 emulator.py  `gcpgpu emulator`: the offline GCP emulator, and pointing tools at it
@@ -81,7 +82,8 @@ def _stub_from_source(name: str, target: str) -> click.Command:
             keywords = {
                 kw.arg: kw.value.value
                 for decorator in node.decorator_list
-                if isinstance(decorator, ast.Call)
+                # the command's own decorator (click.group, x.command): an option's help= is not the command's
+                if isinstance(decorator, ast.Call) and _decorator_name(decorator.func) in ("command", "group")
                 for kw in decorator.keywords
                 if kw.arg in ("help", "short_help", "hidden", "deprecated")
                 and isinstance(kw.value, ast.Constant)
@@ -89,6 +91,10 @@ def _stub_from_source(name: str, target: str) -> click.Command:
             keywords.setdefault("help", ast.get_docstring(node))
             return click.Command(name, **keywords)
     return click.Command(name)
+
+
+def _decorator_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 class LazyGroup(click.Group):

@@ -14,7 +14,7 @@ GIB = 1024**3
 
 @click.group()
 def plan() -> None:
-    """Estimate before you spend: memory per GPU for a training setup, and the shared storage a run needs."""
+    """Estimate before you spend: memory per GPU, a training run's time and cost, and the storage it needs."""
 
 
 # Every default is the trainer's own (TrainConfig, no torch import), so `plan memory` and
@@ -162,3 +162,9 @@ def storage(tokens_per_second: str, bytes_per_token: str, checkpoint_size: str, 
     emit(rows, [("service", "SERVICE"), ("tier", "TIER"), ("size_gib", "SIZE GiB"), ("read_mib_s", "READ MiB/s"),
                 ("write_mib_s", "WRITE MiB/s"), ("flag", "CLUSTER UP FLAGS")],
          title=f"Needs: read {n.read_mib_s:,.0f} MiB/s, write {n.write_mib_s:,.0f} MiB/s, {n.space_gib:,.0f} GiB")
+
+
+# `plan train` lives in its own module (plan_train.py); added here so it is `gcpgpu plan train`.
+from gcpgpu.cli.plan_train import train  # noqa: E402 - the group above must exist first
+
+plan.add_command(train)

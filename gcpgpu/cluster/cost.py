@@ -6,6 +6,9 @@ its `lastStartTimestamp` (its `creationTimestamp` when the API has no start yet)
 or at `lastStopTimestamp` for a node that has stopped since. Earlier runs, and nodes deleted
 since (a recovery replaces a lost node with a new VM), are not visible on the nodes and are not
 counted: the figure is a floor for the cluster's life, exact for its current run.
+
+A node's hourly price is its machine type's in its region under its provisioning model (on-demand, Spot,
+flex-start, reservation), from the Cloud Billing Catalog or the bundled table (gcpgpu/pricing says which).
 """
 
 from __future__ import annotations
@@ -14,14 +17,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gcpgpu import catalog
+from gcpgpu import pricing
 from gcpgpu.times import format_duration, parse_timestamp
 
 # States in which Compute Engine bills the machine (instance lifecycle: PROVISIONING and STAGING
 # are not billed; STOPPING is until the VM is TERMINATED).
 BILLED = ("RUNNING", "STOPPING", "SUSPENDING")
-PRICED_MODELS = {"STANDARD": "price_per_hour", "SPOT": "spot_price_per_hour",
-                 "RESERVATION_BOUND": "price_per_hour"}  # flex-start has its own (uncatalogued) price
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,40 @@ def ended_by_run_limit(node: Any) -> bool:
     return stopped - started >= node.max_run_s - 1  # Google may end it up to 30 s late, never early
 
 
-def node_price(machine_type: str, provisioning: str) -> float | None:
-    """The catalog's hourly price per node for a machine type and provisioning model, or None."""
+def node_price(machine_type: str, provisioning: str, region: str | None = None) -> float | None:
+    """The hourly price per node of a machine type in a region (None: us-central1's) under a provisioning model
+    (STANDARD, SPOT, FLEX_START or flex-start, RESERVATION_BOUND), or None where none is known (a VM of a type
+    the catalog does not know has no price: not an error)."""
+    return pricing.current().price(machine_type, provisioning, region)
+
+
+def price_note(machine_type: str, region: str | None, *, fetch: bool = True) -> str:
+    """Where a node's price comes from, in a few words: 'Cloud Billing Catalog, us-east5, read 2026-12-07'."""
+    from gcpgpu import catalog
+
+    book = pricing.current(fetch=fetch)
     try:
-        machine = catalog.get_machine_type(machine_type)
-    except Exception:  # a VM of a type the catalog does not know: no price, not an error
-        return None
-    attr = PRICED_MODELS.get((provisioning or "STANDARD").upper())
-    return getattr(machine, attr) if attr else None
+        prices = book.node(catalog.get_machine_type(machine_type), region)
+    except Exception:  # an unknown machine type has no price note
+        return ""
+    if prices.source == pricing.book.CATALOG:
+        return f"{prices.source}, {prices.region}, read {prices.as_of}"
+    return f"{prices.source}, prices of {prices.as_of}, unverified, not per region: {book.note.rsplit(': ', 1)[-1]}"
+
+
+def plan_price(plan: Any) -> float | None:
+    """A cluster plan's hourly price, all nodes, in its region under its provisioning model; None if unknown. A
+    plan calls no API: the cached Billing Catalog, else the bundled table."""
+    per_node = pricing.current(fetch=False).price(plan.machine.name, plan.spec.provisioning, plan.region)
+    return None if per_node is None else round(per_node * plan.spec.nodes, 2)
+
+
+def plan_prices_source(plan: Any) -> dict[str, str]:
+    """pricesAsOf and priceSource of a plan's JSON."""
+    from gcpgpu import catalog
+
+    prices = pricing.current(fetch=False).node(catalog.get_machine_type(plan.machine.name), plan.region)
+    return {"pricesAsOf": prices.as_of, "priceSource": prices.source}
 
 
 def node_run(node: Any, now: float | None = None) -> NodeRun:
@@ -69,7 +96,14 @@ def node_run(node: Any, now: float | None = None) -> NodeRun:
         seconds = stopped - started
     else:
         seconds = 0.0
-    return NodeRun(node.name, started, max(seconds, 0.0), running, node_price(node.machine_type, node.provisioning))
+    return NodeRun(node.name, started, max(seconds, 0.0), running,
+                   node_price(node.machine_type, node.provisioning, _region(node)))
+
+
+def _region(node: Any) -> str | None:
+    """A node's region: observe.Node's, else its zone's (a record of a node that carries only its zone)."""
+    zone = getattr(node, "zone", "") or ""
+    return getattr(node, "region", None) or (zone.rsplit("-", 1)[0] if zone else None)
 
 
 def summary(nodes: list[Any], now: float | None = None) -> dict[str, Any]:
@@ -110,10 +144,8 @@ def cost_line(nodes: list[Any], spent: dict[str, Any]) -> str:
     cost = shown_cost(spent["cost_usd"]) if spent["cost_usd"] is not None else "- (no catalog price)"
     note = ""
     if nodes and spent["cost_usd"] is not None:
-        try:
-            note = f" ({catalog.price_note(catalog.get_machine_type(nodes[0].machine_type))})"
-        except Exception:  # an unknown machine type has no price note
-            note = ""
+        words = price_note(nodes[0].machine_type, nodes[0].region)
+        note = f" ({words})" if words else ""
     ends = sorted(n.ends_at for n in nodes if n.ends_at)
     cap = f"; Compute Engine ends the first node at {ends[0]} (--max-run-duration)" if ends else ""
     return (f"uptime {shown_uptime(spent['uptime_s'])}, {spent['node_hours']:g} node-hours, "

@@ -18,6 +18,7 @@ from gcpgpu.storage.spec import describe as describe_storage
 from gcpgpu.times import format_duration
 
 from . import autostop, slurm_state
+from .cost import plan_price, plan_prices_source
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
 
@@ -82,9 +83,7 @@ class Plan:
 
     @property
     def cost_per_hour(self) -> float | None:
-        per_node = {"standard": self.machine.price_per_hour, "spot": self.machine.spot_price_per_hour}.get(
-            self.spec.provisioning)
-        return None if per_node is None else round(per_node * self.spec.nodes, 2)
+        return plan_price(self)  # the region's price under its provisioning, flex-start too (gcpgpu/pricing)
 
     def bulk_insert_body(self, names: list[str]) -> dict:
         """instances.bulkInsert for `names` (all nodes, or the ones a re-run finds missing)."""
@@ -250,7 +249,7 @@ class Plan:
             "zones": self.zones,
             "provisioning": self.spec.provisioning,
             "costPerHourUsd": self.cost_per_hour,
-            "pricesAsOf": catalog.price_as_of(self.machine),
+            **plan_prices_source(self),
             "maxRunDuration": self.max_run_duration(),
             "placementPolicy": self.policy,
             "networks": self.networks,

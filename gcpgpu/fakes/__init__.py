@@ -20,6 +20,7 @@ service.py for gRPC):
   filestore/          Filestore instances (NFS shares), served under /filestore/v1/
   lustre/             Managed Lustre instances, served under /lustre/v1/
   servicenetworking/  private service access connections, served under /servicenetworking/v1/
+  billing/            the Cloud Billing Catalog: Compute Engine's GPU-family SKUs from a dated snapshot
 What the emulated machines run, in three rooms stacked one way:
   host/               the machine under the VMs: process runner, sandbox, storage folders, mounts, ports,
                       the per-VM supervisor

@@ -29,4 +29,5 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/filestore/v1/", "gcpgpu.fakes.filestore:rest_for_emulator"),
     (r"^/lustre/v1/", "gcpgpu.fakes.lustre:rest_for_emulator"),
     (r"^/servicenetworking/v1/", "gcpgpu.fakes.servicenetworking:rest_for_emulator"),
+    (r"^/v1/services(/|$)", "gcpgpu.fakes.billing:rest_for_emulator"),  # the Cloud Billing Catalog (GET only)
 ]

@@ -105,6 +105,8 @@ REST_SCHEMAS: list[tuple[re.Pattern, str, str]] = [(re.compile(p), strip, name) 
     (r"^/v1/projects/[^/]+/locations/[^/]+/repositories/", "/", "artifactregistry.v1"),
     (r"^/filestore/v1/", "/filestore/", "file.v1"),
     (r"^/servicenetworking/v1/", "/servicenetworking/", "servicenetworking.v1"),
+    # The Billing Catalog has GET methods only: its answers are checked instead (fakes/billing/catalog.py).
+    (r"^/v1/services(/|$)", "/", "cloudbilling.v1"),
 ]]
 
 

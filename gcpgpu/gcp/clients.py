@@ -105,6 +105,22 @@ class Clients:
                                            client_options=ClientOptions(api_endpoint=f"http://{self.emulator}/{key}"))
             return self._cache[key]
 
+    def billing_catalog(self) -> Any:
+        """A google.cloud.billing_v1 CloudCatalogClient (REST; the emulator serves the catalog's paths unprefixed)."""
+        with self._lock:
+            if "billing_catalog" not in self._cache:
+                from google.cloud import billing_v1
+
+                if not self.emulator:
+                    self._cache["billing_catalog"] = billing_v1.CloudCatalogClient(transport="rest")
+                else:
+                    from google.api_core.client_options import ClientOptions
+
+                    self._cache["billing_catalog"] = billing_v1.CloudCatalogClient(
+                        credentials=self._credentials(), transport="rest",
+                        client_options=ClientOptions(api_endpoint=f"http://{self.emulator}"))
+            return self._cache["billing_catalog"]
+
     def servicenetworking(self) -> Any:
         """servicenetworking v1 (private service access) through googleapiclient: Google publishes no
         Cloud Client Library for it. The discovery document is the one the library ships (no fetch)."""

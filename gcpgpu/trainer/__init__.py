@@ -24,6 +24,7 @@ Planning it (pure Python, no torch, so the CLI may import them):
   memory.py          the per-GPU memory planner, from the standard formulas
   layout.py          a parallel layout for a model on a machine, chosen from the memory plan
   autobatch.py       `--batch-size auto` and `--micro-batch auto|N` from the memory plan
+  duration.py        how long a run takes: FLOPs per token, the GPUs' peak, an MFU from published runs
 Checkpoints:
   checkpoint.py      torch.distributed.checkpoint: each rank writes its own shards, in parallel
   checkpointer.py    saves off the training's critical path (--ckpt-mode async), or on it (sync)

@@ -187,7 +187,7 @@ def _components(size: ModelSize, n_params: int, micro: int, seq_len: int, precis
 
 
 def plan_memory(
-    model: str,
+    model: str | ModelSize,
     batch_size: int,
     seq_len: int,
     precision: str,
@@ -209,7 +209,7 @@ def plan_memory(
     or a batch that does not divide evenly.
     """
     try:
-        size = get_size(model)
+        size = model if isinstance(model, ModelSize) else get_size(model)  # `plan train`'s shapes are their own
     except KeyError as e:
         raise ValueError(str(e.args[0])) from None
     if precision not in PRECISIONS:

@@ -55,8 +55,6 @@ def _check_name(name: str) -> None:
 
 
 def _show_plan(plan: Any, table: bool = True) -> None:
-    from gcpgpu import catalog
-
     if table:
         from gcpgpu.output import current_format, footnote_sources
 
@@ -65,9 +63,11 @@ def _show_plan(plan: Any, table: bool = True) -> None:
             rows, sources = footnote_sources(rows)
         emit(rows, [("kind", "RESOURCE"), ("name", "NAME"), ("where", "WHERE"), ("details", "DETAILS")],
              title=f"Plan for cluster {plan.name}", caption=sources, max_width=120)
+    from gcpgpu.cluster.cost import price_note
+
     cost = plan.cost_per_hour
-    price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, {catalog.price_note(plan.machine)})"
-             if cost is not None else "hourly cost unknown (no catalog price)")
+    price = (f"about ${cost:,.2f}/hour ({plan.spec.provisioning}, {price_note(plan.machine.name, plan.region, fetch=False)})"
+             if cost is not None else f"hourly cost unknown (no {plan.spec.provisioning} price in {plan.region})")
     info(f"{plan.spec.nodes} x {plan.machine.name} = {plan.gpus} x {plan.machine.gpu.model}; {price}")
     for note in plan.notes:
         info(f"note: {note}")
