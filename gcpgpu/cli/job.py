@@ -51,7 +51,7 @@ STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_
                   ("nodes", "NODES"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
-                  ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
+                  ("cost", "COST SO FAR"), ("per_mtok", "$ PER M TOKENS"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
                   ("priority", "PRIORITY"), ("position", "PLACE"), ("scheduler_id", "SCHEDULER ID"), ("reason", "WHY IT WAITS")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),
                    ("cause", "CAUSE"),
@@ -292,6 +292,8 @@ def status(settings: Settings, job_id: str) -> None:
         got = state.goodput
         shown["goodput_shown"] = (f"{got['percent']:.1f}% of {_hours(got['node_s'])} node-time"
                                   if got.get("percent") is not None else f"- ({got.get('reason')})")
+    shown["per_mtok"] = "-" if state.usd_per_million_tokens is None else \
+        f"${state.usd_per_million_tokens:,.2f} ({state.tokens / 1e6:,.3g}M tokens)"
     queue = {"priority", "position", "scheduler_id", "reason"}  # only a job that waits in a shared queue has them
     emit(shown, [c for c in STATUS_COLUMNS if state.waits_in_queue or c[0] not in queue], title=f"Job {state.id}")
     if state.target == "vertex":
@@ -303,7 +305,8 @@ def status(settings: Settings, job_id: str) -> None:
         if state.history:
             emit(state.history, HISTORY_COLUMNS, title="Recoveries and retries")
     if state.goodput and state.goodput.get("node_s"):
-        emit(_goodput_rows(state.goodput), [("part", "PART"), ("time", "NODE-TIME"), ("share", "SHARE")],
+        emit(_goodput_rows(state.goodput, state.goodput_lost_usd),
+             [("part", "PART"), ("time", "NODE-TIME"), ("share", "SHARE"), ("usd", "COST")],
              title="Goodput: where the node-time went")
 
 
@@ -311,13 +314,16 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} node-h" if seconds >= 360 else f"{seconds:.0f} node-s"
 
 
-def _goodput_rows(got: dict) -> list[dict]:
+def _goodput_rows(got: dict, lost_usd: dict | None = None) -> list[dict]:
     """`job status`'s goodput table: productive time, then each kind of lost time that is not nil, each
-    with the share goodput computed (the productive one is GOODPUT's percent, where it has one)."""
+    with the share goodput computed (the productive one is GOODPUT's percent, where it has one) and, for
+    a lost part, its dollars at the job's node price ('-': no price)."""
     share = got["share"]
     parts = [("productive", "productive", got["productive_s"]),
              *((f"lost: {k.replace('_', ' ')}", k, v) for k, v in got["lost_s"].items() if v)]
-    return [{"part": name, "time": _hours(v), "share": f"{share[key]:.1f}%"} for name, key, v in parts]
+    usd = lost_usd or {}
+    return [{"part": name, "time": _hours(v), "share": f"{share[key]:.1f}%",
+             "usd": f"${usd[key]:,.2f}" if key in usd else "-"} for name, key, v in parts]
 
 
 @job.command()

@@ -1,5 +1,6 @@
 """What `job status` shows of a job besides its state: a failed job's cause from its log, a cluster job's
-cost so far and, when it was recovered, the steps each recovery ran again, and every job's goodput."""
+cost so far and, when it was recovered, the steps each recovery ran again, and every job's goodput, with
+its dollars per million tokens and what each lost part cost (jobs/dollars.py)."""
 
 from __future__ import annotations
 
@@ -80,4 +81,13 @@ def with_goodput(clients: Clients, project: str, state: JobState) -> JobState:
             history.append(h)
         state = replace(state, history=history, steps_redone=sum(h["steps_redone"] or 0 for h in history),
                         steps_redone_max=sum(h["steps_redone_max"] or 0 for h in history))
-    return state if tl is None else replace(state, goodput=goodput.split(tl))
+    if tl is None:
+        return state
+    from . import dollars
+
+    got = goodput.split(tl)
+    tokens = dollars.tokens_trained(tl.lines, dollars.gpus_of(state))
+    spent = state.spent
+    return replace(state, goodput=got, tokens=tokens,
+                   usd_per_million_tokens=dollars.per_million_tokens(spent.cost_usd if spent else None, tokens),
+                   goodput_lost_usd=dollars.lost_usd(got, spent.price_per_hour if spent else None))

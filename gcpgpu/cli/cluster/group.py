@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gcpgpu.errors import Interrupted, UsageProblem
+from gcpgpu.errors import CloudError, Interrupted, UsageProblem
 from gcpgpu.output import Column, emit, info
 from gcpgpu.settings import Settings
 
@@ -218,11 +218,19 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
         from gcpgpu.cluster.shared_fs import refuse_if_shared
 
         refuse_if_shared(settings.clients, project, name)
+    from gcpgpu.jobs import ledger
+
+    spent = ledger.snapshot(settings.clients, project, name)  # before its nodes and job records go
     try:
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
                                                                            wait_for_lease=not no_wait)
     except KeyboardInterrupt:
+        ledger.keep_if_gone(settings.clients, project, name, spent, "cluster down")
         raise Interrupted(f"Run 'gcpgpu cluster down {name}' again to finish.") from None
+    except CloudError:  # something besides the nodes was left: the nodes' cost is still the cluster's
+        ledger.keep_if_gone(settings.clients, project, name, spent, "cluster down")
+        raise
+    ledger.keep_if_gone(settings.clients, project, name, spent, "cluster down", found.nodes)
     dashboards = _delete_dashboards(settings, project, name)
     from gcpgpu.jobs.cluster.follower import forget
 
