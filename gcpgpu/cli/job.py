@@ -41,6 +41,9 @@ follower_options = with_options(
                  "retry), or FAILED with cause 'stalled'."),
     click.option("--notify", "notify", multiple=True, metavar="URL", help="POST one JSON message per state change "
                  "to this http(s) webhook (repeatable); stored with the job in plain text."),
+    click.option("--max-spend", metavar="USD", help="Cluster: once the job's cost so far reaches USD its follower "
+                 "(the cluster's own after --detach) stops it, its trainer saving a checkpoint first; --notify is "
+                 "told SPEND_WARNING at 80%, then CANCELLED with cause 'max spend'."),
 )
 STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
@@ -221,12 +224,14 @@ def _policy_flags(kw: dict[str, Any]) -> dict[str, Any]:
     """The follower's settings from the flags, as JobSpec fields (jobs/policy.py checks them together)."""
     from gcpgpu.jobs.policy import parse_exit_codes
     from gcpgpu.jobs.spec import parse_duration
+    from gcpgpu.specfile import parse_usd
 
     stall, codes = kw.get("stall_timeout"), kw.get("retry_on_exit_codes")
     return {"max_restarts_on_errors": kw.get("max_restarts_on_errors"),
             "retry_on_exit_codes": parse_exit_codes(codes) if codes is not None else None,
             "stall_timeout": parse_duration(stall, "--stall-timeout") if stall is not None else None,
-            "notify": list(kw.get("notify") or ()) or None}
+            "notify": list(kw.get("notify") or ()) or None,
+            "max_spend": parse_usd(kw["max_spend"], "--max-spend") if kw.get("max_spend") is not None else None}
 
 
 def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:

@@ -1,0 +1,105 @@
+"""`job submit --max-spend USD`: the job's follower (the cluster's own, after --detach) warns at 80 % and
+stops the job at its cap, its trainer checkpointing first (jobs/cluster/spendcap.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from helpers import PROJECT, followers_log, wait_for, webhook_server
+
+from gcpgpu.cli import main
+from gcpgpu.cluster import cost
+
+GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
+UP = ["--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a", "--yes"]
+HOUR = 3600.0
+
+
+def cli(*argv: str, fmt: str | None = None):
+    return CliRunner().invoke(main, [*GLOBAL, *(["--format", fmt] if fmt else []), *argv])
+
+
+def status(job_id: str) -> dict:
+    return json.loads(cli("job", "status", job_id, fmt="json").stdout)
+
+
+@pytest.fixture
+def webhook():
+    with webhook_server(fail_first=False) as served:
+        yield served
+
+
+def trainer(run: str) -> list[str]:
+    # Far more steps than the test lets it run, and no periodic checkpoint: the one it leaves is the stop's.
+    return ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps",
+            "1000000", "--batch-size", "8", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "5",
+            "--log-every", "1", "--ckpt-every", "0", "--log-json", f"/gcs/bkt/{run}/log.jsonl"]
+
+
+@pytest.mark.slow
+def test_a_detached_job_is_stopped_by_the_cluster_itself_at_its_spend_cap(gcp, webhook):
+    pytest.importorskip("torch")
+    url, hook = webhook
+    assert cli("cluster", "up", "c", *UP).exit_code == 0
+    cap = round(2 * cost.node_price("a2-highgpu-1g", "STANDARD"), 2)  # an hour of both nodes
+    bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
+    # The submitting process is its own, and it is gone before the cap is reached: the cluster enforces it.
+    submit = subprocess.run(
+        [sys.executable, "-c", "from gcpgpu.cli import main; main()", *GLOBAL, "job", "submit", "--cluster", "c",
+         "--detach", "--max-spend", f"{cap}", "--notify", url, "--output-dir", "gs://bkt/run",
+         "--env", "GCPGPU_METRICS=0", "--", *trainer("run")],
+        env={**os.environ, "GCPGPU_EMULATOR": gcp.address}, capture_output=True, text=True, timeout=120)
+    assert submit.returncode == 0, submit.stderr
+    job_id = submit.stdout.splitlines()[0]
+    assert "this machine may go" in submit.stderr
+    wait_for(lambda: f"leading: following job {job_id}" in followers_log(gcp), timeout=120, what="a node leading")
+    log = bucket / "run" / "log.jsonl"
+    wait_for(lambda: log.is_file() and '"loss"' in log.read_text(), timeout=300, what="the trainer's first step")
+
+    gcp.clock.advance(0.85 * HOUR)  # 85 % of the cap: told once, the job runs on
+    wait_for(lambda: "SPEND_WARNING" in [m["event"] for m in hook.got], timeout=120, what="SPEND_WARNING",
+             interval=0.5)
+    (warned,) = [m for m in hook.got if m["event"] == "SPEND_WARNING"]
+    assert warned["job"] == job_id and warned["max_spend_usd"] == cap and 80 <= warned["percent"] < 100
+    assert status(job_id)["state"] == "RUNNING"
+
+    gcp.clock.advance(0.2 * HOUR)  # past the cap
+
+    def stopped() -> dict | None:
+        got = status(job_id)
+        return got if got["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+    try:
+        end = wait_for(stopped, timeout=300, what="the job stopped at its cap", interval=1.0)
+    except AssertionError:
+        raise AssertionError(f"not stopped: {cli('job', 'status', job_id).output}\n{followers_log(gcp)}") from None
+    assert end["state"] == "CANCELLED" and end["cause"] == "max spend", end
+    assert f"of --max-spend ${cap:,.2f}" in end["error"] and end["cost_usd"] >= cap
+    # The trainer saved on the stop's SIGTERM: the only checkpoint of a run with --ckpt-every 0.
+    saved = sorted(p.name for p in (bucket / "run" / "checkpoints").glob("step_*"))
+    assert saved, followers_log(gcp)
+    assert "stopping it so its trainers checkpoint" in followers_log(gcp)  # a node's follower did it
+    wait_for(lambda: "CANCELLED" in [m["event"] for m in hook.got], timeout=60, what="CANCELLED at the webhook")
+    (told,) = [m for m in hook.got if m["event"] == "CANCELLED"]
+    assert told["cause"] == "max spend" and told["spent_usd"] >= cap and told["max_spend_usd"] == cap
+    assert [m["event"] for m in hook.got].count("SPEND_WARNING") == 1
+
+
+@pytest.mark.parametrize("value", ["-5", "lots", "0"])
+def test_a_bad_spend_cap_is_refused_in_one_line_before_any_call(gcp, value):
+    got = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--max-spend", value)
+    assert got.exit_code == 2, got.output
+    (line,) = got.stderr.strip().splitlines()
+    assert "--max-spend" in line
+    assert gcp.requests.all() == []
+
+
+def test_a_vertex_job_has_no_spend_cap(gcp):
+    got = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--image", "busybox",
+              "--max-spend", "100")
+    assert got.exit_code == 2 and "--max-spend applies to --cluster jobs" in got.stderr
