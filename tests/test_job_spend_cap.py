@@ -103,3 +103,52 @@ def test_a_vertex_job_has_no_spend_cap(gcp):
     got = cli("job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--image", "busybox",
               "--max-spend", "100")
     assert got.exit_code == 2 and "--max-spend applies to --cluster jobs" in got.stderr
+
+
+def statuses(gcp, cluster: str) -> dict[str, str]:
+    found = gcp.compute.list(PROJECT, "zones/us-central1-a/instances")
+    return {i["name"]: i["status"] for i in found if i["name"].startswith(f"{cluster}-")}
+
+
+def test_a_cluster_stops_its_job_and_itself_at_its_own_spend_cap(gcp, webhook):
+    url, hook = webhook
+    gcp.jobs.agent.simulated_run_s = 10 * HOUR  # of the emulator's clock: it runs on until stopped
+    cap = round(2 * cost.node_price("a2-highgpu-1g", "STANDARD"), 2)  # an hour of both nodes
+    up = cli("cluster", "up", "c", *UP, "--max-spend", f"{cap}", "--notify", url)
+    assert up.exit_code == 0, up.output
+    submitted = cli("job", "submit", "--cluster", "c", "--image", "busybox")  # simulated; nothing here follows it
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.splitlines()[0]
+    wait_for(lambda: f"leading: following job {job_id}" in followers_log(gcp), timeout=120, what="a node leading")
+
+    gcp.clock.advance(0.85 * HOUR)
+    wait_for(lambda: "SPEND_WARNING" in [m["event"] for m in hook.got], timeout=120, what="SPEND_WARNING")
+    assert statuses(gcp, "c") == {"c-0": "RUNNING", "c-1": "RUNNING"}
+    gcp.clock.advance(0.2 * HOUR)
+    wait_for(lambda: set(statuses(gcp, "c").values()) == {"TERMINATED"}, timeout=120, what="the cluster stopped")
+    end = status(job_id)
+    assert end["state"] == "CANCELLED" and end["cause"] == "cluster max spend", end
+    assert f"of its --max-spend ${cap:,.2f}" in end["error"]
+    events = [m["event"] for m in hook.got]
+    assert events.count("SPEND_WARNING") == 1 and events[-1] == "SPEND_CAPPED", hook.got
+    capped = hook.got[-1]
+    assert capped["cluster"] == "c" and capped["max_spend_usd"] == cap and capped["spent_usd"] >= cap
+    shown = json.loads(cli("cluster", "status", "c", fmt="json").stdout)
+    assert shown["max_spend"]["usd"] == cap and shown["max_spend"]["stopped"], shown.get("max_spend")
+    assert "notify" not in json.dumps(shown["max_spend"])  # a webhook URL may hold a token
+
+
+def test_max_hourly_cost_refuses_a_plan_over_it_before_any_call(gcp):
+    price = cost.node_price("a2-highgpu-1g", "STANDARD")
+    over = cli("cluster", "up", "c", *UP, "--max-hourly-cost", f"{2 * price - 1:.2f}")
+    assert over.exit_code == 2, over.output
+    (line,) = over.stderr.strip().splitlines()
+    assert "--max-hourly-cost" in line and f"${2 * price:,.2f}/hour" in line
+    assert gcp.requests.all() == []
+    for bad in ("-3", "cheap"):
+        got = cli("cluster", "up", "c", *UP, "--max-hourly-cost", bad)
+        assert got.exit_code == 2 and "--max-hourly-cost" in got.stderr and gcp.requests.all() == []
+    for bad in ("-3", "x"):
+        got = cli("cluster", "up", "c", *UP, "--max-spend", bad)
+        assert got.exit_code == 2 and "--max-spend" in got.stderr and gcp.requests.all() == []
+    assert cli("cluster", "up", "c", *UP, "--max-hourly-cost", f"{2 * price + 1:.2f}").exit_code == 0

@@ -15,7 +15,7 @@ from gcpgpu.errors import CloudError, Interrupted, UsageProblem
 from gcpgpu.output import Column, emit, info
 from gcpgpu.settings import Settings
 
-from .autostop import autostop, autostop_options
+from .autostop import autostop, autostop_options, check_hourly_cost
 from .doctor import doctor, repair
 from .flags import build_spec, spec_options
 
@@ -139,6 +139,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     if wait_for_start and not spec.reservation:
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
+    check_hourly_cost(make_plan(spec, project), kw.get("max_hourly_cost"))  # a pure plan: before any call
     # A re-run keeps the file systems the cluster has, unless told (README, "Shared storage"). Not read when
     # _confirm is sure to refuse (no --yes, no terminal): that refusal makes no call.
     if not dry_run and (yes or sys.stdin.isatty()):
@@ -299,8 +300,10 @@ def status(settings: Settings, name: str) -> None:
     holder = lease.current(settings.clients, settings.project, name)
     rows, spent = cost.node_rows(obs.nodes)
     stop_after = auto.of(obs.nodes)
+    capped = _spend_cap(settings, name, obs.nodes)
     if settings.format != "table":
-        emit({"cluster": name, "nodes": rows, "autostop": auto.public(stop_after), "placementPolicies": obs.policies,
+        emit({"cluster": name, "nodes": rows, "autostop": auto.public(stop_after), "max_spend": capped,
+              "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
               "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
               "busy": lease.describe(holder) if holder else None, **spent,
@@ -308,6 +311,9 @@ def status(settings: Settings, name: str) -> None:
         return
     emit(rows, [*NODE_COLUMNS, *COST_COLUMNS], title=f"Cluster {name}", empty="No nodes.")
     info(cost.cost_line(obs.nodes, spent) + holdings.cost_words(obs.held) + f"; autostop {auto.shown(stop_after)}")
+    if capped:
+        info(f"max spend ${capped['usd']:,.2f}" + (f"; stopped at {capped['stopped']}: {capped['why']}"
+                                                   if capped.get("stopped") else ""))
     if obs.scheduler:
         info(f"scheduler: {obs.scheduler}")
     for h in obs.held:
@@ -335,6 +341,21 @@ def status(settings: Settings, name: str) -> None:
         info(f"problem: {line}")
     if flagged:
         info(f"'gcpgpu cluster up {name} ...' again repairs labels and re-creates missing nodes")
+
+
+def _spend_cap(settings: Settings, name: str, nodes: list[Any]) -> dict[str, Any] | None:
+    """The cluster's --max-spend and what its leader did about it this run (warned, stopped, why); never
+    its webhooks (a URL may hold a token). None without a cap."""
+    from gcpgpu.cluster import spend
+    from gcpgpu.jobs.cluster import spendcap
+
+    cap = spend.of(nodes)
+    if not cap:
+        return None
+    seen = spendcap.marks(settings.clients, settings.project, name)
+    done = {k: seen[k] for k in ("warned", "stopped", "spent_usd", "why") if k in seen} \
+        if seen.get("since") == spendcap.run_since(nodes) else {}
+    return {"usd": float(cap["usd"]), **done}
 
 
 @cluster.command("list")

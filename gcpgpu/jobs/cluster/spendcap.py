@@ -39,10 +39,16 @@ class Cap:
         self.unpriced_told = False
 
     def check(self, state: JobState) -> JobState | None:
-        """None while the job is under its cap; the job as stopped once it reached it."""
+        """None while the job (and its cluster) is under its cap; the job as stopped once one reached it."""
+        f = self.g.f
+        level, usd, cap, _nodes = cluster_level(f.clients, f.project, f.jid.cluster or "",
+                                                lambda line: f.report.step("spend", line))
+        if level == "stop" and cap is not None and usd is not None:
+            return self._stop(state, CLUSTER_CAUSE, f"stopped as cluster {f.jid.cluster} reached its spend cap: "
+                                                    f"${usd:,.2f} of its --max-spend ${float(cap['usd']):,.2f}",
+                              usd, float(cap["usd"]))
         if self.usd is None:
             return None
-        f = self.g.f
         got = spent.job_spent(f.clients, f.project, state)
         usd = got["cost_usd"]
         if usd is None:
@@ -55,14 +61,18 @@ class Cap:
             self._warn(state, usd)
         if usd < self.usd:
             return None
+        return self._stop(state, CAUSE, f"stopped at its spend cap: ${usd:,.2f} of --max-spend ${self.usd:,.2f}",
+                          usd, self.usd)
+
+    def _stop(self, state: JobState, cause: str, why: str, usd: float, cap: float) -> JobState:
+        """Stop the job so its trainers checkpoint (SIGTERM), and write its end: CANCELLED with `cause`."""
+        f = self.g.f
         where = state.output_dir or "its --ckpt-dir"
-        f.report.step("spend", f"Job {f.jid} has cost ${usd:,.2f} of its --max-spend ${self.usd:,.2f}: stopping it "
-                               f"so its trainers checkpoint (SIGTERM) to {where}")
+        f.report.step("spend", f"Job {f.jid}: {why}: stopping it so its trainers checkpoint (SIGTERM) to {where}")
         f._stop_survivors()
-        self.g.tell(CANCELLED, state.attempt, cause=CAUSE,
-                    error=f"stopped at its spend cap: ${usd:,.2f} of --max-spend ${self.usd:,.2f}; its checkpoint "
-                          f"is in {where}: submit it again with --resume (and a higher cap) to go on",
-                    webhook={"spent_usd": usd, "max_spend_usd": self.usd})
+        self.g.tell(CANCELLED, state.attempt, cause=cause,
+                    error=f"{why}; its checkpoint is in {where}: submit it again with --resume (and a higher cap) "
+                          "to go on", webhook={"spent_usd": usd, "max_spend_usd": cap})
         return nodes.status(f.clients, f.project, f.jid)
 
     def _warn(self, state: JobState, usd: float) -> None:
@@ -78,3 +88,81 @@ class Cap:
                                f"${self.usd:,.2f}")
         self.g.notifier.send(WARNING, attempt=state.attempt, spent_usd=usd, max_spend_usd=self.usd,
                              percent=round(100 * usd / self.usd, 1))
+
+
+# -- the cluster's own cap (cluster up --max-spend: gcpgpu/cluster/spend.py) ---------------------------------
+MARK_PREFIX = "gcpgpu-spend-"  # project metadata: what the cluster's leader did about its cap, this run
+CLUSTER_CAUSE = "cluster max spend"
+CAPPED = "SPEND_CAPPED"
+NOTIFY_WAIT_S = 30.0
+
+
+def marks(clients: Any, project: str, cluster: str) -> dict[str, Any]:
+    """What the cluster's leaders wrote of its cap: {"since" (the run it is about), "warned", "stopped",
+    "spent_usd", "max_spend_usd", "why"}; {} when nothing."""
+    import json
+
+    from .journal import items
+
+    raw = next((i["value"] for i in items(clients, project)[1] if i["key"] == MARK_PREFIX + cluster), None)
+    try:
+        got = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def mark(clients: Any, project: str, cluster: str, fence: Any = lambda: None, **fields: Any) -> None:
+    """Add `fields` to the cluster's marks (a mark of an earlier run is replaced)."""
+    import json
+
+    from .journal import swap
+
+    def change(current: str | None) -> str:
+        try:
+            old = json.loads(current) if current else {}
+        except ValueError:
+            old = {}
+        if not isinstance(old, dict) or old.get("since") != fields.get("since"):
+            old = {}
+        return json.dumps({**old, **fields}, sort_keys=True)
+
+    swap(clients, project, MARK_PREFIX + cluster, change, fence, f"cluster {cluster}'s spend cap")
+
+
+def forget(clients: Any, project: str, cluster: str) -> None:
+    from .journal import swap
+
+    swap(clients, project, MARK_PREFIX + cluster, lambda _current: None)
+
+
+def run_since(nodes: list[Any]) -> str | None:
+    """The cluster's current run: its earliest node's start (what COST SO FAR counts from)."""
+    from gcpgpu.cluster import cost
+
+    starts = [r.started for r in (cost.node_run(n) for n in nodes) if r.started is not None]
+    return stamp(min(starts)) if starts else None
+
+
+def cluster_level(clients: Any, project: str, cluster: str, say: Any) -> tuple[str | None, float | None, dict | None,
+                                                                                  list[Any]]:
+    """How near the cluster is to its cap: ("warn" | "stop" | None, its cost so far, the cap, its nodes);
+    the first time this run reaches 80 %, SPEND_WARNING goes to the cap's webhooks (once: marked)."""
+    from gcpgpu.cluster import spend
+    from gcpgpu.cluster.observe import observe_nodes
+    from gcpgpu.jobs import notify
+
+    nodes = observe_nodes(clients, project, cluster)
+    cap = spend.of(nodes)
+    level, usd = spend.level(nodes, cap)
+    if level is None or cap is None or usd is None:
+        return level, usd, cap, nodes
+    since = run_since(nodes)
+    seen = marks(clients, project, cluster)
+    if seen.get("since") != since or not seen.get("warned"):
+        mark(clients, project, cluster, since=since, warned=stamp(), spent_usd=usd, max_spend_usd=float(cap["usd"]))
+        say(f"cluster {cluster} has cost ${usd:,.2f}, {100 * usd / float(cap['usd']):.0f}% of its --max-spend "
+            f"${float(cap['usd']):,.2f}")
+        notify.send([str(u) for u in cap.get("notify") or []], WARNING, wait_s=NOTIFY_WAIT_S, cluster=cluster,
+                    spent_usd=usd, max_spend_usd=float(cap["usd"]), percent=round(100 * usd / float(cap["usd"]), 1))
+    return level, usd, cap, nodes
