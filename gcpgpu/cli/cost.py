@@ -39,7 +39,7 @@ def report(settings: Settings, since: str, by: str) -> None:
     by = costs.parse_by(by)
     window = costs.parse_since(since)
     now = clock.now()
-    found = [i for i in costs.items(settings.clients, settings.project, settings.region, now, info)
+    found = [i for i in costs.items(settings.clients, settings.project, settings.optional("region"), now, info)
              if costs.within(i, now - window)]
     rows = costs.group(found, by)
     whole = costs.total(rows)
