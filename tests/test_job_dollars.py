@@ -1,4 +1,4 @@
-"""`job status` in dollars (jobs/dollars.py): dollars per million tokens from the job's step lines, and what
+"""`job status` in dollars (jobs/detail.py): dollars per million tokens from the job's step lines, and what
 each lost goodput part cost at the job's node price; `cost report` prices the same parts."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from helpers import PROJECT, wait_for
 
 from gcpgpu.cli import main
 from gcpgpu.cluster import cost
-from gcpgpu.jobs import dollars
+from gcpgpu.jobs import goodput, steplines
 
 GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
 HOUR = 3600.0
@@ -33,14 +33,13 @@ def trainer_line(i: int) -> str:
 
 def test_tokens_come_from_the_trainer_s_rate_and_step_time_or_a_user_s_tokens_value():
     lines = [(float(i), trainer_line(i)) for i in range(10)]
-    assert dollars.tokens_trained(lines, gpus=8) == pytest.approx(9100 * 1.0 * 8 * 10)  # 10 steps of 72,800
+    assert steplines.tokens_trained(lines, gpus=8) == pytest.approx(9100 * 1.0 * 8 * 10)  # 10 steps of 72,800
     user = [(0.0, "step 10 loss=2.3 tokens=40960"), (1.0, "step 20 loss=2.1 tokens=81920")]
-    assert dollars.tokens_trained(user, gpus=8) == 81920
-    assert dollars.tokens_trained([(0.0, "step 10 loss=2.3")], gpus=8) is None  # nothing tells the tokens
-    assert dollars.per_million_tokens(7.28, 728_000) == 10.0
-    assert dollars.per_million_tokens(None, 728_000) is None and dollars.per_million_tokens(7.28, None) is None
-    assert dollars.lost_usd({"lost_s": {"recovery": 1800.0, "startup": 0.0}}, 4.0) == {"recovery": 2.0,
-                                                                                       "startup": 0.0}
+    assert steplines.tokens_trained(user, gpus=8) == 81920
+    assert steplines.tokens_trained([(0.0, "step 10 loss=2.3")], gpus=8) is None  # nothing tells the tokens
+    assert goodput.lost_usd({"lost_s": {"recovery": 1800.0, "startup": 0.0}}, 4.0) == {"recovery": 2.0,
+                                                                                        "startup": 0.0}
+    assert goodput.lost_usd({"lost_s": {"recovery": 1800.0}}, None) is None
 
 
 def test_job_status_shows_dollars_per_million_tokens_and_each_lost_part_in_dollars(gcp):
@@ -68,7 +67,7 @@ def test_job_status_shows_dollars_per_million_tokens_and_each_lost_part_in_dolla
     assert "$ PER M TOKENS" in table and f"${got['usd_per_million_tokens']:,.2f}" in table
     part, usd = max(got["goodput_lost_usd"].items(), key=lambda kv: kv[1])
     row = next(line for line in table.splitlines() if line.startswith(f"lost: {part.replace('_', ' ')}"))
-    assert row.split()[-1] == f"${usd:,.2f}", table
+    assert row.split()[-2] == f"${usd:,.2f}", table  # PART, NODE-TIME, COST, SHARE
     # The cost report prices the same parts.
     report = json.loads(cli("cost", "report", "--by", "job", fmt="json").stdout)
     (mine,) = [r for r in report["rows"] if r["job"] == job]

@@ -152,3 +152,17 @@ def test_max_hourly_cost_refuses_a_plan_over_it_before_any_call(gcp):
         got = cli("cluster", "up", "c", *UP, "--max-spend", bad)
         assert got.exit_code == 2 and "--max-spend" in got.stderr and gcp.requests.all() == []
     assert cli("cluster", "up", "c", *UP, "--max-hourly-cost", f"{2 * price + 1:.2f}").exit_code == 0
+
+
+def test_cluster_up_again_with_max_spend_puts_the_cap_on_the_nodes_it_finds(gcp):
+    assert cli("cluster", "up", "c", *UP).exit_code == 0
+    assert "max_spend" not in json.loads(cli("cluster", "status", "c", fmt="json").stdout) or \
+        json.loads(cli("cluster", "status", "c", fmt="json").stdout)["max_spend"] is None
+    again = cli("cluster", "up", "c", *UP, "--max-spend", "40")
+    assert again.exit_code == 0, again.output
+    assert "max spend $40.00 set on its nodes" in again.output
+    assert json.loads(cli("cluster", "status", "c", fmt="json").stdout)["max_spend"] == {"usd": 40.0}
+    for inst in gcp.compute.list(PROJECT, "zones/us-central1-a/instances"):
+        items = {i["key"]: i["value"] for i in inst["metadata"]["items"]}
+        assert json.loads(items["gcpgpu-max-spend"]) == {"usd": 40.0} and items["gcpgpu-agent"]
+        assert json.loads(items["gcpgpu-spec"])["max_spend"] == 40.0

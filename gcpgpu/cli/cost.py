@@ -1,4 +1,4 @@
-"""`gcpgpu cost`: what the project's clusters and jobs cost, from gcpgpu's own records (jobs/report.py)."""
+"""`gcpgpu cost`: what the project's clusters and jobs cost, from gcpgpu's own records (costs/report.py)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def report(settings: Settings, since: str, by: str) -> None:
     a deleted cluster's as 'cluster down' recorded it. LOST is what the jobs' lost goodput parts cost
     (recoveries, restarts, stalls, waits) at their node price.
     """
+    from gcpgpu.costs import report as costs
     from gcpgpu.gcp import clock
-    from gcpgpu.jobs import report as costs
 
     by = costs.parse_by(by)
     window = costs.parse_since(since)

@@ -310,8 +310,8 @@ def status(settings: Settings, job_id: str) -> None:
         if state.history:
             emit(state.history, HISTORY_COLUMNS, title="Recoveries and retries")
     if state.goodput and state.goodput.get("node_s"):
-        emit(_goodput_rows(state.goodput, state.goodput_lost_usd),
-             [("part", "PART"), ("time", "NODE-TIME"), ("share", "SHARE"), ("usd", "COST")],
+        emit(_goodput_rows(state.goodput, state.goodput_lost_usd, state.spent.price_per_hour if state.spent else None),
+             [("part", "PART"), ("time", "NODE-TIME"), ("usd", "COST"), ("share", "SHARE")],
              title="Goodput: where the node-time went")
 
 
@@ -319,14 +319,14 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} node-h" if seconds >= 360 else f"{seconds:.0f} node-s"
 
 
-def _goodput_rows(got: dict, lost_usd: dict | None = None) -> list[dict]:
+def _goodput_rows(got: dict, lost_usd: dict | None = None, price: float | None = None) -> list[dict]:
     """`job status`'s goodput table: productive time, then each kind of lost time that is not nil, each
-    with the share goodput computed (the productive one is GOODPUT's percent, where it has one) and, for
-    a lost part, its dollars at the job's node price ('-': no price)."""
+    with the share goodput computed (the productive one is GOODPUT's percent, where it has one) and its
+    dollars at the job's node price ('-': no price)."""
     share = got["share"]
     parts = [("productive", "productive", got["productive_s"]),
              *((f"lost: {k.replace('_', ' ')}", k, v) for k, v in got["lost_s"].items() if v)]
-    usd = lost_usd or {}
+    usd = {**(lost_usd or {}), **({"productive": round(got["productive_s"] * price / 3600, 2)} if price else {})}
     return [{"part": name, "time": _hours(v), "share": f"{share[key]:.1f}%",
              "usd": f"${usd[key]:,.2f}" if key in usd else "-"} for name, key, v in parts]
 

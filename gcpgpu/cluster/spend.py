@@ -55,3 +55,38 @@ def level(nodes: list[Any], cap: dict[str, Any] | None, now: float | None = None
     if usd >= float(cap["usd"]):
         return "stop", usd
     return ("warn" if usd >= WARN_AT * float(cap["usd"]) else None), usd
+
+
+def put_on(clients: Any, project: str, cluster: str, usd: float, notify: list[str], image: str | None,
+           fence: Any = lambda: None) -> list[str]:
+    """Write the cap on each node of `cluster` that does not carry it yet (a re-run `cluster up --max-spend` on a
+    cluster made without it, or with another), in its metadata and in the spec it carries, with the
+    follower's image where the node has none. The nodes written."""
+    from gcpgpu.gcp.compute import compute_types
+    from gcpgpu.gcp.operations import batch, call
+    from gcpgpu.image.name import stale_image
+
+    from .autostop_setting import AGENT_KEY
+    from .observe import observe_nodes
+
+    compute = compute_types()
+    value = json.dumps(setting(usd, notify), sort_keys=True)
+    todo = [n for n in observe_nodes(clients, project, cluster) if n.metadata.get(KEY) != value]
+
+    def put(node: Any) -> Any:
+        items = {**node.metadata, KEY: value}
+        items.setdefault(AGENT_KEY, image or stale_image(node.region, project))
+        if items.get("gcpgpu-spec"):
+            with contextlib.suppress(ValueError):
+                spec = json.loads(items["gcpgpu-spec"])
+                spec.update(max_spend=usd, autostop_notify=list(notify or spec.get("autostop_notify") or []))
+                items["gcpgpu-spec"] = json.dumps(spec, sort_keys=True)
+        fence()
+        body = compute.Metadata(fingerprint=node.metadata_fingerprint,
+                                items=[compute.Items(key=k, value=v) for k, v in items.items()])
+        return call(clients.compute("InstancesClient").set_metadata,
+                    {"project": project, "zone": node.zone, "instance": node.name, "metadata_resource": body})
+
+    if todo:
+        batch(clients, project, put, todo)
+    return [n.name for n in todo]

@@ -9,9 +9,6 @@ state.py     JobState, the typed state every reader shares, and which states are
 ids.py       job ids that say where a job lives (vertex:LOCATION:ID, cluster:NAME:JOB)
 follow.py    following a job to its end from here (job follow, --wait, cancel --wait)
 detail.py    what job status adds: cost so far, steps redone, the failure's cause from the log, goodput
-ledger.py    what a deleted cluster and its jobs cost, kept in project metadata for the cost report
-report.py    `cost report`: every cluster's and job's node-hours and dollars, summed by job, cluster, label, user
-dollars.py   a job's time in dollars: its lost goodput parts, dollars per million tokens
 goodput.py   how much of the job's node-time trained, and where the rest went (README, "Goodput")
 steplines.py the log lines that say how far a job got: steps, resumes, checkpoints
 logs.py      a job's Cloud Logging entries

@@ -1,6 +1,7 @@
 """What `job status` shows of a job besides its state: a failed job's cause from its log, a cluster job's
 cost so far and, when it was recovered, the steps each recovery ran again, and every job's goodput, with
-its dollars per million tokens and what each lost part cost (jobs/dollars.py)."""
+its dollars per million tokens (steplines.tokens_trained, at its COST SO FAR) and what each lost part cost
+(goodput.lost_usd, at its node price)."""
 
 from __future__ import annotations
 
@@ -83,11 +84,22 @@ def with_goodput(clients: Clients, project: str, state: JobState) -> JobState:
                         steps_redone_max=sum(h["steps_redone_max"] or 0 for h in history))
     if tl is None:
         return state
-    from . import dollars
+    from . import steplines
 
     got = goodput.split(tl)
-    tokens = dollars.tokens_trained(tl.lines, dollars.gpus_of(state))
-    spent = state.spent
+    tokens = steplines.tokens_trained(tl.lines, gpus_of(state))
+    cost, price = (state.spent.cost_usd, state.spent.price_per_hour) if state.spent else (None, None)
     return replace(state, goodput=got, tokens=tokens,
-                   usd_per_million_tokens=dollars.per_million_tokens(spent.cost_usd if spent else None, tokens),
-                   goodput_lost_usd=dollars.lost_usd(got, spent.price_per_hour if spent else None))
+                   usd_per_million_tokens=round(cost / (tokens / 1e6), 2) if cost is not None and tokens else None,
+                   goodput_lost_usd=goodput.lost_usd(got, price))
+
+
+def gpus_of(state: JobState) -> int:
+    """The job's GPUs in all: its nodes x its machine's GPUs (the catalog's; 0 when it is not there)."""
+    from gcpgpu import catalog
+
+    try:
+        per = catalog.get_machine_type(str(state.machine_type or "")).gpu_count
+    except Exception:  # a machine type the catalog does not know
+        return 0
+    return per * max(int(state.nnodes or 0) if state.target == "cluster" else int(state.nodes or 0), 1)

@@ -113,7 +113,7 @@ class JobState:
     steps_redone: int | None = None  # steps the recoveries ran again (at least, and at most)
     steps_redone_max: int | None = None
     goodput: dict | None = None  # {percent, productive_s, node_s, lost_s: {...}} (jobs/goodput.py)
-    tokens: float | None = None  # tokens its steps trained, where its step lines say (jobs/dollars.py)
+    tokens: float | None = None  # tokens its steps trained, where its step lines say (steplines.tokens_trained)
     usd_per_million_tokens: float | None = None  # its cost so far per million of them
     goodput_lost_usd: dict | None = None  # each lost part of its goodput in dollars, at its node price
 

@@ -27,9 +27,10 @@ from gcpgpu.cluster import lease as leases
 from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
 from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
+from gcpgpu.costs import ledger
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
-from gcpgpu.jobs import ledger, notify
+from gcpgpu.jobs import notify
 from gcpgpu.jobs.cluster import backend, follower
 from gcpgpu.jobs.cluster.record import stamp
 from gcpgpu.jobs.cluster.recover import GaveUp
@@ -114,7 +115,7 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
                 return None
 
             told = tell_autostopped(cluster, setting, idle, nodes, say)
-            # As `cluster down`: what the cluster and its jobs cost is kept (jobs/ledger.py) before their records go.
+            # As `cluster down`: what the cluster and its jobs cost is kept (costs/ledger.py) before their records go.
             spent = ledger.snapshot(clients, project, cluster) if setting.get("down") else None
 
             def let_go() -> None:  # the judge's own node goes last, and the leases may not outlive it

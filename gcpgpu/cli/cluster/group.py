@@ -181,6 +181,11 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
         raise Interrupted(f"Everything created so far is named and labelled for cluster {p.name}: run "
                           f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to "
                           "remove it.") from None
+    if spec.max_spend is not None:  # nodes an earlier `up` made carry no cap, or another one
+        from gcpgpu.cluster import spend
+
+        if spend.put_on(settings.clients, project, p.name, spec.max_spend, spec.autostop_notify, spec.agent_image):
+            info(f"Cluster {p.name}: max spend ${spec.max_spend:,.2f} set on its nodes")
     emit([n.row() for n in nodes], NODE_COLUMNS, title=f"Cluster {p.name}: {len(nodes)} node(s) RUNNING")
 
 
@@ -219,7 +224,7 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
         from gcpgpu.cluster.shared_fs import refuse_if_shared
 
         refuse_if_shared(settings.clients, project, name)
-    from gcpgpu.jobs import ledger
+    from gcpgpu.costs import ledger
 
     spent = ledger.snapshot(settings.clients, project, name)  # before its nodes and job records go
     try:

@@ -13,18 +13,25 @@ node price COST SO FAR uses):
                               CANCELLED with that cause
 
 A job whose machine has no catalog price cannot be capped: it runs on, and the follower says so once.
+
+The cluster's own cap (`cluster up --max-spend`: gcpgpu/cluster/spend.py) is judged here too while a job
+runs: SPEND_WARNING once per run of the cluster at 80 % (marked in project metadata `gcpgpu-spend-<cluster>`,
+which `cluster status` shows), and at the cap the job is stopped the same way, cause "cluster max spend";
+the node's follower then stops the cluster (gcpgpu/node/agent.py's capped()).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gcpgpu.gcp import clock
 from gcpgpu.jobs.state import CANCELLED, JobState
 
 from . import nodes, spent, store
 from .record import stamp
 
 WARN_AT = 0.8
+NO_CAP_LOOK_S = 300.0  # how often a follower looks again for the cap of a cluster that had none (`up` re-run)
 CAUSE = "max spend"
 WARNING = "SPEND_WARNING"
 
@@ -37,12 +44,17 @@ class Cap:
         self.usd = float(policy["max_spend"]) if policy.get("max_spend") else None
         self.warned: bool | None = None  # read from the job's record on the first look
         self.unpriced_told = False
+        self.capped_cluster = True  # until a look at the cluster's nodes finds no cap (cluster up --max-spend)
+        self.next_look = 0.0
 
     def check(self, state: JobState) -> JobState | None:
         """None while the job (and its cluster) is under its cap; the job as stopped once one reached it."""
         f = self.g.f
-        level, usd, cap, _nodes = cluster_level(f.clients, f.project, f.jid.cluster or "",
-                                                lambda line: f.report.step("spend", line))
+        level, usd, cap = None, None, None
+        if self.capped_cluster or clock.now() >= self.next_look:  # a cluster without a cap: looked at now and then
+            level, usd, cap, _nodes = cluster_level(f.clients, f.project, f.jid.cluster or "",
+                                                    lambda line: f.report.step("spend", line))
+            self.capped_cluster, self.next_look = cap is not None, clock.now() + NO_CAP_LOOK_S
         if level == "stop" and cap is not None and usd is not None:
             return self._stop(state, CLUSTER_CAUSE, f"stopped as cluster {f.jid.cluster} reached its spend cap: "
                                                     f"${usd:,.2f} of its --max-spend ${float(cap['usd']):,.2f}",

@@ -6,13 +6,13 @@ What it reads (every figure is the COST SO FAR its own view shows, so the report
                        cluster's job records (jobs/cluster/spent.py: `job status`'s; a Slurm cluster's job
                        counts its nodes for the time it held them, so jobs sharing a cluster split it)
     deleted clusters   the cost record `cluster down` (or the cluster's own autostop or spend cap) kept
-                       (jobs/ledger.py), with its jobs' figures as they were then
+                       (costs/ledger.py), with its jobs' figures as they were then
     Vertex AI jobs     the region's custom jobs (--region): node-hours, and the cost `job status` shows
 
 A cluster's time that no job used is its "(no job)" row in --by job, so --by job and --by cluster add
 up to the same total. --since keeps what ran within the window (a cluster or job that ended before it
 is left out) and counts each with its whole cost so far. Each job's lost goodput parts
-(jobs/goodput.py) are priced at its node price (jobs/dollars.py) where its log tells them.
+(jobs/goodput.py) are priced at its node price (goodput.lost_usd) where its log tells them.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ def parse_since(value: str) -> int:
 
 def _vertex_items(clients: Clients, project: str, region: str, now: float) -> list[dict[str, Any]]:
     from gcpgpu.jobs import ids
-    from gcpgpu.jobs.ledger import user_labels
     from gcpgpu.jobs.vertex import describe, with_spent
+
+    from .ledger import user_labels
 
     out = []
     pager = clients.job_service(region).list_custom_jobs(

@@ -137,14 +137,13 @@ def keep_if_gone(clients: Clients, project: str, cluster: str, record: dict[str,
 
 
 def _lost_usd(clients: Clients, project: str, state: Any, now: float, price: float | None) -> dict[str, float] | None:
-    """The job's lost goodput parts in dollars (jobs/dollars.py), None when its log or price does not tell."""
-    from gcpgpu.jobs import dollars, ids, route
-    from gcpgpu.jobs import goodput as gp
+    """The job's lost goodput parts in dollars (goodput.lost_usd), None when its log or price does not tell."""
+    from gcpgpu.jobs import goodput, ids, route
 
     if price is None:
         return None
     try:
-        got = gp.of_job(clients, project, state, now, route.log_filter(project, ids.parse(state.id)))
+        got = goodput.of_job(clients, project, state, now, route.log_filter(project, ids.parse(state.id)))
     except Exception:  # a log that cannot be read: the cost stands without its parts
         return None
-    return dollars.lost_usd(got, price)
+    return goodput.lost_usd(got, price)
