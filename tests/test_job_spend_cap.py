@@ -166,3 +166,11 @@ def test_cluster_up_again_with_max_spend_puts_the_cap_on_the_nodes_it_finds(gcp)
         items = {i["key"]: i["value"] for i in inst["metadata"]["items"]}
         assert json.loads(items["gcpgpu-max-spend"]) == {"usd": 40.0} and items["gcpgpu-agent"]
         assert json.loads(items["gcpgpu-spec"])["max_spend"] == 40.0
+
+
+def test_a_slurm_cluster_takes_no_spend_cap_it_could_not_enforce(gcp):
+    got = cli("cluster", "up", "q", *UP, "--scheduler", "slurm", "--max-spend", "40")
+    assert got.exit_code == 2, got.output
+    (line,) = got.stderr.strip().splitlines()
+    assert "--max-spend" in line and "--scheduler" in line
+    assert gcp.requests.all() == []

@@ -254,6 +254,9 @@ class ClusterSpec:
         self.autostop_notify = check_urls(self.autostop_notify)
         if self.max_spend is not None:
             self.max_spend = parse_usd(self.max_spend, "--max-spend")
+            if self.scheduler:  # node 0's queue agent runs a Slurm cluster's jobs: no follower prices them
+                raise UsageProblem("--max-spend applies to clusters without --scheduler: a Slurm cluster's jobs are "
+                                   "not stopped at a cap yet")
         if self.autostop is not None:
             self.autostop = parse(self.autostop)
         elif self.autostop_notify and self.max_spend is None:
