@@ -100,6 +100,11 @@ def test_cost_report_by_job_and_by_cluster_sum_what_status_showed(gcp):
     gcp.clock.advance(2 * 86400)
     recent = {r["cluster"] for r in shown("cost", "report", "--by", "cluster", "--since", "1d")["rows"]}
     assert recent == {"a"}  # b and the Vertex job ended two days ago
+    # a's job ended then too, but a ran since: its jobs stay beside its "(no job)" time, adding up to a.
+    recent_jobs = shown("cost", "report", "--by", "job", "--since", "1d")
+    assert {r["job"] for r in recent_jobs["rows"]} == {a_job, "a (no job)"}
+    assert recent_jobs["total"]["cost_usd"] == pytest.approx(
+        shown("cost", "report", "--by", "cluster", "--since", "1d")["total"]["cost_usd"], abs=0.01)
 
 
 @pytest.mark.parametrize(("args", "field"), [(["--by", "team"], "--by"), (["--since", "soon"], "--since"),

@@ -19,7 +19,8 @@ def cost() -> None:
 
 @cost.command()
 @click.option("--since", default="30d", show_default=True, metavar="DURATION",
-              help="What ran within this long before now (e.g. 7d, 12h); each counts its whole cost.")
+              help="What ran within this long before now (e.g. 7d, 12h): each cluster (with all its jobs) and Vertex AI "
+              "job counts its whole cost.")
 @click.option("--by", "by", default="job", show_default=True, metavar="job|cluster|label|user",
               help="Sum by job (a cluster's time no job used is its '(no job)' row), cluster (Vertex AI jobs by "
               "region), label (user labels: a cluster under each of its labels), or user.")
@@ -39,8 +40,8 @@ def report(settings: Settings, since: str, by: str) -> None:
     by = costs.parse_by(by)
     window = costs.parse_since(since)
     now = clock.now()
-    found = [i for i in costs.items(settings.clients, settings.project, settings.optional("region"), now, info)
-             if costs.within(i, now - window)]
+    found = costs.select(costs.items(settings.clients, settings.project, settings.optional("region"), now, info),
+                         now - window)
     rows = costs.group(found, by)
     whole = costs.total(rows)
     notes = []

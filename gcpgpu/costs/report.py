@@ -10,8 +10,8 @@ What it reads (every figure is the COST SO FAR its own view shows, so the report
     Vertex AI jobs     the region's custom jobs (--region): node-hours, and the cost `job status` shows
 
 A cluster's time that no job used is its "(no job)" row in --by job, so --by job and --by cluster add
-up to the same total. --since keeps what ran within the window (a cluster or job that ended before it
-is left out) and counts each with its whole cost so far. Each job's lost goodput parts
+up to the same total. --since keeps what ran within the window (a cluster that ended before it is left
+out; one kept keeps all its jobs) and counts each with its whole cost so far. Each job's lost goodput parts
 (jobs/goodput.py) are priced at its node price (goodput.lost_usd) where its log tells them.
 """
 
@@ -105,6 +105,14 @@ def within(item: dict[str, Any], since: float) -> bool:
     """Whether `item` ran at some time after `since` (one that has not ended runs now)."""
     ended = parse_timestamp(item.get("ended"))
     return ended is None or ended >= since
+
+
+def select(found: list[dict[str, Any]], since: float) -> list[dict[str, Any]]:
+    """What --since keeps: each cluster that ran after `since` with all its jobs (so that its jobs and its
+    "(no job)" time add up to its cost), and each Vertex AI job that did."""
+    kept = {i["cluster"] for i in found if i["kind"] == "cluster" and within(i, since)}
+    return [i for i in found if i["cluster"] in kept or (i["kind"] == "job" and str(i["cluster"]).startswith("vertex:")
+                                                          and within(i, since))]
 
 
 def _add(row: dict[str, Any], item: dict[str, Any]) -> None:
