@@ -115,3 +115,19 @@ def test_cost_report_refuses_bad_input_in_one_line_before_any_call(gcp, args, fi
     (line,) = got.stderr.strip().splitlines()
     assert field in line
     assert gcp.requests.all() == []
+
+
+def test_a_cost_that_cannot_be_read_never_holds_up_cluster_down(gcp, monkeypatch):
+    from gcpgpu.costs import ledger
+    from gcpgpu.errors import CloudError
+
+    assert cli("cluster", "up", "c", "--nodes", "1", *UP).exit_code == 0
+
+    def refused(*_a, **_k):
+        raise CloudError("403 the caller may not read the job records")
+
+    monkeypatch.setattr(ledger, "snapshot", refused)
+    down = cli("cluster", "down", "c", "--yes")
+    assert down.exit_code == 0, down.output
+    assert "cost could not be read before it goes" in down.stderr and "Cluster c is gone" in down.stderr
+    assert shown("cost", "report", "--by", "cluster")["rows"] == []

@@ -23,6 +23,7 @@ so the report sums what `cluster status` and `job status` showed.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from gcpgpu.gcp import clock
@@ -103,6 +104,16 @@ def snapshot(clients: Clients, project: str, cluster: str, now: float | None = N
             "price_per_hour": cost.node_price(first.machine_type, first.provisioning), "jobs": jobs}
 
 
+def snapshot_or_none(clients: Clients, project: str, cluster: str, say: Any) -> dict[str, Any] | None:
+    """snapshot(), or None with one line said when it cannot be read: a cost record never holds up a teardown."""
+    try:
+        return snapshot(clients, project, cluster)
+    except Exception as e:
+        say(f"note: cluster {cluster}'s cost could not be read before it goes ({type(e).__name__}: {e}); "
+            "'gcpgpu cost report' will not show it")
+        return None
+
+
 def keep(clients: Clients, project: str, record: dict[str, Any] | None, why: str,
          fence: Any = lambda: None) -> bool:
     """Add a deleted cluster's cost record (snapshot's, `why` it went); False when there is none."""
@@ -119,21 +130,27 @@ def keep(clients: Clients, project: str, record: dict[str, Any] | None, why: str
 
 
 def keep_if_gone(clients: Clients, project: str, cluster: str, record: dict[str, Any] | None, why: str,
-                 deleted: list[Any] | None = None) -> bool:
-    """After a teardown: keep `record` (snapshot's, taken before it) once the cluster's nodes are gone;
-    `deleted` (the nodes the teardown found, as they were) carries the cluster's own figures on to now,
-    as Compute bills a VM until it is deleted."""
+                 deleted: list[Any] | None = None, own: str | None = None) -> bool:
+    """After a teardown: keep `record` (snapshot's, taken before it) once the cluster's nodes are gone (all
+    but `own`: an autostop's judge, deleted last, right after this); `deleted` (the nodes the teardown
+    found, as they were) carries the cluster's own figures on to now, as Compute bills a VM until it is
+    deleted. A failure is logged, never raised: the cluster is gone all the same."""
     from gcpgpu.cluster import cost
     from gcpgpu.cluster.observe import observe_nodes
     from gcpgpu.jobs.cluster.record import stamp
 
-    if record is None or observe_nodes(clients, project, cluster):
+    try:
+        if record is None or [n for n in observe_nodes(clients, project, cluster) if n.name != own]:
+            return False
+        if deleted:
+            now = clock.now()
+            got = cost.summary(deleted, now)
+            record = {**record, "node_hours": got["node_hours"], "cost_usd": got["cost_usd"], "ended": stamp(now)}
+        return keep(clients, project, record, why)
+    except Exception as e:  # the cluster is gone all the same: its cost record is what is missing
+        logging.getLogger(__name__).warning("cluster %s: its cost record was not kept (%s: %s)", cluster,
+                                            type(e).__name__, e)
         return False
-    if deleted:
-        now = clock.now()
-        got = cost.summary(deleted, now)
-        record = {**record, "node_hours": got["node_hours"], "cost_usd": got["cost_usd"], "ended": stamp(now)}
-    return keep(clients, project, record, why)
 
 
 def _lost_usd(clients: Clients, project: str, state: Any, now: float, price: float | None) -> dict[str, float] | None:

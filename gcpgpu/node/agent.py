@@ -116,13 +116,13 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
 
             told = tell_autostopped(cluster, setting, idle, nodes, say)
             # As `cluster down`: what the cluster and its jobs cost is kept (costs/ledger.py) before their records go.
-            spent = ledger.snapshot(clients, project, cluster) if setting.get("down") else None
+            spent = ledger.snapshot_or_none(clients, project, cluster, say) if setting.get("down") else None
 
             def let_go() -> None:  # the judge's own node goes last, and the leases may not outlive it
                 told.close(NOTIFY_WAIT_S)  # AUTOSTOPPED goes out before the judge's node (and this process) does
                 lease.release()
                 if setting.get("down"):  # as `cluster down`: the lead, any recovery and the job records go too
-                    ledger.keep(clients, project, spent, "autostop")
+                    ledger.keep_if_gone(clients, project, cluster, spent, "autostop", own=node)
                     follower.forget(clients, project, cluster)
                 else:
                     leader.release()

@@ -226,7 +226,7 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
         refuse_if_shared(settings.clients, project, name)
     from gcpgpu.costs import ledger
 
-    spent = ledger.snapshot(settings.clients, project, name)  # before its nodes and job records go
+    spent = ledger.snapshot_or_none(settings.clients, project, name, info)  # before its nodes and job records go
     try:
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
                                                                            wait_for_lease=not no_wait)
