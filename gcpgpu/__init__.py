@@ -4,6 +4,7 @@ Rooms (README "Layout"; tests/test_layering.py keeps which may import which):
   cli/        the `gcpgpu` command: click groups, one module each, loaded lazily
   cluster/    clusters: spec -> plan -> apply, the node model, autostop, reservations, cost
   jobs/       training jobs on a cluster or on Vertex AI: submit, status, logs, recovery, retries
+  costs/      what clusters and jobs cost, after they are gone too: the cost report and its records
   metrics/    GPU and trainer metrics from Cloud Monitoring: tail, report, dashboards
   image/      the training image: Cloud Build of the base image, the user's layer, the default image
   storage/    shared file systems beside the GPUs: Filestore, Managed Lustre, Hyperdisk ML

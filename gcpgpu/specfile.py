@@ -345,3 +345,18 @@ def check_urls(urls: Any, where: str = "--notify") -> list[str]:
     if len(items) > MAX_NOTIFY:
         raise UsageProblem(f"{where} is given {len(items)} times; {MAX_NOTIFY} at most")
     return [check_notify(u, where) for u in items]
+
+
+def parse_usd(value: Any, where: str) -> float:
+    """A dollar amount (job submit --max-spend, cluster up --max-spend, --max-hourly-cost): a positive
+    number, '$' allowed ('250', '$99.5'); one line naming `where` otherwise."""
+    text = str(value).strip().removeprefix("$").replace(",", "")
+    try:
+        usd = float(text) if not isinstance(value, bool) and re.fullmatch(r"-?\d+(\.\d+)?", text) else None
+    except ValueError:
+        usd = None
+    if usd is None:
+        raise UsageProblem(f"{where} {shown(value)} is not an amount of dollars: give a number such as {where} 250")
+    if usd <= 0:
+        raise UsageProblem(f"{where} {shown(value)} must be more than $0 (e.g. {where} 250)")
+    return usd

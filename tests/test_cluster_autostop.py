@@ -71,6 +71,11 @@ def test_an_idle_cluster_with_autostop_down_deletes_itself_leaving_nothing(fast)
     assert not [k for k in project_metadata_keys(gcp) if k.endswith("-idle")]  # no lease, journal or job record
     wait_for(lambda: not gcp.jobs.node_agents.running(), timeout=30, what="the followers gone with their nodes")
     assert cli("cluster", "status", "idle").exit_code == 1
+    # What it and its job cost stays in the project's cost records, as after `cluster down`.
+    report = json.loads(cli("cost", "report", "--by", "job", fmt="json").stdout)
+    assert {r["job"] for r in report["rows"]} == {submitted.stdout.splitlines()[0], "idle (no job)"}
+    by_cluster = json.loads(cli("cost", "report", "--by", "cluster", fmt="json").stdout)
+    assert [r["cluster"] for r in by_cluster["rows"]] == ["idle"] and by_cluster["total"]["node_hours"] > 0
 
 
 @pytest.fixture

@@ -92,6 +92,8 @@ TWINS: dict[str, Twin] = {
         Twin(says="SUCCEEDED", skip=slurm_installed() or ""),
     "gcpgpu cluster up away --machine-type a2-highgpu-1g --nodes 2 --spot --no-placement --max-run-duration 8h "
     "--autostop 30m --down --region us-central1 --yes": Twin(says="SUCCEEDED"),
+    "gcpgpu cluster up capped --machine-type a2-highgpu-1g --nodes 2 --region us-central1 --max-hourly-cost 20 "
+    "--max-spend 50 --yes": Twin(says="SUCCEEDED"),
     "python -m gcpgpu.trainer --model tiny --steps 10 --seq-len 32": Twin(says="Memory per GPU: tiny"),
     "python -m gcpgpu.trainer --model 124m --parallel fsdp --precision bf16 --data synthetic --steps 100 "
     "--batch-size 32": Twin(gpu=True),

@@ -22,23 +22,28 @@ MAX_LINES = 500
 # too (what a Slurm cluster's nodes run: its configuration and daemons): the laptop reaches Slurm only
 # through Google's APIs, so nothing on the laptop side imports it, and it uses the laptop's verbs as node/ does.
 BASE_ABOVE = {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage",
-              "pricing"}
+              "pricing", "costs"}
 FORBIDDEN = {
-    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage", "pricing"},
+    "gcp": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage", "pricing",
+            "costs"},
     # Prices (the Billing Catalog, its cache, the bundled fallback): over gcp/'s clients and the catalog, below
     # everything that prints a dollar figure.
-    "pricing": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage"},
+    "pricing": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "storage", "costs"},
     # Shared file systems (Filestore, Lustre, Hyperdisk ML): a room below cluster/, which creates and
     # deletes them with the nodes, over gcp/'s clients; it knows nothing of clusters, jobs or nodes.
-    "storage": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm"},
-    "cluster": {"jobs", "metrics", "cli", "fakes", "image", "node", "slurm"},
-    "image": {"cluster", "jobs", "metrics", "cli", "fakes", "node", "slurm", "storage"},
-    "jobs": {"metrics", "cli", "fakes", "node", "slurm"},
-    "metrics": {"cli", "fakes", "node", "slurm"},
+    "storage": {"cluster", "jobs", "metrics", "cli", "fakes", "trainer", "image", "node", "slurm", "costs"},
+    "cluster": {"jobs", "metrics", "cli", "fakes", "image", "node", "slurm", "costs"},
+    "image": {"cluster", "jobs", "metrics", "cli", "fakes", "node", "slurm", "storage", "costs"},
+    "jobs": {"metrics", "cli", "fakes", "node", "slurm", "costs"},
+    # What clusters and jobs cost, after they are gone too (the cost report, the records `down` keeps): above
+    # both, whose COST SO FAR it sums; the CLI and the node's follower (autostop --down keeps a record) use it.
+    "costs": {"metrics", "cli", "fakes", "node", "slurm", "image", "trainer"},
+    "metrics": {"cli", "fakes", "node", "slurm", "costs"},
     "cli": {"slurm"},
     "node": {"cli", "fakes", "image"},
     "slurm": {"cli", "fakes", "image"},
-    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "image", "node", "slurm", "storage", "pricing"},
+    "trainer": {"gcp", "cluster", "jobs", "metrics", "cli", "fakes", "image", "node", "slurm", "storage", "pricing",
+                "costs"},
     "nccl": BASE_ABOVE,
     "catalog": BASE_ABOVE,
     "errors": BASE_ABOVE,

@@ -13,6 +13,7 @@ reservation.py `gcpgpu reservation`: reservations, their blocks, calendar-mode f
 plan.py      `gcpgpu plan`: estimates made before anything is created or run
 plan_train.py `gcpgpu plan train`: a training run's time and cost from FLOPs, MFU and the catalog's price
 catalog.py   `gcpgpu catalog`: the GPU machine types gcpgpu knows
+cost.py      `gcpgpu cost report`: what clusters and jobs cost, by job, cluster, label or user
 nccl.py      `gcpgpu nccl`: the NCCL environment per machine type, and the tuner plugin's config
 emulator.py  `gcpgpu emulator`: the offline GCP emulator, and pointing tools at it
 demo.py      `make demo`: the walk-through against the offline emulator
@@ -46,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "catalog": "gcpgpu.cli.catalog:catalog",
     "cluster": "gcpgpu.cli.cluster.group:cluster",
     "container": "gcpgpu.cli.container:container",
+    "cost": "gcpgpu.cli.cost:cost",
     "emulator": "gcpgpu.cli.emulator:emulator",
     "job": "gcpgpu.cli.job:job",
     "metrics": "gcpgpu.cli.metrics:metrics",

@@ -41,6 +41,9 @@ follower_options = with_options(
                  "retry), or FAILED with cause 'stalled'."),
     click.option("--notify", "notify", multiple=True, metavar="URL", help="POST one JSON message per state change "
                  "to this http(s) webhook (repeatable); stored with the job in plain text."),
+    click.option("--max-spend", metavar="USD", help="Cluster: once the job's cost so far reaches USD its follower "
+                 "(the cluster's own after --detach) stops it, its trainer saving a checkpoint first; --notify is "
+                 "told SPEND_WARNING at 80%, then CANCELLED with cause 'max spend'."),
 )
 STATE_CHOICES = (QUEUED, PENDING, RUNNING, RECOVERING, RETRYING, STALLED, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
 JOB_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("nodes", "NODES"),
@@ -52,7 +55,7 @@ STATUS_COLUMNS = [("id", "ID"), ("name", "NAME"), ("state", "STATE"), ("machine_
                   ("nodes", "NODES"), ("submitter", "SUBMITTED BY"), ("created", "CREATED"), ("started", "STARTED"), ("ended", "ENDED"),
                   ("error", "ERROR"), ("cause", "CAUSE"), ("node", "NODE"), ("note", "NOTE"), ("attempt", "ATTEMPT"),
                   ("recoveries", "RECOVERIES"), ("restarts", "RETRIES"), ("uptime", "UPTIME"),
-                  ("cost", "COST SO FAR"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
+                  ("cost", "COST SO FAR"), ("per_mtok", "$ PER M TOKENS"), ("goodput_shown", "GOODPUT"), ("output_dir", "OUTPUT DIR"),
                   ("priority", "PRIORITY"), ("position", "PLACE"), ("scheduler_id", "SCHEDULER ID"), ("reason", "WHY IT WAITS")]
 HISTORY_COLUMNS = [("attempt", "ATTEMPT"), ("at", "AT"), ("kind", "KIND"), ("node", "NODE"), ("zone", "ZONE"),
                    ("cause", "CAUSE"),
@@ -222,12 +225,14 @@ def _policy_flags(kw: dict[str, Any]) -> dict[str, Any]:
     """The follower's settings from the flags, as JobSpec fields (jobs/policy.py checks them together)."""
     from gcpgpu.jobs.policy import parse_exit_codes
     from gcpgpu.jobs.spec import parse_duration
+    from gcpgpu.specfile import parse_usd
 
     stall, codes = kw.get("stall_timeout"), kw.get("retry_on_exit_codes")
     return {"max_restarts_on_errors": kw.get("max_restarts_on_errors"),
             "retry_on_exit_codes": parse_exit_codes(codes) if codes is not None else None,
             "stall_timeout": parse_duration(stall, "--stall-timeout") if stall is not None else None,
-            "notify": list(kw.get("notify") or ()) or None}
+            "notify": list(kw.get("notify") or ()) or None,
+            "max_spend": parse_usd(kw["max_spend"], "--max-spend") if kw.get("max_spend") is not None else None}
 
 
 def _teller(jid: Any, attempt: bool = True) -> Callable[[JobState], None]:
@@ -293,6 +298,8 @@ def status(settings: Settings, job_id: str) -> None:
         got = state.goodput
         shown["goodput_shown"] = (f"{got['percent']:.1f}% of {_hours(got['node_s'])} node-time"
                                   if got.get("percent") is not None else f"- ({got.get('reason')})")
+    shown["per_mtok"] = "-" if state.usd_per_million_tokens is None else \
+        f"${state.usd_per_million_tokens:,.2f} ({state.tokens / 1e6:,.3g}M tokens)"
     queue = {"priority", "position", "scheduler_id", "reason"}  # only a job that waits in a shared queue has them
     emit(shown, [c for c in STATUS_COLUMNS if state.waits_in_queue or c[0] not in queue], title=f"Job {state.id}")
     if state.target == "vertex":
@@ -304,7 +311,8 @@ def status(settings: Settings, job_id: str) -> None:
         if state.history:
             emit(state.history, HISTORY_COLUMNS, title="Recoveries and retries")
     if state.goodput and state.goodput.get("node_s"):
-        emit(_goodput_rows(state.goodput), [("part", "PART"), ("time", "NODE-TIME"), ("share", "SHARE")],
+        emit(_goodput_rows(state.goodput, state.goodput_lost_usd, state.spent.price_per_hour if state.spent else None),
+             [("part", "PART"), ("time", "NODE-TIME"), ("usd", "COST"), ("share", "SHARE")],
              title="Goodput: where the node-time went")
 
 
@@ -312,13 +320,16 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} node-h" if seconds >= 360 else f"{seconds:.0f} node-s"
 
 
-def _goodput_rows(got: dict) -> list[dict]:
+def _goodput_rows(got: dict, lost_usd: dict | None = None, price: float | None = None) -> list[dict]:
     """`job status`'s goodput table: productive time, then each kind of lost time that is not nil, each
-    with the share goodput computed (the productive one is GOODPUT's percent, where it has one)."""
+    with the share goodput computed (the productive one is GOODPUT's percent, where it has one) and its
+    dollars at the job's node price ('-': no price)."""
     share = got["share"]
     parts = [("productive", "productive", got["productive_s"]),
              *((f"lost: {k.replace('_', ' ')}", k, v) for k, v in got["lost_s"].items() if v)]
-    return [{"part": name, "time": _hours(v), "share": f"{share[key]:.1f}%"} for name, key, v in parts]
+    usd = {**(lost_usd or {}), **({"productive": round(got["productive_s"] * price / 3600, 2)} if price else {})}
+    return [{"part": name, "time": _hours(v), "share": f"{share[key]:.1f}%",
+             "usd": f"${usd[key]:,.2f}" if key in usd else "-"} for name, key, v in parts]
 
 
 @job.command()

@@ -19,6 +19,7 @@ topology.py        node ranks in fabric order: a sub-block's nodes, then a block
 ranks.py           the rank labels, and their repair when a re-run of `up` finds them wrong
 bootlabels.py      rank labels sent while the nodes boot, off `up`'s critical path
 cost.py            what a cluster has run and cost so far, from what Compute reports on each node
+spend.py           a cluster's spend cap (up --max-spend) as its nodes carry it, and how near it is
 autostop.py        a cluster that has run no job for a while stops (or deletes) itself; `cluster autostop`
 autostop_setting.py the autostop as the nodes carry it (read by observe.py without what acts on it)
 doctor.py          `cluster doctor`: is every node ready to train?

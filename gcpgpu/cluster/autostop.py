@@ -36,6 +36,7 @@ from .kinds import NODES
 from .names import NoSuchCluster
 from .observe import Node, observe, observe_nodes
 from .session import Session
+from .spend import KEY as SPEND_KEY
 
 __all__ = ["AGENT_KEY", "KEY", "of", "public", "setting", "shown"]  # the setting, read where it is set
 
@@ -50,14 +51,19 @@ def parse(value: Any, where: str = "--autostop") -> int:
 
 
 def metadata_items(idle_s: int | None, down: bool, region: str, project: str,
-                   image: str | None = None, notify: list[str] | None = None) -> list[dict[str, str]]:
-    """What a node carries for its autostop (nothing when off); `image`: what its follower runs from;
-    `notify`: the webhooks its leader tells AUTOSTOPPED."""
+                   image: str | None = None, notify: list[str] | None = None,
+                   max_spend: float | None = None) -> list[dict[str, str]]:
+    """What a node carries for its autostop and its spend cap (spend.py; nothing when both are off);
+    `image`: what its follower runs from; `notify`: the webhooks its leader tells AUTOSTOPPED and
+    SPEND_WARNING."""
+    from . import spend
+
     value = setting(idle_s, down, notify)
-    if value is None:
+    capped = spend.items(max_spend, notify)
+    if value is None and not capped:
         return []
-    return [{"key": KEY, "value": json.dumps(value, sort_keys=True)},
-            {"key": AGENT_KEY, "value": image or stale_image(region, project)}]
+    own = [{"key": KEY, "value": json.dumps(value, sort_keys=True)}] if value is not None else []
+    return [*own, *capped, {"key": AGENT_KEY, "value": image or stale_image(region, project)}]
 
 
 def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, down: bool,
@@ -81,8 +87,8 @@ def set_on(clients: Clients, project: str, cluster: str, idle_s: int | None, dow
         if idle_s is not None:
             items.update({i["key"]: i["value"] for i in metadata_items(idle_s, down, node.region, project, image,
                                                                        notify)})
-        elif node.metadata.get("gcpgpu-job") and node.metadata.get(AGENT_KEY):
-            items[AGENT_KEY] = node.metadata[AGENT_KEY]  # a detached job still needs its follower
+        elif (node.metadata.get("gcpgpu-job") or node.metadata.get(SPEND_KEY)) and node.metadata.get(AGENT_KEY):
+            items[AGENT_KEY] = node.metadata[AGENT_KEY]  # a detached job, or a spend cap, still needs its follower
         if items.get("gcpgpu-spec"):
             with contextlib.suppress(ValueError):
                 spec = json.loads(items["gcpgpu-spec"])

@@ -13,11 +13,11 @@ flex-start, reservation), from the Cloud Billing Catalog or the bundled table (g
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from gcpgpu import pricing
+from gcpgpu.gcp import clock
 from gcpgpu.times import format_duration, parse_timestamp
 
 # States in which Compute Engine bills the machine (instance lifecycle: PROVISIONING and STAGING
@@ -86,7 +86,7 @@ def plan_prices_source(plan: Any) -> dict[str, str]:
 
 def node_run(node: Any, now: float | None = None) -> NodeRun:
     """The run of a cluster Node (cluster.observe.Node) as of `now`."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     started = parse_timestamp(node.last_start) or parse_timestamp(node.created)
     stopped = parse_timestamp(node.last_stop)
     running = node.status in BILLED and started is not None and started <= now
@@ -128,7 +128,7 @@ def shown_cost(value: float | None) -> str:
 
 def node_rows(nodes: list[Any], now: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each node's row (Node.row()) with its uptime and cost so far, and the cluster's totals."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     rows = []
     for n in nodes:
         run = node_run(n, now)

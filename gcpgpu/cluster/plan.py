@@ -414,7 +414,7 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
                                                          if k not in ("remove", "unmount")}, sort_keys=True)},
             {"key": "enable-guest-attributes", "value": "TRUE"},  # node health for `cluster doctor`
             *autostop.metadata_items(spec.autostop, spec.autostop_down, region, project, spec.agent_image,
-                                     spec.autostop_notify),
+                                     spec.autostop_notify, spec.max_spend),  # and the spend cap (spend.py)
             # A Slurm cluster: the nodes run its daemons (gcpgpu/slurm/node.py) with the munge key that
             # `up` keeps in Secret Manager (named, never the key), node 0 with the queue on its state disk.
             *slurm_state.metadata_items(spec, project),

@@ -69,6 +69,7 @@ class ClusterSpec:
     autostop: int | None = None  # seconds idle before the cluster stops itself (cluster/autostop.py)
     autostop_down: bool = False  # ... or deletes itself
     autostop_notify: list[str] = field(default_factory=list)  # webhooks told AUTOSTOPPED (--notify)
+    max_spend: float | None = None  # USD: the cluster's follower stops it at this cost so far (spend.py)
     # The image the nodes' follower runs from (gcpgpu's training image): `cluster up --autostop` puts
     # the one `container build` last pushed here, so a node a recovery re-creates from this spec gets it too.
     agent_image: str | None = None
@@ -240,7 +241,7 @@ class ClusterSpec:
                                f"{mt.family} VMs{note}; use fewer nodes or --no-placement")
 
     def _validate_autostop(self) -> None:
-        from gcpgpu.specfile import check_urls
+        from gcpgpu.specfile import check_urls, parse_usd
 
         from .autostop import parse
 
@@ -253,11 +254,17 @@ class ClusterSpec:
                                    "REGION-docker.pkg.dev/PROJECT/gcpgpu/gcpgpu-trainer:TAG"
                                    + (" (or none)" if key == "prepull" else ""))
         self.autostop_notify = check_urls(self.autostop_notify)
+        if self.max_spend is not None:
+            self.max_spend = parse_usd(self.max_spend, "--max-spend")
+            if self.scheduler:  # node 0's queue agent runs a Slurm cluster's jobs: no follower prices them
+                raise UsageProblem("--max-spend applies to clusters without --scheduler: a Slurm cluster's jobs are "
+                                   "not stopped at a cap yet")
         if self.autostop is not None:
             self.autostop = parse(self.autostop)
-        elif self.autostop_notify:
-            raise UsageProblem("--notify needs --autostop DURATION (e.g. --autostop 30m --notify URL): a cluster "
-                               "tells its webhooks when autostop stops it (a job's own --notify is job submit's)")
+        elif self.autostop_notify and self.max_spend is None:
+            raise UsageProblem("--notify needs --autostop DURATION or --max-spend USD (e.g. --autostop 30m --notify "
+                               "URL): a cluster tells its webhooks when it stops itself (a job's own --notify is "
+                               "job submit's)")
         elif self.autostop_down:
             raise UsageProblem("--down needs --autostop DURATION (e.g. --autostop 30m --down): it says what "
                                "autostop does")

@@ -55,9 +55,11 @@ def follower_image(settings: Any, region: str, machine_type: str, *, dry_run: bo
 def fill_follower_image(settings: Any, spec: Any, *, dry_run: bool, say: Any) -> None:
     """Give a ClusterSpec with autostop the image its follower runs from, and a Slurm cluster's the image its
     nodes run Slurm from (gcpgpu's image carries Slurm); a spec file's agent_image stands."""
-    if (spec.autostop is not None or spec.scheduler) and not spec.agent_image:
+    if (spec.autostop is not None or spec.scheduler or spec.max_spend is not None) and not spec.agent_image:
+        what = "autostop" if spec.autostop is not None else "--max-spend" if spec.max_spend is not None \
+            else "--scheduler slurm"
         spec.agent_image = follower_image(settings, str(spec.region), spec.machine_type, dry_run=dry_run, say=say,
-                                          what="autostop" if spec.autostop is not None else "--scheduler slurm")
+                                          what=what)
 
 
 def shared_follower(nodes: list[Any], project: str) -> str | None:

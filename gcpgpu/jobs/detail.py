@@ -1,5 +1,7 @@
 """What `job status` shows of a job besides its state: a failed job's cause from its log, a cluster job's
-cost so far and, when it was recovered, the steps each recovery ran again, and every job's goodput."""
+cost so far and, when it was recovered, the steps each recovery ran again, and every job's goodput, with
+its dollars per million tokens (steplines.tokens_trained, at its COST SO FAR) and what each lost part cost
+(goodput.lost_usd, at its node price)."""
 
 from __future__ import annotations
 
@@ -80,4 +82,24 @@ def with_goodput(clients: Clients, project: str, state: JobState) -> JobState:
             history.append(h)
         state = replace(state, history=history, steps_redone=sum(h["steps_redone"] or 0 for h in history),
                         steps_redone_max=sum(h["steps_redone_max"] or 0 for h in history))
-    return state if tl is None else replace(state, goodput=goodput.split(tl))
+    if tl is None:
+        return state
+    from . import steplines
+
+    got = goodput.split(tl)
+    tokens = steplines.tokens_trained(tl.lines, gpus_of(state))
+    cost, price = (state.spent.cost_usd, state.spent.price_per_hour) if state.spent else (None, None)
+    return replace(state, goodput=got, tokens=tokens,
+                   usd_per_million_tokens=round(cost / (tokens / 1e6), 2) if cost is not None and tokens else None,
+                   goodput_lost_usd=goodput.lost_usd(got, price))
+
+
+def gpus_of(state: JobState) -> int:
+    """The job's GPUs in all: its nodes x its machine's GPUs (the catalog's; 0 when it is not there)."""
+    from gcpgpu import catalog
+
+    try:
+        per = catalog.get_machine_type(str(state.machine_type or "")).gpu_count
+    except Exception:  # a machine type the catalog does not know
+        return 0
+    return per * max(int(state.nnodes or 0) if state.target == "cluster" else int(state.nodes or 0), 1)

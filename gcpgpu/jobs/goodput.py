@@ -291,6 +291,14 @@ def figures(good_s: float, node_s: float, lost: dict[str, float], reason: str | 
             "lost_s": {k: round(v, 1) for k, v in lost.items()}, "share": share}
 
 
+def lost_usd(got: dict[str, Any] | None, price_per_hour: float | None) -> dict[str, float] | None:
+    """Each lost part of a goodput (`got`: split()'s) in dollars at a node's price per hour (node-seconds x
+    price / 3600, to the cent): what `job status` and `cost report` show; None without a price."""
+    if not got or price_per_hour is None:
+        return None
+    return {part: round(s * price_per_hour / 3600, 2) for part, s in (got.get("lost_s") or {}).items()}
+
+
 # -- what the job's state, record and log hold -------------------------------------------------------------
 def _when(text: Any) -> float | None:
     return parse_timestamp(text) if text else None

@@ -9,7 +9,9 @@ environment, arguments, secrets' names or the webhook URLs themselves.
     {"event": "RECOVERING", "job": "cluster:c:train-1a2b3c", "name": "train", "cluster": "c",
      "attempt": 1, "at": "2026-11-25T04:30:00Z", "node": "c-1", "cause": "preempted", "last_step": 19}
 
-Events: RUNNING, RECOVERING, RETRYING, STALLED, FAILED (with cause), SUCCEEDED, CANCELLED; and
+Events: RUNNING, RECOVERING, RETRYING, STALLED, FAILED (with cause), SUCCEEDED, CANCELLED (cause "max spend"
+when --max-spend stopped it, with spent_usd and max_spend_usd), SPEND_WARNING (80 % of --max-spend:
+jobs/cluster/spendcap.py); and
 AUTOSTOPPED, a cluster's, to the URLs of `cluster up --autostop D --notify URL` (or `cluster autostop
 NAME D --notify URL`), sent by the leading node follower (gcpgpu/node/agent.py) through a Notifier like
 the job's, right before it stops or deletes the cluster; it waits for delivery (bounded) only before

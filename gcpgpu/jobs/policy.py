@@ -1,6 +1,6 @@
 """What a job's follower does besides recovering lost nodes: retries on the job's own failures,
-stall detection and notifications (job submit --max-restarts-on-errors, --retry-on-exit-codes,
---stall-timeout, --notify).
+stall detection, notifications and its spend cap (job submit --max-restarts-on-errors,
+--retry-on-exit-codes, --stall-timeout, --notify, --max-spend: jobs/cluster/spendcap.py).
 
 The settings are checked here before any API call and stored in the job's record on its nodes
 (record["policy"]), so whoever follows the job (the submitting process, `job follow` from another
@@ -51,6 +51,11 @@ def check(spec: Any, target: str) -> None:
                               or not STALL_RANGE[0] <= stall <= STALL_RANGE[1]):
         raise UsageProblem(f"--stall-timeout {stall!r}s must be from {STALL_RANGE[0]}s to 7d (e.g. 30m)")
     spec.notify = check_urls(spec.notify)
+    if spec.max_spend is not None:
+        spec.max_spend = specfile.parse_usd(spec.max_spend, "--max-spend")
+    if target == "vertex" and spec.max_spend is not None:
+        raise UsageProblem("--max-spend applies to --cluster jobs: its follower stops the job; a Vertex AI job's "
+                           "cost is not priced by gcpgpu (stop it with --timeout)")
     if target == "vertex":
         for flag, value in (("--max-restarts-on-errors", restarts), ("--retry-on-exit-codes", spec.retry_on_exit_codes),
                             ("--stall-timeout", stall)):
@@ -63,7 +68,8 @@ def record_fields(spec: Any) -> dict:
     """What the job's record keeps of these settings (record["policy"]); empty when none was given."""
     policy = {"max_restarts_on_errors": spec.max_restarts_on_errors or 0,
               "retry_on_exit_codes": list(spec.retry_on_exit_codes or []),
-              "stall_timeout": spec.stall_timeout, "notify": list(spec.notify or [])}
+              "stall_timeout": spec.stall_timeout, "notify": list(spec.notify or []),
+              **({"max_spend": spec.max_spend} if spec.max_spend is not None else {})}
     return {"policy": policy} if any(policy.values()) else {}
 
 

@@ -110,6 +110,7 @@ class JobSpec:
     retry_on_exit_codes: list[int] = field(default_factory=list)
     stall_timeout: int | None = None  # seconds
     notify: list[str] = field(default_factory=list)
+    max_spend: float | None = None  # USD: the follower stops the job (checkpoint first) at this cost
     priority: str | None = None  # a Slurm cluster's queue: high | normal | low (jobs/cluster/slurm.py)
 
     @classmethod
@@ -454,8 +455,8 @@ def _file_value(k: str, value: Any, where: str, out: dict[str, Any]) -> Any:
         value = parse_env(value, where)
     if k in ("mounts", "notify") and isinstance(value, str):
         value = [value]
-    if k == "retry_on_exit_codes" and value is not None:
-        value = policy.parse_exit_codes(value, where)
+    if k in ("retry_on_exit_codes", "max_spend") and value is not None:
+        value = policy.parse_exit_codes(value, where) if k == "retry_on_exit_codes" else specfile.parse_usd(value, where)
     if k == "secrets" and value is not None:
         value = usercode.parse_secrets(value, where)
     if k == "labels" and not isinstance(value, dict):

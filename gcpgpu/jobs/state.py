@@ -46,6 +46,7 @@ _CLUSTER = ("cluster", "master", "image", "per_node", "nnodes", "attempt", "reco
 _WHEN_SET = ("master", "restarts", "node", "priority", "position", "scheduler_id", "reason", "output")  # a cluster job's keys shown only when they have a value
 _SPENT = ("uptime_s", "node_hours", "cost_usd", "uptime", "cost")
 _REDONE = ("steps_redone", "steps_redone_max")
+_DOLLARS = ("tokens", "usd_per_million_tokens", "goodput_lost_usd")  # shown only when known
 
 
 def is_final(state: str | None) -> bool:
@@ -63,6 +64,7 @@ class Spent:
     cost_usd: float | None
     uptime: str
     cost: str
+    price_per_hour: float | None = None  # a node's, what goodput's lost node-time is priced at (not in the JSON)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ class JobState:
     steps_redone: int | None = None  # steps the recoveries ran again (at least, and at most)
     steps_redone_max: int | None = None
     goodput: dict | None = None  # {percent, productive_s, node_s, lost_s: {...}} (jobs/goodput.py)
+    tokens: float | None = None  # tokens its steps trained, where its step lines say (steplines.tokens_trained)
+    usd_per_million_tokens: float | None = None  # its cost so far per million of them
+    goodput_lost_usd: dict | None = None  # each lost part of its goodput in dollars, at its node price
 
     @property
     def final(self) -> bool:
@@ -136,6 +141,7 @@ class JobState:
             out["cause"] = self.cause
         if self.goodput is not None:
             out["goodput"] = self.goodput
+        out.update((key, getattr(self, key)) for key in _DOLLARS if getattr(self, key) is not None)
         return out
 
     @classmethod

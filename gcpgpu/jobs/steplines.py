@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 
 # Prefixes a launcher may add to a worker's lines: "[rank0]: ", "[default0]:".
 _PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)")
@@ -92,3 +93,26 @@ def summary_step_s(text: str) -> float | None:
     """Seconds per step (the median after warm-up) from the trainer's summary line, else None."""
     m = _SUMMARY.search(text)
     return None if m is None else float(m.group(1)) / 1e3
+
+
+def tokens_trained(lines: list[tuple[float, str]], gpus: int) -> float | None:
+    """Tokens a job's steps trained, from its writer's lines (`lines`: (time, text)); None when they do not say.
+
+    The bundled trainer's: each step line's "tok/s/gpu" x its "ms" per step x the job's `gpus` is one step's
+    tokens (their median), x its last step + 1 (a step a recovery ran again is paid twice, counted once).
+    A user's command's: a `tokens` value on its step lines ("step 10 loss=2.3 tokens=40960": tokens trained so
+    far), the largest one."""
+    per_step: list[float] = []
+    last = told = None
+    for _t, text in lines:
+        got = trainer_values(text)
+        if got is not None:
+            last = got[0] if last is None else max(last, got[0])
+            rate, ms = got[1].get("tokens_per_s_per_gpu"), got[1].get("step_time_ms")
+            if rate and ms and gpus > 0:
+                per_step.append(rate * ms / 1e3 * gpus)
+        elif (mine := user_values(text)) is not None and mine[1].get("tokens"):
+            told = max(told or 0.0, mine[1]["tokens"])
+    if told:
+        return told
+    return statistics.median(per_step) * (last + 1) if per_step and last is not None else None

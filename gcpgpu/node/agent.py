@@ -8,7 +8,8 @@ Each round, the one node whose follower leads (jobs/cluster/follower.py: a lease
 follows the cluster's job to its end, recovering it from lost nodes with the settings its record
 carries, and while no job runs judges the cluster's autostop (cluster/autostop.py): idle means no
 job running and every GPU under the idle floor `gcpgpu metrics` uses; before it stops or deletes the
-cluster it tells the setting's webhooks AUTOSTOPPED (jobs/notify.py). The others wait to take over.
+cluster it tells the setting's webhooks AUTOSTOPPED (jobs/notify.py); and it judges the cluster's spend cap
+(`cluster up --max-spend`, capped()). The others wait to take over.
 It sits above cluster/, jobs/ and metrics/ because it uses all three.
 
 Its leases name its node (cluster/lease.py's on_node), so once Compute says the node is going another
@@ -26,10 +27,12 @@ from gcpgpu.cluster import lease as leases
 from gcpgpu.cluster.lease import Lease, LeaseHeld, LeaseLost
 from gcpgpu.cluster.observe import Node, observe_nodes
 from gcpgpu.cluster.session import Reporter, Session
+from gcpgpu.costs import ledger
 from gcpgpu.gcp import clock
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.jobs import notify
 from gcpgpu.jobs.cluster import backend, follower
+from gcpgpu.jobs.cluster.record import stamp
 from gcpgpu.jobs.cluster.recover import GaveUp
 from gcpgpu.node import service
 from gcpgpu.times import format_duration
@@ -112,11 +115,14 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
                 return None
 
             told = tell_autostopped(cluster, setting, idle, nodes, say)
+            # As `cluster down`: what the cluster and its jobs cost is kept (costs/ledger.py) before their records go.
+            spent = ledger.snapshot_or_none(clients, project, cluster, say) if setting.get("down") else None
 
             def let_go() -> None:  # the judge's own node goes last, and the leases may not outlive it
                 told.close(NOTIFY_WAIT_S)  # AUTOSTOPPED goes out before the judge's node (and this process) does
                 lease.release()
                 if setting.get("down"):  # as `cluster down`: the lead, any recovery and the job records go too
+                    ledger.keep_if_gone(clients, project, cluster, spent, "autostop", own=node)
                     follower.forget(clients, project, cluster)
                 else:
                     leader.release()
@@ -130,6 +136,42 @@ def tick(clients: Clients, project: str, cluster: str, node: str, idle: autostop
                     say(f"could not delete the dashboards of cluster {cluster}: {e}")
                 autostop.down(s, cluster, node, say, let_go)
                 return "gone"
+            autostop.stop(s, cluster, node, let_go)
+            return "stopped"
+    except LeaseHeld as e:  # a `cluster up` or `down` is at work: judge again next round
+        say(str(e))
+        return None
+
+
+def capped(clients: Clients, project: str, cluster: str, node: str, leader: Lease,
+           say: Callable[[str], None]) -> str | None:
+    """The cluster's spend cap (cluster/spend.py), judged by the leader while no job runs (the job's own
+    follower stops a running job first: spendcap.py): SPEND_WARNING at 80 %; at the cap the cluster is
+    stopped, as autostop stops it, once SPEND_CAPPED is told and the reason marked. 'stopped', else None."""
+    from gcpgpu.jobs.cluster import spendcap
+
+    level, usd, cap, nodes = spendcap.cluster_level(clients, project, cluster, say)
+    if level != "stop" or cap is None or usd is None or job_running(clients, project, cluster):
+        return None
+    limit = float(cap["usd"])
+    say(f"cluster {cluster} has cost ${usd:,.2f} of its --max-spend ${limit:,.2f}: stopping it")
+    s = Session(clients, project, Said(say))
+    try:
+        with s.holding(cluster, "max spend", wait_for_lease=False) as lease:
+            spendcap.mark(clients, project, cluster, s.check_lease, since=spendcap.run_since(nodes), stopped=stamp(),
+                          spent_usd=usd, max_spend_usd=limit, why=f"cost ${usd:,.2f} of --max-spend ${limit:,.2f}")
+            urls = [str(u) for u in cap.get("notify") or []]
+            told = notify.Notifier(urls, cluster=cluster)
+            if urls:
+                say(f"telling {len(urls)} webhook(s): {spendcap.CAPPED}")
+                told.send(spendcap.CAPPED, action="stop", spent_usd=usd, max_spend_usd=limit,
+                          nodes=sorted(n.name for n in nodes if n.status == "RUNNING"))
+
+            def let_go() -> None:  # as autostop's: the message out, the leases let go, before the judge's node stops
+                told.close(NOTIFY_WAIT_S)
+                lease.release()
+                leader.release()
+
             autostop.stop(s, cluster, node, let_go)
             return "stopped"
     except LeaseHeld as e:  # a `cluster up` or `down` is at work: judge again next round
@@ -187,6 +229,8 @@ def _serve(clients: Clients, project: str, cluster: str, node: str, poll_s: floa
                         say(str(e))
                     done.add(found[1].id)
                     idle.reset()
+                elif capped(clients, project, cluster, node, lead, say) is not None:
+                    return 0
                 elif tick(clients, project, cluster, node, idle, lead, say) is not None:
                     return 0
         except LeaseLost as e:

@@ -1,5 +1,5 @@
 """`gcpgpu cluster autostop NAME DURATION|--cancel`: set or cancel a cluster's autostop (cluster/autostop.py);
-and `cluster up`'s --autostop, --down and --notify."""
+and `cluster up`'s --autostop, --down and --notify, and its --max-spend and --max-hourly-cost."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ UP_OPTIONS = [
                  "for this long (1m to 30d), judged on the cluster itself: the laptop can be closed."),
     click.option("--down", "autostop_down", is_flag=True, default=None,
                  help="With --autostop: delete the cluster (as 'cluster down') instead of stopping it."),
-    click.option("--notify", "autostop_notify", multiple=True, metavar="URL", help=f"With --autostop: {NOTIFY_HELP}"),
+    click.option("--notify", "autostop_notify", multiple=True, metavar="URL",
+                 help=f"With --autostop or --max-spend: {NOTIFY_HELP} With --max-spend also SPEND_WARNING at 80 %."),
+    click.option("--max-spend", metavar="USD", help="Once the cluster's cost so far reaches USD, the cluster's own "
+                 "follower stops its job (checkpoint first) and then stops the cluster (cluster up starts it again, "
+                 "counted from zero)."),
+    click.option("--max-hourly-cost", metavar="USD", help="Refuse a plan that would cost more than USD per hour "
+                 "(the catalog's price x nodes), before anything is created."),
 ]
 
 
@@ -38,7 +44,27 @@ def autostop_flags(kw: dict[str, Any]) -> dict[str, Any]:
         flags["autostop_down"] = True
     if kw.get("autostop_notify"):
         flags["autostop_notify"] = list(kw["autostop_notify"])
+    if kw.get("max_spend") is not None:
+        from gcpgpu.specfile import parse_usd
+
+        flags["max_spend"] = parse_usd(kw["max_spend"], "--max-spend")
     return flags
+
+
+def check_hourly_cost(plan: Any, value: str | None) -> None:
+    """--max-hourly-cost: a plan whose hourly cost is over it, or unknown, is refused in one line."""
+    if value is None:
+        return
+    from gcpgpu.specfile import parse_usd
+
+    cap = parse_usd(value, "--max-hourly-cost")
+    cost = plan.cost_per_hour
+    if cost is None:
+        raise UsageProblem(f"--max-hourly-cost ${cap:,.2f}: the catalog has no {plan.spec.provisioning} price for "
+                           f"{plan.machine.name}, so the plan's hourly cost cannot be checked")
+    if cost > cap:
+        raise UsageProblem(f"--max-hourly-cost ${cap:,.2f}: the plan costs about ${cost:,.2f}/hour ({plan.spec.nodes} x "
+                           f"{plan.machine.name}, {plan.spec.provisioning}); use fewer nodes, --spot, or a higher cap")
 
 
 @click.command()

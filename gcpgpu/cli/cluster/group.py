@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from gcpgpu.errors import Interrupted, UsageProblem
+from gcpgpu.errors import CloudError, Interrupted, UsageProblem
 from gcpgpu.output import Column, emit, info
 from gcpgpu.settings import Settings
 
-from .autostop import autostop, autostop_options
+from .autostop import autostop, autostop_options, check_hourly_cost
 from .doctor import doctor, repair
 from .flags import build_spec, spec_options
 
@@ -139,6 +139,7 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
     if wait_for_start and not spec.reservation:
         raise UsageProblem("--wait-for-start needs --reservation NAME (a future reservation to wait for)")
     project = settings.project
+    check_hourly_cost(make_plan(spec, project), kw.get("max_hourly_cost"))  # a pure plan: before any call
     # A re-run keeps the file systems the cluster has, unless told (README, "Shared storage"). Not read when
     # _confirm is sure to refuse (no --yes, no terminal): that refusal makes no call.
     if not dry_run and (yes or sys.stdin.isatty()):
@@ -180,6 +181,11 @@ def up(settings: Settings, dry_run: bool, yes: bool, no_wait: bool, wait_for_sta
         raise Interrupted(f"Everything created so far is named and labelled for cluster {p.name}: run "
                           f"'gcpgpu cluster up {p.name} ...' again to resume, or 'gcpgpu cluster down {p.name}' to "
                           "remove it.") from None
+    if spec.max_spend is not None:  # nodes an earlier `up` made carry no cap, or another one
+        from gcpgpu.cluster import spend
+
+        if spend.put_on(settings.clients, project, p.name, spec.max_spend, spec.autostop_notify, spec.agent_image):
+            info(f"Cluster {p.name}: max spend ${spec.max_spend:,.2f} set on its nodes")
     emit([n.row() for n in nodes], NODE_COLUMNS, title=f"Cluster {p.name}: {len(nodes)} node(s) RUNNING")
 
 
@@ -218,11 +224,19 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
         from gcpgpu.cluster.shared_fs import refuse_if_shared
 
         refuse_if_shared(settings.clients, project, name)
+    from gcpgpu.costs import ledger
+
+    spent = ledger.snapshot_or_none(settings.clients, project, name, info)  # before its nodes and job records go
     try:
         found = Cluster(settings.clients, project, ConsoleReporter()).down(name, keep_reservation=keep_reservation,
                                                                            wait_for_lease=not no_wait)
     except KeyboardInterrupt:
+        ledger.keep_if_gone(settings.clients, project, name, spent, "cluster down")
         raise Interrupted(f"Run 'gcpgpu cluster down {name}' again to finish.") from None
+    except CloudError:  # something besides the nodes was left: the nodes' cost is still the cluster's
+        ledger.keep_if_gone(settings.clients, project, name, spent, "cluster down")
+        raise
+    ledger.keep_if_gone(settings.clients, project, name, spent, "cluster down", found.nodes)
     dashboards = _delete_dashboards(settings, project, name)
     from gcpgpu.jobs.cluster.follower import forget
 
@@ -291,8 +305,10 @@ def status(settings: Settings, name: str) -> None:
     holder = lease.current(settings.clients, settings.project, name)
     rows, spent = cost.node_rows(obs.nodes)
     stop_after = auto.of(obs.nodes)
+    capped = _spend_cap(settings, name, obs.nodes)
     if settings.format != "table":
-        emit({"cluster": name, "nodes": rows, "autostop": auto.public(stop_after), "placementPolicies": obs.policies,
+        emit({"cluster": name, "nodes": rows, "autostop": auto.public(stop_after), "max_spend": capped,
+              "placementPolicies": obs.policies,
               "reservations": obs.reservations, "networks": obs.networks, "subnetworks": obs.subnets,
               "firewalls": obs.firewalls, "routers": obs.routers, "problems": flagged,
               "busy": lease.describe(holder) if holder else None, **spent,
@@ -300,6 +316,9 @@ def status(settings: Settings, name: str) -> None:
         return
     emit(rows, [*NODE_COLUMNS, *COST_COLUMNS], title=f"Cluster {name}", empty="No nodes.")
     info(cost.cost_line(obs.nodes, spent) + holdings.cost_words(obs.held) + f"; autostop {auto.shown(stop_after)}")
+    if capped:
+        info(f"max spend ${capped['usd']:,.2f}" + (f"; stopped at {capped['stopped']}: {capped['why']}"
+                                                   if capped.get("stopped") else ""))
     if obs.scheduler:
         info(f"scheduler: {obs.scheduler}")
     for h in obs.held:
@@ -327,6 +346,21 @@ def status(settings: Settings, name: str) -> None:
         info(f"problem: {line}")
     if flagged:
         info(f"'gcpgpu cluster up {name} ...' again repairs labels and re-creates missing nodes")
+
+
+def _spend_cap(settings: Settings, name: str, nodes: list[Any]) -> dict[str, Any] | None:
+    """The cluster's --max-spend and what its leader did about it this run (warned, stopped, why); never
+    its webhooks (a URL may hold a token). None without a cap."""
+    from gcpgpu.cluster import spend
+    from gcpgpu.jobs.cluster import spendcap
+
+    cap = spend.of(nodes)
+    if not cap:
+        return None
+    seen = spendcap.marks(settings.clients, settings.project, name)
+    done = {k: seen[k] for k in ("warned", "stopped", "spent_usd", "why") if k in seen} \
+        if seen.get("since") == spendcap.run_since(nodes) else {}
+    return {"usd": float(cap["usd"]), **done}
 
 
 @cluster.command("list")

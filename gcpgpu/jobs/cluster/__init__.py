@@ -17,4 +17,5 @@ stall.py      stall detection from the job's log, and the stacks captured before
 ahead.py      ends a follower sees coming (a run's set end, host maintenance)
 loss.py       why a node was lost, as Compute tells it
 spent.py      what a job has run and cost so far
+spendcap.py   a job's --max-spend: warned at 80 %, stopped (checkpoint first) at its cap, by its follower
 """

@@ -74,6 +74,9 @@ def forget(clients: Clients, project: str, cluster: str) -> None:
     leadership(clients, project, cluster, "down")._swap(lambda _current: None)
     journal.put(clients, project, cluster, None)
     store.forget(clients, project, cluster)
+    from .spendcap import forget as forget_spend
+
+    forget_spend(clients, project, cluster)
 
 
 def follower_settings(record: JobRecord, params: Any) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class Policy(TypedDict, total=False):
     retry_on_exit_codes: list[int]
     stall_timeout: int | None
     notify: list[str]
+    max_spend: float  # USD: the follower stops the job at this cost (spendcap.py)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class JobRecord:
     cause: str | None = None
     error: str | None = None
     followed_until: float | None = None  # the submitter promised to lead by then (gcpgpu.gcp.clock)
+    spend_warned: str | None = None  # when its follower told SPEND_WARNING (80 % of --max-spend: spendcap.py)
     # -- a recovery written down and not finished (journal.py): the VMs to replace and the spec
     recovering: dict | None = None
     # -- a Slurm cluster's queue (jobs/cluster/slurm.py, gcpgpu/slurm/queue.py)

@@ -143,6 +143,8 @@ class Follower:
                                  f"{state.output_dir or 'its --ckpt-dir'}")
                 self.recover_once(state, lost, causes)
                 continue
+            if (capped := self.guard.cap.check(state)) is not None:  # --max-spend reached: stopped, CANCELLED
+                return capped
             if state.state == RUNNING and (soon := ahead.due(state.per_node)) is not None:
                 return self._stop_ahead(state, soon)
             if state.state == RUNNING and (acted := self.guard.check_stall(state)):

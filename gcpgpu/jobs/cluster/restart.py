@@ -1,4 +1,4 @@
-"""The follower's guard over a cluster job's own failures: retries, stalls and webhooks.
+"""The follower's guard over a cluster job's own failures: retries, stalls, webhooks and its spend cap (spendcap.py).
 
 recover.Follower follows the job and recovers it from lost nodes; this guard, built from the
 settings stored in the job's record (jobs/policy.py), decides the rest:
@@ -27,7 +27,7 @@ from gcpgpu.gcp import clock
 from gcpgpu.jobs import goodput, notify, policy
 from gcpgpu.jobs.state import FAILED, RETRYING, RUNNING, STALLED, JobState, is_final
 
-from . import nodes, stall, store
+from . import nodes, spendcap, stall, store
 
 STALLED_CAUSE = "stalled"
 
@@ -48,6 +48,7 @@ class Guard:
         timeout = self.policy.get("stall_timeout")
         self.watch = stall.Watch(follower.clients, follower.project, follower.jid, float(timeout),
                                  bool(record.bundled_trainer)) if timeout else None
+        self.cap = spendcap.Cap(self, self.policy)  # --max-spend
         self.attempt: int | None = None
         self.last: JobState | None = None  # what the nodes said last
         self._deferred: str | None = None  # a state this follower wrote whose webhook waits for its details

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from gcpgpu.cluster.observe import observe_nodes
-from gcpgpu.errors import CloudError
+from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.identity import whoami
 from gcpgpu.jobs import ids
@@ -48,7 +48,11 @@ def position(recorded: list[JobRecord], priority: str) -> int:
 
 
 def check(job: ValidJob, cluster: str) -> None:
-    """Slurm takes every option the agent backend does, and --priority."""
+    """Slurm takes every option the agent backend does, and --priority; not --max-spend (node 0's queue
+    agent follows its jobs, and prices none of them)."""
+    if job.spec.max_spend is not None:
+        raise UsageProblem(f"--max-spend: cluster {cluster} runs Slurm, whose jobs no gcpgpu follower prices; cap "
+                           f"the cluster instead ('cluster up {cluster} ... --max-spend USD')")
 
 
 @contextlib.contextmanager

@@ -25,14 +25,14 @@ from gcpgpu.times import parse_timestamp
 
 def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any],
               now: float | None = None) -> dict[str, Any]:
-    """uptime_s, node_hours and cost_usd (None without a catalog price) of a cluster job's `state`
-    (a JobState, or its dict)."""
+    """uptime_s, node_hours, cost_usd (None without a catalog price) and the price_per_hour of a node of
+    a cluster job's `state` (a JobState, or its dict)."""
     if not isinstance(state, JobState):
         state = JobState.from_dict(state)
     now = clock.now() if now is None else now
     begin = parse_timestamp(state.created)
     if begin is None:
-        return {"uptime_s": None, "node_hours": None, "cost_usd": None}
+        return {"uptime_s": None, "node_hours": None, "cost_usd": None, "price_per_hour": None}
     end = parse_timestamp(state.ended) or now
     if state.waits_in_queue:  # a shared queue's job (the backend says: jobs/cluster/backend.py)
         return _queued_spent(clients, project, state, begin, end)
@@ -54,9 +54,14 @@ def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any
         stop = end if run.running else min(end, run.started + run.seconds)
         seconds += max(0.0, stop - max(begin, run.started))
     provisioning = nodes[0].provisioning if nodes else "STANDARD"
-    price = cost.node_price(str(state.machine_type or ""), provisioning)
-    return {"uptime_s": round(end - begin), "node_hours": round(seconds / 3600, 3),
-            "cost_usd": None if price is None else round(price * seconds / 3600, 2)}
+    return _figures(end - begin, seconds, cost.node_price(str(state.machine_type or ""), provisioning))
+
+
+def _figures(window_s: float, node_s: float, price: float | None) -> dict[str, Any]:
+    """job_spent's figures: `price_per_hour` is the node's (None: no catalog price), what goodput's
+    lost node-time is priced at (`job status`, `cost report`)."""
+    return {"uptime_s": round(window_s), "node_hours": round(node_s / 3600, 3),
+            "cost_usd": None if price is None else round(price * node_s / 3600, 2), "price_per_hour": price}
 
 
 def held(state: JobState, end: float) -> list[tuple[float, float]]:
@@ -73,12 +78,12 @@ def _queued_spent(clients: Clients, project: str, state: JobState, begin: float,
     seconds = sum(b - a for a, b in held(state, end)) * int(state.nnodes or 1)
     nodes = observe_nodes(clients, project, state.cluster or "")
     price = cost.node_price(str(state.machine_type or ""), nodes[0].provisioning if nodes else "STANDARD")
-    return {"uptime_s": round(end - begin), "node_hours": round(seconds / 3600, 3),
-            "cost_usd": None if price is None else round(price * seconds / 3600, 2)}
+    return _figures(end - begin, seconds, price)
 
 
 def with_spent(clients: Clients, project: str, state: JobState) -> JobState:
     """`state` with job_spent's figures, and uptime and cost as `job status`'s table shows them."""
     got = job_spent(clients, project, state)
-    return replace(state, spent=Spent(**got, uptime=cost.shown_uptime(got["uptime_s"]),
-                                      cost=cost.shown_cost(got["cost_usd"])))
+    return replace(state, spent=Spent(uptime_s=got["uptime_s"], node_hours=got["node_hours"],
+                                      cost_usd=got["cost_usd"], uptime=cost.shown_uptime(got["uptime_s"]),
+                                      cost=cost.shown_cost(got["cost_usd"]), price_per_hour=got["price_per_hour"]))
