@@ -10,7 +10,6 @@ from click.testing import CliRunner
 from helpers import PROJECT, wait_for
 
 from gcpgpu.cli import main
-from gcpgpu.cluster import cost
 from gcpgpu.jobs import goodput, steplines
 
 GLOBAL = ["--project", PROJECT, "--region", "us-central1"]
@@ -57,7 +56,7 @@ def test_job_status_shows_dollars_per_million_tokens_and_each_lost_part_in_dolla
     wait_for(lambda: "step      9" in cli("job", "logs", job).output, timeout=60, what="the lines in the job's log")
     gcp.clock.freeze()
     got = shown(job)
-    price = cost.node_price("a2-highgpu-1g", "STANDARD")
+    price = json.loads(cli("catalog", "show", "a2-highgpu-1g", fmt="json").stdout)["price_per_hour"]  # the cloud's
     assert got["tokens"] == pytest.approx(9100 * 1.0 * 1 * 10)  # one GPU, ten steps
     assert got["usd_per_million_tokens"] == pytest.approx(got["cost_usd"] / (got["tokens"] / 1e6), abs=0.01)
     lost = got["goodput"]["lost_s"]

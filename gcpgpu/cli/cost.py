@@ -46,7 +46,9 @@ def report(settings: Settings, since: str, by: str) -> None:
     whole = costs.total(rows)
     notes = []
     if by == "user":
-        notes.append("gcpgpu keeps no submitter of a cluster or job yet: every row is 'unknown'")
+        notes.append("a job counts for who submitted it, a cluster's time no job used for who made the cluster"
+                     + ("; 'unknown': made before gcpgpu kept who made it" if any(r["user"] == "unknown" for r in rows)
+                        else ""))
     if by == "label":
         notes.append("a cluster with several labels counts under each: the rows may add up to more than the total")
     if whole["unpriced"]:

@@ -93,6 +93,7 @@ def snapshot(clients: Clients, project: str, cluster: str, now: float | None = N
         except Exception:  # a record the views cannot read: left out of the report rather than fail `down`
             continue
         jobs.append({"id": str(jid), "name": record.name, "state": state.state, "nnodes": state.nnodes,
+                     "submitter": state.submitter,
                      "created": state.created, "ended": state.ended or stamp(now), "final": state.final,
                      "node_hours": paid["node_hours"], "cost_usd": paid["cost_usd"],
                      "lost_usd": _lost_usd(clients, project, state, now, paid["price_per_hour"]) if goodput else None})
@@ -101,7 +102,8 @@ def snapshot(clients: Clients, project: str, cluster: str, now: float | None = N
             "provisioning": first.provisioning, "region": first.region,
             "started": stamp(min(starts)) if starts else None, "ended": stamp(now),
             "labels": user_labels(first.labels), "node_hours": got["node_hours"], "cost_usd": got["cost_usd"],
-            "price_per_hour": cost.node_price(first.machine_type, first.provisioning), "jobs": jobs}
+            "price_per_hour": cost.node_price(first.machine_type, first.provisioning, first.region), "jobs": jobs,
+            "owner": next((n.metadata["gcpgpu-owner"] for n in nodes if n.metadata.get("gcpgpu-owner")), None)}
 
 
 def snapshot_or_none(clients: Clients, project: str, cluster: str, say: Any) -> dict[str, Any] | None:

@@ -59,6 +59,7 @@ def _vertex_items(clients: Clients, project: str, region: str, now: float) -> li
         out.append({"kind": "job", "job": state.id, "name": state.name, "cluster": f"vertex:{region}",
                     "state": state.state, "nodes": state.nodes, "machine_type": state.machine_type,
                     "started": state.created, "ended": state.ended, "labels": user_labels(dict(job.labels)),
+                    "user": state.submitter,
                     "node_hours": spent.node_hours if spent else 0.0, "cost_usd": spent.cost_usd if spent else None})
     return out
 
@@ -70,12 +71,12 @@ def _cluster_items(record: dict[str, Any], live: bool) -> list[dict[str, Any]]:
                "region": record.get("region"), "started": record.get("started"),
                "ended": None if live else record.get("ended"), "labels": record.get("labels") or {},
                "node_hours": record.get("node_hours") or 0.0, "cost_usd": record.get("cost_usd"),
-               "live": live, **({"why": record["why"]} if record.get("why") else {})}
+               "live": live, "user": record.get("owner"), **({"why": record["why"]} if record.get("why") else {})}
     jobs = [{"kind": "job", "job": j.get("id"), "name": j.get("name"), "cluster": record["cluster"],
              "state": j.get("state"), "nodes": j.get("nnodes"), "machine_type": record.get("machine_type"),
              "started": j.get("created"), "ended": j.get("ended") if not live or j.get("final") else None,
              "labels": record.get("labels") or {}, "node_hours": j.get("node_hours") or 0.0,
-             "cost_usd": j.get("cost_usd"), "lost_usd": j.get("lost_usd")}
+             "cost_usd": j.get("cost_usd"), "lost_usd": j.get("lost_usd"), "user": j.get("submitter")}
             for j in record.get("jobs") or []]
     return [cluster, *jobs]
 
@@ -128,8 +129,8 @@ def _add(row: dict[str, Any], item: dict[str, Any]) -> None:
 def _keys(item: dict[str, Any], by: str) -> list[str]:
     if by == "cluster":
         return [item["cluster"]]
-    if by == "user":
-        return [UNKNOWN_USER]
+    if by == "user":  # a job's submitter; a cluster's time no job used, its maker's (gcp/identity.py)
+        return [item.get("user") or UNKNOWN_USER]
     if by == "label":
         return [f"{k}={v}" for k, v in sorted((item.get("labels") or {}).items())] or [NO_LABEL]
     return [item.get("job") or f"{item['cluster']} {NO_JOB}"]
@@ -142,7 +143,7 @@ def group(found: list[dict[str, Any]], by: str) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     clusters = [i for i in found if i["kind"] == "cluster"]
     jobs = [i for i in found if i["kind"] == "job"]
-    if by == "job":
+    if by in ("job", "user"):  # a shared cluster's cost split among its jobs: theirs, then the time none used
         counted = list(jobs)
         for c in clusters:
             mine = [j for j in jobs if j["cluster"] == c["cluster"] and j["started"] and c["started"]

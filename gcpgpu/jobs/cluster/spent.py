@@ -54,7 +54,8 @@ def job_spent(clients: Clients, project: str, state: JobState | Mapping[str, Any
         stop = end if run.running else min(end, run.started + run.seconds)
         seconds += max(0.0, stop - max(begin, run.started))
     provisioning = nodes[0].provisioning if nodes else "STANDARD"
-    return _figures(end - begin, seconds, cost.node_price(str(state.machine_type or ""), provisioning))
+    return _figures(end - begin, seconds, cost.node_price(str(state.machine_type or ""), provisioning,
+                                                          nodes[0].region if nodes else None))
 
 
 def _figures(window_s: float, node_s: float, price: float | None) -> dict[str, Any]:
@@ -77,7 +78,8 @@ def _queued_spent(clients: Clients, project: str, state: JobState, begin: float,
     """job_spent of a Slurm cluster's job: its nodes (nnodes, whole nodes: --exclusive) for the time it held them."""
     seconds = sum(b - a for a, b in held(state, end)) * int(state.nnodes or 1)
     nodes = observe_nodes(clients, project, state.cluster or "")
-    price = cost.node_price(str(state.machine_type or ""), nodes[0].provisioning if nodes else "STANDARD")
+    price = cost.node_price(str(state.machine_type or ""), nodes[0].provisioning if nodes else "STANDARD",
+                            nodes[0].region if nodes else None)
     return _figures(end - begin, seconds, price)
 
 
