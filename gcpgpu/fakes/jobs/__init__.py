@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
@@ -98,6 +99,18 @@ class LocalJobs:
         return [sys.executable, "-m", REPORTER_MODULE, "--log-json", log_json, f"--{target.kind}", target.name,
                 "--project", target.project, "--location", target.location, "--task-id", "0",
                 "--emulator", address, "--pid", str(replica.popen.pid)]
+
+    def node_workdir(self, instance_id: str) -> Path | None:
+        """The working folder (/workdir) of the job running on node `instance_id` now, if one runs there."""
+        run = self.running_on(instance_id)
+        folder = run.workdir / "workdir" if run is not None else None
+        return folder if folder is not None and folder.is_dir() else None
+
+    def running_on(self, instance_id: str) -> Run | None:
+        """The run of the job running on node `instance_id` now (its processes alive), or None."""
+        run_id = self.agent.node_runs.get(instance_id)
+        run = self.runner.get(run_id) if run_id else None
+        return run if run is not None and run.replicas and not run.done else None
 
     def reset(self) -> None:
         """Stop every local process and forget every run and report."""
