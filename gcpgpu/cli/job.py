@@ -28,6 +28,8 @@ from gcpgpu.jobs.state import (
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
 
+from .attach import attach
+
 # What the follower does besides recovering lost nodes: retries, stalls, webhooks (checked in
 # jobs/policy.py, stored in the job's record).
 follower_options = with_options(
@@ -440,3 +442,6 @@ def cancel(settings: Settings, job_id: str, wait: bool) -> None:
         info(f"Cancelling job {jid} (now {state.state}).")
     if settings.format != "table":
         emit(state.to_dict())
+
+
+job.add_command(attach)

@@ -32,6 +32,7 @@ from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
 from .gate import guarded
 from .guest.sshd import NodeSsh
+from .host.nsexec import Engine
 from .host.sandbox import UserCommands
 from .host.shared_mounts import SharedStorage, disk_resolver
 from .host.storage import Storage
@@ -147,7 +148,9 @@ class Emulator:
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
                                     user=self.user_commands, activity=self.activity, nfs=self.filestore.nfs_folder)
         # Each node's real sshd, reachable only through the stand-in for IAP TCP forwarding (guest/sshd.py, host/tunnel.py).
-        self.node_ssh = NodeSsh(self.compute, self.user_commands, lambda: disk.root, shared, self.jobs.node_workdir)
+        self.engine = Engine(self.jobs.container)  # `docker exec` into a node's job (host/nsexec.py)
+        self.node_ssh = NodeSsh(self.compute, self.user_commands, lambda: disk.root, shared, self.jobs.node_workdir,
+                                self.engine.socket_for)
         self.iap = IapTunnel(self.node_ssh.connect, self.node_ssh.running)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
@@ -167,6 +170,7 @@ class Emulator:
         self.vertex.reset()
         self.jobs.reset()
         self.node_ssh.reset()
+        self.engine.reset()
         self.monitoring.reset()
         self.storage.reset()
         self.filestore.reset()
@@ -426,6 +430,7 @@ class Emulator:
         self.fault_clock.stop()
         self.iap.stop()
         self.node_ssh.reset()
+        self.engine.reset()
         if self._http is not None:
             self._http.stop()
             self._http = None

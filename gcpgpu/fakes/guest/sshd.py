@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -150,8 +151,8 @@ class NodeSsh:
         return None
 
     def connect(self, project: str, zone: str, name: str) -> Callable[[socket.socket], None]:
-        """Ready a new sshd of node `name`: what starts it on a connection. ValueError (one line) when it
-        cannot be."""
+        """Ready a new sshd of node `name`: what starts it on a connection and returns when it ends.
+        ValueError (one line) when it cannot be."""
         why = self.refusal()
         if why is not None:
             raise ValueError(why)
@@ -183,6 +184,9 @@ class NodeSsh:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._watch, name="emulator-node-sshd", daemon=True)
                     self._thread.start()
+            # This thread lives as long as the session: bwrap's --die-with-parent is a parent-death signal,
+            # which fires when the thread that started it ends (sessions were SIGKILLed at random before).
+            proc.wait()
 
         return start
 
@@ -208,22 +212,26 @@ class NodeSsh:
     def _watch(self) -> None:
         """End the sessions of every node no longer RUNNING (stopped, deleted, lost), and forget ended ones."""
         while not self._stop.wait(WATCH_S):
-            with self._lock:
-                held = {iid: list(s) for iid, s in self.sessions.items()}
-            if not held:
-                continue
-            running = set()
-            for project in {p for s in held.values() for p, _ in s}:
-                running |= {i["id"] for i in self.compute.instance_summaries(project) if i["status"] == "RUNNING"}
-            for iid, sessions in held.items():
-                for project, proc in sessions:
-                    if iid not in running and proc.poll() is None:
-                        self._kill(proc)
-                    if proc.poll() is not None:
-                        with self._lock:
-                            self.sessions[iid].remove((project, proc))
-            with self._lock:
-                self.sessions = {iid: s for iid, s in self.sessions.items() if s}
+            try:
+                self._sweep()
+            except Exception as e:  # a VM changing under the scan (or a reset): look again next time
+                print(f"gcpgpu emulator: node sshd: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def _sweep(self) -> None:
+        with self._lock:
+            held = {iid: list(s) for iid, s in self.sessions.items()}
+        if not held:
+            return
+        running: set[str] = set()
+        for project in {p for s in held.values() for p, _ in s}:
+            running |= {i["id"] for i in self.compute.instance_summaries(project) if i["status"] == "RUNNING"}
+        for iid, sessions in held.items():
+            for _project, proc in sessions:
+                if iid not in running and proc.poll() is None:
+                    self._kill(proc)
+        with self._lock:
+            self.sessions = {iid: kept for iid, s in self.sessions.items()
+                             if (kept := [(p, proc) for p, proc in s if proc.poll() is None])}
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:

@@ -112,6 +112,20 @@ class LocalJobs:
         run = self.runner.get(run_id) if run_id else None
         return run if run is not None and run.replicas and not run.done else None
 
+    def container(self, instance_id: str, name: str) -> tuple[int, dict[str, str]] | str:
+        """What `docker exec NAME` on node `instance_id` enters: the pid of its running job's sandbox and the
+        container's environment; else why not, in Docker's words."""
+        run = self.running_on(instance_id)
+        if run is None or self.agent.containers.get(instance_id) != name:
+            return f"No such container: {name}"
+        replica = run.replicas[0]
+        from ..host.nsexec import sandbox_process
+
+        pid = sandbox_process(replica.popen.pid) if replica.popen is not None and replica.spec.prepare else None
+        if pid is None:
+            return f"container {name} is not running"
+        return pid, dict(replica.spec.env)
+
     def reset(self) -> None:
         """Stop every local process and forget every run and report."""
         self.agent.reset()
