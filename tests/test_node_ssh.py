@@ -173,3 +173,54 @@ def test_rank_out_of_range_and_all_with_no_running_node_are_one_line(gcp, two):
     out = cli("cluster", "ssh", "c", "--all", "--", "true", code=2)
     assert out.output.strip() == ("Error: --all: cluster c has no RUNNING node (c-0 TERMINATED, c-1 TERMINATED); "
                                   "start it with 'gcpgpu cluster up c ...'")
+
+
+def _job_state(jid: str) -> dict:
+    import json
+
+    return json.loads(cli("--format", "json", "job", "status", jid).stdout)
+
+
+@needs_sshd
+def test_job_attach_runs_a_command_inside_the_running_jobs_sandbox_seeing_its_rank_and_workdir(gcp, two):
+    jid = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--command",
+              "sh -c 'echo mark-$NODE_RANK > /workdir/mark; exec sleep 600'").stdout.split()[0]
+    wait_for(lambda: _job_state(jid)["state"] == "RUNNING", what=f"{jid} RUNNING")
+    env = {**os.environ, "GCPGPU_EMULATOR": gcp.address}
+    look = "echo NODE_RANK=$NODE_RANK; pwd; cat mark; ps -eo comm"
+
+    def attached() -> str | None:
+        done = subprocess.run([GCPGPU, *GLOBAL, "job", "attach", jid, "--rank", "1", "--", "sh", "-c", look],
+                              env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+        return done.stdout if done.returncode == 0 and "mark-1" in done.stdout else None
+
+    lines = wait_for(attached, what="attach to see the job's mark").splitlines()
+    assert lines[:3] == ["NODE_RANK=1", "/workdir", "mark-1"]
+    assert "sleep" in lines[3:]  # the job's own processes: its pid namespace, as `docker exec` enters it
+    assert cli("job", "attach", jid, "--rank", "2", "--", "true", code=2).output.strip() == (
+        f"Error: --rank 2: job {jid} runs on ranks 0, 1")
+    cli("job", "cancel", jid)
+    wait_for(lambda: _job_state(jid)["state"] == "CANCELLED", what=f"{jid} CANCELLED")
+    assert cli("job", "attach", jid, "--", "true", code=2).output.strip() == (
+        f"Error: job {jid} is CANCELLED, not RUNNING: there is no container to attach to")
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: no job runs")
+def test_vertex_interactive_asks_for_web_access_and_attach_prints_each_replicas_shell(gcp, home):
+    vertex = ["job", "submit", "--vertex", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--image", "busybox",
+              "--command", "sleep 600"]
+    dry = cli(*vertex, "--interactive", "--dry-run")
+    assert "enableWebAccess: true" in dry.stdout
+    jid = cli(*vertex, "--interactive").stdout.split()[0]
+    plain = cli(*vertex).stdout.split()[0]
+    wait_for(lambda: _job_state(jid)["state"] == "RUNNING" and _job_state(plain)["state"] == "RUNNING",
+             what="both jobs RUNNING")
+    number = jid.rsplit(":", 1)[1]
+    assert cli("job", "attach", jid).stdout.splitlines() == [
+        f"workerpool0-0\thttps://{number}-0-0-dot-us-central1.aiplatform-training.googleusercontent.com/",
+        f"workerpool1-0\thttps://{number}-1-0-dot-us-central1.aiplatform-training.googleusercontent.com/"]
+    assert "INTERACTIVE SHELL" in cli("job", "status", jid).stdout
+    assert cli("job", "attach", plain, code=2).output.strip() == (
+        f"Error: job {plain} has no interactive shells: submit it with --interactive (Vertex AI's enableWebAccess)")
+    on_cluster = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--interactive", code=2)
+    assert on_cluster.output.strip().startswith("Error: --interactive is Vertex AI's (enableWebAccess")
