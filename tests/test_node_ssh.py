@@ -224,3 +224,23 @@ def test_vertex_interactive_asks_for_web_access_and_attach_prints_each_replicas_
         f"Error: job {plain} has no interactive shells: submit it with --interactive (Vertex AI's enableWebAccess)")
     on_cluster = cli("job", "submit", "--cluster", "c", "--image", "busybox", "--interactive", code=2)
     assert on_cluster.output.strip().startswith("Error: --interactive is Vertex AI's (enableWebAccess")
+
+
+@needs_sshd
+@pytest.mark.skipif(__import__("gcpgpu.fakes.guest.slurm", fromlist=["x"]).slurm_installed() is not None,
+                    reason="Slurm is not installed: the emulator's Slurm clusters cannot run")
+def test_job_attach_reaches_a_slurm_jobs_container_too(gcp, home):
+    cli("cluster", "up", "q", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
+        "--scheduler", "slurm", "--yes")
+    jid = cli("job", "submit", "--cluster", "q", "--image", "busybox", "--command",
+              "sh -c 'echo mark-$NODE_RANK > /workdir/mark; exec sleep 600'").stdout.split()[0]
+    wait_for(lambda: _job_state(jid)["state"] == "RUNNING", timeout=180, what=f"{jid} RUNNING under Slurm")
+    env = {**os.environ, "GCPGPU_EMULATOR": gcp.address}
+
+    def attached() -> str | None:
+        done = subprocess.run([GCPGPU, *GLOBAL, "job", "attach", jid, "--rank", "1", "--", "sh", "-c",
+                               "echo NODE_RANK=$NODE_RANK; cat mark"], env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
+        return done.stdout if done.returncode == 0 and "mark-1" in done.stdout else None
+
+    assert wait_for(attached, what="attach to a Slurm job's container").splitlines() == ["NODE_RANK=1", "mark-1"]

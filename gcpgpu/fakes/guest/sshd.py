@@ -161,9 +161,7 @@ class NodeSsh:
             raise ValueError(f"instance {name} is {inst.get('status')}, not RUNNING: nothing listens on its port 22")
         iid = str(inst["id"])
         items = {i.get("key"): i.get("value") or "" for i in (inst.get("metadata") or {}).get("items", [])}
-        with self.compute._lock:
-            common = self.compute.common_metadata(self.compute.project(project))
-            project_items = {i.get("key"): i.get("value") or "" for i in common.get("items") or []}
+        project_items = self.compute.project_metadata(project)
         folder = self.folder(iid)
         self._users(folder, keys_from(items, project_items))
         try:
