@@ -244,3 +244,20 @@ def test_job_attach_reaches_a_slurm_jobs_container_too(gcp, home):
         return done.stdout if done.returncode == 0 and "mark-1" in done.stdout else None
 
     assert wait_for(attached, what="attach to a Slurm job's container").splitlines() == ["NODE_RANK=1", "mark-1"]
+
+
+def test_on_google_cloud_the_same_ssh_goes_through_gclouds_iap_tunnel_with_gclouds_key(home):
+    from gcpgpu.cluster import keys
+    from gcpgpu.cluster.nodessh import Reach
+    from gcpgpu.cluster.observe import Node
+
+    node = Node(name="c-1", zone="us-central1-a", status="RUNNING", internal_ip="10.0.0.3", machine_type="a3",
+                gpus=8, rank=1, labels={}, label_fingerprint="", provisioning="STANDARD", reservation=None, id="42")
+    reach = Reach("p", None, "ana", keys.key_file(emulated=False))
+    argv = reach.argv(node, ["nvidia-smi", "-L"], batch=True)
+    options = dict(argv[i + 1].split("=", 1) for i, word in enumerate(argv) if word == "-o")
+    assert options["ProxyCommand"] == ("gcloud compute start-iap-tunnel c-1 %p --listen-on-stdin --project=p "
+                                       "--zone=us-central1-a --verbosity=warning")
+    assert options["IdentityFile"] == str(home / ".ssh" / "google_compute_engine")
+    assert (options["HostKeyAlias"], options["User"], options["BatchMode"]) == ("compute.42", "ana", "yes")
+    assert argv[-2:] == ["c-1", "nvidia-smi -L"]
