@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from gcpgpu.errors import UsageProblem
 from gcpgpu.output import info
 from gcpgpu.settings import Settings
+
+if TYPE_CHECKING:
+    from gcpgpu.cluster.observe import Node
 
 
 def _check_name(name: str) -> None:
@@ -29,7 +33,7 @@ def _emulator(settings: Settings) -> str | None:
     return settings.emulator
 
 
-def _ranked(settings: Settings, name: str, rank: int) -> object:
+def _ranked(settings: Settings, name: str, rank: int) -> Node:
     from gcpgpu.cluster.nodessh import cluster_nodes, pick
 
     node = pick(cluster_nodes(settings.clients, settings.project, name), str(rank), "--node")[0]
@@ -83,7 +87,7 @@ def ssh(settings: Settings, name: str, rank: int | None, every: bool, which: str
 
     node = _ranked(settings, name, rank or 0)
     there = reach(settings.clients, settings.project, emulator)
-    sys.exit(subprocess.call(there.argv(node, args, tty=sys.stdin.isatty() and not args)))  # type: ignore[arg-type]
+    sys.exit(subprocess.call(there.argv(node, args, tty=sys.stdin.isatty() and not args)))
 
 
 def _fan_out(settings: Settings, name: str, which: str | None, args: list[str], emulator: str | None) -> None:
@@ -137,17 +141,17 @@ def forward(settings: Settings, name: str, ports: str, rank: int) -> None:
             from gcpgpu.cluster.tunnel import tunnel_address
 
             tunnel = tunnel_address(emulator)
-            click.echo(f"Forwarding localhost:{local} to {node.name}:{port} (rank {rank}) through IAP: browse "  # type: ignore[attr-defined]
+            click.echo(f"Forwarding localhost:{local} to {node.name}:{port} (rank {rank}) through IAP: browse "
                        f"{where}; Ctrl-C to stop")
             try:
-                fwd.serve_emulated(listener, tunnel, settings.project, node, port)  # type: ignore[arg-type]
+                fwd.serve_emulated(listener, tunnel, settings.project, node, port)
             except KeyboardInterrupt:
                 pass
             return
         listener.close()  # gcloud binds it itself
-        click.echo(f"Forwarding localhost:{local} to {node.name}:{port} (rank {rank}) through IAP: browse "  # type: ignore[attr-defined]
+        click.echo(f"Forwarding localhost:{local} to {node.name}:{port} (rank {rank}) through IAP: browse "
                    f"{where}; Ctrl-C to stop")
-        sys.exit(fwd.run_gcloud(fwd.gcloud_argv(settings.project, node, port, local)))  # type: ignore[arg-type]
+        sys.exit(fwd.run_gcloud(fwd.gcloud_argv(settings.project, node, port, local)))
     finally:
         listener.close()
 

@@ -134,8 +134,10 @@ class IapTunnel:
                 except ValueError as e:
                     self._refuse(conn, str(e))
                     return
-                conn.sendall(b"OK\n")
-                start(conn)  # sshd holds its own copy of the socket and speaks from here on
+                try:
+                    conn.sendall(b"OK\n")
+                finally:  # sshd holds its own copy of the socket and speaks from here on (on a dead one, it ends)
+                    start(conn)
                 conn.close()
                 return
             try:
