@@ -67,6 +67,8 @@ def test_ssh_all_exits_1_naming_the_node_whose_command_failed(gcp, two):
 def test_ssh_nodes_picks_ranks_and_refuses_one_the_cluster_lacks(gcp, two):
     out = cli("cluster", "ssh", "c", "--nodes", "1", "--", "hostname")
     assert out.stdout == "1: c-1\n"
+    typed = CliRunner().invoke(main, [*GLOBAL, "cluster", "ssh", "c", "--nodes", "0-1", "--", "cat"], input="typed\n")
+    assert (typed.exit_code, typed.stdout) == (0, "")  # no node reads the terminal: stdin is not shared
     bad = cli("cluster", "ssh", "c", "--nodes", "0,2-3", "--", "hostname", code=2)
     assert bad.output.strip() == "Error: --nodes 0,2-3: no rank 2, 3; the cluster has ranks 0-1"
 
