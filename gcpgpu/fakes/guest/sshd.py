@@ -123,22 +123,22 @@ class NodeSsh:
         if not key.exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"node {iid}", "-f", str(key)],
                            check=True, capture_output=True, timeout=30)
-        (path / "sshd_config").write_text(CONFIG)
+        _put(path / "sshd_config", CONFIG)
         return path
 
     def _users(self, folder: Path, keys: dict[str, list[str]]) -> None:
         uid, gid = (SANDBOX_UID, SANDBOX_GID) if os.geteuid() == 0 else (os.getuid(), os.getgid())
         for old in (folder / "keys").iterdir():
-            if old.name not in keys:
-                old.unlink()
+            if old.name not in keys and not old.name.startswith("."):  # (".NAME.N": another session's write)
+                old.unlink(missing_ok=True)
         lines = ["root:x:0:0:root:/root:/usr/sbin/nologin", "sshd:x:65533:65534::/run/sshd:/usr/sbin/nologin",
                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"]
         for name, found in sorted(keys.items()):
-            (folder / "keys" / name).write_text("".join(k + "\n" for k in found))
+            _put(folder / "keys" / name, "".join(k + "\n" for k in found))
             (folder / "home" / name).mkdir(exist_ok=True)
             lines.append(f"{name}:x:{uid}:{gid}::/home/{name}:/bin/bash")
-        (folder / "passwd").write_text("\n".join(lines) + "\n")
-        (folder / "group").write_text(f"root:x:0:\nnogroup:x:65534:\nnode:x:{gid}:\n")
+        _put(folder / "passwd", "\n".join(lines) + "\n")
+        _put(folder / "group", f"root:x:0:\nnogroup:x:65534:\nnode:x:{gid}:\n")
 
     def running(self, project: str, zone: str, name: str) -> str | None:
         """Why node `name`'s ports cannot be reached (one line), or None when it is RUNNING."""
@@ -197,7 +197,7 @@ class NodeSsh:
                    "/etc/passwd", "--ro-bind", str(folder / "group"), "/etc/group", "--bind", str(folder / "home"),
                    "/home", "--dir", "/run/sshd"]
         hostname = folder / "hostname"
-        hostname.write_text(name + "\n")
+        _put(hostname, name + "\n")
         if Path("/etc/hostname").exists():
             before += ["--ro-bind", str(hostname), "/etc/hostname"]
         if self.engine is not None and (sock := self.engine(iid, folder)) is not None:
@@ -254,3 +254,14 @@ class NodeSsh:
                 if proc.poll() is None:
                     self._kill(proc)
 
+
+def _put(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all (another session's sshd may be reading it), when it differs."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
