@@ -77,7 +77,12 @@ TWINS: dict[str, Twin] = {
     "gcpgpu cluster up held --machine-type a3-highgpu-8g --nodes 2 --zone us-central1-a --reservation sold --yes":
         Twin(reservation=True),
     "gcpgpu cluster up  demo --machine-type a3-highgpu-8g --nodes 4 --region us-central1 --iap-ssh --yes":
-        Twin(code=2, says="has no VM to log in to"),
+        Twin(skip="runs ssh (to the emulator's nodes, which the guard here refuses) and nvidia-smi (a GPU node's): "
+                  "tests/test_node_ssh.py runs cluster ssh through the emulated nodes' real sshd"),
+    "gcpgpu cluster up  work --machine-type a2-highgpu-1g --nodes 2 --region us-central1 --iap-ssh --yes":
+        Twin(skip="runs ssh (to the emulator's nodes, which the guard here refuses), writes ~/.ssh/config and "
+                  "forward serves until Ctrl-C: tests/test_node_ssh.py runs each line (--all, --nodes, ssh-config "
+                  "--write then plain ssh, forward)"),
     "gcpgpu cluster doctor demo": Twin(setup=SMALL_CLUSTER.format("demo")),
     "gcpgpu job submit --vertex --region us-central1 --machine-type a2-highgpu-1g --nodes 2 --wait -- --model tiny "
     "--steps 10 --seq-len 32": Twin(says="SUCCEEDED"),

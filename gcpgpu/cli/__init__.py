@@ -7,6 +7,7 @@ drag in Google's client libraries (seconds) for a help screen.
 
 cluster/     `gcpgpu cluster`: up, down, status, list, plan, ssh, doctor, repair, autostop, storage
 job.py       `gcpgpu job`: submit, status, follow, list, logs, cancel
+attach.py    `gcpgpu job attach`: a shell or command in a running job's container (cluster), or its replicas' shell URIs (Vertex)
 container.py `gcpgpu container build`: the training image
 metrics.py   `gcpgpu metrics`: tail, report, dashboard
 reservation.py `gcpgpu reservation`: reservations, their blocks, calendar-mode future reservations

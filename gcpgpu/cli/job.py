@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gcpgpu.cli.options import wanted_user, with_options
-from gcpgpu.errors import CloudError
+from gcpgpu.errors import CloudError, UsageProblem
 from gcpgpu.jobs.state import (
     ACTIVE,
     CANCELLED,
@@ -27,6 +27,8 @@ from gcpgpu.jobs.state import (
 )
 from gcpgpu.output import emit, info
 from gcpgpu.settings import Settings
+
+from .attach import attach
 
 # What the follower does besides recovering lost nodes: retries, stalls, webhooks (checked in
 # jobs/policy.py, stored in the job's record).
@@ -114,6 +116,8 @@ def job() -> None:
 @click.option("--secret", "secrets", multiple=True, metavar="ENV=projects/P/secrets/NAME[/versions/V]",
               help="Set ENV from Secret Manager where the job runs, with the job's service account (repeatable; "
               "default version latest). Only the name is stored, never the value.")
+@click.option("--interactive", is_flag=True, default=None, help="Vertex: an interactive shell per replica "
+              "(enableWebAccess); 'job attach JOB' prints their URIs.")
 @click.option("--profile", is_flag=True, default=None, help="Profile with Nsight Systems (the trainer's --profile-steps).")
 @click.option("--output-dir", metavar="PATH", help="Vertex: base output directory (gs://...); cluster: gs:// or a "
               "path on the nodes. Sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR.")
@@ -189,6 +193,7 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "reservation": kw.get("reservation"),
         "env": parse_env(kw.get("env") or ()) or None,
         "profile": kw.get("profile"),
+        "interactive": kw.get("interactive"),
         "output_dir": kw.get("output_dir"),
         "timeout": parse_duration(kw["timeout"], "--timeout") if kw.get("timeout") else None,
         "restart": kw.get("restart"),
@@ -200,7 +205,11 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "secrets": list(kw.get("secrets") or ()) or None,
         **_policy_flags(kw),
     }
-    return JobSpec.from_sources(kw.get("spec_file"), flags)
+    spec = JobSpec.from_sources(kw.get("spec_file"), flags)
+    if spec.interactive and spec.target == "cluster":
+        raise UsageProblem("--interactive is Vertex AI's (enableWebAccess, a shell per replica): a cluster job needs "
+                           "none, 'gcpgpu job attach JOB' opens a shell in its container")
+    return spec
 
 
 def _command(line: str | None, trainer_args: tuple[str, ...]) -> list[str] | None:
@@ -305,6 +314,9 @@ def status(settings: Settings, job_id: str) -> None:
     if state.target == "vertex":
         emit(state.pools, [("pool", "POOL"), ("replicas", "REPLICAS"), ("machine_type", "MACHINE TYPE"),
                            ("accelerators", "ACCELERATORS"), ("image", "IMAGE")])
+        if state.shells:
+            emit([{"replica": k, "uri": v} for k, v in sorted(state.shells.items())],
+                 [("replica", "REPLICA"), ("uri", "INTERACTIVE SHELL")])
     else:
         emit(state.per_node, [("node", "NODE"), ("rank", "RANK"), ("state", "STATE"), ("exit_code", "EXIT"),
                               ("started", "STARTED"), ("ended", "ENDED"), ("pull_s", "PULL S"), ("message", "MESSAGE")])
@@ -467,10 +479,12 @@ def cancel(settings: Settings, job_id: str, wait: bool, force: bool) -> None:
 def _refuse_anothers(settings: Settings, jid: Any, submitter: str | None) -> None:
     """Refuse to cancel a job someone else submitted (without --force): what stops anyone with the project's
     access from doing so is the project's IAM, not gcpgpu, so it asks to be sure."""
-    from gcpgpu.errors import UsageProblem
     from gcpgpu.gcp import identity
 
     me = identity.whoami(settings.clients)
     if submitter and submitter != identity.UNKNOWN and me != identity.UNKNOWN and submitter.lower() != me.lower():
         raise UsageProblem(f"job {jid} was submitted by {submitter}, not by you ({me}); only the project's IAM keeps "
                            "others from stopping it: pass --force to cancel it anyway")
+
+
+job.add_command(attach)

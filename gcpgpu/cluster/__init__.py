@@ -27,6 +27,12 @@ diagnose.py        `doctor --active` and `up --check`: each node proved healthy 
 check.py           `up --check`: active diagnostics before the cluster is declared up
 repair.py          `cluster repair`: a bad host taken out from under one node, its name and rank kept
 ssh.py             `cluster ssh`: a node through IAP TCP forwarding
+tunnel.py          a node's port through IAP on either target: gcloud's tunnel, or the emulator's (ssh's ProxyCommand)
+keys.py            the ssh key gcpgpu logs in with, and its line in the project's `ssh-keys` metadata
+nodessh.py         plain OpenSSH to a node through IAP: the options --all, ssh-config and attach share
+fanout.py          `cluster ssh --all/--nodes`: one command on many nodes at once, lines by rank, a summary
+forward.py         `cluster forward`: a node's port on localhost through IAP until Ctrl-C
+sshconfig.py       `cluster ssh-config`: Host entries per node, kept in ~/.ssh/config between markers
 shared_fs.py       the cluster's shared file systems (gcpgpu/storage) in `up`, `down` and a roll-back; what a re-run keeps
 holdings.py        what a cluster holds besides nodes (file systems, disks, scheduler), as status/list/down name it
 slurm_state.py     a Slurm cluster's own pieces: what its nodes carry, and its state disk

@@ -5,9 +5,10 @@ once a firewall rule lets IAP's range (plan.IAP_RANGE) reach port 22 (`cluster u
 A command after `--` runs on the node as the user typed it: its words are shell-quoted once
 (`shlex.join`) into gcloud's `--command`, which the node's login shell reads.
 
-Against the emulator there is no VM to log in to, and `gcloud compute ssh` would still write ssh keys
-under ~/.ssh, add them to project metadata and reach IAP (Google Cloud) with the same project id. So
-when gcpgpu or gcloud is pointed at an emulator, `cluster ssh` refuses before any call and runs nothing.
+Against the emulator gcloud's IAP tunnel cannot reach the nodes (tunnel.py says why), and `gcloud compute
+ssh` would still reach IAP (Google Cloud) with the same project id: there gcpgpu reaches each node's real
+sshd with OpenSSH through the emulator's tunnel instead (nodessh.py). When only gcloud is pointed at an
+emulator (gcpgpu is not), the two disagree about where the nodes are, so it refuses before any call.
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ def emulated_target(emulator: str | None, environ: Mapping[str, str]) -> str | N
 
 
 def refuse_on_emulator(emulator: str | None, environ: Mapping[str, str]) -> None:
-    """One line, exit 2, before any call, when the target is an emulator: there is no VM to reach."""
+    """One line, exit 2, before any call, when gcloud is pointed at an emulator: gcloud cannot reach its nodes."""
     target = emulated_target(emulator, environ)
     if target:
-        raise UsageProblem(f"cluster ssh: {target} has no VM to log in to (emulated nodes are API records), so nothing "
-                           "runs: no gcloud, no ssh keys; against Google Cloud it runs 'gcloud compute ssh NODE "
-                           "--tunnel-through-iap'")
+        raise UsageProblem(f"cluster ssh: {target} cannot be reached by gcloud's IAP tunnel, so nothing runs: no "
+                           "gcloud, no ssh keys; point gcpgpu at the emulator (GCPGPU_EMULATOR=HOST:PORT) to reach its "
+                           "nodes through its own tunnel")
 
 
 def gcloud_argv(clients: Clients, project: str, cluster: str, rank: int, command: list[str]) -> tuple[list[str], str | None]:

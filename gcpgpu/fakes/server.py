@@ -31,9 +31,12 @@ from .events import VmEvents
 from .faults import FaultClock
 from .filestore.backend import FilestoreBackend
 from .gate import guarded
+from .guest.sshd import NodeSsh
+from .host.nsexec import Engine
 from .host.sandbox import UserCommands
 from .host.shared_mounts import SharedStorage, disk_resolver
 from .host.storage import Storage
+from .host.tunnel import IapTunnel
 from .jobs import LocalJobs
 from .logging.backend import LoggingBackend
 from .lro import Operations
@@ -144,6 +147,11 @@ class Emulator:
         self.logging = LoggingBackend(self.jobs.runner)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,
                                     user=self.user_commands, activity=self.activity, nfs=self.filestore.nfs_folder)
+        # Each node's real sshd, reachable only through the stand-in for IAP TCP forwarding (guest/sshd.py, host/tunnel.py).
+        self.engine = Engine(self.jobs.container)  # `docker exec` into a node's job (host/nsexec.py)
+        self.node_ssh = NodeSsh(self.compute, self.user_commands, lambda: disk.root, shared, self.jobs.node_workdir,
+                                self.engine.socket_for)
+        self.iap = IapTunnel(self.node_ssh.connect, self.node_ssh.running)
         self.monitoring = MonitoringBackend(self.faults, self.clock, self.compute, self.activity, self.vertex)
         # Fires armed node losses (preemptions, host errors) while the emulator serves.
         self.fault_clock = FaultClock(self.faults, self.compute, self.activity, self.clock)
@@ -161,6 +169,8 @@ class Emulator:
         self.grants.reset()
         self.vertex.reset()
         self.jobs.reset()
+        self.node_ssh.reset()
+        self.engine.reset()
         self.monitoring.reset()
         self.storage.reset()
         self.filestore.reset()
@@ -263,6 +273,7 @@ class Emulator:
                 "lustre": f"{self.url}/lustre/",
                 "servicenetworking": f"{self.url}/servicenetworking/",
             },
+            "iap_tunnel": f"{HOST}:{self.iap.port}" if self.iap.port else None,  # host/tunnel.py
             "simulated": "All resources are simulated in memory; no VM, GPU or network exists.",
         }
 
@@ -401,6 +412,7 @@ class Emulator:
         if GRPC_SERVICES or GRPC_SERVICE_FACTORIES:
             self._start_grpc()
         self.fault_clock.start()
+        self.iap.start(HOST)
         return self
 
     def _start_grpc(self, port: int = 0) -> None:
@@ -416,6 +428,9 @@ class Emulator:
 
     def stop(self) -> None:
         self.fault_clock.stop()
+        self.iap.stop()
+        self.node_ssh.reset()
+        self.engine.reset()
         if self._http is not None:
             self._http.stop()
             self._http = None

@@ -94,6 +94,7 @@ class JobSpec:
     reservation: str | None = None  # vertex: NAME, projects/P/zones/Z/reservations/NAME, or "any"
     env: dict[str, str] = field(default_factory=dict)
     profile: bool = False  # Nsight Systems around the trainer's --profile-steps
+    interactive: bool = False  # vertex: enableWebAccess, an interactive shell per replica (job attach)
     output_dir: str | None = None  # vertex: base_output_directory (gs://); cluster: a gs:// or node path
     timeout: int | None = None  # seconds
     restart: str = "default"

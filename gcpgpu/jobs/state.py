@@ -83,6 +83,7 @@ class JobState:
     # A Vertex AI custom job's
     strategy: str | None = None
     pools: list[dict] = field(default_factory=list)  # one row per worker pool
+    shells: dict[str, str] = field(default_factory=dict)  # vertex --interactive: replica -> interactive-shell URI
     resource: str | None = None  # projects/P/locations/L/customJobs/ID
     note: str | None = None  # what the emulator did with it
     # A cluster job's

@@ -60,6 +60,7 @@ def build_request(job: ValidJob, project: str, nfs: list[dict] | None = None, ne
         service_account=job.spec.service_account,
         nfs_mounts=nfs or [],
         network=network,
+        enable_web_access=bool(job.spec.interactive),
     )
     return {"parent": f"projects/{project}/locations/{job.region}", "customJob": yaml.safe_load(text)}
 
@@ -128,6 +129,18 @@ def runs_user_command(clients: Clients, project: str, jid: ids.JobId) -> bool:
     return trainer_args(spec.image_uri, list(spec.command), list(spec.args)) is None
 
 
+def web_access(clients: Clients, project: str, jid: ids.JobId) -> tuple[dict[str, str], str]:
+    """Each replica's interactive-shell URI (CustomJob.webAccessUris: a job submitted with enableWebAccess,
+    while it runs), and the job's state."""
+    from google.api_core import exceptions
+
+    try:
+        job = clients.job_service(jid.location).get_custom_job(name=jid.resource_name(project))
+    except exceptions.NotFound:
+        raise CloudError(f"no job {jid} in project {jid.project or project}") from None
+    return dict(job.web_access_uris), describe(jid, job).state
+
+
 def cancel(clients: Clients, project: str, jid: ids.JobId) -> JobState:
     """Ask Vertex AI to cancel; the job goes CANCELLING, then CANCELLED. Returns its status after asking."""
     from google.api_core import exceptions
@@ -194,6 +207,7 @@ def describe(jid: ids.JobId, job: Any) -> JobState:
         target="vertex",
         name=job.display_name,
         state=state,
+        shells=dict(job.web_access_uris),
         created=_time(job, "create_time"),
         started=_time(job, "start_time"),
         ended=_time(job, "end_time"),

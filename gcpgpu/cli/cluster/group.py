@@ -1,6 +1,6 @@
 """`gcpgpu cluster`: compact-placed GPU clusters that come up fast, fail over, and leave nothing behind.
 
-The group and its lifecycle commands (plan, up, down, status, list, ssh); node health (doctor, repair)
+The group and its lifecycle commands (plan, up, down, status, list); working on the nodes (nodes.py); node health (doctor, repair)
 and autostop are commands of their own modules, added to the group at the end of this one.
 """
 
@@ -18,6 +18,7 @@ from gcpgpu.settings import Settings
 from .autostop import autostop, autostop_options, check_hourly_cost
 from .doctor import doctor, repair
 from .flags import build_spec, spec_options
+from .nodes import forward, ssh, ssh_config
 
 # The columns `status`, `list` and `up` show; their formatters import cluster/ only when a table is printed.
 NODE_COLUMNS = [("name", "NAME"), ("zone", "ZONE"), ("internal_ip", "INTERNAL IP"), ("status", "STATUS"),
@@ -241,6 +242,10 @@ def down(settings: Settings, name: str, keep_reservation: bool, keep_nodes: int 
     from gcpgpu.jobs.cluster.follower import forget
 
     forget(settings.clients, project, name)  # its followers' lease and any unfinished recovery went with it
+    from gcpgpu.cluster.sshconfig import config_path, remove
+
+    if remove(name, project):  # `cluster ssh-config --write`'s entries name nodes that are gone
+        info(f"Removed cluster {name}'s hosts from {config_path()}.")
     if settings.format != "table":
         emit({"cluster": name, "deleted": found.count() + len([h for h in found.held if not h.attached]),
               "found": found.summary() if not (found.empty and not found.held) else "nothing",
@@ -384,31 +389,9 @@ def list_cmd(settings: Settings, mine: bool, user: str | None) -> None:
          empty=f"No gcpgpu clusters in project {project}" + (f" made by {wanted}." if wanted else "."))
 
 
-@cluster.command(context_settings={"ignore_unknown_options": True})
-@click.argument("name")
-@click.option("--node", "rank", type=int, default=0, show_default=True, help="The node's rank.")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.pass_obj
-def ssh(settings: Settings, name: str, rank: int, command: tuple[str, ...]) -> None:
-    """A shell (or `-- CMD ...`) on a node through IAP TCP forwarding; nodes need no external IP.
-
-    Runs `gcloud compute ssh NODE --tunnel-through-iap`. The cluster needs a firewall rule that lets
-    IAP's range reach port 22: bring it up with --iap-ssh (re-running `up` adds just that rule).
-    Against the emulator (or a gcloud pointed at one) there is no VM: it says so and runs nothing.
-    """
-    from gcpgpu.cluster import ssh as node_ssh
-
-    _check_name(name)
-    if rank < 0:
-        raise UsageProblem(f"--node {rank} must be a rank of 0 or more")
-    node_ssh.refuse_on_emulator(settings.emulator, settings.environ)
-    args = list(command[1:] if command[:1] == ("--",) else command)
-    argv, warning = node_ssh.gcloud_argv(settings.clients, settings.project, name, rank, args)
-    if warning:
-        info(f"note: {warning}")
-    sys.exit(node_ssh.run(argv))
-
-
+cluster.add_command(ssh)
+cluster.add_command(forward)
+cluster.add_command(ssh_config)
 cluster.add_command(autostop)
 cluster.add_command(doctor)
 cluster.add_command(repair)

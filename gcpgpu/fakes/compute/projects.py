@@ -23,6 +23,12 @@ class ProjectsMixin:
             p.common_metadata = {"kind": "compute#metadata", "fingerprint": fingerprint([]), "items": []}
         return p.common_metadata
 
+    def project_metadata(self, project: str) -> dict[str, str]:
+        """The project's commonInstanceMetadata items as key -> value (what a node's guest agent reads)."""
+        with self._lock:  # type: ignore[attr-defined]
+            common = self.common_metadata(self.project(project))  # type: ignore[attr-defined]
+            return {i.get("key"): i.get("value") or "" for i in common.get("items") or []}
+
     @_mutation()
     def set_common_metadata(self, p: Project, body: dict) -> dict:
         items = body.get("items") or []

@@ -10,6 +10,7 @@ the scripts' reports are worked out when instances.getGuestAttributes reads them
 node_agent.py  the follower each node with `gcpgpu-agent` runs (gcpgpu.node.agent), pointed at this emulator.
 slurm.py       the Slurm daemons (munged, slurmctld, slurmd) of each node of a `--scheduler slurm`
                cluster: each cluster's folder and ports, node 0's state on its state disk.
+sshd.py        each node's real OpenSSH server (sshd -i per connection, in the node's sandbox), keys from metadata.
 health.py      the startup script's report on the node (gcpgpu-node/): driver, GPUs, GPU NICs, links,
                GPUDirect, following the machine type; a test makes a node lack one.
 diag.py        active diagnostics (gcpgpu-diag/) when metadata asks: dcgmi, NVLink and NIC bandwidth,

@@ -22,6 +22,8 @@ mounts.py         a job's --mount of a bucket that does not exist, failed in the
                   the image's entrypoint.
 shared_mounts.py  a node's shared file systems (`gcpgpu-storage` metadata: Filestore, Lustre, Hyperdisk
                   ML) resolved to their folders, and the rates a node's diagnostics measure on them.
+tunnel.py         the stand-in for IAP TCP forwarding: the one way to a node's ports (its sshd) on 127.0.0.1.
+nsexec.py         `docker exec` on an emulated node: a command entered into a running job's sandbox (nsenter).
 ports.py          loopback ports for what emulated nodes listen on, picked below the ephemeral range.
 supervisor.py     one process per emulated VM that lives and dies with it, as a systemd service does: the
                   one watcher the node agents and the Slurm daemons share.

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
@@ -98,6 +99,32 @@ class LocalJobs:
         return [sys.executable, "-m", REPORTER_MODULE, "--log-json", log_json, f"--{target.kind}", target.name,
                 "--project", target.project, "--location", target.location, "--task-id", "0",
                 "--emulator", address, "--pid", str(replica.popen.pid)]
+
+    def node_workdir(self, instance_id: str) -> Path | None:
+        """The working folder (/workdir) of the job running on node `instance_id` now, if one runs there."""
+        run = self.running_on(instance_id)
+        folder = run.workdir / "workdir" if run is not None else None
+        return folder if folder is not None and folder.is_dir() else None
+
+    def running_on(self, instance_id: str) -> Run | None:
+        """The run of the job running on node `instance_id` now (its processes alive), or None."""
+        run_id = self.agent.node_runs.get(instance_id)
+        run = self.runner.get(run_id) if run_id else None
+        return run if run is not None and run.replicas and not run.done else None
+
+    def container(self, instance_id: str, name: str) -> tuple[int, dict[str, str]] | str:
+        """What `docker exec NAME` on node `instance_id` enters: the pid of its running job's sandbox and the
+        container's environment; else why not, in Docker's words."""
+        run = self.running_on(instance_id)
+        if run is None or self.agent.containers.get(instance_id) != name:
+            return f"No such container: {name}"
+        replica = run.replicas[0]
+        from ..host.nsexec import sandbox_process
+
+        pid = sandbox_process(replica.popen.pid) if replica.popen is not None and replica.spec.prepare else None
+        if pid is None:
+            return f"container {name} is not running"
+        return pid, dict(replica.spec.env)
 
     def reset(self) -> None:
         """Stop every local process and forget every run and report."""

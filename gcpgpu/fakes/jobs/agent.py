@@ -92,6 +92,7 @@ class ClusterAgent:
         self.guest: dict[str, dict[str, str]] = {}  # instance id -> {"namespace/key": value}
         self.ports: dict[tuple[str, str], int] = {}  # (project, job id) -> master port on loopback
         self.node_runs: dict[str, str] = {}  # instance id -> run id of its current job
+        self.containers: dict[str, str] = {}  # instance id -> its current sandboxed job's container name (docker exec)
         self.lost: set[str] = set()  # instance ids taken away (preempted, host error): their agents died with them
         self.nodes = NodeHealth()  # what each node's startup script reports (gcpgpu-node/)
         self._timers: list[threading.Timer] = []
@@ -109,6 +110,7 @@ class ClusterAgent:
             self.nodes.reset()
             self.ports.clear()
             self.node_runs.clear()
+            self.containers.clear()
             self.lost.clear()
             self.simulated_run_s = SIMULATED_RUN_S
             self.pull_s = 0.0
@@ -379,6 +381,7 @@ class ClusterAgent:
                                     shared=shared, shared_root=self.storage.root)
         run = self.runner.start(run_id, [replica], on_change=self._on_change(iid), describe=describe,
                                 on_line=self._stepper(run_id))
+        self.containers[iid] = container_name(str(job.get("id") or job_id))
         run.log("", "stdout", f"gcpgpu emulator: node {inst['name']} (rank {rank} of {nnodes}) runs job {job_id}'s "
                               f"command through the image's entrypoint in a sandbox, on 127.0.0.1:{port}, CPU only")
 

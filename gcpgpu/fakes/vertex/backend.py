@@ -158,6 +158,8 @@ class VertexBackend:
             t <= now for t, _ in job["_phases"]) else job["_t0"])
         if state in ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED") and job.get("_error"):
             out["error"] = dict(job["_error"])
+        if state == "JOB_STATE_RUNNING" and (job.get("jobSpec") or {}).get("enableWebAccess"):
+            out["webAccessUris"] = web_access_uris(job)
         return out
 
     # -- CRUD ------------------------------------------------------------------------------
@@ -375,3 +377,16 @@ class VertexBackend:
                     job["_phases"].append([now, "JOB_STATE_FAILED"])
 
         return changed
+
+
+def web_access_uris(job: dict) -> dict[str, str]:
+    """One interactive-shell URI per replica (workerpool0-0, workerpool1-0, ...), in the shape Vertex AI gives
+    them; the emulator serves no shell behind them (a replica's shell is `job attach` on a cluster job)."""
+    region = job.get("name", "").split("/locations/")[-1].split("/")[0] or "us-central1"
+    number = job.get("name", "").rsplit("/", 1)[-1]
+    out = {}
+    for i, pool in enumerate((job.get("jobSpec") or {}).get("workerPoolSpecs") or []):
+        for r in range(int(pool.get("replicaCount") or 0)):
+            out[f"workerpool{i}-{r}"] = (f"https://{number}-{i}-{r}-dot-{region}.aiplatform-training."
+                                         "googleusercontent.com/")
+    return out
