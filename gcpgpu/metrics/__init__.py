@@ -3,7 +3,8 @@
 sources.py   which metric types, how each is aligned and reduced server-side, how to enable it
 target.py    --cluster / --job: the resources, filters and groupings (a cluster's VMs by label)
 query.py     one ListTimeSeries call per metric type per refresh, in parallel, read raw
-view.py      rows per node and GPU, the total, stragglers, sparklines, n/a; table / JSON / CSV
+view.py      rows per node and GPU, the total, stragglers, n/a
+render.py    those rows drawn: a table with sparklines, or records for JSON / CSV
 tail.py      the refresh loop behind `gcpgpu metrics tail`
 report.py    matplotlib panels over a window, to PNG or a self-contained HTML page
 dashboard.py a Cloud Monitoring dashboard per cluster from templates/dashboard.json.j2

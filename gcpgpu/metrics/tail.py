@@ -20,9 +20,10 @@ from gcpgpu.gcp import clock as gcp_clock
 
 from . import focus, jobspan
 from .query import Window, fetch
+from .render import records, table
 from .sources import metrics_for
 from .target import Target, resolve
-from .view import FIELDS, Snapshot, build, records, table
+from .view import FIELDS, Snapshot, build
 
 REDISCOVER_S = 300.0  # a cluster's VMs rarely change; look them up again every 5 minutes
 JOB_STATE_S = 15.0  # how often a job's state (started, ended) is read again while it has not ended
