@@ -8,10 +8,14 @@ per step; not from the code under test.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import random
+import re
 
 import pytest
 from click.testing import CliRunner
+from helpers import wait_for
 
 from gcpgpu.cli import main
 
@@ -60,3 +64,129 @@ def nic_points(gcp, key: str) -> dict[tuple[str, str, str], list[tuple[float, fl
             out[(s.metric_labels["node"], s.metric_labels["nic"], s.metric_labels["role"])] = [
                 (p[1], p[2]) for p in s.points]
     return out
+
+
+def training_points(gcp, node: str, nic: str, role: str) -> list[tuple[float, float]]:
+    """The samplers' points of `nic` written since the job's first step (before it, torch is still starting)."""
+    jobs = {r.id.rsplit("/", 1)[0] for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/")}
+    ledger = [p for job in jobs for p in gcp.activity.steps(job)]
+    if not ledger:
+        return []
+    first = min(t for t, _s in ledger)
+    return [p for p in nic_points(gcp, "sent_bytes_per_s").get((node, nic, role), []) if p[0] - 5.0 > first]
+
+
+def expected_gbps(gcp, job_id: str, times: list[float]) -> float:
+    """What each node sent over the fabric, in Gbit/s, averaged as the tail averages the samplers' points: each
+    point's interval (from the point before; the first one's, the sampler's interval) at the job's step rate in
+    it, times a ring all-reduce's 2 (N - 1) / N x 4 bytes per parameter per step."""
+    (run,) = [r for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/") and r.id.endswith("/c-0")]
+    found = [re.search(r"model \S+ \((\d+(?:\.\d+)?)M params", line.text) for line in run.log_lines()]
+    params = next(float(m.group(1)) * 1e6 for m in found if m)
+    per_step = 2 * (2 - 1) / 2 * 4 * params
+    ledger = gcp.activity.steps(run.id.rsplit("/", 1)[0])
+
+    def step_at(t: float) -> float:
+        before = [(tt, s) for tt, s in ledger if tt <= t]
+        after = [(tt, s) for tt, s in ledger if tt > t]
+        if not before:
+            return 0.0
+        if not after:
+            return float(before[-1][1])
+        (t0, s0), (t1, s1) = before[-1], after[0]
+        return s0 + (s1 - s0) * (t - t0) / (t1 - t0)
+
+    rates = []
+    for i, t in enumerate(times):
+        start = times[i - 1] if i else t - 5.0
+        rates.append(per_step * (step_at(t) - step_at(start)) / (t - start))
+    return sum(rates) / len(rates) * 8 / 1e9
+
+
+def tail_json(*extra: str) -> list[dict]:
+    result = CliRunner().invoke(main, ["--project", PROJECT, "metrics", "tail", "--cluster", "c", "--once",
+                                       "--format", "json", *extra])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def check_fabric_within_10_percent(gcp, job_id: str, fabric_nic: str, host_is_fabric: bool = False) -> list[dict]:
+    role = "host" if host_is_fabric else "fabric"
+    # Five points (25 s) of training: the counters trail the job's log by a moment, which a short span would feel.
+    wait_for(lambda: all(len(training_points(gcp, n, fabric_nic, role)) >= 5 for n in ("c-0", "c-1")),
+             what="five NIC points per node while the job trains", timeout=300)
+    rows = tail_json()
+    shown_at = max(r["time"] for r in rows)
+
+    cutoff = dt.datetime.fromisoformat(shown_at).timestamp()
+    nodes = {r["name"]: r for r in rows if r["kind"] == "node"}
+    for name in ("c-0", "c-1"):
+        points = nic_points(gcp, "sent_bytes_per_s")[(name, fabric_nic, "host" if host_is_fabric else "fabric")]
+        times = [t for t, _v in points if cutoff - 60 < t <= cutoff]
+        want = expected_gbps(gcp, job_id, times)
+        got = nodes[name]["fabric_sent_gbps"]
+        assert want > 0 and got == pytest.approx(want, rel=0.10), (name, got, want, nodes[name])
+        if host_is_fabric:
+            assert nodes[name]["host_sent_gbps"] == pytest.approx(got, rel=1e-6)  # one NIC: the same numbers
+        else:
+            assert nodes[name]["host_sent_gbps"] is not None and nodes[name]["host_sent_gbps"] < 0.01 * got
+    return rows
+
+
+@pytest.mark.slow
+def test_a3_ultra_shows_each_nodes_rdma_fabric_apart_from_its_host_nics(gcp, text_file):
+    up(gcp, "a3-ultragpu-8g", zone="us-central1-b")
+    job = submit(text_file)
+    rows = check_fabric_within_10_percent(gcp, job, "mlx5_0")
+    node = next(r for r in rows if r["name"] == "c-0")
+    assert node["cnp_per_s"] == 0 and node["retrans_per_s"] == 0 and not node["straggler"]
+    total = rows[-1]
+    assert "infiniband" in total["sources"]["fabric"] and "hw_counters" in total["sources"]["retrans"]
+    per_nic = tail_json("--nics")
+    nic_rows = [r for r in per_nic if r["kind"] == "nic" and r["name"].startswith("c-1/")]
+    assert sorted(r["name"].split("/")[1] for r in nic_rows if r["role"] == "fabric") == [f"mlx5_{i}" for i in range(8)]
+    assert {r["name"].split("/")[1] for r in nic_rows if r["role"] == "host"} == {"enp0s19", "enp192s20"}
+    table = CliRunner().invoke(main, ["--project", PROJECT, "metrics", "tail", "--cluster", "c", "--once"])
+    assert "FABRIC: the 8 RDMA NICs' own counters (/sys/class/infiniband" in table.stdout, table.stdout
+    assert cli("job", "cancel", job).exit_code == 0
+
+
+@pytest.mark.slow
+def test_a3_mega_shows_its_tcpxo_gvnics_and_says_it_has_no_cnps(gcp, text_file):
+    up(gcp, "a3-megagpu-8g")
+    job = submit(text_file)
+    rows = check_fabric_within_10_percent(gcp, job, "enp6s0")
+    node = next(r for r in rows if r["name"] == "c-1")
+    assert node["cnp_per_s"] is None and node["unmeasured"]["cnp_per_s"].startswith("no RoCE: TCPXO")
+    assert node["retrans_per_s"] == 0  # the kernel's TCP counters, measured
+    table = CliRunner().invoke(main, ["--project", PROJECT, "metrics", "tail", "--cluster", "c", "--once"])
+    assert "no RoCE" in table.stdout and "TCPXO" in table.stdout
+    assert cli("job", "cancel", job).exit_code == 0
+
+
+@pytest.mark.slow
+def test_a2_host_nic_is_its_fabric(gcp, text_file):
+    up(gcp, "a2-highgpu-1g")
+    job = submit(text_file)
+    rows = check_fabric_within_10_percent(gcp, job, "ens4", host_is_fabric=True)
+    assert "no GPU NICs" in rows[-1]["sources"]["fabric"]
+    assert cli("job", "cancel", job).exit_code == 0
+
+
+@pytest.mark.slow
+def test_a_slowed_nic_makes_its_node_the_straggler_with_retransmits_and_cnps(gcp, text_file):
+    up(gcp, "a3-ultragpu-8g", zone="us-central1-b")
+    gcp.faults.update({"slow_nic": ["c-1"]})
+    job = submit(text_file)
+    wait_for(lambda: all(len(training_points(gcp, n, "mlx5_0", "fabric")) >= 3 for n in ("c-0", "c-1")),
+             what="three NIC points per node while the job trains", timeout=240)
+    rows = tail_json()
+    nodes = {r["name"]: r for r in rows if r["kind"] == "node"}
+    assert nodes["c-1"]["straggler"] and not nodes["c-0"]["straggler"], nodes
+    (why,) = nodes["c-1"]["straggler_reasons"]
+    assert "NIC mlx5_2" in why and "retransmits" in why and "CNPs" in why, why
+    assert nodes["c-1"]["retrans_per_s"] > 0 and nodes["c-1"]["cnp_per_s"] > 0
+    assert nodes["c-0"]["retrans_per_s"] == 0
+    retrans = [v for _t, v in nic_points(gcp, "retrans_per_s")[("c-1", "mlx5_2", "fabric")]]
+    assert sum(v > 0 for v in retrans) >= 3  # rising all along: every training interval retransmitted more
+    assert cli("job", "cancel", job).exit_code == 0

@@ -57,7 +57,7 @@ def test_counters_follow_the_steps_and_a_slowed_nic_retransmits(tmp_path):
     for n in roots:
         fabric = sum(v["sent_bytes_per_s"] for (nic, role), v in rates[n].items() if role == "fabric")
         host = sum(v["sent_bytes_per_s"] for (nic, role), v in rates[n].items() if role == "host")
-        assert fabric == pytest.approx(per_node + 8 * nics_idle(), rel=0.01)
+        assert fabric == pytest.approx(per_node + 8 * nics_idle(), rel=0.05)  # the sample times, a moment apart
         assert host < 1e4  # the host gVNICs carry no collective traffic on an RDMA family
         assert all(v.get("retrans_per_s", 0) == 0 and v.get("cnp_per_s", 0) == 0 for v in rates[n].values())
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import freshness
+from . import nics as nicview
 from .view import FIELDS, SPARK, STRAGGLER_SHARE, Row, Snapshot, _cell
 
 
@@ -29,7 +30,10 @@ def columns(snapshot: Snapshot) -> list[tuple[str, str, str]]:
     """(header, field, format) of the table's columns for this snapshot."""
     cols = [("SENT Gb/s", "net_sent_gbps", ".1f"), ("RECV Gb/s", "net_recv_gbps", ".1f")]
     if snapshot.target.kind == "cluster":
-        cols += [("LINK", "link_share_pct", "pct"), ("PKT/s TX/RX", "packets", "")]
+        cols += [("LINK", "link_share_pct", "pct"), ("PKT/s TX/RX", "packets", ""),
+                 # The NICs' own counters (metrics/nics.py): the GPU fabric apart from the host NICs.
+                 ("FABRIC Gb/s TX/RX", "fabric", ""), ("HOST Gb/s TX/RX", "host", ""), ("CNP/s", "cnp_per_s", "human"),
+                 ("RETX/s", "retrans_per_s", "human")]
     cols += [("GPU", "gpu_util_pct", "pct"), ("GPU MEM", "gpu_mem_pct", "pct")]
     if snapshot.dcgm:
         cols += [("SM", "sm_active_pct", "pct"), ("TENSOR", "tensor_active_pct", "pct"),
@@ -43,10 +47,20 @@ def cells(row: Row, snapshot: Snapshot) -> list[str]:
     for _header, key, fmt in columns(snapshot):
         if key in row.held or (key == "packets" and "packets_sent_per_s" in row.held):
             out.append("-")  # a value that is not live (the row's STATUS says why): not n/a, not a number
-        elif row.kind in ("node", "gpu") and key in ("tokens_per_s", "mfu"):
+        elif row.kind in ("node", "gpu", "nic") and key in ("tokens_per_s", "mfu"):
             out.append("")  # the trainer's numbers are the job's: they show on the total row
-        elif row.kind == "gpu" and key in ("net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets"):
+        elif row.kind in ("gpu", "nic") and key in ("net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets",
+                                                    "gpu_util_pct", "gpu_mem_pct", "sm_active_pct", "tensor_active_pct",
+                                                    "nvlink_gbytes_per_s", "pcie_gbytes_per_s"):
             out.append("")  # network is per VM, not per GPU
+        elif key in ("fabric", "host") and row.kind != "gpu":
+            tx, rx = row.values.get(f"{key}_sent_gbps"), row.values.get(f"{key}_recv_gbps")
+            out.append("" if row.kind == "nic" and tx is None and rx is None else
+                       "n/a" if tx is None and rx is None else f"{_cell(tx, '.2f')}/{_cell(rx, '.2f')}")
+        elif row.kind == "gpu" and key in ("fabric", "host", "cnp_per_s", "retrans_per_s"):
+            out.append("")
+        elif key in row.unmeasured:
+            out.append(row.unmeasured[key].split(":")[0])  # what this family cannot measure: said, never 0
         elif key == "packets":
             tx, rx = row.values.get("packets_sent_per_s"), row.values.get("packets_recv_per_s")
             out.append("n/a" if tx is None and rx is None else f"{_cell(tx, 'human')}/{_cell(rx, 'human')}")
@@ -66,7 +80,7 @@ def _spark_top(row: Row, snapshot: Snapshot) -> float | None:
 
 # Columns a narrow terminal gives up first (the rest: node, network, GPU, throughput, status).
 _DROP_ORDER = ("pcie_gbytes_per_s", "nvlink_gbytes_per_s", "packets", "sm_active_pct", "gpu_mem_pct",
-               "tensor_active_pct", "link_share_pct", "history")
+               "tensor_active_pct", "link_share_pct", "cnp_per_s", "host", "history")
 
 
 def table(snapshot: Snapshot, width: int | None = None) -> Any:
@@ -105,7 +119,10 @@ def _table(snapshot: Snapshot, dropped: set[str], wrap: bool) -> Any:
              + (f"\nshowing the {len([r for r in snapshot.rows if r.kind == 'node'])} slowest and every straggler; "
                 f"{snapshot.hidden} more within {STRAGGLER_SHARE:.0%} of the median (--all shows every row)"
                 if snapshot.hidden else ""))
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
+    # Under the table: where each network column comes from on this family.
+    caption = _sources_line(snapshot) if snapshot.target.kind == "cluster" else None
+    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
+              caption_justify="left")
     t.add_column("NODE" if snapshot.target.kind == "cluster" else "TASK", no_wrap=True)
     shown = [i for i, (_h, key, _f) in enumerate(columns(snapshot)) if key not in dropped]
     for i in shown:
@@ -148,6 +165,12 @@ def records(snapshot: Snapshot, with_history: bool = True) -> list[dict[str, Any
                 rec[key] = row.note or None
             else:
                 rec[key] = _round(row.values.get(key))
+        if row.kind == "nic":
+            rec["role"] = row.values.get("role")
+        if row.unmeasured:
+            rec["unmeasured"] = dict(row.unmeasured)
+        if row.kind == "total" and snapshot.target.kind == "cluster":
+            rec["sources"] = nicview.sources(snapshot.target.machine)
         if with_history:
             rec["history_of"] = row.history_of
             rec["history"] = [_round(v) for v in row.history]
@@ -155,6 +178,15 @@ def records(snapshot: Snapshot, with_history: bool = True) -> list[dict[str, Any
     return out
 
 
-def _round(v: float | None) -> float | None:
+def _sources_line(snapshot: Snapshot) -> str:
+    """Where each network column comes from, on this family."""
+    src = nicview.sources(snapshot.target.machine)
+    return (f"SENT/RECV: {src['sent_recv']}; FABRIC: {src['fabric']}; HOST: {src['host']}; "
+            f"CNP: {src['cnp']}; RETX: {src['retrans']}")
+
+
+def _round(v: float | str | None) -> float | str | None:
+    if isinstance(v, str):
+        return v
     # Scripts want numbers, not 17 digits of float noise; 4 significant decimals is plenty here.
     return None if v is None else round(v, 4)

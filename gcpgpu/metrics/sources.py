@@ -17,6 +17,7 @@ AGENT = "agent.googleapis.com/gpu/"
 DCGM = "workload.googleapis.com/dcgm.gpu.profiling."
 VERTEX = "ml.googleapis.com/training/"
 TRAINER = "custom.googleapis.com/gcpgpu/trainer/"
+NIC = "custom.googleapis.com/gcpgpu/nic/"  # each NIC's own counters, from gcpgpu.node.nics on every node
 
 # The generic_task namespace the reporter writes the trainer's numbers under, per kind of target.
 NAMESPACE = {"cluster": "gcpgpu-cluster", "job": "gcpgpu-vertex"}
@@ -38,6 +39,7 @@ class Metric:
     extra_filter: str = ""
     job_level: bool = False  # one value for the whole job (the trainer's), not per node
     history: bool = False  # the tail draws its sparkline from it (the others need only their latest minutes)
+    per_nic: bool = False  # one series per (node, NIC, role), written by gcpgpu.node.nics (metrics/nics.py)
 
 
 GBIT = 8 / 1e9  # bytes/s -> Gbit/s
@@ -51,6 +53,15 @@ CLUSTER: tuple[Metric, ...] = (
            "packets/s"),
     Metric("packets_recv_per_s", "packets received", NET + "received_packets_count", "network", "ALIGN_RATE",
            "REDUCE_SUM", 1.0, "packets/s"),
+    # Each NIC's own counters (gcpgpu.node.nics), per (node, NIC, role): metrics/nics.py sums them per role.
+    Metric("nic_sent_gbps", "NIC sent", NIC + "sent_bytes_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", GBIT, "Gbit/s",
+           per_nic=True),
+    Metric("nic_recv_gbps", "NIC received", NIC + "recv_bytes_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", GBIT,
+           "Gbit/s", per_nic=True),
+    Metric("nic_cnp_per_s", "congestion notifications", NIC + "cnp_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", 1.0,
+           "CNPs/s", per_nic=True),
+    Metric("nic_retrans_per_s", "retransmits", NIC + "retrans_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", 1.0,
+           "retransmits/s", per_nic=True),
     Metric("gpu_util_pct", "GPU utilization", AGENT + "utilization", "ops_agent", "ALIGN_MEAN", "REDUCE_MEAN", 1.0, "%",
            per_gpu=True, history=True),
     # The agent writes bytes_used per memory_state (used, free): summing every series gives the total,
@@ -117,6 +128,8 @@ HINTS = {
     "trainer": "tokens/s and MFU come from the trainer: run 'python -m gcpgpu.node.reporter --log-json FILE {flag}' "
     "beside it on rank 0 (the trainer's --log-json FILE)",
     "network": "Compute Engine reports network counters about once a minute, up to 4 minutes late for a new VM",
+    "nics": "GPU-fabric and host-NIC traffic, congestion and retransmits come from each NIC's own counters, which "
+    "gcpgpu's training image samples on every node (python -m gcpgpu.node.nics {flag}); none were written",
     "vertex": "Vertex AI reports its training metrics about once a minute once the job's replicas run",
     "goodput": "a job's goodput is written when it ends, by whoever followed it ('job submit --wait', 'job follow')",
 }

@@ -39,6 +39,7 @@ class Tail:
     kind: str
     name: str
     per_gpu: bool = False
+    per_nic: bool = False  # a row per NIC under each node (--nics)
     clock: Callable[[], float] = gcp_clock.now  # the cloud's clock (the emulator's, under test)
     target: Target | None = None
     discovered_at: float = 0.0
@@ -66,9 +67,10 @@ class Tail:
             # averages, however long ago it ended, the same at every refresh and the same as the report's.
             window = self.span.window(now) or window  # type: ignore[union-attr]
         if focus.focused(self.target, self.all_rows):
-            return focus.refresh(self.clients, self.target, metrics, window, self.per_gpu, now, self.span)
+            return focus.refresh(self.clients, self.target, metrics, window, self.per_gpu, now, self.span,
+                                 self.per_nic)
         fetched = fetch(self.clients, self.target, metrics, window, self.per_gpu, latest_only=not ended)
-        return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span)
+        return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span, per_nic=self.per_nic)
 
     def new_hints(self, snapshot: Snapshot) -> list[str]:
         fresh = [h for h in snapshot.hints() if h not in self.hinted]

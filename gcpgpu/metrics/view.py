@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import freshness
+from . import nics as nicview
 from .jobspan import JobSpan
 from .query import JOB_KEY, Fetched
 from .sources import HINTS, Metric
@@ -21,21 +22,23 @@ from .target import Target
 STRAGGLER_SHARE = 0.8  # below 80% of the peers' median is "well below"
 IDLE_GPU_PCT = 5.0  # GPUs this quiet run no job: such a node is idle, never a straggler
 IDLE_NET_GBPS = 0.1  # a cluster moving less than this per node is not training: no network stragglers
+IDLE_FABRIC_GBPS = 0.01  # the same floor on the GPU fabric's own counters (an idle node's NICs: ~0.0003)
 SPARK = "▁▂▃▄▅▆▇█"
 DCGM_KEYS = ("sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s")
 # Flat record fields, in column order (JSON and CSV carry all of them).
 FIELDS = (
     "kind", "name", "rank", "gpu", "net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets_sent_per_s",
     "packets_recv_per_s", "gpu_util_pct", "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s",
-    "pcie_gbytes_per_s", "tokens_per_s", "mfu", "straggler", "straggler_reasons", "note",
+    "pcie_gbytes_per_s", "tokens_per_s", "mfu", "fabric_sent_gbps", "fabric_recv_gbps", "host_sent_gbps",
+    "host_recv_gbps", "cnp_per_s", "retrans_per_s", "slowest_nic", "straggler", "straggler_reasons", "note",
 )  # fmt: skip
 _SUMMED = {"net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "nvlink_gbytes_per_s",
-           "pcie_gbytes_per_s", "gpu_mem_bytes", "gpu_mem_free_bytes"}
+           "pcie_gbytes_per_s", "gpu_mem_bytes", "gpu_mem_free_bytes", *nicview.KEYS}
 
 
 @dataclass
 class Row:
-    kind: str  # node | gpu | total
+    kind: str  # node | gpu | nic | total
     name: str
     rank: int | None = None
     gpu: int | None = None
@@ -45,6 +48,7 @@ class Row:
     straggler: list[str] = field(default_factory=list)  # why, e.g. "GPU 47% vs median 94%"
     held: dict[str, str] = field(default_factory=dict)  # field -> why its value is not shown as live (freshness)
     note: str = ""  # the first of those reasons, for the STATUS column
+    unmeasured: dict[str, str] = field(default_factory=dict)  # field -> why this family has no such number
 
 
 @dataclass
@@ -98,7 +102,7 @@ def _history(points: list[tuple[float, float]] | None, fetched: Fetched) -> list
 
 def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: bool = False,
           now: float | None = None, job: JobSpan | None = None,
-          gpu_reference: str | Sequence[Row] = "gpus") -> Snapshot:
+          gpu_reference: str | Sequence[Row] = "gpus", per_nic: bool = False) -> Snapshot:
     """Rows for every member (and GPU), a total row, stragglers marked, and what is missing.
 
     gpu_reference "nodes": GPU rows are compared with the nodes' median, as when only some nodes'
@@ -106,23 +110,28 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
     (focus.py: the GPU rows of the nodes shown, against every node of the cluster).
 
     Values that are not live (freshness.py: before the watched job started, a silent trainer's) are held
-    back: None, with the reason in the row's note; an ended job's last numbers are shown, said so."""
+    back: None, with the reason in the row's note; an ended job's last numbers are shown, said so.
+
+    The network columns of a cluster's nodes come from their NICs' own counters (metrics/nics.py): GPU fabric
+    apart from host NICs, stragglers judged on the fabric; per_nic adds a row per NIC under each node."""
     data = freshness.of_run(fetched.data, fetched.window.period, job)
     by_key = {m.key: m for m in metrics}
     # Members: discovered VMs, plus Vertex tasks (or late VMs) that appear only in the data.
     for metric in metrics:
-        if not metric.job_level:
+        if not metric.job_level and not metric.per_nic:
             for key, _gpu in data.get(metric.key, {}):
                 target.member(key)
     machine = target.machine
     gpus_per_node = machine.gpu_count if machine else None
     gpu_bytes = machine.gpu.memory_gib * 2**30 if machine else None
     none_here = {"nvlink_gbytes_per_s"} if gpus_per_node is not None and gpus_per_node < 2 else set()  # no peer GPU
+    nic_data = nicview.index(data) if any(m.per_nic for m in metrics) else None
+    not_here = nicview.unmeasured(machine) if nic_data is not None else {}
 
     # Per-GPU series indexed by node once, so a 64-node --gpus view is not 64 scans of 512 series.
     per_gpu_series: dict[tuple[str, str], list[list[tuple[float, float]]]] = {}
     for metric in metrics:
-        for (k, g), pts in data.get(metric.key, {}).items():
+        for (k, g), pts in data.get(metric.key, {}).items() if not metric.per_nic else ():
             if g is not None:
                 per_gpu_series.setdefault((metric.key, k), []).append(pts)
 
@@ -140,13 +149,17 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
         row = Row("node", member.name, member.rank)
         hist: dict[str, list[tuple[float, float]] | None] = {}
         for metric in metrics:
-            if metric.job_level:
+            if metric.job_level or metric.per_nic:
                 continue
             pts = series(metric, member.key)
             hist[metric.key] = pts
             row.values[metric.key] = freshness.shown(pts, job)
+        own = nic_data.get(member.key, {}) if nic_data is not None else {}
+        row.values.update(nicview.node_values(own, machine))
+        row.unmeasured = dict(not_here)
         for metric in metrics:
-            if not metric.job_level and row.values.get(metric.key) is None and metric.key not in none_here:
+            absent = (not own) if metric.per_nic else row.values.get(metric.key) is None
+            if not metric.job_level and absent and metric.key not in none_here:
                 names = missing.setdefault(metric.source, [])
                 if member.name not in names:
                     names.append(member.name)
@@ -154,12 +167,18 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
         _derive(row.values, machine, gpus_per_node, gpu_bytes)
         row.history_of, row.history = _pick_history(hist, fetched)
         node_rows.append(row)
+        if per_nic:
+            gpu_rows.setdefault(member.name, []).extend(
+                Row("nic", f"{member.name}/{nic}", member.rank, values={**v, "role": role},  # type: ignore[dict-item]
+                    unmeasured=dict(not_here)) for nic, role, v in nicview.nic_rows(own))
         if per_gpu:
-            gpu_rows[member.name] = _gpu_rows(member.key, member.name, member.rank, data, metrics, fetched, gpu_bytes,
-                                              job)
+            gpu_rows.setdefault(member.name, []).extend(_gpu_rows(member.key, member.name, member.rank, data, metrics,
+                                                                  fetched, gpu_bytes, job))
 
-    _mark(node_rows)
-    all_gpus = [g for rows in gpu_rows.values() for g in rows]
+    # Stragglers on the network: the GPU fabric's own counters where the nodes report them, else Compute's.
+    fabric = nicview.judge(node_rows, STRAGGLER_SHARE, IDLE_FABRIC_GBPS)
+    _mark(node_rows, network=not fabric)
+    all_gpus = [g for rows in gpu_rows.values() for g in rows if g.kind == "gpu"]
     _mark(all_gpus, node_rows if gpu_reference == "nodes" else None if gpu_reference == "gpus" else gpu_reference)
 
     total = Row("total", f"{target.kind} {target.name}")
@@ -168,7 +187,7 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
             total.values[metric.key] = freshness.shown(data.get(metric.key, {}).get(JOB_KEY), job)
     for key in ("net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "gpu_util_pct",
                 "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s",
-                "link_share_pct"):
+                "link_share_pct", *nicview.KEYS):
         vals = [r.values[key] for r in node_rows if r.values.get(key) is not None]
         total.values[key] = _combine(vals, key in _SUMMED)  # type: ignore[arg-type]
         held = next((r.held[key] for r in node_rows if key in r.held), None)
@@ -293,12 +312,12 @@ def _pick_history(hist: dict[str, list[tuple[float, float]] | None], fetched: Fe
     return "", _history(None, fetched)
 
 
-def _mark(rows: list[Row], reference: list[Row] | None = None) -> None:
+def _mark(rows: list[Row], reference: list[Row] | None = None, network: bool = True) -> None:
     """Flag rows well below the median of their peers (or of `reference`'s) on GPU utilization or network
     throughput."""
     checks = (
         ("gpu_util_pct", "GPU", lambda v: f"{v:.0f}%"),
-        ("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),
+        *((("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),) if network else ()),
     )
     # A node no job runs on is idle, not slow: compared with nothing. Below a floor there is nothing to compare.
     idle = {id(r) for r in rows if (r.values.get("gpu_util_pct") is not None and r.values["gpu_util_pct"] < IDLE_GPU_PCT)}

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..core import Clock, Faults
 
 IDLE_BPS = 2.0e3  # bytes/s each NIC of an idle node still moves
-TICK_S = 0.25  # how often the files are brought up to date (wall clock)
+TICK_S = 0.1  # how often the counter files are brought up to date (wall clock); a reader sees them this stale
 SLOW_SHARE = 0.1  # what a slowed NIC still moves of its share
 RETRANS_SHARE = 0.02  # of a slowed NIC's packets, retransmitted
 CNP_SHARE = 0.05  # of a slowed NIC's packets, answered with a congestion notification
@@ -126,6 +126,7 @@ class _Node:
     retrans_segs: float = 0.0
     ended: bool = False
     run: Any = None  # the runner's Run: read for the trainer's start line, and whether it ended
+    written: bool = False  # its link files are on disk
 
 
 class NicTraffic:
@@ -258,41 +259,57 @@ class NicTraffic:
 
     # -- the files --------------------------------------------------------------------------------
     def _write(self, node: _Node) -> None:
+        """The counter files (the link's own files once: they do not change while the NIC is up)."""
         root = node.root
+        if not node.written:
+            self._write_links(node)
+            node.written = True
+        zero = dict.fromkeys(("tx", "rx", "txp", "rxp", "cnp_sent", "cnp_handled", "oos", "seq_err", "ack_timeout"), 0.0)
         for nic in node.nics:
-            c = node.counters.get(nic.name) or dict.fromkeys(
-                ("tx", "rx", "txp", "rxp", "cnp_sent", "cnp_handled", "oos", "seq_err", "ack_timeout"), 0.0)
+            c = node.counters.get(nic.name) or zero
             if nic.rdma:
                 port = root / "sys/class/infiniband" / nic.name / "ports/1"
-                _put(port / "state", "4: ACTIVE")
-                _put(port / "phys_state", "5: LinkUp")
-                _put(port / "rate", f"{nic.gbps:.0f} Gb/sec (4X NDR)")
-                _put(port / "link_layer", "Ethernet")
                 for name, value in (("port_xmit_data", c["tx"] / 4), ("port_rcv_data", c["rx"] / 4),
-                                    ("port_xmit_packets", c["txp"]), ("port_rcv_packets", c["rxp"]),
-                                    ("symbol_error", 0), ("port_rcv_errors", 0), ("link_downed", 0)):
+                                    ("port_xmit_packets", c["txp"]), ("port_rcv_packets", c["rxp"])):
                     _put(port / "counters" / name, str(int(value)))
                 for name, value in (("np_cnp_sent", c["cnp_sent"]), ("rp_cnp_handled", c["cnp_handled"]),
                                     ("out_of_sequence", c["oos"]), ("packet_seq_err", c["seq_err"]),
                                     ("local_ack_timeout_err", c["ack_timeout"])):
                     _put(port / "hw_counters" / name, str(int(value)))
                 continue
-            net = root / "sys/class/net" / nic.name
-            _put(net / "operstate", "up")
-            _put(net / "speed", str(int(nic.gbps * 1000)))
-            _put(net / "mtu", str(nic.mtu))
+            stats = root / "sys/class/net" / nic.name / "statistics"
             for name, value in (("tx_bytes", c["tx"]), ("rx_bytes", c["rx"]), ("tx_packets", c["txp"]),
-                                ("rx_packets", c["rxp"]), ("tx_errors", 0), ("rx_errors", 0), ("rx_dropped", 0)):
-                _put(net / "statistics" / name, str(int(value)))
-        lo = root / "sys/class/net/lo"
-        _put(lo / "operstate", "unknown")
-        _put(lo / "statistics/tx_bytes", "0")
-        _put(lo / "statistics/rx_bytes", "0")
+                                ("rx_packets", c["rxp"])):
+                _put(stats / name, str(int(value)))
         out_segs = sum(c["txp"] for n, c in node.counters.items() if not _is_rdma(node.nics, n))
         _put(root / "proc/net/snmp",
              "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "
              "InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n"
              f"Tcp: 1 200 120000 -1 12 4 0 0 6 {int(out_segs)} {int(out_segs)} {int(node.retrans_segs)} 0 0 0\n")
+
+    @staticmethod
+    def _write_links(node: _Node) -> None:
+        root = node.root
+        for nic in node.nics:
+            if nic.rdma:
+                port = root / "sys/class/infiniband" / nic.name / "ports/1"
+                _put(port / "state", "4: ACTIVE")
+                _put(port / "phys_state", "5: LinkUp")
+                _put(port / "rate", f"{nic.gbps:.0f} Gb/sec (4X NDR)")
+                _put(port / "link_layer", "Ethernet")
+                for name in ("symbol_error", "port_rcv_errors", "link_downed"):
+                    _put(port / "counters" / name, "0")
+                continue
+            net = root / "sys/class/net" / nic.name
+            _put(net / "operstate", "up")
+            _put(net / "speed", str(int(nic.gbps * 1000)))
+            _put(net / "mtu", str(nic.mtu))
+            for name in ("tx_errors", "rx_errors", "rx_dropped"):
+                _put(net / "statistics" / name, "0")
+        lo = root / "sys/class/net/lo"
+        _put(lo / "operstate", "unknown")
+        _put(lo / "statistics/tx_bytes", "0")
+        _put(lo / "statistics/rx_bytes", "0")
 
 
 def _slow_name(nics: list[Nic]) -> str:
