@@ -190,3 +190,45 @@ def test_a_slowed_nic_makes_its_node_the_straggler_with_retransmits_and_cnps(gcp
     retrans = [v for _t, v in nic_points(gcp, "retrans_per_s")[("c-1", "mlx5_2", "fabric")]]
     assert sum(v > 0 for v in retrans) >= 3  # rising all along: every training interval retransmitted more
     assert cli("job", "cancel", job).exit_code == 0
+
+
+# --- the same series in report and dashboard, and at scale (seeded as the samplers would write them) -------------
+
+
+def test_report_and_dashboard_carry_the_fabric_apart_from_the_host_nics(gcp, tmp_path, monkeypatch):
+    from gcpgpu.fakes.monitoring.testing import emulated_cluster, emulated_nics
+    from gcpgpu.gcp.clients import Clients
+    from gcpgpu.metrics.dashboard import dashboard_json
+    from gcpgpu.metrics.target import resolve
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "metrics-test")
+    emulated_cluster(gcp, "demo", 4, machine_type="a3-megagpu-8g", running_minutes=30)
+    emulated_nics(gcp, "demo", 4, machine_type="a3-megagpu-8g", slow={"demo-2": 0.05})
+    result = CliRunner().invoke(main, ["--format", "json", "metrics", "report", "--cluster", "demo", "--since", "30m",
+                                       "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert "NIC sent: GPU fabric" in summary["panels"] and "NIC sent: host NICs" in summary["panels"]
+    assert "retransmits: the node's TCP" in summary["panels"]
+    assert "NIC sent: GPU fabric" in (tmp_path / "r.html").read_text()
+    target = resolve(Clients(emulator=gcp.address, project="metrics-test"), "metrics-test", "cluster", "demo")
+    tiles = dashboard_json(target)["mosaicLayout"]["tiles"]
+    nic = {t["widget"]["title"]: t["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]["timeSeriesFilter"]["filter"]
+           for t in tiles if "nic/" in json.dumps(t)}
+    assert 'metric.label.role = "fabric"' in nic["GPU fabric sent per node (the NICs' own counters)"]
+    assert 'metric.label.role = "host"' in nic["Host NICs sent per node (the NICs' own counters)"]
+    assert "Congestion notifications (CNPs) per node" not in nic  # TCPXO has none
+
+
+def test_a_big_clusters_tail_shows_the_node_with_a_slow_nic(gcp):
+    from gcpgpu.fakes.monitoring.testing import emulated_cluster, emulated_nics
+
+    emulated_cluster(gcp, "big", 80, machine_type="a3-megagpu-8g")
+    emulated_nics(gcp, "big", 80, machine_type="a3-megagpu-8g", slow={"big-33": 0.1})
+    result = CliRunner().invoke(main, ["--project", "metrics-test", "metrics", "tail", "--cluster", "big", "--once",
+                                       "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    slow = next(r for r in rows if r["name"] == "big-33")  # one of 80 nodes: shown because it straggles
+    assert slow["straggler"] and "NIC enp6s0" in slow["straggler_reasons"][0], slow
+    assert len([r for r in rows if r["kind"] == "node"]) < 80

@@ -103,6 +103,21 @@ def node_values(nics: dict[tuple[str, str], dict[str, float]], machine: Any) -> 
     return out
 
 
+def report_roles(machine: Any, metric_key: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The report's panels of one NIC metric: (role key, label, the roles summed into it). Traffic splits into
+    the GPU fabric and the host NICs (on a family with no GPU NICs the host NIC is the fabric: one panel);
+    congestion and retransmits are the fabric's (RDMA) or the node's TCP."""
+    fl = flavor(machine)
+    if metric_key in ("nic_sent_gbps", "nic_recv_gbps"):
+        if fl == "none":
+            return [("fabric", "the host NIC (the fabric here)", ("host",))]
+        return [("fabric", "GPU fabric", ("fabric",)), ("host", "host NICs", ("host",))]
+    if metric_key == "nic_cnp_per_s":
+        return [("fabric", "GPU fabric (RDMA)", ("fabric",))] if fl == "rdma" else []
+    return [("fabric", "GPU fabric (RDMA hw_counters)", ("fabric",))] if fl == "rdma" else \
+        [("tcp", "the node's TCP", ("tcp",))]
+
+
 def nic_rows(nics: dict[tuple[str, str], dict[str, float]]) -> list[tuple[str, str, dict[str, float | None]]]:
     """(nic, role, values) per NIC of one node, for --nics: fabric first, then host, then the node's TCP."""
     order = {"fabric": 0, "host": 1, "tcp": 2}
@@ -146,4 +161,4 @@ def judge(rows: list[Any], share: float, floor_gbps: float) -> bool:
     return True
 
 
-__all__ = ["KEYS", "NIC", "NIC_KEYS", "flavor", "judge", "node_values", "nic_rows", "index", "sources", "unmeasured"]
+__all__ = ["KEYS", "NIC", "NIC_KEYS", "flavor", "judge", "node_values", "nic_rows", "index", "report_roles", "sources", "unmeasured"]
