@@ -232,3 +232,19 @@ def test_a_big_clusters_tail_shows_the_node_with_a_slow_nic(gcp):
     slow = next(r for r in rows if r["name"] == "big-33")  # one of 80 nodes: shown because it straggles
     assert slow["straggler"] and "NIC enp6s0" in slow["straggler_reasons"][0], slow
     assert len([r for r in rows if r["kind"] == "node"]) < 80
+
+
+@pytest.mark.slow
+def test_cluster_doctor_names_the_node_and_nic_a_slowed_nic_is_on(gcp, text_file):
+    up(gcp, "a3-ultragpu-8g", zone="us-central1-b")
+    gcp.faults.update({"slow_nic": ["c-1"]})
+    job = submit(text_file)
+    wait_for(lambda: all(len(training_points(gcp, n, "mlx5_0", "fabric")) >= 2 for n in ("c-0", "c-1")),
+             what="two NIC points per node while the job trains", timeout=240)
+    result = cli("cluster", "doctor", "c")
+    assert result.exit_code == 1, result.output
+    assert "network: c-1 (rank 1): NIC mlx5_2 at" in result.output and "retransmits" in result.output
+    assert "c-0 (rank 0): NIC" not in result.output
+    table = result.stdout
+    assert "Cluster c: network (each NIC's own counters" in table and "10/10" in table  # 8 RDMA + 2 gVNICs up
+    assert cli("job", "cancel", job).exit_code == 0

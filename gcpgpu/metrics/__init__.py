@@ -11,5 +11,7 @@ dashboard.py a Cloud Monitoring dashboard per cluster from templates/dashboard.j
 focus.py     a big cluster's tail: the worst nodes and GPUs and every straggler, not every row
 freshness.py whether a value the tail shows is live, so old numbers never pass for now
 jobspan.py   when the job a view watches ran: its state, start and end, from one status read
+nics.py      the network per node from each NIC's own counters: GPU fabric apart from host, CNPs, retransmits
+netdoctor.py `cluster doctor`'s network section: links, speeds, errors, the slow NIC named with its node
 steps.py     a job's numbers per step, from its own log: `metrics report --job`'s training panels
 """

@@ -59,10 +59,10 @@ def sources(machine: Any) -> dict[str, str]:
     return out
 
 
-def index(data: dict) -> dict[str, dict[tuple[str, str], dict[str, float]]]:
+def index(data: dict, keys: tuple[str, ...] | None = None) -> dict[str, dict[tuple[str, str], dict[str, float]]]:
     """Per node (instance id): (role, nic) -> {metric key: latest value}, from what the tail fetched, in one pass."""
     out: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
-    for metric_key in NIC_KEYS:
+    for metric_key in keys or NIC_KEYS:
         for (key, sub), points in data.get(metric_key, {}).items():
             if not points or sub is None:
                 continue
@@ -95,8 +95,9 @@ def node_values(nics: dict[tuple[str, str], dict[str, float]], machine: Any) -> 
     else:
         out["cnp_per_s"] = None
         out["retrans_per_s"] = total("tcp", "nic_retrans_per_s")
-    fabric = sorted(((v.get("nic_sent_gbps", 0.0) + v.get("nic_recv_gbps", 0.0), n) for (r, n), v in nics.items()
-                     if r == fabric_role), key=lambda x: (x[0], x[1]))
+    # Each fabric NIC by what it sent (asked per NIC; received comes per role unless --nics: nic "").
+    fabric = sorted(((v.get("nic_sent_gbps", 0.0), n) for (r, n), v in nics.items()
+                     if r == fabric_role and n and "nic_sent_gbps" in v), key=lambda x: (x[0], x[1]))
     if fabric:
         out["slowest_nic"], out["slowest_nic_gbps"] = fabric[0][1], fabric[0][0]
         out["fabric_nics"] = len(fabric)
@@ -123,6 +124,8 @@ def nic_rows(nics: dict[tuple[str, str], dict[str, float]]) -> list[tuple[str, s
     order = {"fabric": 0, "host": 1, "tcp": 2}
     out = []
     for (role, nic), v in sorted(nics.items(), key=lambda kv: (order.get(kv[0][0], 3), kv[0][1])):
+        if not nic:
+            continue  # a role's sum (asked per role): not a NIC
         out.append((nic, role, {"fabric_sent_gbps" if role == "fabric" else "host_sent_gbps": v.get("nic_sent_gbps"),
                                 "fabric_recv_gbps" if role == "fabric" else "host_recv_gbps": v.get("nic_recv_gbps"),
                                 "cnp_per_s": v.get("nic_cnp_per_s"), "retrans_per_s": v.get("nic_retrans_per_s")}))
@@ -140,7 +143,8 @@ def judge(rows: list[Any], share: float, floor_gbps: float) -> bool:
     if len(fabric) < 2:
         return True
     median = statistics.median(fabric.values())
-    per_nic = [fabric[id(r)] / r.values["fabric_nics"] for r in rows if id(r) in fabric and r.values.get("fabric_nics")]
+    per_nic = [r.values["fabric_sent_gbps"] / r.values["fabric_nics"] for r in rows
+               if id(r) in fabric and r.values.get("fabric_nics")]
     nic_median = statistics.median(per_nic) if per_nic else 0.0
     if median <= floor_gbps:
         return True
@@ -153,7 +157,7 @@ def judge(rows: list[Any], share: float, floor_gbps: float) -> bool:
             why.append(f"GPU fabric {v:.2f} Gbit/s vs median {median:.2f}")
         slow = r.values.get("slowest_nic_gbps")
         if slow is not None and nic_median > 0 and slow < share * nic_median:
-            why.append(f"NIC {r.values['slowest_nic']} {slow:.3f} Gbit/s vs median NIC {nic_median:.3f}")
+            why.append(f"NIC {r.values['slowest_nic']} sent {slow:.3f} Gbit/s vs median NIC {nic_median:.3f}")
         if why:
             extra = [f"{label} {r.values[k]:.0f}/s" for k, label in (("retrans_per_s", "retransmits"),
                                                                    ("cnp_per_s", "CNPs")) if r.values.get(k)]

@@ -59,7 +59,7 @@ class Tail:
         if self.job and not (self.span and self.span.over) and now - self.span_read_at >= JOB_STATE_S:
             self.span = jobspan.read(self.clients, self.project, self.job, self.region) or self.span
             self.span_read_at = now
-        metrics = metrics_for(self.kind)
+        metrics = metrics_for(self.kind, self.per_nic)
         window = Window.recent(now)
         ended = self.span is not None and self.span.run is not None
         if ended:

@@ -102,7 +102,7 @@ class Target:
         if metric.job_level:
             return ["resource.labels.job"]
         if metric.per_nic:
-            return ["metric.labels.node", "metric.labels.role", "metric.labels.nic"]
+            return ["metric.labels.node", "metric.labels.role", *(["metric.labels.nic"] if metric.by_nic else [])]
         fields = [f"resource.labels.{self.key_label}"]
         if per_gpu and metric.per_gpu:
             fields.append("metric.labels.gpu_number")
