@@ -59,6 +59,7 @@ fi
 # has already said why in one line; pass its exit status on.
 gcpgpu_reporter_args=()  # set by the plan when node 0's trainer writes --log-json
 gcpgpu_nics_args=()  # set by the plan on a cluster's node: gcpgpu.node.nics beside the job
+gcpgpu_numa_args=()  # set by the plan where torchrun can bind each rank to its GPU's NUMA node
 plan="$("$python_bin" -m gcpgpu.node.launch env -- "$@")" || exit $?
 eval "$plan"
 
@@ -101,6 +102,7 @@ if [[ $user_command == 1 ]]; then
   cmd=("$@")
 else
   cmd=(torchrun
+    ${gcpgpu_numa_args[@]+"${gcpgpu_numa_args[@]}"}
     --nproc-per-node "$GCPGPU_NPROC_PER_NODE"
     --nnodes "$GCPGPU_NNODES"
     --node-rank "$GCPGPU_NODE_RANK"

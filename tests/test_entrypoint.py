@@ -498,6 +498,20 @@ def test_no_nic_sampler_on_vertex_or_with_metrics_off(entrypoint, metadata):
         assert result.called("nics") == [], env
 
 
+@pytest.mark.parametrize("off", [False, True])
+def test_each_rank_is_bound_to_its_gpus_numa_node_through_torchrun_and_the_log_says_so(entrypoint, metadata, off):
+    metadata.machine("a3-megagpu-8g")
+    env = {"GCPGPU_SKIP_NCCL_CHECK": "1", **({"GCPGPU_NUMA_BINDING": "0"} if off else {})}
+    result = entrypoint("--steps", "5", env=env)
+    assert result.code == 0, result.stderr
+    argv = result.torchrun["argv"]
+    if off:
+        assert "--numa-binding" not in argv and "NUMA binding: off (GCPGPU_NUMA_BINDING=0)" in result.stderr
+        return
+    assert argv[argv.index("--numa-binding") + 1] == "node" and argv.index("--numa-binding") < argv.index("-m")
+    assert "NUMA binding: each rank's CPU threads and memory on its GPU's NUMA node" in result.stderr
+
+
 # --- the metrics reporter beside the trainer ---------------------------------------------------------------
 
 

@@ -247,4 +247,16 @@ def test_cluster_doctor_names_the_node_and_nic_a_slowed_nic_is_on(gcp, text_file
     assert "c-0 (rank 0): NIC" not in result.output
     table = result.stdout
     assert "Cluster c: network (each NIC's own counters" in table and "10/10" in table  # 8 RDMA + 2 gVNICs up
+    health = json.loads(cli("--format", "json", "cluster", "doctor", "c").stdout.split("\n]\n")[0] + "\n]")
+    assert {n["host_tuning"] for n in health} == {"on"}  # the startup script's TCP settings are in force
     assert cli("job", "cancel", job).exit_code == 0
+
+
+def test_cluster_doctor_says_when_the_host_tcp_tuning_is_not_in_force(gcp):
+    result = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
+                 "--no-host-tuning", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "host tuning: off (--no-host-tuning)" in result.output
+    doctor = cli("--format", "json", "cluster", "doctor", "c")
+    (node,) = json.loads(doctor.stdout.split("\n]\n")[0] + "\n]")
+    assert node["host_tuning"] == "off (rmem_max 212992)"

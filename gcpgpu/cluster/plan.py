@@ -17,7 +17,7 @@ from gcpgpu.resources import render
 from gcpgpu.storage.spec import describe as describe_storage
 from gcpgpu.times import format_duration
 
-from . import autostop, slurm_state
+from . import autostop, hosttuning, slurm_state
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
 
@@ -390,7 +390,8 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
                      ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds,
                      prepull="" if spec.prepull in (None, "none") else spec.prepull,
                      storage=bool(spec.filestore or spec.lustre or spec.hyperdisk_ml or spec.mounts),
-                     slurm=bool(spec.scheduler), slurm_device=slurm_state.DEVICE)
+                     slurm=bool(spec.scheduler), slurm_device=slurm_state.DEVICE, host_sysctls=hosttuning.of(spec))
+    notes += hosttuning.notes(spec.host_tuning, mt)
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",

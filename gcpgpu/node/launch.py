@@ -34,6 +34,11 @@ gcpgpu-cluster; not on Vertex AI) the plan sets gcpgpu_nics_args to the argument
 which the entrypoint runs beside the job, trainer or command alike, so `metrics tail` shows each NIC's own
 counters (GPU fabric apart from host). GCPGPU_METRICS=0 turns it off too.
 
+NUMA: each rank's CPU threads and memory go on its GPU's NUMA node through torchrun's own
+`--numa-binding node`, where this image's torch has it (read from torch's launcher source, not imported);
+the plan sets gcpgpu_numa_args and says which way in the job's log. GCPGPU_NUMA_BINDING=0 (`job submit
+--no-numa-binding`) leaves the ranks unbound.
+
 The user's own code (gcpgpu.node.workspace documents the variables): `env` also unpacks GCPGPU_WORKDIR and
 makes the GCPGPU_MOUNTS links, after every check above passed; `python -m gcpgpu.node.launch exec -- CMD`
 reads GCPGPU_SECRETS, runs GCPGPU_SETUP and then becomes CMD. Before all of these, a container started as
@@ -240,6 +245,27 @@ def nics_args(environ: Mapping[str, str], platform: str, metadata: Metadata | No
     return ["--cluster", cluster, "--sysroot", environ.get("GCPGPU_SYSROOT", "").strip() or "/"]
 
 
+def numa_binding(environ: Mapping[str, str], machine: object | None) -> tuple[list[str], str | None]:
+    """(torchrun's NUMA arguments, the job log's line about them): bound on a GPU machine where torchrun can."""
+    if machine is None or not getattr(machine, "gpu_count", 0):
+        return [], None
+    if environ.get("GCPGPU_NUMA_BINDING", "").strip().lower() in ("0", "false", "no", "off"):
+        return [], "NUMA binding: off (GCPGPU_NUMA_BINDING=0): ranks run on any CPU"
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    run = Path(spec.origin).parent / "distributed" / "run.py" if spec and spec.origin else None
+    try:
+        has = run is not None and "numa-binding" in run.read_text()
+    except OSError:
+        has = False
+    if not has:
+        return [], ("NUMA binding: not applied: this image's torchrun has no --numa-binding (PyTorch 2.9 or later "
+                    "has it); ranks run on any CPU")
+    return ["--numa-binding", "node"], ("NUMA binding: each rank's CPU threads and memory on its GPU's NUMA node "
+                                        "(torchrun --numa-binding node)")
+
+
 @dataclass
 class Plan:
     exports: dict[str, str]
@@ -249,6 +275,7 @@ class Plan:
     reporter: list[str] | None = None  # gcpgpu.node.reporter's arguments (--pid is the entrypoint's)
     workdir: str | None = None  # where the job's --workdir was unpacked: the setup's and command's directory
     nics: list[str] | None = None  # gcpgpu.node.nics's arguments (--pid is the entrypoint's)
+    numa: list[str] | None = None  # torchrun's NUMA binding arguments
 
     def shell(self) -> str:
         from gcpgpu.nccl import export_lines
@@ -258,6 +285,8 @@ class Plan:
             lines.append(f"gcpgpu_reporter_args=({' '.join(shlex.quote(a) for a in self.reporter)})")
         if self.nics:
             lines.append(f"gcpgpu_nics_args=({' '.join(shlex.quote(a) for a in self.nics)})")
+        if self.numa:
+            lines.append(f"gcpgpu_numa_args=({' '.join(shlex.quote(a) for a in self.numa)})")
         if self.workdir:
             lines.append(f"cd -- {shlex.quote(self.workdir)}")
         return "\n".join(lines) + "\n"
@@ -355,7 +384,9 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
     nics = nics_args(environ, platform, metadata)
     if nics:
         notes.append(f"NIC counters: gcpgpu.node.nics {' '.join(nics)}, every second")
-    return Plan(exports, prepend, notes, warnings, reporter, nics=nics)
+    numa, numa_note = numa_binding(environ, machine)
+    notes += [numa_note] if numa_note else []
+    return Plan(exports, prepend, notes, warnings, reporter, nics=nics, numa=numa)
 
 
 def main(argv: list[str] | None = None) -> int:
