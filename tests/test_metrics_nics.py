@@ -260,3 +260,17 @@ def test_cluster_doctor_says_when_the_host_tcp_tuning_is_not_in_force(gcp):
     doctor = cli("--format", "json", "cluster", "doctor", "c")
     (node,) = json.loads(doctor.stdout.split("\n]\n")[0] + "\n]")
     assert node["host_tuning"] == "off (rmem_max 212992)"
+
+
+def test_cluster_doctor_active_measures_the_rings_latency_against_compact_placement(gcp):
+    up(gcp, "a3-megagpu-8g")
+    result = cli("cluster", "doctor", "c", "--active")
+    assert result.exit_code == 0, result.output
+    assert "RING RTT µs" in result.stdout
+    rtts = {m.group(1): int(m.group(2)) for m in re.finditer(r"(c-\d)=(\d+)", result.stdout)}
+    assert set(rtts) == {"c-0", "c-1"} and all(v < 50 for v in rtts.values()), rtts  # the seed's compact figure
+    gcp.faults.update({"slow_nic": ["c-1"]})
+    slow = cli("cluster", "doctor", "c", "--active")
+    assert slow.exit_code == 1
+    assert re.search(r"c-0 \(rank 0\):.*round trip to c-1 \d+ µs, expected under 50 inside a compact placement",
+                     slow.output), slow.output
