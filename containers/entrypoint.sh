@@ -33,6 +33,10 @@
 #   GCPGPU_METRICS=0            do not send the trainer's --log-json numbers to Cloud Monitoring
 #   GCPGPU_REPORTER_CMD         the metrics reporter's command, split on spaces (default
 #                               "$GCPGPU_PYTHON -m gcpgpu.node.reporter"; a test seam)
+#   GCPGPU_NICS_CMD             the NIC sampler's command, likewise (default "$GCPGPU_PYTHON -m gcpgpu.node.nics")
+#
+# Every node of a gcpgpu cluster also runs gcpgpu.node.nics beside the job (trainer or command): each NIC's
+# own counters, every second, to Cloud Monitoring; stopped with SIGTERM once the job has ended.
 #
 # The trainer's numbers: on node 0, when the trainer flags have --log-json FILE, gcpgpu.node.reporter
 # runs in the background beside torchrun (cluster name from GCPGPU_CLUSTER or the VM's metadata, job id
@@ -54,6 +58,8 @@ fi
 # Machine type, NCCL profile, plugin/device/NIC checks, rendezvous. On a refusal gcpgpu.node.launch
 # has already said why in one line; pass its exit status on.
 gcpgpu_reporter_args=()  # set by the plan when node 0's trainer writes --log-json
+gcpgpu_nics_args=()  # set by the plan on a cluster's node: gcpgpu.node.nics beside the job
+gcpgpu_numa_args=()  # set by the plan where torchrun can bind each rank to its GPU's NUMA node
 plan="$("$python_bin" -m gcpgpu.node.launch env -- "$@")" || exit $?
 eval "$plan"
 
@@ -96,6 +102,7 @@ if [[ $user_command == 1 ]]; then
   cmd=("$@")
 else
   cmd=(torchrun
+    ${gcpgpu_numa_args[@]+"${gcpgpu_numa_args[@]}"}
     --nproc-per-node "$GCPGPU_NPROC_PER_NODE"
     --nnodes "$GCPGPU_NNODES"
     --node-rank "$GCPGPU_NODE_RANK"
@@ -105,7 +112,7 @@ else
     "$@")
 fi
 
-if [[ $profiling == 0 && ${#gcpgpu_reporter_args[@]} == 0 && $gcpgpu_ckpt_upload == 0 ]]; then
+if [[ $profiling == 0 && ${#gcpgpu_reporter_args[@]} == 0 && ${#gcpgpu_nics_args[@]} == 0 && $gcpgpu_ckpt_upload == 0 ]]; then
   exec ${launcher[@]+"${launcher[@]}"} "${cmd[@]}"
 fi
 
@@ -138,6 +145,30 @@ stop_reporter() {
 if [[ ${#gcpgpu_reporter_args[@]} -gt 0 ]]; then
   start_reporter
 fi
+
+nics_pid=""
+if [[ ${#gcpgpu_nics_args[@]} -gt 0 ]]; then
+  nics_cmd=()
+  read -r -a nics_cmd <<<"${GCPGPU_NICS_CMD:-}"
+  if [[ ${#nics_cmd[@]} == 0 ]]; then
+    nics_cmd=("$python_bin" -m gcpgpu.node.nics)
+  fi
+  # In the background, and only ever logging: a sampler that cannot start or write never stops the job.
+  "${nics_cmd[@]}" "${gcpgpu_nics_args[@]}" --pid "$$" </dev/null &
+  nics_pid=$!
+fi
+stop_nics() {
+  [[ -n $nics_pid ]] || return 0
+  kill -TERM "$nics_pid" 2>/dev/null || true  # it writes its last interval, then exits
+  local tenths=0
+  while kill -0 "$nics_pid" 2>/dev/null && ((tenths < 150)); do
+    sleep 0.1
+    tenths=$((tenths + 1))
+  done
+  kill -KILL "$nics_pid" 2>/dev/null || true
+  wait "$nics_pid" 2>/dev/null || true
+  nics_pid=""
+}
 
 ckpt_pid=""
 if [[ $gcpgpu_ckpt_upload == 1 ]]; then
@@ -216,6 +247,7 @@ while kill -0 "$child" 2>/dev/null; do
 done
 trap - TERM INT
 stop_reporter
+stop_nics
 stop_ckpt_upload
 if [[ $profiling == 1 ]]; then
   upload_reports

@@ -164,6 +164,18 @@ class Run:
         return argv[argv.index(flag) + 1]
 
 
+# The NIC sampler (GCPGPU_NICS_CMD): records its argv, and that it was stopped.
+NICS_STUB = """import json, os, signal, sys, time
+def record(name):
+    with open(os.environ["STUB_LOG"], "a") as f:
+        f.write(json.dumps({"name": name, "argv": sys.argv[1:]}) + "\\n")
+signal.signal(signal.SIGTERM, lambda *_: (record("nics-stopped"), sys.exit(0)))
+record("nics")
+open(os.environ["STUB_LOG"] + ".nics-ready", "w").close()
+time.sleep(30)
+"""
+
+
 @pytest.fixture
 def entrypoint(tmp_path: Path, metadata: MetadataServer):
     stubs = tmp_path / "bin"
@@ -173,6 +185,7 @@ def entrypoint(tmp_path: Path, metadata: MetadataServer):
         stub.write_text(STUB.format(python=sys.executable))
         stub.chmod(0o755)
     (stubs / "reporter.py").write_text(REPORTER_STUB)
+    (stubs / "nics.py").write_text(NICS_STUB)
     log = tmp_path / "calls.jsonl"
     root = tmp_path / "root"
     root.mkdir()
@@ -187,6 +200,7 @@ def entrypoint(tmp_path: Path, metadata: MetadataServer):
             "GCPGPU_SYSROOT": str(root),
             "PYTHONPATH": str(REPO),
             "GCPGPU_REPORTER_CMD": f"{sys.executable} {stubs / 'reporter.py'}",
+            "GCPGPU_NICS_CMD": f"{sys.executable} {stubs / 'nics.py'}",
         }
         done = subprocess.run(
             ["bash", *(["-x"] if trace else []), str(ENTRYPOINT), *args], env={**base, **(env or {})},
@@ -329,7 +343,8 @@ def test_rendezvous_from_torchrun_style_env(entrypoint, metadata):
     assert [result.flag(f) for f in ("--nnodes", "--node-rank", "--master-addr", "--master-port")] == [
         "4", "2", "10.0.0.5", "1234",
     ]  # fmt: skip
-    assert not [p for p in metadata.seen if "attributes" in p]  # the environment said it all
+    # The environment said it all (the node's cluster is asked for the NIC sampler, not the rendezvous).
+    assert not [p for p in metadata.seen if "attributes" in p and not p.endswith("/gcpgpu-cluster")]
 
 
 def test_rendezvous_from_vertex_cluster_spec(entrypoint, metadata):
@@ -454,6 +469,47 @@ def test_arguments_reach_the_trainer_unchanged(entrypoint, metadata):
     result = entrypoint(*nasty)
     assert result.code == 0, result.stderr
     assert result.torchrun["argv"][-4:] == nasty
+
+
+# --- every node's NIC sampler beside the job (issue 52) -------------------------------------------------------
+
+
+def test_every_node_of_a_cluster_runs_the_nic_sampler_beside_its_job_and_stops_it_after(entrypoint, metadata):
+    metadata.machine("a3-megagpu-8g")
+    result = entrypoint(
+        "--steps", "5",
+        env={"GCPGPU_CLUSTER": "demo", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.5",
+             "GCPGPU_SKIP_NCCL_CHECK": "1", "STUB_WAIT_TORCHRUN": f"{entrypoint.log}.nics-ready"},
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    (nics,) = result.called("nics")  # rank 1 too: every node's NICs
+    assert nics["argv"] == ["--cluster", "demo", "--sysroot", str(entrypoint.root), "--pid",
+                            str(result.torchrun["ppid"])]
+    names = [c["name"] for c in result.calls]
+    assert names.index("nics-stopped") > names.index("torchrun")  # stopped after the job, its last interval written
+    assert "NIC counters: gcpgpu.node.nics --cluster demo" in result.stderr
+
+
+def test_no_nic_sampler_on_vertex_or_with_metrics_off(entrypoint, metadata):
+    metadata.machine("a2-highgpu-1g")
+    for env in ({"CLOUD_ML_JOB_ID": "8675309", "GCPGPU_CLUSTER": "demo"}, {"GCPGPU_CLUSTER": "demo", "GCPGPU_METRICS": "0"}):
+        result = entrypoint("--steps", "5", env={**env, "GCPGPU_SKIP_NCCL_CHECK": "1"})
+        assert result.code == 0, result.stderr
+        assert result.called("nics") == [], env
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_each_rank_is_bound_to_its_gpus_numa_node_through_torchrun_and_the_log_says_so(entrypoint, metadata, off):
+    metadata.machine("a3-megagpu-8g")
+    env = {"GCPGPU_SKIP_NCCL_CHECK": "1", **({"GCPGPU_NUMA_BINDING": "0"} if off else {})}
+    result = entrypoint("--steps", "5", env=env)
+    assert result.code == 0, result.stderr
+    argv = result.torchrun["argv"]
+    if off:
+        assert "--numa-binding" not in argv and "NUMA binding: off (GCPGPU_NUMA_BINDING=0)" in result.stderr
+        return
+    assert argv[argv.index("--numa-binding") + 1] == "node" and argv.index("--numa-binding") < argv.index("-m")
+    assert "NUMA binding: each rank's CPU threads and memory on its GPU's NUMA node" in result.stderr
 
 
 # --- the metrics reporter beside the trainer ---------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_a_cluster_jobs_trainer_numbers_reach_monitoring(gcp, tmp_path):
     assert result.exit_code == 0, result.output
 
     (run,) = [r for r in gcp.jobs.runner.all_runs() if r.id.startswith("cluster/")]
-    (reporter,) = run.sidecars
+    (reporter,) = [s for s in run.sidecars if "gcpgpu.node.reporter" in s.spec.argv]
     argv = reporter.spec.argv
     assert argv[1:3] == ["-m", "gcpgpu.node.reporter"]
     assert argv[argv.index("--cluster") + 1] == "m" and argv[argv.index("--emulator") + 1] == gcp.address

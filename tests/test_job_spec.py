@@ -260,3 +260,11 @@ def test_a_command_in_a_spec_file_is_split_like_a_shell_and_an_unbalanced_one_re
     bad.write_text("cluster: c\ncommand: \"sh -c 'echo\"\n")
     with pytest.raises(UsageProblem, match="command .*no closing quotation"):
         JobSpec.from_sources(str(bad), {})
+
+
+def test_no_numa_binding_leaves_the_ranks_unbound_through_the_jobs_environment(gcp):
+    result = CliRunner().invoke(main, [*GLOBAL, "job", "submit", "--vertex", "--machine-type", "a3-highgpu-8g",
+                                       "--no-numa-binding", "--env", "B=2", "--dry-run", "--", *TRAINER])
+    assert result.exit_code == 0, result.output
+    env = env_of(yaml.safe_load(result.stdout)["customJob"]["jobSpec"]["workerPoolSpecs"][0])
+    assert env["GCPGPU_NUMA_BINDING"] == "0" and env["B"] == "2"  # the image's entrypoint reads it

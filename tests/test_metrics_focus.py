@@ -67,8 +67,8 @@ def test_calls_per_refresh_stay_fixed_from_80_to_160_nodes(gcp, per_gpu):
         gcp.requests.clear()
         session.refresh()
         calls[nodes] = len(gcp.requests.all(api="monitoring"))
-    # 13 columns + each node's worst GPU; with --gpus, the 7 per-GPU columns for the nodes shown.
-    assert calls[80] == calls[160] == (21 if per_gpu else 14)
+    # 13 columns, the 4 NIC metrics + each node's worst GPU; with --gpus, the 7 per-GPU columns for the nodes shown.
+    assert calls[80] == calls[160] == (25 if per_gpu else 18)
 
 
 def test_the_cluster_is_found_without_reading_whole_vms(gcp, monkeypatch):

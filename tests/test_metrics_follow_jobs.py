@@ -168,8 +168,8 @@ def test_once_a_job_has_ended_its_runs_averages_are_held_and_said_to_be_so(gcp):
     """A Vertex job that reported 8k tokens/s, watched during its run and after its end (the emulator's clock).
     Issue 38: after the end every cell was `-`, and later "no data yet" for a job that had data: its last
     numbers stay, from its run (its averages, issue 50), however long ago it ended, and its rows say so."""
+    from gcpgpu.metrics.render import records
     from gcpgpu.metrics.tail import Tail
-    from gcpgpu.metrics.view import records
     from gcpgpu.node.reporter import Reporter
 
     gcp.vertex.timings["simulated_run_s"] = 600.0

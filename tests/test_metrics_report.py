@@ -71,8 +71,8 @@ def test_report_makes_one_call_per_metric_type(env, tmp_path):
     env.requests.clear()
     assert report("-o", str(tmp_path / "r.png")).exit_code == 0
     monitoring = env.requests.all(api="monitoring")
-    # 11 node metrics (GPU memory used and free apart) + 5 trainer ones + the jobs' goodput
-    assert len(monitoring) == 17 and len({r.path for r in monitoring}) == 1
+    # 11 node metrics (GPU memory used and free apart), the 4 NIC ones + 5 trainer ones + the jobs' goodput
+    assert len(monitoring) == 21 and len({r.path for r in monitoring}) == 1
     assert len(env.requests.all(api="compute")) == 1
 
 

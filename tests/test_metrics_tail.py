@@ -82,9 +82,10 @@ def test_missing_agents_show_na_never_zero_with_one_hint(env):
     env.monitoring.agents(ops_agent=False, instances=["demo-1"])
     result = tail("--cluster", "demo", "--once")
     (bare,) = lines_of(result.stdout, "demo-1")
-    assert bare.count("n/a") == 2  # GPU and GPU MEM
+    # GPU and GPU MEM; and FABRIC, HOST and RETX: no node here samples its NICs (gcpgpu.node.nics)
+    assert bare.count("n/a") == 5
     (other,) = lines_of(result.stdout, "demo-0")
-    assert "n/a" not in other
+    assert other.count("n/a") == 3  # the NICs' own columns alone
     assert "TENSOR" not in result.stdout  # no node reports DCGM: its columns are left out ...
     assert "DCGM" in result.stderr and "Ops Agent" in result.stderr and "demo-1" in result.stderr  # ... with a hint
     rows = [json.loads(line) for line in tail("--cluster", "demo", "--once", "--format", "json").stdout.splitlines()]
@@ -114,7 +115,7 @@ def test_api_calls_per_refresh_do_not_grow_with_the_cluster(env, per_gpu):
         calls[nodes] = (len(env.requests.all(api="monitoring")), len(env.requests.all(api="compute")))
         assert len([r for r in snapshot.rows if r.kind == "node"]) == nodes
     # One ListTimeSeries per column (GPU memory: used and free apart), whatever the size.
-    assert calls[2] == calls[64] == (13, 0)
+    assert calls[2] == calls[64] == (17, 0)  # 13 columns and the 4 NIC metrics (metrics/nics.py)
 
 
 def test_trainer_throughput_shows_next_to_the_node_metrics(env):

@@ -20,7 +20,7 @@ from gcpgpu.cluster.plan import plan
 from gcpgpu.cluster.spec import ClusterSpec
 from gcpgpu.resources import render, templates_dir
 
-ZONE = {"a2-highgpu-8g": "us-central1-a", "g2-standard-48": "us-central1-a", "a3-highgpu-8g": "us-central1-a",
+ZONE = {"a2-highgpu-8g": "us-central1-a", "a2-highgpu-1g": "us-central1-a", "g2-standard-48": "us-central1-a", "a3-highgpu-8g": "us-central1-a",
         "a3-megagpu-8g": "us-central1-a", "a3-ultragpu-8g": "us-central1-b", "a4-highgpu-8g": "us-east5-a"}
 SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
 
@@ -302,6 +302,9 @@ def test_node_report_of_a_healthy_a3_mega_node(tmp_path, metadata):
     nics = {"enp0s12": "up", **{f"enp{i}s0": "up" for i in (6, 7, 13, 14, 134, 135, 141, 142)}}
     root = fake_sysroot(tmp_path, nics, ["var/lib/tcpxo/lib64/libnccl-net.so", "dev/aperture_devices"])
     got = _node_report(tmp_path, metadata, "tcpxo", 8, 8, {**stubs(tmp_path, metadata), "GCPGPU_SYSROOT": str(root)})
+    # Whether the host TCP tuning is in force: this machine's own kernel answers.
+    tuning = got.pop("host-tuning")
+    assert tuning == "on" or tuning.startswith("off (rmem_max "), tuning
     assert got == {"driver": "580.95.05", "gpus": "8/8", "gpu-nics": "8/8", "links": "", "gpudirect": "ready"}
 
 
@@ -371,3 +374,29 @@ def test_a_node_an_older_gcpgpu_started_still_finds_its_follower_under_the_old_n
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert "--cluster CLUSTER" in done.stdout and "--node NODE" in done.stdout
+
+
+@pytest.mark.parametrize("machine_type", ["a2-highgpu-1g", "a3-megagpu-8g", "a4-highgpu-8g"])
+def test_the_startup_script_applies_the_host_tcp_tuning_and_says_so(tmp_path, machine_type):
+    text = startup_script(machine_type)
+    lint(tmp_path, text)  # shellcheck, with the sysctl block in
+    for line in ("net.core.rmem_max = 268435456", "net.core.wmem_max = 268435456",
+                 "net.ipv4.tcp_rmem = 4096 87380 268435456", "net.ipv4.tcp_wmem = 4096 65536 268435456",
+                 "net.core.netdev_max_backlog = 250000", "net.ipv4.tcp_window_scaling = 1"):
+        assert line in text, line
+    assert "sysctl -q -p /etc/sysctl.d/90-gcpgpu-tcp.conf" in text and "gcpgpu: host TCP tuning set:" in text
+    assert "node_report host-tuning on" in text  # the node says whether it is in force (cluster doctor)
+    spec = ClusterSpec(name="c", machine_type=machine_type, nodes=2, zones=[ZONE[machine_type]]).validate()
+    (note,) = [n for n in plan(spec, "p").notes if n.startswith("host tuning:")]
+    assert "net.core.rmem_max=268435456" in note
+    assert ("which carries the collectives" in note) == machine_type.startswith("a2-")
+
+
+def test_no_host_tuning_leaves_the_tcp_settings_alone(tmp_path):
+    spec = ClusterSpec(name="c", machine_type="a2-highgpu-1g", nodes=2, zones=[ZONE["a2-highgpu-1g"]],
+                       host_tuning=False).validate()
+    p = plan(spec, "p")
+    text = next(i["value"] for i in p.instance_properties["metadata"]["items"] if i["key"] == "startup-script")
+    lint(tmp_path, text)
+    assert "sysctl" not in text.replace("sysctl -n net.core.rmem_max", "")
+    assert any(n.startswith("host tuning: off (--no-host-tuning)") for n in p.notes), p.notes

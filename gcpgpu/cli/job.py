@@ -106,6 +106,9 @@ def job() -> None:
 @click.option("--env", "env", multiple=True, metavar="K=V",
               help="Environment variable (repeatable); NCCL_* values override the machine's NCCL profile. "
               "Stored in plain text: no secrets.")
+@click.option("--no-numa-binding", is_flag=True, default=None,
+              help="Leave the ranks unbound (default: each rank's CPU threads and memory on its GPU's NUMA node, "
+                   "through torchrun where the image's torch has it; sets GCPGPU_NUMA_BINDING=0).")
 @click.option("--workdir", metavar="DIR", help="Your code: DIR is packed (minus .gitignore and .gcpgpuignore "
               "entries; 100 MiB at most), uploaded to the project's staging bucket and unpacked at /workdir on "
               "every node or replica, the job's working directory.")
@@ -191,7 +194,8 @@ def _spec(trainer_args: tuple[str, ...], kw: dict[str, Any]) -> Any:
         "strategy": strategy_of(spot=bool(kw.get("spot")), flex_start=bool(kw.get("flex_start"))),
         "max_wait": parse_duration(kw["max_wait"], "--max-wait") if kw.get("max_wait") else None,
         "reservation": kw.get("reservation"),
-        "env": parse_env(kw.get("env") or ()) or None,
+        "env": parse_env((*(kw.get("env") or ()), *(("GCPGPU_NUMA_BINDING=0",) if kw.get("no_numa_binding") else ())))
+        or None,
         "profile": kw.get("profile"),
         "interactive": kw.get("interactive"),
         "output_dir": kw.get("output_dir"),

@@ -39,6 +39,7 @@ def metrics() -> None:
 @metrics.command()
 @_target_options
 @click.option("--gpus", is_flag=True, help="A row per GPU under each node.")
+@click.option("--nics", is_flag=True, help="A row per NIC under each node (GPU fabric, host, the node's TCP).")
 @click.option("--all", "all_rows", is_flag=True,
               help="Every node (and GPU) of a cluster over 64 nodes; by default only the 8 slowest nodes, every "
                    "straggler and every node with a slow GPU are shown, in tables and rows alike.")
@@ -47,8 +48,8 @@ def metrics() -> None:
 @click.option("--format", "fmt", type=click.Choice(TAIL_FORMATS), default=None,
               help="table (default), or rows for scripts: json (one object per row per refresh) or csv.")
 @click.pass_obj
-def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, all_rows: bool, interval: float,
-         once: bool, fmt: str | None) -> None:
+def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, nics: bool, all_rows: bool,
+         interval: float, once: bool, fmt: str | None) -> None:
     """Watch a cluster's or job's nodes: network, GPUs, DCGM and training throughput.
 
     \b
@@ -57,6 +58,13 @@ def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, a
     and memory (Ops Agent), SM / tensor-pipe activity and NVLink / PCIe traffic (DCGM,
     when present), the trainer's tokens/s and MFU (from gcpgpu.node.reporter), and
     the last 15 minutes as a sparkline. The global --format json also streams rows.
+
+    \b
+    From each NIC's own counters (gcpgpu.node.nics on every node): the GPU fabric's
+    and the host NICs' Gbit/s apart (on a machine with no GPU NICs the host NIC is
+    the fabric), congestion notifications and retransmits per second; the header
+    says which source each column comes from, and a column a family cannot measure
+    says so. Stragglers on the network are judged on the fabric, NIC by NIC.
     """
     from gcpgpu.metrics.tail import Tail, run
     from gcpgpu.metrics.target import pick
@@ -64,11 +72,13 @@ def tail(settings: Settings, cluster: str | None, job: str | None, gpus: bool, a
     kind, name = pick(cluster, job)
     if gpus and kind == "job":
         raise UsageProblem("--gpus needs --cluster: Vertex AI reports accelerator use per task, not per GPU")
+    if nics and kind == "job":
+        raise UsageProblem("--nics needs --cluster: Vertex AI reports network use per task, not per NIC")
     if not 1 <= interval <= 3600:
         raise UsageProblem(f"--interval {interval:g} must be between 1 and 3600 seconds")
     fmt = fmt or settings.format  # the root's table|json|yaml when no local --format is given
     project = settings.project
-    run(Tail(settings.clients, project, kind, name, per_gpu=gpus, job=job, region=settings.optional("region"),
+    run(Tail(settings.clients, project, kind, name, per_gpu=gpus, per_nic=nics, job=job, region=settings.optional("region"),
              all_rows=all_rows), fmt, interval, once)
 
 

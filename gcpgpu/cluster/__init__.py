@@ -2,6 +2,7 @@
 
 spec.py            ClusterSpec: flags and/or a YAML file, validated before any API call
 plan.py            plan(spec): every resource a cluster needs, as the Compute API's JSON, with no client
+hosttuning.py      the host TCP settings the startup script applies (the seed's), and the plan's line about them
 apply.py           bring a planned cluster up, reconciling with what exists; failover across zones
 session.py         one attempt at changing a cluster: clients, lease, roll-back, reporter
 lease.py           one `up` or `down` at a time per cluster, across machines: a lease in project metadata

@@ -27,8 +27,20 @@ from .observe import Node
 NAMESPACE = "gcpgpu-diag"
 POLL_SECONDS = 2.0
 COLUMNS = [("node", "NODE"), ("rank", "RANK"), ("gpu", "GPU DIAG"), ("nvlink", "NVLINK GB/S"),
-           ("slowest_nic", "SLOWEST NIC"), ("net", "ALL_REDUCE GB/S"), ("shared", "SHARED FS MiB/S"),
+           ("slowest_nic", "SLOWEST NIC"), ("net", "ALL_REDUCE GB/S"), ("latency", "RING RTT µs"),
+           ("shared", "SHARED FS MiB/S"),
            ("verdict", "VERDICT")]
+
+
+# The seed guide's figures: under 50 µs between nodes of a compact placement, 100-200 µs in a zone without one
+# (whether it means the round trip or one way is unverified; gcpgpu compares the round trip).
+COMPACT_RTT_US = 50.0
+SPREAD_RTT_US = 200.0
+
+
+def compact_placement(diagnoses: list[Any]) -> bool:
+    """Whether the nodes were placed compactly (each Diagnosis carries its node's flag, set by run())."""
+    return bool(diagnoses) and all(getattr(d, "compact", False) for d in diagnoses)
 
 
 @cache
@@ -47,6 +59,7 @@ class Diagnosis:
     # Shared file systems slower than their tier's promise: shown, never a reason to replace the node
     # (`up --check` replaces on problems; a slow share is the share's, not the node's).
     storage: list[str] = field(default_factory=list)
+    compact: bool = False  # its node is in a compact placement policy (the latency it should have)
 
     def nics(self) -> dict[str, float]:
         out = {}
@@ -65,6 +78,7 @@ class Diagnosis:
                 "nvlink": self.report.get("nvlink-busbw", "-"),
                 "slowest_nic": f"{slowest[0]} {slowest[1]:g}" if slowest else "-",
                 "net": self.report.get("net-busbw", "-"),
+                "latency": self.report.get("latency") or "-",
                 "shared": storage_rates.cell(storage_rates.parse(self.report.get("storage"))),
                 "verdict": "; ".join(self.problems + self.storage) or "healthy"}
 
@@ -95,6 +109,13 @@ def evaluate(machine: Any, diagnoses: list[Diagnosis]) -> list[str]:
         for nic, rate in sorted(d.nics().items()):
             if rate < frac * per_nic:
                 d.problems.append(f"GPU NIC {nic} {rate:g} GB/s, expected about {per_nic:.1f}")
+    compact = compact_placement(diagnoses)
+    limit = COMPACT_RTT_US if compact else SPREAD_RTT_US
+    for d in diagnoses:
+        peer, _, rtt = d.report.get("latency", "").partition("=")
+        if (us := _float(rtt)) is not None and us > limit:
+            d.problems.append(f"round trip to {peer} {us:g} µs, expected under {limit:g} "
+                              + ("inside a compact placement" if compact else "in a zone without one"))
     cluster: list[str] = []
     nets = [v for d in diagnoses if (v := _float(d.report.get("net-busbw"))) is not None]
     if len(diagnoses) > 1 and nets and min(nets) < frac * cross:
@@ -168,7 +189,7 @@ def run(clients: Any, project: str, nodes: list[Node], timeout: float = 1200.0,
     reports = collect(clients, project, running, rid, timeout, note)
     out = []
     for n in nodes:
-        d = Diagnosis(n.name, n.rank, reports.get(n.name, {}))
+        d = Diagnosis(n.name, n.rank, reports.get(n.name, {}), compact=n.compact)
         if n.status != "RUNNING":
             d.problems.append(f"node is {n.status}")
         elif not d.report:

@@ -17,7 +17,8 @@ from gcpgpu.gcp.clients import Clients
 
 NAMESPACE = "gcpgpu-node"
 COLUMNS = [("node", "NODE"), ("status", "STATUS"), ("driver", "DRIVER"), ("gpus", "GPUS"), ("gpu_nics", "GPU NICS"),
-           ("links", "LINKS"), ("gpudirect", "GPUDIRECT"), ("rxdm", "RXDM"), ("ready", "READY")]
+           ("links", "LINKS"), ("gpudirect", "GPUDIRECT"), ("rxdm", "RXDM"), ("host_tuning", "HOST TCP"),
+           ("ready", "READY")]
 
 
 @dataclass
@@ -61,6 +62,7 @@ class NodeCheck:
         return {"node": self.node, "status": self.status, "driver": r.get("driver", "-"), "gpus": r.get("gpus", "-"),
                 "gpu_nics": r.get("gpu-nics", "-"), "links": r.get("links") or ("up" if r else "-"),
                 "gpudirect": r.get("gpudirect", "-"), "rxdm": self.job.get("rxdm", "-"),
+                "host_tuning": r.get("host-tuning", "-"),
                 "ready": "yes" if not problems else "no: " + "; ".join(problems)}
 
 

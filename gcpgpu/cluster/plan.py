@@ -17,7 +17,7 @@ from gcpgpu.resources import node_file, render
 from gcpgpu.storage.spec import describe as describe_storage
 from gcpgpu.times import format_duration
 
-from . import autostop, slurm_state
+from . import autostop, hosttuning, slurm_state
 from .cost import plan_price, plan_prices_source
 from .names import LABEL_CLUSTER, LABEL_MANAGED, marker, network_tag, node_name
 from .spec import ClusterSpec
@@ -384,13 +384,14 @@ def plan(spec: ClusterSpec, project: str) -> Plan:
     gpu_nics = sum(1 for n in nics[1:] if n.get("nicType") == "MRDMA") if mt.gpudirect == "rdma" else len(nics) - 1
     startup = render("startup.sh.j2", cluster=name, nodes=spec.nodes, machine_type=mt.name, gpus_per_node=mt.gpu_count,
                      gpu_nics=gpu_nics, project=project, region=region, driver=setup.driver, flavor=mt.gpudirect,
-                     installer_image=host.installer_image if host else "",
-                     installer_args=host.installer_args if host else (),
+                     installer_image=host.installer_image if host else "", installer_args=host.installer_args if host else (),
                      ops_agent_repo_script=catalog.outbound().ops_agent_repo_script, local_ssds=mt.local_ssds,
                      prepull="" if spec.prepull in (None, "none") else spec.prepull,
                      storage=bool(spec.filestore or spec.lustre or spec.hyperdisk_ml or spec.mounts),
-                     slurm=bool(spec.scheduler), slurm_device=slurm_state.DEVICE, job_account=spec.job_service_account or "",
+                     slurm=bool(spec.scheduler), slurm_device=slurm_state.DEVICE, host_sysctls=hosttuning.of(spec),
+                     job_account=spec.job_service_account or "",
                      jobmeta_source=node_file("jobmeta.py") if spec.job_service_account else "")
+    notes += hosttuning.notes(spec.host_tuning, mt)
     props: dict[str, Any] = {
         "machineType": mt.name,
         "description": f"gcpgpu cluster {name}",

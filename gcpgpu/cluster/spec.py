@@ -94,6 +94,9 @@ class ClusterSpec:
     external_ips: bool = False
     iap_ssh: bool = False  # a firewall rule letting IAP TCP forwarding reach port 22 (cluster ssh)
     cloud_nat: bool = True  # a Cloud Router + NAT on the primary network when nodes have no external IP
+    # The seed guide's TCP settings (256 MiB buffers, backlog, window scaling) at boot, for the traffic that runs
+    # over TCP (the host NICs; A2's collectives): the GPUDirect paths keep their profiles (--no-host-tuning).
+    host_tuning: bool = True
     scheduler: str | None = None  # "slurm": the nodes run Slurm, and jobs queue on it (gcpgpu/slurm)
     # Shared file systems (gcpgpu/storage): new ones made with the cluster and deleted with it, and
     # existing ones attached by name (mounts: "filestore:NAME:/PATH", never deleted).

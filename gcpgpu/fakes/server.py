@@ -142,7 +142,8 @@ class Emulator:
         shared.services.update(filestore=self.filestore, lustre=self.lustre)
         shared.disk = disk_resolver(self.compute, lambda: disk.root)
         self.jobs = LocalJobs(self.compute, self.activity, self.events, disk, address=self.serving_address,
-                              user=self.user_commands, clock_file=lambda: self.clock.published, shared=shared)
+                              user=self.user_commands, clock_file=lambda: self.clock.published, shared=shared,
+                              faults=self.faults)
         # Cloud Logging's entries: what the local runs (jobs' processes, the VMs' own programs) printed.
         self.logging = LoggingBackend(self.jobs.runner)
         self.vertex = VertexBackend(self.world.regions, self.clock, self.ids, self.jobs.runner, self.compute, disk,

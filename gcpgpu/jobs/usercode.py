@@ -31,7 +31,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USER_SETTABLE = frozenset({
     "GCPGPU_MACHINE_TYPE", "GCPGPU_PLATFORM", "GCPGPU_NCCL_FLAVOR", "GCPGPU_SKIP_NCCL_CHECK", "GCPGPU_PROFILE",
     "GCPGPU_PROFILE_STEPS", "GCPGPU_PROFILE_DIR", "GCPGPU_OUTPUT_DIR", "GCPGPU_METRICS", "GCPGPU_NPROC_PER_NODE",
-    "GCPGPU_TRAINER_ALLOW_CPU", "GCPGPU_TRAINER_MODULE",
+    "GCPGPU_TRAINER_ALLOW_CPU", "GCPGPU_TRAINER_MODULE", "GCPGPU_NUMA_BINDING",  # (job submit --no-numa-binding)
 })  # fmt: skip
 # projects/PROJECT (id or number)/secrets/NAME[/versions/VERSION (a number or latest)]
 SECRET = re.compile(r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|\d{1,20})/secrets/([A-Za-z0-9_-]{1,255})"

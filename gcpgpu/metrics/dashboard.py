@@ -25,7 +25,10 @@ def dashboard_json(target: Target) -> dict[str, Any]:
     text = render(TEMPLATE, cluster=target.name, project=target.project,
                   instance_ids=[m.key for m in target.members],
                   machine_type=machine.name if machine else (target.members[0].machine_type or "unknown"),
-                  max_net_gbps=machine.max_net_gbps if machine else "?", trainer_namespace=NAMESPACE["cluster"])
+                  max_net_gbps=machine.max_net_gbps if machine else "?", trainer_namespace=NAMESPACE["cluster"],
+                  # The NICs' own counters: on a machine with no GPU NICs the host NIC carries the collectives.
+                  fabric_role="fabric" if machine is not None and machine.gpu_nics else "host",
+                  rdma=machine is not None and machine.gpudirect == "rdma")
     return json.loads(text)
 
 

@@ -33,10 +33,10 @@ def focused(target: Target, all_rows: bool) -> bool:
 
 
 def refresh(clients: Any, target: Target, metrics: Sequence[Metric], window: Window, per_gpu: bool,
-            now: float, job: Any) -> Snapshot:
+            now: float, job: Any, per_nic: bool = False) -> Snapshot:
     """One focused refresh (see the module's docstring): a Snapshot of the rows worth showing."""
     fetched = fetch(clients, target, [*metrics, WORST_GPU], window, False, latest_only=True)
-    nodes = build(target, fetched, metrics, False, now=now, job=job)
+    nodes = build(target, fetched, metrics, False, now=now, job=job, per_nic=per_nic)
     keep = pick(nodes, fetched, target)
     snap = nodes
     if per_gpu:
@@ -50,13 +50,17 @@ def refresh(clients: Any, target: Target, metrics: Sequence[Metric], window: Win
         for row in gpus.rows:
             if row.kind == "gpu":
                 by_node.setdefault(row.name.rsplit("/", 1)[0], []).append(row)
-        snap = dataclasses.replace(nodes, rows=[g for r in nodes.rows for g in [r, *by_node.get(r.name, [])]],
+        for row in nodes.rows:  # --nics: each node's NIC rows stay under it, before its GPUs
+            if row.kind == "nic":
+                by_node.setdefault(row.name.rsplit("/", 1)[0], []).insert(0, row)
+        snap = dataclasses.replace(nodes, rows=[g for r in nodes.rows if r.kind != "nic"
+                                                for g in [r, *by_node.get(r.name, [])]],
                                    calls=nodes.calls + detail.calls, seconds=nodes.seconds + detail.seconds)
     node_count = sum(r.kind == "node" for r in snap.rows)
     shown_nodes: set[str] = set()
     rows = []
     for row in snap.rows:
-        node = row.name.rsplit("/", 1)[0] if row.kind == "gpu" else row.name
+        node = row.name.rsplit("/", 1)[0] if row.kind in ("gpu", "nic") else row.name
         if row.kind == "total" or node in keep:
             rows.append(row)
             if row.kind == "node":

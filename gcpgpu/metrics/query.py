@@ -102,6 +102,9 @@ def _read(pager: Any, target: Target, metric: Metric, out: dict[RowKey, list[tup
         for ts in raw.time_series:
             if metric.job_level:
                 key: RowKey = JOB_KEY
+            elif metric.per_nic:  # (the node's instance id, "role|nic")
+                labels = ts.metric.labels
+                key = (target.key_of(labels.get("node", "")), f"{labels.get('role', '')}|{labels.get('nic', '')}")
             else:
                 key = (ts.resource.labels.get(key_label, ""), ts.metric.labels.get("gpu_number"))
             pts = out.setdefault(key, [])

@@ -12,6 +12,7 @@ its own log (steps.py) where the log has them, in milliseconds where steps are t
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import html
 import io
@@ -22,6 +23,7 @@ from typing import Any
 
 from gcpgpu.errors import UsageProblem
 
+from . import nics as nicview
 from .jobspan import during
 from .query import JOB_KEY, Fetched, Window, fetch
 from .sources import Metric, report_metrics_for
@@ -91,6 +93,12 @@ def panels(target: Target, fetched: Fetched, metrics: list[Metric], job: JobRun 
         if metric.job_level:
             pts = rows.get(JOB_KEY, [])
             lines[target.name] = sorted(pts)
+        elif metric.per_nic:  # the NICs' own counters: the GPU fabric apart from the host NICs (metrics/nics.py)
+            for role, label, roles in nicview.report_roles(machine, metric.key):
+                mine = {k: p for k, p in rows.items() if k[1] is not None and k[1].split("|")[0] in roles}
+                out.append(Panel(dataclasses.replace(metric, key=f"{metric.key}_{role}"), f"{metric.title}: {label}",
+                                 metric.unit, {n: p for n, p in sorted(_per_member(target, mine, True).items()) if p}))
+            continue
         else:
             lines = _per_member(target, rows, metric.reducer == "REDUCE_SUM")
         if metric.key == "gpu_mem_free_bytes":
@@ -154,8 +162,12 @@ def _per_member(target: Target, rows: dict, summed: bool) -> dict[str, list[tupl
 def stragglers(panel_list: list[Panel], job: JobRun | None = None, period: float = 60.0) -> dict[str, str]:
     """Nodes whose average (over the job's run, for a job) is well below the median node's, with the reason."""
     found: dict[str, str] = {}
+    # The network judged on the GPU fabric's own counters where the nodes wrote them, else Compute's.
+    fabric = {"nic_sent_gbps_fabric", "nic_recv_gbps_fabric"}
+    judged = {"gpu_util_pct"} | (fabric if any(p.metric.key in fabric for p in panel_list)
+                                 else {"net_sent_gbps", "net_recv_gbps"})
     for panel in panel_list:
-        if panel.metric.key not in ("gpu_util_pct", "net_sent_gbps", "net_recv_gbps") or len(panel.lines) < 2:
+        if panel.metric.key not in judged or len(panel.lines) < 2:
             continue
         means = {n: statistics.fmean(v for _t, v in pts) for n, pts in zip(panel.lines, _during(job, panel, period),
                                                                              strict=True) if pts}

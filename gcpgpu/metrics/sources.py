@@ -8,6 +8,7 @@ the whole cluster. Metric types and labels: shared/reference/gcp-facts.md sectio
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gcpgpu.jobs.goodput import METRIC as GOODPUT_METRIC
@@ -17,6 +18,7 @@ AGENT = "agent.googleapis.com/gpu/"
 DCGM = "workload.googleapis.com/dcgm.gpu.profiling."
 VERTEX = "ml.googleapis.com/training/"
 TRAINER = "custom.googleapis.com/gcpgpu/trainer/"
+NIC = "custom.googleapis.com/gcpgpu/nic/"  # each NIC's own counters, from gcpgpu.node.nics on every node
 
 # The generic_task namespace the reporter writes the trainer's numbers under, per kind of target.
 NAMESPACE = {"cluster": "gcpgpu-cluster", "job": "gcpgpu-vertex"}
@@ -38,6 +40,8 @@ class Metric:
     extra_filter: str = ""
     job_level: bool = False  # one value for the whole job (the trainer's), not per node
     history: bool = False  # the tail draws its sparkline from it (the others need only their latest minutes)
+    per_nic: bool = False  # written per (node, NIC, role) by gcpgpu.node.nics (metrics/nics.py)
+    by_nic: bool = True  # (per_nic) asked one series per NIC; else one per (node, role), summed server-side
 
 
 GBIT = 8 / 1e9  # bytes/s -> Gbit/s
@@ -51,6 +55,16 @@ CLUSTER: tuple[Metric, ...] = (
            "packets/s"),
     Metric("packets_recv_per_s", "packets received", NET + "received_packets_count", "network", "ALIGN_RATE",
            "REDUCE_SUM", 1.0, "packets/s"),
+    # Each NIC's own counters (gcpgpu.node.nics), per (node, NIC, role): metrics/nics.py sums them per role.
+    Metric("nic_sent_gbps", "NIC sent", NIC + "sent_bytes_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", GBIT, "Gbit/s",
+           per_nic=True),
+    # Sent per NIC (each node's slowest fabric NIC is judged on it); the rest per role unless --nics asks.
+    Metric("nic_recv_gbps", "NIC received", NIC + "recv_bytes_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", GBIT,
+           "Gbit/s", per_nic=True, by_nic=False),
+    Metric("nic_cnp_per_s", "congestion notifications", NIC + "cnp_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", 1.0,
+           "CNPs/s", per_nic=True, by_nic=False),
+    Metric("nic_retrans_per_s", "retransmits", NIC + "retrans_per_s", "nics", "ALIGN_MEAN", "REDUCE_SUM", 1.0,
+           "retransmits/s", per_nic=True, by_nic=False),
     Metric("gpu_util_pct", "GPU utilization", AGENT + "utilization", "ops_agent", "ALIGN_MEAN", "REDUCE_MEAN", 1.0, "%",
            per_gpu=True, history=True),
     # The agent writes bytes_used per memory_state (used, free): summing every series gives the total,
@@ -117,14 +131,20 @@ HINTS = {
     "trainer": "tokens/s and MFU come from the trainer: run 'python -m gcpgpu.node.reporter --log-json FILE {flag}' "
     "beside it on rank 0 (the trainer's --log-json FILE)",
     "network": "Compute Engine reports network counters about once a minute, up to 4 minutes late for a new VM",
+    "nics": "GPU-fabric and host-NIC traffic, congestion and retransmits come from each NIC's own counters, which "
+    "gcpgpu's training image samples on every node (python -m gcpgpu.node.nics {flag}); none were written",
     "vertex": "Vertex AI reports its training metrics about once a minute once the job's replicas run",
     "goodput": "a job's goodput is written when it ends, by whoever followed it ('job submit --wait', 'job follow')",
 }
 
 
-def metrics_for(kind: str) -> tuple[Metric, ...]:
-    """The tail's metrics for a cluster or a Vertex job, trainer throughput included."""
-    return (CLUSTER if kind == "cluster" else JOB) + TRAINER_TAIL
+def metrics_for(kind: str, per_nic: bool = False) -> tuple[Metric, ...]:
+    """The tail's metrics for a cluster or a Vertex job, trainer throughput included (per_nic: every NIC metric
+    one series per NIC, for --nics)."""
+    base = CLUSTER if kind == "cluster" else JOB
+    if per_nic:
+        base = tuple(dataclasses.replace(m, by_nic=True) if m.per_nic else m for m in base)
+    return base + TRAINER_TAIL
 
 
 def report_metrics_for(kind: str) -> tuple[Metric, ...]:

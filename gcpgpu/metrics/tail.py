@@ -20,9 +20,10 @@ from gcpgpu.gcp import clock as gcp_clock
 
 from . import focus, jobspan
 from .query import Window, fetch
+from .render import records, table
 from .sources import metrics_for
 from .target import Target, resolve
-from .view import FIELDS, Snapshot, build, records, table
+from .view import FIELDS, Snapshot, build
 
 REDISCOVER_S = 300.0  # a cluster's VMs rarely change; look them up again every 5 minutes
 JOB_STATE_S = 15.0  # how often a job's state (started, ended) is read again while it has not ended
@@ -38,6 +39,7 @@ class Tail:
     kind: str
     name: str
     per_gpu: bool = False
+    per_nic: bool = False  # a row per NIC under each node (--nics)
     clock: Callable[[], float] = gcp_clock.now  # the cloud's clock (the emulator's, under test)
     target: Target | None = None
     discovered_at: float = 0.0
@@ -57,7 +59,7 @@ class Tail:
         if self.job and not (self.span and self.span.over) and now - self.span_read_at >= JOB_STATE_S:
             self.span = jobspan.read(self.clients, self.project, self.job, self.region) or self.span
             self.span_read_at = now
-        metrics = metrics_for(self.kind)
+        metrics = metrics_for(self.kind, self.per_nic)
         window = Window.recent(now)
         ended = self.span is not None and self.span.run is not None
         if ended:
@@ -65,9 +67,10 @@ class Tail:
             # averages, however long ago it ended, the same at every refresh and the same as the report's.
             window = self.span.window(now) or window  # type: ignore[union-attr]
         if focus.focused(self.target, self.all_rows):
-            return focus.refresh(self.clients, self.target, metrics, window, self.per_gpu, now, self.span)
+            return focus.refresh(self.clients, self.target, metrics, window, self.per_gpu, now, self.span,
+                                 self.per_nic)
         fetched = fetch(self.clients, self.target, metrics, window, self.per_gpu, latest_only=not ended)
-        return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span)
+        return build(self.target, fetched, metrics, self.per_gpu, now=now, job=self.span, per_nic=self.per_nic)
 
     def new_hints(self, snapshot: Snapshot) -> list[str]:
         fresh = [h for h in snapshot.hints() if h not in self.hinted]

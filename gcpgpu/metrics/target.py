@@ -86,7 +86,7 @@ class Target:
     def filter(self, metric: Metric) -> str:
         """The ListTimeSeries filter for one metric over the whole target."""
         terms = [f'metric.type = "{metric.metric_type}"']
-        if metric.source in ("trainer", "goodput"):  # written by gcpgpu itself, on a generic_task
+        if metric.source in ("trainer", "goodput", "nics"):  # written by gcpgpu itself, on a generic_task
             terms += ['resource.type = "generic_task"', f'resource.labels.namespace = "{NAMESPACE[self.kind]}"',
                       f'resource.labels.job = "{self.name}"']
         elif self.kind == "cluster":
@@ -101,10 +101,21 @@ class Target:
     def group_by(self, metric: Metric, per_gpu: bool) -> list[str]:
         if metric.job_level:
             return ["resource.labels.job"]
+        if metric.per_nic:
+            return ["metric.labels.node", "metric.labels.role", *(["metric.labels.nic"] if metric.by_nic else [])]
         fields = [f"resource.labels.{self.key_label}"]
         if per_gpu and metric.per_gpu:
             fields.append("metric.labels.gpu_number")
         return fields
+
+    def key_of(self, name: str) -> str:
+        """The member key (instance id) of the node named `name` (the NIC metrics name their node); the name
+        itself when no member has it."""
+        index = self.__dict__.get("_names")
+        if index is None or index[0] is not self.members or index[2] != len(self.members):
+            index = (self.members, {m.name: m.key for m in self.members}, len(self.members))
+            self.__dict__["_names"] = index
+        return index[1].get(name, name)
 
     def member(self, key: str) -> Member:
         # By an index, not a scan: a 1,024-node refresh looks up ~11,000 series' members, and the

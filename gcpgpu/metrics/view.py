@@ -7,13 +7,13 @@ how to get it is collected once per snapshot.
 
 from __future__ import annotations
 
-import datetime as dt
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import freshness
+from . import nics as nicview
 from .jobspan import JobSpan
 from .query import JOB_KEY, Fetched
 from .sources import HINTS, Metric
@@ -22,21 +22,23 @@ from .target import Target
 STRAGGLER_SHARE = 0.8  # below 80% of the peers' median is "well below"
 IDLE_GPU_PCT = 5.0  # GPUs this quiet run no job: such a node is idle, never a straggler
 IDLE_NET_GBPS = 0.1  # a cluster moving less than this per node is not training: no network stragglers
+IDLE_FABRIC_GBPS = 0.01  # the same floor on the GPU fabric's own counters (an idle node's NICs: ~0.0003)
 SPARK = "▁▂▃▄▅▆▇█"
 DCGM_KEYS = ("sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s")
 # Flat record fields, in column order (JSON and CSV carry all of them).
 FIELDS = (
     "kind", "name", "rank", "gpu", "net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets_sent_per_s",
     "packets_recv_per_s", "gpu_util_pct", "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s",
-    "pcie_gbytes_per_s", "tokens_per_s", "mfu", "straggler", "straggler_reasons", "note",
+    "pcie_gbytes_per_s", "tokens_per_s", "mfu", "fabric_sent_gbps", "fabric_recv_gbps", "host_sent_gbps",
+    "host_recv_gbps", "cnp_per_s", "retrans_per_s", "slowest_nic", "straggler", "straggler_reasons", "note",
 )  # fmt: skip
 _SUMMED = {"net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "nvlink_gbytes_per_s",
-           "pcie_gbytes_per_s", "gpu_mem_bytes", "gpu_mem_free_bytes"}
+           "pcie_gbytes_per_s", "gpu_mem_bytes", "gpu_mem_free_bytes", *nicview.KEYS}
 
 
 @dataclass
 class Row:
-    kind: str  # node | gpu | total
+    kind: str  # node | gpu | nic | total
     name: str
     rank: int | None = None
     gpu: int | None = None
@@ -46,6 +48,7 @@ class Row:
     straggler: list[str] = field(default_factory=list)  # why, e.g. "GPU 47% vs median 94%"
     held: dict[str, str] = field(default_factory=dict)  # field -> why its value is not shown as live (freshness)
     note: str = ""  # the first of those reasons, for the STATUS column
+    unmeasured: dict[str, str] = field(default_factory=dict)  # field -> why this family has no such number
 
 
 @dataclass
@@ -99,7 +102,7 @@ def _history(points: list[tuple[float, float]] | None, fetched: Fetched) -> list
 
 def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: bool = False,
           now: float | None = None, job: JobSpan | None = None,
-          gpu_reference: str | Sequence[Row] = "gpus") -> Snapshot:
+          gpu_reference: str | Sequence[Row] = "gpus", per_nic: bool = False) -> Snapshot:
     """Rows for every member (and GPU), a total row, stragglers marked, and what is missing.
 
     gpu_reference "nodes": GPU rows are compared with the nodes' median, as when only some nodes'
@@ -107,23 +110,28 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
     (focus.py: the GPU rows of the nodes shown, against every node of the cluster).
 
     Values that are not live (freshness.py: before the watched job started, a silent trainer's) are held
-    back: None, with the reason in the row's note; an ended job's last numbers are shown, said so."""
+    back: None, with the reason in the row's note; an ended job's last numbers are shown, said so.
+
+    The network columns of a cluster's nodes come from their NICs' own counters (metrics/nics.py): GPU fabric
+    apart from host NICs, stragglers judged on the fabric; per_nic adds a row per NIC under each node."""
     data = freshness.of_run(fetched.data, fetched.window.period, job)
     by_key = {m.key: m for m in metrics}
     # Members: discovered VMs, plus Vertex tasks (or late VMs) that appear only in the data.
     for metric in metrics:
-        if not metric.job_level:
+        if not metric.job_level and not metric.per_nic:
             for key, _gpu in data.get(metric.key, {}):
                 target.member(key)
     machine = target.machine
     gpus_per_node = machine.gpu_count if machine else None
     gpu_bytes = machine.gpu.memory_gib * 2**30 if machine else None
     none_here = {"nvlink_gbytes_per_s"} if gpus_per_node is not None and gpus_per_node < 2 else set()  # no peer GPU
+    nic_data = nicview.index(data) if any(m.per_nic for m in metrics) else None
+    not_here = nicview.unmeasured(machine) if nic_data is not None else {}
 
     # Per-GPU series indexed by node once, so a 64-node --gpus view is not 64 scans of 512 series.
     per_gpu_series: dict[tuple[str, str], list[list[tuple[float, float]]]] = {}
     for metric in metrics:
-        for (k, g), pts in data.get(metric.key, {}).items():
+        for (k, g), pts in data.get(metric.key, {}).items() if not metric.per_nic else ():
             if g is not None:
                 per_gpu_series.setdefault((metric.key, k), []).append(pts)
 
@@ -141,13 +149,17 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
         row = Row("node", member.name, member.rank)
         hist: dict[str, list[tuple[float, float]] | None] = {}
         for metric in metrics:
-            if metric.job_level:
+            if metric.job_level or metric.per_nic:
                 continue
             pts = series(metric, member.key)
             hist[metric.key] = pts
             row.values[metric.key] = freshness.shown(pts, job)
+        own = nic_data.get(member.key, {}) if nic_data is not None else {}
+        row.values.update(nicview.node_values(own, machine))
+        row.unmeasured = dict(not_here)
         for metric in metrics:
-            if not metric.job_level and row.values.get(metric.key) is None and metric.key not in none_here:
+            absent = (not own) if metric.per_nic else row.values.get(metric.key) is None
+            if not metric.job_level and absent and metric.key not in none_here:
                 names = missing.setdefault(metric.source, [])
                 if member.name not in names:
                     names.append(member.name)
@@ -155,12 +167,18 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
         _derive(row.values, machine, gpus_per_node, gpu_bytes)
         row.history_of, row.history = _pick_history(hist, fetched)
         node_rows.append(row)
+        if per_nic:
+            gpu_rows.setdefault(member.name, []).extend(
+                Row("nic", f"{member.name}/{nic}", member.rank, values={**v, "role": role},  # type: ignore[dict-item]
+                    unmeasured=dict(not_here)) for nic, role, v in nicview.nic_rows(own))
         if per_gpu:
-            gpu_rows[member.name] = _gpu_rows(member.key, member.name, member.rank, data, metrics, fetched, gpu_bytes,
-                                              job)
+            gpu_rows.setdefault(member.name, []).extend(_gpu_rows(member.key, member.name, member.rank, data, metrics,
+                                                                  fetched, gpu_bytes, job))
 
-    _mark(node_rows)
-    all_gpus = [g for rows in gpu_rows.values() for g in rows]
+    # Stragglers on the network: the GPU fabric's own counters where the nodes report them, else Compute's.
+    fabric = nicview.judge(node_rows, STRAGGLER_SHARE, IDLE_FABRIC_GBPS)
+    _mark(node_rows, network=not fabric)
+    all_gpus = [g for rows in gpu_rows.values() for g in rows if g.kind == "gpu"]
     _mark(all_gpus, node_rows if gpu_reference == "nodes" else None if gpu_reference == "gpus" else gpu_reference)
 
     total = Row("total", f"{target.kind} {target.name}")
@@ -169,7 +187,7 @@ def build(target: Target, fetched: Fetched, metrics: Sequence[Metric], per_gpu: 
             total.values[metric.key] = freshness.shown(data.get(metric.key, {}).get(JOB_KEY), job)
     for key in ("net_sent_gbps", "net_recv_gbps", "packets_sent_per_s", "packets_recv_per_s", "gpu_util_pct",
                 "gpu_mem_pct", "sm_active_pct", "tensor_active_pct", "nvlink_gbytes_per_s", "pcie_gbytes_per_s",
-                "link_share_pct"):
+                "link_share_pct", *nicview.KEYS):
         vals = [r.values[key] for r in node_rows if r.values.get(key) is not None]
         total.values[key] = _combine(vals, key in _SUMMED)  # type: ignore[arg-type]
         held = next((r.held[key] for r in node_rows if key in r.held), None)
@@ -294,12 +312,12 @@ def _pick_history(hist: dict[str, list[tuple[float, float]] | None], fetched: Fe
     return "", _history(None, fetched)
 
 
-def _mark(rows: list[Row], reference: list[Row] | None = None) -> None:
+def _mark(rows: list[Row], reference: list[Row] | None = None, network: bool = True) -> None:
     """Flag rows well below the median of their peers (or of `reference`'s) on GPU utilization or network
     throughput."""
     checks = (
         ("gpu_util_pct", "GPU", lambda v: f"{v:.0f}%"),
-        ("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),
+        *((("net_gbps", "network", lambda v: f"{v:.1f} Gbit/s"),) if network else ()),
     )
     # A node no job runs on is idle, not slow: compared with nothing. Below a floor there is nothing to compare.
     idle = {id(r) for r in rows if (r.values.get("gpu_util_pct") is not None and r.values["gpu_util_pct"] < IDLE_GPU_PCT)}
@@ -330,25 +348,12 @@ def _mark(rows: list[Row], reference: list[Row] | None = None) -> None:
                 r.straggler.append(f"{label} {fmt(v)} vs median {fmt(median)}")
 
 
-# ---------------------------------------------------------------------------- formatting
-def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
-    """Recent history in block characters; a gap (no data that minute) is a space."""
-    present = [v for v in values if v is not None]
-    if not present:
-        return ""
-    hi = top if top else max(present)
-    if hi <= 0:
-        hi = 1.0
-    return "".join(" " if v is None else SPARK[min(len(SPARK) - 1, max(0, int(v / hi * (len(SPARK) - 1) + 0.5)))]
-                   for v in values)
-
-
+# ---------------------------------------------------------------------------- cells
 def _human(v: float) -> str:
     for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(v) >= size:
             return f"{v / size:.1f}{unit}"
     return f"{v:.0f}"
-
 
 def _cell(v: float | None, fmt: str) -> str:
     if v is None:
@@ -360,138 +365,3 @@ def _cell(v: float | None, fmt: str) -> str:
     if fmt == "human":
         return _human(v)
     return f"{v:{fmt}}"
-
-
-def columns(snapshot: Snapshot) -> list[tuple[str, str, str]]:
-    """(header, field, format) of the table's columns for this snapshot."""
-    cols = [("SENT Gb/s", "net_sent_gbps", ".1f"), ("RECV Gb/s", "net_recv_gbps", ".1f")]
-    if snapshot.target.kind == "cluster":
-        cols += [("LINK", "link_share_pct", "pct"), ("PKT/s TX/RX", "packets", "")]
-    cols += [("GPU", "gpu_util_pct", "pct"), ("GPU MEM", "gpu_mem_pct", "pct")]
-    if snapshot.dcgm:
-        cols += [("SM", "sm_active_pct", "pct"), ("TENSOR", "tensor_active_pct", "pct"),
-                 ("NVLINK GB/s", "nvlink_gbytes_per_s", ".1f"), ("PCIE GB/s", "pcie_gbytes_per_s", ".1f")]
-    cols += [("TOK/s", "tokens_per_s", "human"), ("MFU", "mfu", "ratio")]
-    return cols
-
-
-def cells(row: Row, snapshot: Snapshot) -> list[str]:
-    out = []
-    for _header, key, fmt in columns(snapshot):
-        if key in row.held or (key == "packets" and "packets_sent_per_s" in row.held):
-            out.append("-")  # a value that is not live (the row's STATUS says why): not n/a, not a number
-        elif row.kind in ("node", "gpu") and key in ("tokens_per_s", "mfu"):
-            out.append("")  # the trainer's numbers are the job's: they show on the total row
-        elif row.kind == "gpu" and key in ("net_sent_gbps", "net_recv_gbps", "link_share_pct", "packets"):
-            out.append("")  # network is per VM, not per GPU
-        elif key == "packets":
-            tx, rx = row.values.get("packets_sent_per_s"), row.values.get("packets_recv_per_s")
-            out.append("n/a" if tx is None and rx is None else f"{_cell(tx, 'human')}/{_cell(rx, 'human')}")
-        else:
-            out.append(_cell(row.values.get(key), fmt))
-    return out
-
-
-def _spark_top(row: Row, snapshot: Snapshot) -> float | None:
-    if row.history_of == "gpu_util_pct":
-        return 100.0
-    machine = snapshot.target.machine
-    if row.history_of == "net_gbps" and machine is not None:
-        return 2.0 * machine.max_net_gbps * (len(snapshot.target.members) if row.kind == "total" else 1)
-    return None
-
-
-# Columns a narrow terminal gives up first (the rest: node, network, GPU, throughput, status).
-_DROP_ORDER = ("pcie_gbytes_per_s", "nvlink_gbytes_per_s", "packets", "sm_active_pct", "gpu_mem_pct",
-               "tensor_active_pct", "link_share_pct", "history")
-
-
-def table(snapshot: Snapshot, width: int | None = None) -> Any:
-    """A rich Table of the snapshot: stragglers in red with the reason, n/a dimmed.
-
-    With a width (a terminal's), the least telling columns are left out until the table fits,
-    rather than squeezing every cell into an ellipsis.
-    """
-    dropped: set[str] = set()
-    t = _table(snapshot, dropped, wrap=width is not None)
-    if width is None:
-        return t
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    console = Console(width=10_000)
-    for key in _DROP_ORDER:
-        if Measurement.get(console, console.options, t).maximum <= width:
-            break
-        dropped.add(key)
-        t = _table(snapshot, dropped, wrap=True)
-    return t
-
-
-def _table(snapshot: Snapshot, dropped: set[str], wrap: bool) -> Any:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    stamp = dt.datetime.fromtimestamp(snapshot.time, dt.timezone.utc).strftime("%H:%M:%S UTC")
-    machine = snapshot.target.machine
-    title = (f"{snapshot.target.label}: {len([r for r in snapshot.rows if r.kind == 'node'])} "
-             f"{'node' if snapshot.target.kind == 'cluster' else 'task'}(s)"
-             + (f" of {machine.name} ({machine.max_net_gbps} Gbit/s each)" if machine else "") + f" at {stamp}"
-             + (f"; {freshness.job_line(snapshot.job, snapshot.time)}" if snapshot.job else "")
-             + (f"\nshowing the {len([r for r in snapshot.rows if r.kind == 'node'])} slowest and every straggler; "
-                f"{snapshot.hidden} more within {STRAGGLER_SHARE:.0%} of the median (--all shows every row)"
-                if snapshot.hidden else ""))
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
-    t.add_column("NODE" if snapshot.target.kind == "cluster" else "TASK", no_wrap=True)
-    shown = [i for i, (_h, key, _f) in enumerate(columns(snapshot)) if key not in dropped]
-    for i in shown:
-        t.add_column(columns(snapshot)[i][0], justify="right", no_wrap=True)
-    if "history" not in dropped:
-        t.add_column("LAST 15 MIN", no_wrap=True)
-    # On a terminal the reasons wrap; piped, each row stays one line for grep and awk.
-    t.add_column("STATUS", min_width=16, max_width=44 if wrap else None, no_wrap=not wrap)
-    for row in snapshot.rows:
-        style = "red" if row.straggler else ("bold" if row.kind == "total" else "")
-        name = ("  " + row.name.rsplit("/", 1)[-1]) if row.kind == "gpu" else row.name
-        status = ("straggler: " + "; ".join(row.straggler)) if row.straggler else row.note
-        rendered = [Text(name, style=style)]
-        values = cells(row, snapshot)
-        for i in shown:
-            rendered.append(Text(values[i], style="dim" if values[i] == "n/a" else style))
-        if "history" not in dropped:
-            rendered.append(Text(sparkline(row.history, _spark_top(row, snapshot)), style="cyan"))
-        rendered.append(Text(status, style="red" if row.straggler else "yellow" if status else ""))
-        if row.kind == "total":
-            t.add_section()
-        t.add_row(*rendered)
-    return t
-
-
-def records(snapshot: Snapshot, with_history: bool = True) -> list[dict[str, Any]]:
-    """Flat rows for JSON and CSV, each stamped with the snapshot's time and target."""
-    stamp = dt.datetime.fromtimestamp(snapshot.time, dt.timezone.utc).isoformat()
-    out = []
-    for row in snapshot.rows:
-        rec: dict[str, Any] = {"time": stamp, "target": snapshot.target.label}
-        for key in FIELDS:
-            if key in ("kind", "name", "rank", "gpu"):
-                rec[key] = getattr(row, key)
-            elif key == "straggler":
-                rec[key] = bool(row.straggler)
-            elif key == "straggler_reasons":
-                rec[key] = list(row.straggler)
-            elif key == "note":
-                rec[key] = row.note or None
-            else:
-                rec[key] = _round(row.values.get(key))
-        if with_history:
-            rec["history_of"] = row.history_of
-            rec["history"] = [_round(v) for v in row.history]
-        out.append(rec)
-    return out
-
-
-def _round(v: float | None) -> float | None:
-    # Scripts want numbers, not 17 digits of float noise; 4 significant decimals is plenty here.
-    return None if v is None else round(v, 4)

@@ -8,6 +8,8 @@ launcher_hint  the note for a command of a job of several processes that starts 
 ckptsync   a user command's GCPGPU_CKPT_DIR: emptied or restored before it starts, its complete step folders
            uploaded to the output directory beside it
 reporter   the trainer-side metrics reporter: the trainer's JSON log -> Cloud Monitoring
+nics       every node's NIC counters (sysfs, /proc/net/snmp) sampled each second, host vs GPU fabric, written
+           to Cloud Monitoring per interval (the emulator points it at a node's fake sysfs)
 agent      the node agent: a cluster node's follower (job following, recovery, autostop)
 service    what a node's long-running programs share (the follower, the Slurm daemons' supervisor): their
            arguments, clients, log lines, and SIGTERM as the node going

@@ -29,6 +29,16 @@ the entrypoint runs beside torchrun: --log-json FILE and --cluster NAME (GCPGPU_
 VM's metadata attribute gcpgpu-cluster) or --job ID (CLOUD_ML_JOB_ID, set by Vertex AI).
 GCPGPU_METRICS=0 turns the reporter off.
 
+Every node's NICs: on a node of a gcpgpu cluster (GCPGPU_CLUSTER, then the VM's metadata attribute
+gcpgpu-cluster; not on Vertex AI) the plan sets gcpgpu_nics_args to the arguments of gcpgpu.node.nics,
+which the entrypoint runs beside the job, trainer or command alike, so `metrics tail` shows each NIC's own
+counters (GPU fabric apart from host). GCPGPU_METRICS=0 turns it off too.
+
+NUMA: each rank's CPU threads and memory go on its GPU's NUMA node through torchrun's own
+`--numa-binding node`, where this image's torch has it (read from torch's launcher source, not imported);
+the plan sets gcpgpu_numa_args and says which way in the job's log. GCPGPU_NUMA_BINDING=0 (`job submit
+--no-numa-binding`) leaves the ranks unbound.
+
 The user's own code (gcpgpu.node.workspace documents the variables): `env` also unpacks GCPGPU_WORKDIR and
 makes the GCPGPU_MOUNTS links, after every check above passed; `python -m gcpgpu.node.launch exec -- CMD`
 reads GCPGPU_SECRETS, runs GCPGPU_SETUP and then becomes CMD. Before all of these, a container started as
@@ -223,6 +233,39 @@ def reporter_args(
                   f"stay in {log_json} and are not sent to Cloud Monitoring")
 
 
+def nics_args(environ: Mapping[str, str], platform: str, metadata: Metadata | None) -> list[str] | None:
+    """gcpgpu.node.nics's arguments on a cluster's node (every node, whatever it runs), else None."""
+    if platform == "vertex" or metrics_off(environ):
+        return None
+    cluster = environ.get("GCPGPU_CLUSTER", "").strip()
+    if not cluster and metadata is not None:
+        cluster = metadata.get("instance/attributes/gcpgpu-cluster") or ""
+    if not cluster:
+        return None
+    return ["--cluster", cluster, "--sysroot", environ.get("GCPGPU_SYSROOT", "").strip() or "/"]
+
+
+def numa_binding(environ: Mapping[str, str], machine: object | None) -> tuple[list[str], str | None]:
+    """(torchrun's NUMA arguments, the job log's line about them): bound on a GPU machine where torchrun can."""
+    if machine is None or not getattr(machine, "gpu_count", 0):
+        return [], None
+    if environ.get("GCPGPU_NUMA_BINDING", "").strip().lower() in ("0", "false", "no", "off"):
+        return [], "NUMA binding: off (GCPGPU_NUMA_BINDING=0): ranks run on any CPU"
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    run = Path(spec.origin).parent / "distributed" / "run.py" if spec and spec.origin else None
+    try:
+        has = run is not None and "numa-binding" in run.read_text()
+    except OSError:
+        has = False
+    if not has:
+        return [], ("NUMA binding: not applied: this image's torchrun has no --numa-binding (PyTorch 2.9 or later "
+                    "has it); ranks run on any CPU")
+    return ["--numa-binding", "node"], ("NUMA binding: each rank's CPU threads and memory on its GPU's NUMA node "
+                                        "(torchrun --numa-binding node)")
+
+
 @dataclass
 class Plan:
     exports: dict[str, str]
@@ -231,6 +274,8 @@ class Plan:
     warnings: list[str]
     reporter: list[str] | None = None  # gcpgpu.node.reporter's arguments (--pid is the entrypoint's)
     workdir: str | None = None  # where the job's --workdir was unpacked: the setup's and command's directory
+    nics: list[str] | None = None  # gcpgpu.node.nics's arguments (--pid is the entrypoint's)
+    numa: list[str] | None = None  # torchrun's NUMA binding arguments
 
     def shell(self) -> str:
         from gcpgpu.nccl import export_lines
@@ -238,6 +283,10 @@ class Plan:
         lines = export_lines(self.exports, self.prepend)
         if self.reporter:
             lines.append(f"gcpgpu_reporter_args=({' '.join(shlex.quote(a) for a in self.reporter)})")
+        if self.nics:
+            lines.append(f"gcpgpu_nics_args=({' '.join(shlex.quote(a) for a in self.nics)})")
+        if self.numa:
+            lines.append(f"gcpgpu_numa_args=({' '.join(shlex.quote(a) for a in self.numa)})")
         if self.workdir:
             lines.append(f"cd -- {shlex.quote(self.workdir)}")
         return "\n".join(lines) + "\n"
@@ -332,7 +381,12 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
         notes.append(f"metrics reporter: {' '.join(reporter[2:])}, following {reporter[1]}")
     elif why_not:
         warnings.append(why_not)
-    return Plan(exports, prepend, notes, warnings, reporter)
+    nics = nics_args(environ, platform, metadata)
+    if nics:
+        notes.append(f"NIC counters: gcpgpu.node.nics {' '.join(nics)}, every second")
+    numa, numa_note = numa_binding(environ, machine)
+    notes += [numa_note] if numa_note else []
+    return Plan(exports, prepend, notes, warnings, reporter, nics=nics, numa=numa)
 
 
 def main(argv: list[str] | None = None) -> int:

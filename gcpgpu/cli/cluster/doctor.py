@@ -20,9 +20,11 @@ from gcpgpu.settings import Settings
                    "compared with what the catalog expects (gcpgpu/data/busbw.yaml).")
 @click.pass_obj
 def doctor(settings: Settings, name: str, active: bool) -> None:
-    """Check every node is ready to train: driver, GPUs, GPU NICs and links, GPUDirect pieces.
+    """Check every node is ready to train: driver, GPUs, GPU NICs and links, GPUDirect pieces, the network.
 
-    Reads what each node's startup script reported (guest attributes); exit 1 if a node is not ready.
+    Reads what each node's startup script reported (guest attributes), and each NIC's own counters
+    (link, speed, errors, retransmits, CNPs; a fabric NIC well below the median NIC is named); exit 1
+    if a node is not ready or a NIC is at fault.
     With --active, names the node, GPU or NIC that diagnostics find bad.
     """
     from gcpgpu.cluster import doctor as doc
@@ -36,12 +38,34 @@ def doctor(settings: Settings, name: str, active: bool) -> None:
         raise missing(settings.clients, settings.project, name)
     rows = [c.row() for c in checks]
     emit(rows, doc.COLUMNS, title=f"Cluster {name}: node health")
+    network = network_doctor(settings, name)
     if active:
         active_doctor(settings, name)
     bad = [c for c in checks if c.problems()]
-    if bad:
-        raise CloudError(f"{len(bad)} of {len(checks)} node(s) not ready: "
-                         + "; ".join(f"{c.node}: {', '.join(c.problems())}" for c in bad))
+    if bad or network:
+        raise CloudError("; ".join(
+            ([f"{len(bad)} of {len(checks)} node(s) not ready: "
+              + "; ".join(f"{c.node}: {', '.join(c.problems())}" for c in bad)] if bad else [])
+            + ([f"network: {' | '.join(network)}"] if network else [])))
+
+
+def network_doctor(settings: Settings, name: str) -> list[str]:
+    """Each node's NICs from their own counters (gcpgpu.node.nics): link, speed, errors, retransmits, CNPs,
+    the slowest fabric NIC; returns the problems, each naming its node and NIC."""
+    from gcpgpu.gcp import clock
+    from gcpgpu.metrics import netdoctor
+    from gcpgpu.metrics.target import resolve
+
+    rows, problems = netdoctor.check(settings.clients, resolve(settings.clients, settings.project, "cluster", name),
+                                     clock.now())
+    if not rows:
+        info(f"network: no node of {name} wrote its NICs' counters in the last 5 minutes (gcpgpu.node.nics runs "
+             "beside a job)")
+        return []
+    emit(rows, netdoctor.COLUMNS, title=f"Cluster {name}: network (each NIC's own counters, last 5 minutes)")
+    for line in problems:
+        info(f"problem: {line}")
+    return problems
 
 
 def active_doctor(settings: Settings, name: str) -> None:

@@ -64,6 +64,9 @@ def spec_options(fn: Callable) -> Callable:
         click.option("--scheduler", metavar="slurm",
                      help="Run Slurm on the nodes: many jobs queue on the cluster, with priorities (README, "
                           "\"Many jobs on one cluster\")."),
+        click.option("--no-host-tuning", "no_host_tuning", is_flag=True, default=None,
+                     help="Leave the nodes' TCP settings as the image has them (default: 256 MiB TCP buffers, "
+                          "netdev_max_backlog 250000 and window scaling, for the traffic that runs over TCP)."),
         click.option("--no-nat", "no_nat", is_flag=True, default=None,
                      help="No Cloud NAT for the nodes (default: one on the primary network unless it has one or "
                           "--external-ip; without it, nodes reach Google only through Private Google Access)."),
@@ -109,6 +112,7 @@ def build_spec(settings: Settings, kw: dict[str, Any]) -> Any:
         "external_ips": kw.get("external_ips"),
         "iap_ssh": kw.get("iap_ssh"),
         "cloud_nat": False if kw.get("no_nat") else None,
+        "host_tuning": False if kw.get("no_host_tuning") else None,
         "scheduler": kw.get("scheduler"),
     }
     if kw.get("spot"):

@@ -15,6 +15,8 @@ health.py      the startup script's report on the node (gcpgpu-node/): driver, G
                GPUDirect, following the machine type; a test makes a node lack one.
 diag.py        active diagnostics (gcpgpu-diag/) when metadata asks: dcgmi, NVLink and NIC bandwidth,
                the cross-node all_reduce, broken by the world's gpu_fault and slow_nic faults.
+nics.py       each node's NICs (host gVNICs, the family's GPU NICs, RDMA devices on A3 Ultra/A4) and their
+              counters as a fake sysfs on the node's disk, following its job's steps and the slow_nic fault.
 loader.py      a Hyperdisk ML loader VM's copy of a bucket prefix onto its disk (gcpgpu-loader/).
 reports.py     every report above for one VM, and what must happen once (a loader's copy, one measure of
                the shared mounts per diagnostics request, the host each fault is in).

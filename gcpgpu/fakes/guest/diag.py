@@ -57,7 +57,8 @@ class NodeDiagnostics:
             rates.append(f"{nic}={rate:.1f}")
         # NCCL spreads its channels over the NICs and a ring moves at its slowest link's pace: one NIC
         # at a tenth anywhere brings the whole all_reduce down to about a tenth.
-        slowed = any(p in slow for p in peers())
+        peer_names = sorted(peers(), key=_rank_key)
+        slowed = any(p in slow for p in peer_names)
         out = {
             "request": request,
             "state": "done",
@@ -69,8 +70,25 @@ class NodeDiagnostics:
             "nvlink-busbw": f"{intra * (0.5 if bad_gpu else 1.0):.1f}" if gpus >= 2 else "none",
             "nics": ",".join(rates),
             "net-busbw": f"{cross * (0.1 if slowed else 1.0):.1f}",
+            # The ring's next node and the round trip to it (µs): about 25 inside a compact placement, 150
+            # without one; a slowed NIC's node answers four times slower.
+            "latency": self._latency(inst, peer_names, slow),
         }
         return {f"{NAMESPACE}/{k}": v for k, v in out.items()}
+
+    @staticmethod
+    def _latency(inst: dict, peers: list[str], slow: set[str]) -> str:
+        if len(peers) < 2 or inst["name"] not in peers:
+            return ""
+        nxt = peers[(peers.index(inst["name"]) + 1) % len(peers)]
+        base = 25.0 if inst.get("resourcePolicies") else 150.0
+        factor = 4.0 if inst["name"] in slow or nxt in slow else 1.0
+        return f"{nxt}={base * factor + int(inst['id']) % 7:.0f}"
+
+
+def _rank_key(name: str) -> tuple[int, str]:
+    tail = name.rsplit("-", 1)[-1]
+    return (int(tail) if tail.isdigit() else 0, name)
 
 
 __all__ = ["NAMESPACE", "NodeDiagnostics", "nic_names"]

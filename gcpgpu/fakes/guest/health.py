@@ -64,6 +64,8 @@ class NodeHealth:
             "gpu-nics": f"{want_nics - 1 if 'gpu-nics' in lacks and want_nics else want_nics}/{want_nics}",
             "links": "down:" + ("mlx5_3" if flavor == "rdma" else "enp134s0") if "links" in lacks else "",
             "gpudirect": {"none": "none", "rdma": "ready", "tcpx": "ready", "tcpxo": "ready"}[flavor],
+            # The startup script's sysctl file is in force, or the image's default (Linux's 212992) is.
+            "host-tuning": "on" if "90-gcpgpu-tcp.conf" in items.get("startup-script", "") else "off (rmem_max 212992)",
         }
         if "gpudirect" in lacks:
             out["gpudirect"] = {"tcpx": "missing /var/lib/tcpx/lib64 (NCCL plugin installer)",

@@ -190,7 +190,7 @@ class Runner:
     """Starts, watches and stops local runs; one per emulator."""
 
     def __init__(self, root: str | os.PathLike | None = None, stop_grace_s: float = STOP_GRACE_S,
-                 sidecar: Callable[[Run, Replica], list[str] | None] | None = None) -> None:
+                 sidecar: Callable[[Run, Replica], list[str] | list[list[str]] | None] | None = None) -> None:
         self._root = Path(root) if root else None
         self.stop_grace_s = stop_grace_s
         self.runs: dict[str, Run] = {}
@@ -364,20 +364,24 @@ class Runner:
         """The helper beside `replica`, if the hook names one; its troubles are logged, never the job's."""
         if self.sidecar is None:
             return
-        argv = None
         try:
-            argv = self.sidecar(run, replica)
-            if not argv:
-                return
-            popen = spawn(argv, env, run.workdir, [])
+            named = self.sidecar(run, replica)
         except Exception as e:
-            what = argv[2] if argv and argv[1:2] == ["-m"] and len(argv) > 2 else Path((argv or ["helper"])[0]).name
-            run.log(replica.spec.task, "stderr", f"gcpgpu emulator: {what} did not start beside "
-                                                 f"{replica.spec.task} ({type(e).__name__}: {e}); the job goes on")
+            run.log(replica.spec.task, "stderr", f"gcpgpu emulator: no helper started beside {replica.spec.task} "
+                                                 f"({type(e).__name__}: {e}); the job goes on")
             return
-        side = Replica(ReplicaSpec(replica.spec.task, argv, {}), popen, started=time.time())
-        run.sidecars.append(side)
-        self._follow(run, side)
+        # One helper's command line, or several (the metrics reporter on rank 0, the NIC sampler on every node).
+        for argv in ([named] if named and isinstance(named[0], str) else named or []):
+            try:
+                popen = spawn(argv, env, run.workdir, [])
+            except Exception as e:
+                what = argv[2] if argv[1:2] == ["-m"] and len(argv) > 2 else Path(argv[0]).name
+                run.log(replica.spec.task, "stderr", f"gcpgpu emulator: {what} did not start beside "
+                                                     f"{replica.spec.task} ({type(e).__name__}: {e}); the job goes on")
+                continue
+            side = Replica(ReplicaSpec(replica.spec.task, argv, {}), popen, started=time.time())
+            run.sidecars.append(side)
+            self._follow(run, side)
 
     def _read(self, run: Run, replica: Replica, stream: str, pipe: object) -> None:
         for raw in iter(pipe.readline, b""):  # type: ignore[attr-defined]

@@ -21,6 +21,10 @@ gcpgpu.node.reporter beside it (a runner sidecar), as the training image's entry
 numeric id its cloudml_job metrics carry), so `gcpgpu metrics tail` shows the trainer's throughput.
 GCPGPU_METRICS=0 in the job's environment turns it off, as it does in the image.
 
+Every node of a cluster job also runs gcpgpu.node.nics beside its process (as the image's entrypoint does on
+every node), reading the node's fake sysfs (guest/nics.py: `jobs.nics` keeps it from the job's steps) and
+writing each NIC's rates to this emulator's Monitoring.
+
 Nothing here imports Google's libraries or torch: the trainer and the reporter run in their own processes.
 """
 
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from gcpgpu.trainer.argv import args_in_command_line, log_json_path, metrics_off
 
+from ..guest.nics import NicTraffic
 from ..guest.node_agent import NodeAgents
 from ..guest.slurm import SlurmNodes
 from ..host.runner import MetricsTarget, Replica, Run, Runner
@@ -46,11 +51,14 @@ from .slurm_engine import Engine
 if TYPE_CHECKING:
     from ..activity import Activity
     from ..compute.backend import ComputeBackend
+    from ..core import Faults
     from ..events import VmEvents
 
 __all__ = ["ClusterAgent", "LocalJobs"]
 
 REPORTER_MODULE = "gcpgpu.node.reporter"
+NICS_MODULE = "gcpgpu.node.nics"
+NIC_INTERVAL_S = 5.0  # the sampler's writes here: the fastest Cloud Monitoring takes, so tests wait less
 
 
 class LocalJobs:
@@ -63,8 +71,12 @@ class LocalJobs:
     def __init__(self, compute: ComputeBackend | None, activity: Activity | None = None,
                  events: VmEvents | None = None, storage: Storage | None = None,
                  address: Callable[[], str | None] | None = None, user: UserCommands | None = None,
-                 clock_file: Callable[[], str | None] = lambda: None, shared: SharedStorage | None = None) -> None:
-        self.runner = Runner(sidecar=self.reporter_argv)
+                 clock_file: Callable[[], str | None] = lambda: None, shared: SharedStorage | None = None,
+                 faults: Faults | None = None) -> None:
+        self.runner = Runner(sidecar=self.sidecars)
+        self.compute = compute
+        # Each cluster node's NIC counters (a fake sysfs on its disk), following its job's steps and the faults.
+        self.nics = NicTraffic(activity, lambda: faults, compute.clock) if compute is not None else None
         self.agent = ClusterAgent(compute, self.runner, activity, events, storage, user, shared)
         self._address = address
         # The follower each node with `gcpgpu-agent` runs (job submit --detach, cluster up --autostop),
@@ -126,8 +138,37 @@ class LocalJobs:
             return f"container {name} is not running"
         return pid, dict(replica.spec.env)
 
+    def sidecars(self, run: Run, replica: Replica) -> list[list[str]]:
+        """The runner's sidecar hook: the metrics reporter (rank 0 with --log-json), the NIC sampler (every node)."""
+        return [argv for argv in (self.reporter_argv(run, replica), self.nic_sampler_argv(run, replica)) if argv]
+
+    def nic_sampler_argv(self, run: Run, replica: Replica) -> list[str] | None:
+        """gcpgpu.node.nics for a cluster node's run, over the node's fake sysfs, which starts following the run."""
+        address = self.address()
+        parts = run.id.split("/")
+        if self.nics is None or self.compute is None or address is None or parts[0] != "cluster" or len(parts) != 4 \
+                or replica.popen is None:
+            return None
+        project, _job, name = parts[1], parts[2], parts[3]
+        found = [(z, inst) for p, z, inst in self.compute.find_running(name) if p == project]
+        if not found:
+            return None
+        zone, inst = found[0]
+        cluster = (inst.get("labels") or {}).get("gcpgpu-cluster")
+        if not cluster:
+            return None
+        machine_type = str(inst.get("machineType", "")).rsplit("/", 1)[-1]
+        root = Path(self.agent.storage.local("/", inst["id"], make="folder"))
+        self.nics.track(inst["id"], name, machine_type, run.id.rsplit("/", 1)[0], int(replica.spec.env.get("NNODES", "1")),
+                        replica.spec.argv, root, run)
+        return [sys.executable, "-m", NICS_MODULE, "--project", project, "--cluster", cluster, "--node", name,
+                "--machine-type", machine_type, "--location", zone, "--sysroot", str(root),
+                "--interval", f"{NIC_INTERVAL_S:g}", "--emulator", address, "--pid", str(replica.popen.pid)]
+
     def reset(self) -> None:
         """Stop every local process and forget every run and report."""
+        if self.nics is not None:
+            self.nics.reset()
         self.agent.reset()
         if self.node_agents is not None:
             self.node_agents.reset()

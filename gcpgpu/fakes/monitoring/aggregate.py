@@ -237,8 +237,20 @@ class Batches(NamedTuple):
     n: int
 
 
-def _flat(series: list[Arrays] | Batches) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+class Flat(NamedTuple):
+    """Series already joined: every point's end time, value and series index, and how many series (stored
+    series kept joined between calls: reading.py)."""
+
+    times: np.ndarray
+    values: np.ndarray
+    sid: np.ndarray
+    n: int
+
+
+def _flat(series: list[Arrays] | Batches | Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Every point of every series: (end times, values, series index), and how many series."""
+    if isinstance(series, Flat):
+        return series.times, series.values, series.sid, series.n
     if not isinstance(series, Batches):
         n = len(series)
         if n == 0:
@@ -254,7 +266,7 @@ def _flat(series: list[Arrays] | Batches) -> tuple[np.ndarray, np.ndarray, np.nd
             np.concatenate([p[2] for p in parts]), series.n)
 
 
-def grid(series: list[Arrays] | Batches, groups: list[int], n_groups: int, aligner: str, reducer: str,
+def grid(series: list[Arrays] | Batches | Flat, groups: list[int], n_groups: int, aligner: str, reducer: str,
          start: float, end: float, period: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bucket end times, newest first; values per output row and bucket; which are there), for the
     vectorized aligners and reducers."""

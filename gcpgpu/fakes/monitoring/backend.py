@@ -63,6 +63,12 @@ class MonitoringBackend(ReadingMixin, DashboardsMixin):
         # The real API refuses points written more often than this per series (custom metrics: 5 s).
         self.min_point_spacing_s = 5.0
         self.series: dict[tuple, Series] = {}
+        # Bumped whenever a series is added or all go: reading.py keeps the series a filter matched (and their
+        # points as arrays) until it changes, so 40,000 NIC series are not scanned and matched on every call.
+        self.series_version = 0
+        self.points_version = 0  # bumped by every point written: what was read of the series stays valid until
+        self._stored_matches: dict[tuple, tuple] = {}
+        self._stored_arrays: dict[int, tuple] = {}
         self._synthetic: dict[tuple, tuple] = {}  # see reading._matching
         self._made = 0  # entries of _synthetic ever made: their serial numbers
         self._heads: dict[tuple, tuple] = {}  # see reading._aggregate
@@ -73,6 +79,9 @@ class MonitoringBackend(ReadingMixin, DashboardsMixin):
     def reset(self) -> None:
         with self._lock:
             self.series.clear()
+            self.series_version += 1
+            self._stored_matches.clear()
+            self._stored_arrays.clear()
             self._synthetic.clear()
             self._heads.clear()
             self.descriptors.clear()
@@ -276,7 +285,9 @@ class MonitoringBackend(ReadingMixin, DashboardsMixin):
             stored = Series(project, mtype, dict(ts["metric_labels"]), rtype, dict(ts["resource_labels"]), kind,
                             value_type, desc.get("unit", ""))
             self.series[key] = stored
+            self.series_version += 1
         stored.points.append((start or end, end, value))
+        self.points_version += 1
         return key
 
     def write_points(self, project: str, metric_type: str, points: list[aggregate.Point], *, kind: str = "GAUGE",
@@ -287,6 +298,9 @@ class MonitoringBackend(ReadingMixin, DashboardsMixin):
         resource_labels = dict(resource_labels or {})
         with self._lock:
             key = _key(project, metric_type, metric_labels, resource_type, resource_labels)
+            if key not in self.series:
+                self.series_version += 1
             s = self.series.setdefault(key, Series(project, metric_type, metric_labels, resource_type, resource_labels,
                                                    kind, value_type, unit))
             s.points = sorted([*s.points, *points], key=lambda p: p[1])
+            self.points_version += 1

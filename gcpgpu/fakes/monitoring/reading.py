@@ -14,6 +14,8 @@ import json
 import threading
 from typing import Any
 
+import numpy as np
+
 from ..core import ApiError
 from . import aggregate, filters
 from .catalog import BUILTIN
@@ -36,6 +38,10 @@ class ReadingMixin:
     _synthetic: dict[tuple, tuple]  # see _matching
     _heads: dict[tuple, tuple]  # see _aggregate
     _made: int
+    series_version: int
+    points_version: int
+    _stored_matches: dict[tuple, tuple]
+    _stored_arrays: dict[int, tuple]
 
     def _parse(self, flt: str) -> filters.Node:
         try:
@@ -84,7 +90,7 @@ class ReadingMixin:
         period = float(agg.get("period") or 0)
         group_by = [self._group_field(f) for f in agg.get("group_by") or []]
         desc = self._descriptor(project, mtype)
-        if desc is None and not any(k[0] == project and k[1] == mtype for k in list(self.series)):
+        if desc is None and not self._stored_of(project, mtype):
             # As the real API answers for a metric type the project has never had.
             raise ApiError(404, "notFound", f'Cannot find metric(s) that match type = "{mtype}".')
         if aligner != "ALIGN_NONE":
@@ -134,16 +140,10 @@ class ReadingMixin:
         """The series matching, with their points in [start, end]; a token naming the kept made-up
         series when they are all there is (so _aggregate may keep their headers too); and then their
         samples as batches (the series dicts carry no points), else None (each dict carries its own)."""
-        out: list[dict] = []
+        out, version = self._stored_matching(project, mtype, node, flt, start, end)
+        if mtype not in BUILTIN:  # nothing is made up of a user's own metric types: the stored series are all
+            return out, ("stored", project, mtype, flt or repr(node), version), None
         with self._lock:
-            stored = [s for s in self.series.values() if s.project == project and s.metric_type == mtype]
-            for s in stored:
-                if filters.matcher(node, project=project, metric_type=mtype, metric_labels=s.metric_labels,
-                                   resource_type=s.resource_type, resource_labels=s.resource_labels):
-                    pts = [p for p in s.points if start <= p[1] <= end]
-                    out.append({"metric_labels": s.metric_labels, "resource_type": s.resource_type,
-                                "resource_labels": s.resource_labels, "kind": s.kind, "value_type": s.value_type,
-                                "unit": s.unit, "points": pts})
             knobs = copy.deepcopy(self.knobs)
         if not knobs.enabled:
             return out, None, None
@@ -171,6 +171,77 @@ class ReadingMixin:
         if not out and all(len(t) for _i, _s, t, _v in batches):
             return heads, (key, serial), batches
         return out + _with_arrays(heads, batches), None, None
+
+    def _stored_of(self, project: str, mtype: str) -> list:
+        """The stored series of one metric type (kept per type while no series is added)."""
+        with self._lock:
+            key = ("type", project, mtype)
+            kept = self._stored_matches.get(key)
+            if kept is None or kept[0] != self.series_version:
+                kept = (self.series_version, [s for s in self.series.values()
+                                              if s.project == project and s.metric_type == mtype])
+                self._stored_matches[key] = kept
+            return kept[1]
+
+    def _stored_matching(self, project: str, mtype: str, node: filters.Node, flt: str, start: float,
+                         end: float) -> tuple[list[dict], tuple[int, int]]:
+        """The stored series the filter matches, with their points in [start, end], and the version of the
+        series they were matched in. Matched once per filter while no series is added; a GAUGE series' points
+        are kept as arrays (until it gets more) and cut to the interval by binary search."""
+        import bisect
+
+        with self._lock:
+            version = self.series_version
+            seen = (version, self.points_version)
+            key = ("match", project, mtype, flt or repr(node))
+            kept = self._stored_matches.get(key)
+            if kept is None or kept[0] != version:
+                matched = [s for s in self._stored_of(project, mtype)
+                           if filters.matcher(node, project=project, metric_type=mtype, metric_labels=s.metric_labels,
+                                              resource_type=s.resource_type, resource_labels=s.resource_labels)]
+                kept = (version, matched)
+                self._stored_matches[key] = kept
+            answer = self._stored_matches.get(("found", *key))
+            if answer is not None and answer[0] == seen:
+                return answer[1], seen  # the same series with the same points as the last call
+            out: list[dict] = []
+            for s in kept[1]:
+                head = {"metric_labels": s.metric_labels, "resource_type": s.resource_type,
+                        "resource_labels": s.resource_labels, "kind": s.kind, "value_type": s.value_type,
+                        "unit": s.unit}
+                if s.kind != "GAUGE":
+                    lo = bisect.bisect_left(s.points, start, key=lambda p: p[1])
+                    hi = bisect.bisect_right(s.points, end, key=lambda p: p[1])
+                    out.append({**head, "points": s.points[lo:hi]})
+                    continue
+                arrays = self._stored_arrays.get(id(s))
+                if arrays is None or arrays[0] is not s or arrays[1] != len(s.points):
+                    arr = np.asarray(s.points, dtype=np.float64).reshape(-1, 3)
+                    arrays = (s, len(s.points), arr[:, 1].copy(), arr[:, 2].copy())
+                    self._stored_arrays[id(s)] = arrays
+                # Every point: the aligners keep those in [start, end] (ALIGN_NONE cuts them, _aggregate).
+                out.append({**head, "arrays": (arrays[2], arrays[2], arrays[3])})
+            if all("arrays" in f for f in out):  # GAUGE points as arrays, cut by the caller: reusable as they are
+                self._stored_matches[("found", *key)] = (seen, out)
+            return out, seen
+
+    def _stored_flat(self, token: tuple, found: list[dict]) -> Any:
+        """The matched GAUGE series' points joined once (aggregate.Flat), kept while none of them grows."""
+        if not found or any("arrays" not in s for s in found):
+            return None
+        with self._lock:  # the token names the series and points they were read at (_stored_matching)
+            kept = self._stored_matches.get(("flat", *token))
+            if kept is not None and kept[0] == len(found):
+                return kept[1]
+        lengths = np.fromiter((len(s["arrays"][1]) for s in found), dtype=np.int64, count=len(found))
+        flat = aggregate.Flat(np.concatenate([s["arrays"][1] for s in found]),
+                              np.concatenate([s["arrays"][2] for s in found]),
+                              np.repeat(np.arange(len(found), dtype=np.int64), lengths), len(found))
+        with self._lock:
+            if len(self._stored_matches) > 4 * SYNTHETIC_CACHE:  # old versions' entries must not pile up
+                self._stored_matches.clear()
+            self._stored_matches[("flat", *token)] = (len(found), flat)
+        return flat
 
     def _make(self, key: tuple, project: str, mtype: str, node: filters.Node, knobs: Any, vms: list) -> tuple:
         """A kept entry: the VMs, the generator, the series the filter keeps, how they are sampled
@@ -207,7 +278,7 @@ class ReadingMixin:
             for s in found:
                 pts = s.get("points")
                 if pts is None:
-                    pts = list(zip(*(a.tolist() for a in s["arrays"]), strict=False))
+                    pts = [p for p in zip(*(a.tolist() for a in s["arrays"]), strict=False) if start <= p[1] <= end]
                 out.append({**s, "points": sorted(pts, key=lambda p: -p[1])})
             out.sort(key=aggregate.answer_order)
             return out
@@ -223,8 +294,11 @@ class ReadingMixin:
                         self._heads.pop(next(iter(self._heads)))
                     self._heads[memo_key] = memo
         heads, groups, n_groups, order, encoded = memo
+        flat = self._stored_flat(token, found) if token is not None and token[0] == "stored" else None
         if batches is not None:
             series: Any = aggregate.Batches([(indexes, t, values) for indexes, _s, t, values in batches], len(found))
+        elif flat is not None:
+            series = flat
         else:
             series = [(s["arrays"][1], s["arrays"][2]) if "arrays" in s
                       else aggregate.as_arrays(s["points"], s["kind"], aligner) for s in found]

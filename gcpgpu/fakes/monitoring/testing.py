@@ -54,3 +54,45 @@ def emulated_cluster(
         for inst in made:
             emu.activity.begin(inst["id"], f"cluster/{project}/{name}-job/{inst['name']}", at=began)
     return made
+
+
+NIC_METRIC = "custom.googleapis.com/gcpgpu/nic/"  # what gcpgpu.node.nics writes (fakes/ imports nothing of the tool)
+
+
+def emulated_nics(emu: Emulator, name: str, nodes: int = 4, *, machine_type: str = "a3-highgpu-8g",
+                  project: str = "metrics-test", zone: str = "us-central1-a", minutes: float = 10.0,
+                  every_s: float = 30.0, gbps_per_nic: float = 40.0, slow: dict[str, float] | None = None) -> int:
+    """Seed what every node's NIC sampler would have written for the last `minutes` (each NIC's rates every
+    `every_s`, labels node, nic, role), as a cluster of `nodes` NAME-N nodes in training would: benchmarks and
+    big-cluster tests that cannot run 1,024 samplers. `slow`: {node: share} runs that node's first fabric NIC at
+    that share of its peers. Returns the number of series written."""
+    from ..guest.nics import nic_set
+
+    nics = nic_set(machine_type)
+    now = emu.clock.now()
+    times = [now - k * every_s for k in range(int(minutes * 60 / every_s), -1, -1)]
+    count = 0
+    for rank in range(nodes):
+        node = f"{name}-{rank}"
+        resource = {"project_id": project, "location": zone, "namespace": "gcpgpu-cluster", "job": name,
+                    "task_id": node}
+        first_fabric = True
+        for nic in nics:
+            share = 1.0
+            if nic.role == "fabric" and first_fabric:
+                share, first_fabric = (slow or {}).get(node, 1.0), False
+            rate = gbps_per_nic * 1e9 / 8 * share if nic.role == "fabric" or len(nics) == 1 else 2e3
+            values = {"sent_bytes_per_s": rate, "recv_bytes_per_s": rate * 0.98, "errors_per_s": 0.0,
+                      "link_gbps": nic.gbps}
+            if nic.rdma:
+                values.update(cnp_per_s=0.0 if share == 1.0 else 50.0, retrans_per_s=0.0 if share == 1.0 else 20.0)
+            for key, value in values.items():
+                emu.monitoring.write_points(project, NIC_METRIC + key, [(t, t, value) for t in times],
+                                            metric_labels={"node": node, "nic": nic.name, "role": nic.role},
+                                            resource_type="generic_task", resource_labels=resource)
+                count += 1
+        emu.monitoring.write_points(project, NIC_METRIC + "retrans_per_s", [(t, t, 0.0) for t in times],
+                                    metric_labels={"node": node, "nic": "tcp", "role": "tcp"},
+                                    resource_type="generic_task", resource_labels=resource)
+        count += 1
+    return count
