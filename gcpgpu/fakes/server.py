@@ -284,7 +284,7 @@ class Emulator:
         elif request.path.startswith("/_emulator/"):
             response = self._control(request)
         elif request.path.startswith("/batch/") and request.method == "POST":
-            response = batch(request, self._api)
+            response = self._batch(request)
         else:
             response = self._api(request)
         return response(environ, start_response)
@@ -321,6 +321,10 @@ class Emulator:
             LoggedRequest(api, request.method, request.path, request.query_string.decode(), status, time.perf_counter() - t0)
         )
         return response
+
+    def _batch(self, request: Request) -> Response:
+        """Google's HTTP batch (routes.batch): each part answered as one request."""
+        return batch(request, self._api)
 
     def _control(self, request: Request) -> Response:
         what = request.path[len("/_emulator/"):].strip("/")
