@@ -60,8 +60,9 @@ $(SKY_VENV)/.installed: $(SKY_REQS) pyproject.toml
 	$(SKY_VENV)/bin/python -m pip install -q -r $(SKY_REQS) -e .
 	touch $@
 
+# PORT=N (the emulator's REST port) and GRPC_PORT=N (its gRPC port) choose them; free ones otherwise.
 demo: install
-	$(BIN)/python -m gcpgpu.cli.demo
+	$(BIN)/python -m gcpgpu.cli.demo $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT),--grpc-port $(GRPC_PORT))
 
 lint: install
 	$(BIN)/ruff check gcpgpu tests

@@ -223,6 +223,19 @@ def test_google_error_reasons_from_each_transport():
     assert describe_google_error(retry) == "503: busy (still failing after 600.0 s of retries)"
 
 
+def test_retries_that_ran_out_are_classified_by_their_last_error_and_stay_permanent():
+    """Issue 51: a cluster up that gave up under 503s said 'creating 4 x a2-highgpu-1g in us-central1-a failed:
+    : Timeout of 0.6s exceeded' (api_core's RetryError has no code or reason of its own)."""
+    from google.api_core import exceptions
+
+    from gcpgpu.gcp.errors import classify, is_transient
+
+    retry = exceptions.RetryError("Timeout of 90.0s exceeded", cause=exceptions.ServiceUnavailable("The service is unavailable."))
+    failure = classify(retry)
+    assert failure.code == 503 and failure.message == "The service is unavailable. (still failing after retries)"
+    assert failure.kind == "permanent" and not is_transient(retry)  # not retried again by an outer retry
+
+
 def test_only_google_errors_are_classified_as_google():
     from google.api_core import exceptions
 

@@ -48,13 +48,22 @@ def test_a_typo_of_a_cluster_name_exits_1_and_says_did_you_mean(gcp, argv):
     assert len([line for line in got.output.splitlines() if line.startswith("Error:")]) == 1, got.output
 
 
-def test_down_of_a_typo_stays_idempotent_but_says_did_you_mean(gcp):
-    """`cluster down` of nothing exits 0 (a second `down`, one after a Ctrl-C, must be fine), and says the name
-    it was likely meant to be."""
+def test_down_of_a_typo_exits_1_with_did_you_mean_and_of_a_name_near_nothing_stays_idempotent(gcp):
+    """`cluster down` of nothing exits 0 (a second `down`, one after a Ctrl-C, must be fine, as terraform
+    destroy), but a name one edit from an existing cluster's is a probable typo: exit 1, the name it was likely
+    meant to be, and nothing deleted."""
     assert cli("cluster", "up", "team", "--machine-type", "a2-highgpu-1g", "--nodes", "1", "--zone", "us-central1-a",
                "--yes").exit_code == 0
     got = cli("cluster", "down", "tema", "--yes")
-    assert got.exit_code == 0 and "nothing to delete" in got.output and "did you mean team?" in got.output, got.output
+    assert got.exit_code == 1, got.output
+    errors = [line for line in got.output.splitlines() if line.startswith("Error:")]
+    assert errors == ["Error: no cluster named tema in project test-proj: nothing was deleted; did you mean team? "
+                      "(see 'gcpgpu cluster list')"], got.output
+    assert "RUNNING" in cli("cluster", "status", "team").output  # the near one is untouched
+    far = cli("cluster", "down", "production", "--yes")
+    assert far.exit_code == 0 and "nothing to delete" in far.output and "did you mean" not in far.output, far.output
+    assert cli("cluster", "down", "team", "--yes").exit_code == 0
+    assert cli("cluster", "down", "team", "--yes").exit_code == 0  # a second down of the same: fine
 
 
 def test_a_name_close_to_nothing_gets_no_suggestion_and_a_cluster_with_no_job_lists_none(gcp):

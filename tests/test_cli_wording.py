@@ -39,3 +39,21 @@ def test_a_long_status_wraps_in_its_column_and_keeps_every_word(gcp):
     assert table.exit_code == 0, table.output
     assert max(len(line) for line in table.stdout.splitlines()) < 200, table.stdout
     assert all(word in table.stdout for word in row["status"].split()), table.stdout
+
+
+def test_command_help_says_it_runs_behind_the_entrypoint_and_prices_name_no_missing_file():
+    """Issue 51: --command's help said "instead of the image's entrypoint" (it runs behind it, which applies the
+    NCCL profile and the user's code), and the catalog's price_source named a file not in the repository."""
+    from pathlib import Path
+
+    from gcpgpu.catalog import machine_types
+
+    text = " ".join(CliRunner().invoke(main, ["job", "submit", "--help"]).output.split())
+    assert "instead of the image's entrypoint" not in text
+    assert "instead of the bundled trainer, e.g. 'python train.py', behind the image's entrypoint" in text
+    root = Path(__file__).resolve().parents[1]
+    for machine in machine_types().values():
+        if machine.gpu is None:
+            continue
+        for path in [w for w in machine.gpu.price_source.replace("(", " ").split() if w.endswith((".md", ".yaml"))]:
+            assert (root / path).exists(), (machine.name, machine.gpu.price_source)

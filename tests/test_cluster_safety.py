@@ -404,3 +404,60 @@ def _catch(fn):
         return fn()
     except Exception as e:  # noqa: BLE001 - returned for the test to inspect
         return e
+
+
+def _lease_keys(gcp) -> list[str]:
+    items = gcp.compute.project_resource(PROJECT)["commonInstanceMetadata"].get("items", [])
+    return [i["key"] for i in items if i["key"].startswith(lease_mod.KEY_PREFIX)]
+
+
+@pytest.mark.parametrize("seed", [10, 15, 23, 27])
+def test_an_up_that_gives_up_under_90_percent_503s_says_its_lease_stays_and_down_removes_everything(
+        gcp, monkeypatch, seed):
+    """Issue 51: under heavy injected 503s a failed `up` left resources (14 in one run) or its lease, and said
+    nothing of them. The lease it could not release is now said, with what takes it over; `down` then leaves
+    nothing. (Retries shortened from 90 s to 0.6 s so that requests give up here; the seed fixes the draws.)"""
+    from gcpgpu.gcp import operations
+
+    monkeypatch.setattr(operations.retrying, "__defaults__", (0.02, 0.1, 0.6))
+    monkeypatch.setattr(operations, "RETRY_INITIAL", 0.02)
+    monkeypatch.setattr(operations, "RETRY_MAX", 0.1)
+    gcp.faults.update({"operation_seconds": 0, "error_rate": 0.9, "error_codes": [503], "seed": seed})
+    up = CliRunner().invoke(main, ["--project", PROJECT, "cluster", "up", "c", "--machine-type", "a2-highgpu-1g",
+                                   "--nodes", "4", "--zone", "us-central1-a", "--yes"])
+    gcp.faults.update({"error_rate": 0.0})
+    assert any(r.status == 503 for r in gcp.requests.all())  # the faults really fired
+    if up.exit_code != 0 and _lease_keys(gcp):  # the lease it could not release is said, with what takes it over
+        said = [line for line in up.output.splitlines() if "lease stays" in line]
+        assert said and "gcpgpu-lease-c" in said[0] and "'gcpgpu cluster down c'" in said[0], up.output
+    # Resources the roll-back could not delete are named in the error: see the test below, which makes every
+    # delete fail. (Here, under load, a router deleted by the roll-back was once seen again afterwards: the
+    # emulator's operation ordering, noted in the report of issue 51, not asserted on.)
+    down = CliRunner().invoke(main, ["--project", PROJECT, "cluster", "down", "c", "--yes"])
+    assert down.exit_code == 0, down.output
+    assert leftovers(gcp) == {} and _lease_keys(gcp) == []
+
+
+def test_a_roll_back_that_cannot_delete_names_each_resource_it_left_and_the_command(gcp, monkeypatch):
+    from gcpgpu.gcp import operations
+
+    monkeypatch.setattr(operations.retrying, "__defaults__", (0.02, 0.1, 0.3))
+    monkeypatch.setattr(operations, "RETRY_INITIAL", 0.02)
+    monkeypatch.setattr(operations, "RETRY_MAX", 0.1)
+    # The zone has no A100s: up fails after the networks and policy are made, and no delete gets through.
+    gcp.faults.update({"operation_seconds": 0, "capacity": {"us-central1-a": {"a2-highgpu-1g": 0}},
+                       "error_rate": 1.0, "error_codes": [503], "error_methods": ["DELETE"]})
+    up = CliRunner().invoke(main, ["--project", PROJECT, "cluster", "up", "c", "--machine-type", "a2-highgpu-1g",
+                                   "--nodes", "2", "--zone", "us-central1-a", "--yes"])
+    assert up.exit_code == 1, up.output
+    gcp.faults.update({"error_rate": 0.0})
+    left = leftovers(gcp)
+    assert left, "the roll-back deleted everything: nothing to name"
+    error = [line for line in up.output.splitlines() if line.startswith("Error: ")]
+    assert len(error) == 1 and "nothing was left behind" not in error[0], up.output
+    for names in left.values():
+        for name in names:
+            assert name in error[0], (name, error[0])
+    assert "'gcpgpu cluster down c' removes them" in error[0]
+    assert CliRunner().invoke(main, ["--project", PROJECT, "cluster", "down", "c", "--yes"]).exit_code == 0
+    assert leftovers(gcp) == {} and _lease_keys(gcp) == []

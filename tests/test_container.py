@@ -372,6 +372,8 @@ def test_cloud_build_json_result(gcp):
     data = json.loads(result.output[result.output.rindex("{\n"):])
     assert data["image"] == f"{REGION}-docker.pkg.dev/{PROJECT}/team-images/gcpgpu-trainer:r1"
     assert data["built"] == "cloud-build" and data["emulated"] is True and data["build_id"]
+    assert data["log_url"] is None and "console.cloud.google.com" not in result.output  # no page leads there
+    assert f"queued in {REGION}; on the emulator at {gcp.address}, no console page" in result.output
 
 
 def test_a_failed_build_exits_1_with_why(gcp, monkeypatch):
@@ -382,4 +384,5 @@ def test_a_failed_build_exits_1_with_why(gcp, monkeypatch):
     assert result.exit_code == 1
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("Error: Cloud Build ") and "ended FAILURE: failed to fetch source" in last
-    assert "(log: https://console.cloud.google.com/cloud-build/builds" in last
+    # Cloud Build's logUrl is a console page, which leads nowhere for a build the emulator ran (issue 51).
+    assert f"(on the emulator at {gcp.address}, no console page)" in last and "console.cloud" not in result.output

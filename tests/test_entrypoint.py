@@ -325,6 +325,37 @@ def test_users_nccl_variables_win(entrypoint, metadata):
     assert "yours kept: NCCL_ALGO, NCCL_DEBUG" in result.stderr
 
 
+@pytest.mark.parametrize("flavor", ["", "none"])
+def test_only_the_users_own_nccl_settings_are_listed_as_kept_over_the_profile_job_submit_set(
+        entrypoint, metadata, flavor):
+    """A cluster job on A3 carries the NCCL profile `job submit` rendered (18 names) beside the user's --env:
+    the entrypoint once listed all 18 as "yours kept". It names the user's (GCPGPU_NCCL_USER), says which it
+    set, and under another flavour (GCPGPU_NCCL_FLAVOR=none, as the emulator's sandbox runs) drops TCPX's."""
+    from gcpgpu.catalog import get_machine_type
+    from gcpgpu.jobs.spec import JobSpec, job_env, validate
+
+    metadata.machine("a3-highgpu-8g")
+    make_root(entrypoint.root, "a3-highgpu-8g")
+    job = validate(JobSpec(target="cluster", cluster="c", env={"NCCL_ALGO": "Tree"}, args=["--model", "tiny"]),
+                   project="my-project", region="us-central1", zone=None)
+    env = job_env(job, get_machine_type("a3-highgpu-8g"), "vm")
+    assert len([k for k in env if k.startswith("NCCL_")]) > 10  # the profile, as submitted
+    result = entrypoint(env={**env, **({"GCPGPU_NCCL_FLAVOR": flavor} if flavor else {})})
+    assert result.code == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "NCCL profile" in line]
+    assert len(notes) == 1, result.stderr  # once
+    assert notes[0].endswith("; yours kept: NCCL_ALGO"), notes[0]
+    assert result.torchrun["env"]["NCCL_ALGO"] == "Tree"
+    profile = nccl.render_env(get_machine_type("a3-highgpu-8g"), "vm", flavor=flavor or None).env
+    mine = sorted(name for name in profile if name != "NCCL_ALGO")  # the user's NCCL_ALGO is theirs
+    assert f"; set {len(mine)}: {', '.join(mine)}; yours kept" in notes[0], notes[0]
+    if flavor == "none":  # TCPX's settings from submit are gone, the sockets profile's are set
+        assert "NCCL_NET" not in result.torchrun["env"], result.torchrun["env"]
+        assert not [k for k in result.torchrun["env"] if k.startswith("NCCL_GPUDIRECTTCPX")]
+    else:
+        assert result.torchrun["env"]["NCCL_NET"] == "GPUDirectTCPX_v7"
+
+
 def test_no_metadata_server_and_no_override_runs_without_a_profile(entrypoint):
     result = entrypoint(env={"GCPGPU_METADATA_URL": "http://127.0.0.1:9/computeMetadata/v1"})
     assert result.code == 0, result.stderr

@@ -139,6 +139,7 @@ def test_a_detached_job_is_recovered_by_the_cluster_after_its_leader_s_node_is_p
     url, hook = webhook
     gcp.faults.preempt_grace_s = 3.0
     assert cli("cluster", "up", "c", *UP).exit_code == 0
+    gcp.storage.insert_bucket(PROJECT, {"name": "bkt"})  # a job mounts only a bucket that exists, as on Google
     bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
     env = ["--env", "GCPGPU_METRICS=0"]
     # No uninterrupted run to compare with: that a resumed run ends bit for bit where one would is

@@ -172,6 +172,7 @@ def test_a_cluster_job_preempted_once_has_its_goodput_and_its_parts_add_up(gcp):
     up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
              "--spot", "--prepull", "none", "--yes")  # cold pulls, each counted (tests/test_cluster_prepull.py: warm)
     assert up.exit_code == 0, up.output
+    gcp.storage.insert_bucket("test-proj", {"name": "bkt"})  # a job mounts only a bucket that exists, as on Google
     bucket = gcp.jobs.agent.storage.root / "gcs" / "bkt"
 
     def preempt_mid_run() -> None:

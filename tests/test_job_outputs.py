@@ -76,6 +76,7 @@ def test_outputs_outlive_the_job_on_the_same_cluster(gcp):
     train = ["--model", "tiny", "--parallel", "ddp", "--precision", "fp32", "--data", "synthetic", "--steps", "4",
              "--batch-size", "8", "--seq-len", "32", "--log-every", "1"]
     storage = gcp.jobs.agent.storage.root
+    gcp.storage.insert_bucket("test-proj", {"name": "ckpt-bucket"})  # a job mounts only a bucket that exists, as on Google
 
     first = cli("job", "submit", "--cluster", "c", "--output-dir", "gs://ckpt-bucket/exp1", "--wait", "--", *train)
     assert first.exit_code == 0, first.output

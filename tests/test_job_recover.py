@@ -50,6 +50,7 @@ def spot_cluster(gcp):
     up = cli("cluster", "up", "c", "--machine-type", "a2-highgpu-1g", "--nodes", "2", "--zone", "us-central1-a",
              "--spot", "--yes")
     assert up.exit_code == 0, up.output
+    gcp.storage.insert_bucket("test-proj", {"name": "bkt"})  # a job mounts only a bucket that exists, as on Google
     return gcp
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gcpgpu.fakes.server import PortUnavailable
+
 ROOT = Path(__file__).resolve().parents[1]
 # What a source distribution holds, and so all a wheel may be built from.
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "gcpgpu", "templates", "containers")
@@ -128,7 +130,8 @@ def test_the_installed_wheel_runs_the_emulator_cluster_up_and_container_build(tm
 
 
 @pytest.mark.parametrize(("error", "says"), [
-    (OSError(98, "Address already in use"), "cannot listen on 127.0.0.1:0 (Address already in use); choose another"),
+    (PortUnavailable("REST", 0, 98, "Address already in use"),
+     "cannot listen on 127.0.0.1:0 for REST (Address already in use); choose another --port"),
     (FileNotFoundError(2, "No such file or directory", "gcpgpu/fakes/data/world.yaml"), None),
 ])
 def test_emulator_start_blames_the_port_only_when_the_port_failed(monkeypatch, error, says):
@@ -143,7 +146,7 @@ def test_emulator_start_blames_the_port_only_when_the_port_failed(monkeypatch, e
 
     monkeypatch.setattr(server, "serve_forever", fail)
     result = CliRunner().invoke(main, ["emulator", "start", "--port", "0"])
-    if says:
-        assert result.exit_code == 1 and says in result.output
+    if says:  # bad input: exit 2
+        assert result.exit_code == 2 and says in result.output
     else:
         assert result.exception is error and "cannot listen" not in result.output

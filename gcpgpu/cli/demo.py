@@ -68,21 +68,42 @@ def capture(argv: list[str], env: dict[str, str]) -> str:
     return value
 
 
-def wait_until_up(address: str, timeout: float = 20.0) -> None:
+def wait_until_up(server: subprocess.Popen, said: Path, address: str, timeout: float = 60.0) -> None:
+    """Until the emulator this demo started says it serves (its banner's last line), and answers: another
+    emulator already on the port must not stand in for it. One that exits (a port it cannot have) ends the
+    demo with its own one-line error and exit status."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://{address}/_emulator/info", timeout=1):  # noqa: S310 - loopback
-                return
-        except OSError:
-            time.sleep(0.1)
+        if server.poll() is not None:
+            lines = said.read_text(errors="replace").strip().splitlines() if said.exists() else []
+            print(lines[-1] if lines else f"the emulator exited ({server.returncode})", file=sys.stderr)
+            raise SystemExit(server.returncode or 1)
+        if "Stop with Ctrl-C" in (said.read_text(errors="replace") if said.exists() else ""):
+            try:
+                with urllib.request.urlopen(f"http://{address}/_emulator/info", timeout=1):  # noqa: S310 - loopback
+                    return
+            except OSError:
+                pass
+        time.sleep(0.1)
     raise SystemExit(f"the emulator did not come up on {address}")
 
 
-def main() -> None:
+def ports(argv: list[str]) -> tuple[int, int]:
+    """The REST and gRPC ports asked for (`make demo PORT=8085 GRPC_PORT=8086`: --port, --grpc-port); a free
+    REST port and a free gRPC port when not. `gcpgpu emulator start` refuses a bad or taken one in one line."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="make demo", description="gcpgpu's walk-through on the emulator")
+    parser.add_argument("--port", type=int, default=0, help="the emulator's REST port (make demo PORT=N)")
+    parser.add_argument("--grpc-port", type=int, default=0, help="its gRPC port (make demo GRPC_PORT=N)")
+    args = parser.parse_args(argv)
+    return (args.port or free_port()), args.grpc_port
+
+
+def main(argv: list[str] | None = None) -> None:
     bin_dir = Path(sys.executable).parent
     gcpgpu = str(bin_dir / "gcpgpu") if (bin_dir / "gcpgpu").exists() else "gcpgpu"
-    port = free_port()
+    port, grpc_port = ports(sys.argv[1:] if argv is None else argv)
     address = f"127.0.0.1:{port}"
     scratch = Path(tempfile.mkdtemp(prefix="gcpgpu-demo-"))
     # A small text to train on: the README this demo ships with, or the package's own source.
@@ -92,13 +113,15 @@ def main() -> None:
            "GOOGLE_CLOUD_PROJECT": "demo-project", "CLOUDSDK_COMPUTE_REGION": "us-central1"}
 
     say("Start the offline GCP emulator (everything below is simulated; no cloud, no credentials)")
-    print(f"{DIM}${RESET} {gcpgpu} emulator start --port {port} --operation-seconds 1 --run-user-commands &",
-          flush=True)
-    server = subprocess.Popen([gcpgpu, "emulator", "start", "--port", str(port), "--operation-seconds", "1",
-                               "--run-user-commands"],
-                              env=env, stderr=subprocess.DEVNULL)
+    grpc = ["--grpc-port", str(grpc_port)] if grpc_port else []
+    start = [gcpgpu, "emulator", "start", "--port", str(port), *grpc, "--operation-seconds", "1",
+             "--run-user-commands"]
+    print(f"{DIM}${RESET} {' '.join(start)} &", flush=True)
+    said = scratch / "emulator.log"  # its banner, and its one line should it refuse a port
+    with open(said, "wb") as err:
+        server = subprocess.Popen(start, env=env, stderr=err)
     try:
-        wait_until_up(address)
+        wait_until_up(server, said, address)
         run([gcpgpu, "emulator", "info"], env)
 
         say("The GPU machine catalog the tool validates against (and the emulator serves)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shlex
@@ -162,9 +161,19 @@ def emulator() -> None:
     """Run the offline GCP emulator (Compute Engine, Cloud Storage, Cloud Monitoring, Vertex AI, ...) and point tools at it."""
 
 
+def _port(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """A TCP port, in one line when it is none (click's own range error comes under a usage banner)."""
+    if not 0 <= value <= 65535:
+        raise UsageProblem(f"--{param.name.replace('_', '-')} {value}: a port is 1-65535 (0 picks a free one)")
+    return value
+
+
 @emulator.command()
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+@click.option("--port", type=int, callback=_port, default=DEFAULT_PORT, show_default=True,
               help="REST port on 127.0.0.1 (the one gcloud's api_endpoint_overrides names); 0 picks a free one.")
+@click.option("--grpc-port", type=int, callback=_port, default=0,
+              help="gRPC port on 127.0.0.1 (Vertex AI, Cloud Build, Cloud Monitoring's clients); "
+                   "default: a free one. 'gcpgpu emulator info' shows it.")
 @click.option("--state-file", type=click.Path(dir_okay=False), help="Load state from FILE at start, save it there on stop.")
 @click.option("--faults", "faults_file", type=click.Path(exists=True, dir_okay=False),
               help="YAML/JSON file of fault settings ('gcpgpu emulator faults --help' lists the keys).")
@@ -175,15 +184,16 @@ def emulator() -> None:
 @click.option("--run-user-commands", is_flag=True,
               help="Run jobs' own commands (--command, --workdir) for real on this machine, each in a bubblewrap "
                    "sandbox. Without it such jobs fail at once: a command that arrives over HTTP is code execution.")
-def start(port: int, state_file: str | None, faults_file: str | None, seed: int | None, latency_ms: float | None,
-          operation_seconds: float | None, error_rate: float | None, run_user_commands: bool) -> None:
+def start(port: int, grpc_port: int, state_file: str | None, faults_file: str | None, seed: int | None,
+          latency_ms: float | None, operation_seconds: float | None, error_rate: float | None,
+          run_user_commands: bool) -> None:
     """Serve the emulator on 127.0.0.1 until Ctrl-C or SIGTERM.
 
     It binds the loopback address only: it has no authentication and must never face a network.
     Jobs that run the bundled trainer run locally; other commands only with --run-user-commands.
     """
     from gcpgpu.fakes.core import Faults
-    from gcpgpu.fakes.server import serve_forever
+    from gcpgpu.fakes.server import PortUnavailable, serve_forever
 
     settings: dict[str, Any] = _load_faults_file(faults_file) if faults_file else {}
     for key, value in (("seed", seed), ("latency_ms", latency_ms), ("operation_seconds", operation_seconds),
@@ -196,11 +206,11 @@ def start(port: int, state_file: str | None, faults_file: str | None, seed: int 
         raise UsageProblem(f"--faults: {e}") from e
     try:
         serve_forever(port, state_file=state_file, faults=faults, announce=lambda emu: _announce(emu, state_file),
-                      run_user_commands=run_user_commands)
-    except OSError as e:
-        if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            raise  # not the port: a file it reads (the state file, its own data) is missing or unreadable
-        raise CloudError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); choose another --port") from e
+                      run_user_commands=run_user_commands, grpc_port=grpc_port)
+    except PortUnavailable as e:  # not a file it reads (the state file, its own data): those raise as they are
+        flag = "--port" if e.server == "REST" else "--grpc-port"
+        raise UsageProblem(f"{flag} {e.port}: cannot listen on 127.0.0.1:{e.port} for {e.server} ({e.strerror}); "
+                           f"choose another {flag} (0 picks a free one)") from e
     if state_file:  # what a restart gets back, and what it does not
         info(f"Stopped. Saved to {state_file}: every resource, secret and job record; not the processes that ran "
              "(a restart on it finds their jobs lost to a host error, and recovers those that say so).")

@@ -95,7 +95,8 @@ def job() -> None:
               "jobs from DIR: --workdir DIR, or submitted there; on another machine the newest FLAVOR-* "
               "gcpgpu-trainer image in Artifact Registry REGION-docker.pkg.dev/PROJECT/gcpgpu).")
 @click.option("--command", "command", metavar="CMD",
-              help="Run CMD instead of the image's entrypoint, e.g. 'python train.py'. A line with shell syntax (; && "
+              help="Run CMD instead of the bundled trainer, e.g. 'python train.py', behind the image's entrypoint "
+                   "(which applies the NCCL profile, --workdir, --mount and --secret). A line with shell syntax (; && "
               "|| | < > & $VAR `...` * ~ #) runs under sh -c; any other is split into words as a shell splits it.")
 @click.option("--name", help="Job name (lowercase letters, digits, dashes). Default: train.")
 @click.option("--spot", is_flag=True, default=None, help="Vertex: Spot capacity (cheaper, preemptible).")

@@ -168,8 +168,13 @@ def up(s: Session, plan: Plan, obs: Observed | None = None) -> list[Node]:
         # Everything is marked: a re-run resumes it, `down` removes it. After a lost lease nothing
         # may be rolled back either: a newer run may already have adopted what this one made.
         raise
-    except Exception:
-        rollback(s, plan.name)
+    except Exception as e:
+        left = rollback(s, plan.name)
+        if left:  # the roll-back gave up too: say exactly what stays, and what removes it
+            kind, text = (type(e), str(e)) if isinstance(e, CloudError) else (CloudError, one_line(e))
+            text = text.replace(": nothing was left behind;", ";").replace(": nothing was left behind", "")
+            raise kind(f"{text}; its roll-back left {len(left)} resource(s) behind: {', '.join(left)}; "
+                       f"'gcpgpu cluster down {plan.name}' removes them") from e
         raise
 
 
@@ -439,8 +444,9 @@ def _quota_message(s: Session, plan: Plan, failure: Failure, count: int) -> str:
     return f"{head} is too low ({', '.join(numbers)}): nothing was left behind; ask for more at {where}"
 
 
-def rollback(s: Session, cluster: str) -> None:
-    """Take back exactly what attempt `s` created, found by the attempt id it wrote on each resource.
+def rollback(s: Session, cluster: str) -> list[str]:
+    """Take back exactly what attempt `s` created, found by the attempt id it wrote on each resource;
+    what it could not take back ("node c-1", ...), [] when nothing stays.
 
     That includes the members of a parallel batch whose calls succeeded while another failed, and
     never anything another run created. Best effort: one line per resource it could not delete.
@@ -450,7 +456,7 @@ def rollback(s: Session, cluster: str) -> None:
     except Exception as e:
         s.report.note(f"cleanup incomplete: could not list what this attempt created ({one_line(e)}); "
                       f"'gcpgpu cluster down {cluster}' finds it by name and label")
-        return
+        return [f"whatever this attempt created (it could not be listed: {one_line(e)})"]
     if not mine.empty:
         s.report.step("rollback", f"Removing what this attempt created ({mine.summary()})")
         for line in delete_observed(s.clients, s.project, mine, fence=s.check_lease):
@@ -461,3 +467,8 @@ def rollback(s: Session, cluster: str) -> None:
         lines = [f"shared file systems: {one_line(e)}"]
     for line in lines:
         s.report.note(f"cleanup incomplete: {line}")
+    try:  # what is left, read again: a delete that gave up may still have gone through
+        left = [f"{what} {name}" for what, name in observe(s.clients, s.project, cluster).owned_by(s.attempt).names()]
+    except Exception as e:
+        left = [f"what this attempt created (it could not be listed again: {one_line(e)})"] if not mine.empty else []
+    return left + lines

@@ -35,11 +35,16 @@ def down(s: Session, name: str, keep_reservation: bool) -> Observed:
     if obs.empty:
         # Left by a `down` stopped after the nodes, or by an `up` that made nothing else (the munge key).
         lines = _after_nodes(s, name, slurm=None if not obs.held else obs.scheduler == "slurm")
-        if not lines and not obs.held:  # nothing matched: down stays idempotent (exit 0), a typo is said
+        if not lines and not obs.held:
+            # Nothing matched: down stays idempotent (exit 0, as terraform destroy: a second down, one after a
+            # Ctrl-C), unless a cluster one edit away exists: then it was a typo, and exits 1 saying so.
+            from .names import NoSuchCluster
             from .unknown import suggestion
 
-            s.report.note(f"nothing to delete: no resources of cluster {name} in project {s.project}"
-                          f"{suggestion(s.clients, s.project, name)}")
+            near = suggestion(s.clients, s.project, name)
+            if near:
+                raise NoSuchCluster(s.project, name, ": nothing was deleted", near)
+            s.report.note(f"nothing to delete: no resources of cluster {name} in project {s.project}")
         _raise_left(name, lines)
         return obs
     s.report.note(f"found {obs.summary()}")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gcpgpu.errors import one_line
 from gcpgpu.gcp.clients import Clients
 from gcpgpu.gcp.operations import batch, call, finish_all, raise_first, start_all, wait
 
@@ -145,8 +146,12 @@ class Session:
         try:
             yield lease
         finally:
-            with contextlib.suppress(Exception):  # an unreleased lease expires; never hide the real error
+            try:
                 lease.release()
+            except Exception as e:  # an unreleased lease expires; never hide the real error, but say it stays
+                self.report.note(f"cluster {cluster}'s lease stays in the project's metadata ({lease.key}) "
+                                 f"until it lapses, within {lease.ttl:g} s: releasing it failed "
+                                 f"({one_line(e)}); 'gcpgpu cluster down {cluster}' or a re-run takes it over")
 
     def check_lease(self) -> None:
         """Raise LeaseLost if this attempt no longer holds its lease (it stalled past the expiry and

@@ -1,8 +1,10 @@
 """A cluster name that matches nothing: one line that says so, with the names one edit away ("did you mean").
 
 Every command given a cluster by name that finds none (`cluster status tema`, `job submit --cluster tema`,
-`job list --cluster tema`, `cluster down tema`, a job id `cluster:tema:x`) says it the same way and exits
-1; the clusters it suggests are those of the project's nodes (one aggregatedList, read only on this path).
+`job list --cluster tema`, a job id `cluster:tema:x`) says it the same way and exits 1; the clusters it
+suggests are those of the project's nodes (one aggregatedList, read only on this path). `cluster down` of a
+name that matches nothing exits 0 (idempotent, as terraform destroy), but 1 when a name one edit away
+exists: a probable typo.
 """
 
 from __future__ import annotations

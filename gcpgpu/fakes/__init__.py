@@ -38,7 +38,7 @@ Shared by them all:
   filters.py          the AIP-160 filter grammar Vertex AI and Cloud Logging share
   partial.py          partial responses (the `fields` parameter) for every REST API
   schema.py           request bodies checked against each REST API's published discovery document
-  routes.py           which module answers each REST path (server.py loads them)
+  routes.py           which module answers each REST path (server.py loads them); HTTP batches of them
   lro.py              long-running operations of the one-platform APIs (Filestore, Lustre, Networking)
   managed.py          managed file-system instances behind operations: what Filestore and Lustre share
   gate.py             the front door every HTTP request passes: loopback Host, own Origin, bounded bodies

@@ -6,6 +6,9 @@ schema.py checks the bodies of each (but Compute's, which its handler checks) ag
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 # REST: (path regex, "module:factory"); factory(emulator) -> object with handle(request) -> (status, body)
 #   or a werkzeug Response (headers of its own, streamed bytes), raising core.ApiError for API errors.
 #   The first matching pattern wins.
@@ -31,3 +34,41 @@ REST_APIS: list[tuple[str, str]] = [
     (r"^/servicenetworking/v1/", "gcpgpu.fakes.servicenetworking:rest_for_emulator"),
     (r"^/v1/services(/|$)", "gcpgpu.fakes.billing:rest_for_emulator"),  # the Cloud Billing Catalog (GET only)
 ]
+
+
+def batch(request: Any, api: Callable[[Any], Any]) -> Any:
+    """Google's HTTP batch (multipart/mixed of application/http parts), as gcloud sends for many VMs: each part
+    answered by `api` (the server's one-request handler)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    from werkzeug.test import EnvironBuilder
+    from werkzeug.wrappers import Request, Response
+
+    header = f"Content-Type: {request.headers.get('Content-Type', '')}\r\n\r\n".encode()
+    message = BytesParser(policy=HTTP).parsebytes(header + request.get_data())
+    boundary = "batch_gcpgpu_emulator"
+    out: list[bytes] = []
+    for part in message.iter_parts():
+        raw = part.get_payload(decode=True) or b""
+        head, _, body = raw.replace(b"\r\n", b"\n").partition(b"\n\n")
+        lines = head.decode().split("\n")
+        method, target = lines[0].split(" ")[:2]
+        headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+        path, _, query = target.partition("?")
+        if "://" in path:
+            path = "/" + path.split("://", 1)[1].split("/", 1)[1]
+        # The outer request's host, so links in the answers lead back here; the raw target, so an
+        # escaped '/' in an object name stays escaped.
+        env = EnvironBuilder(path=path, method=method, query_string=query, data=body.strip() or None,
+                             headers=headers, base_url=request.host_url,
+                             environ_overrides={"RAW_URI": target}).get_environ()
+        sub = api(Request(env))
+        content_id = part.get("Content-ID", "").strip("<>")
+        out.append(
+            f"--{boundary}\r\nContent-Type: application/http\r\nContent-ID: <response-{content_id}>\r\n\r\n"
+            f"HTTP/1.1 {sub.status}\r\nContent-Type: application/json\r\n\r\n".encode()
+            + sub.get_data() + b"\r\n"
+        )
+    out.append(f"--{boundary}--\r\n".encode())
+    return Response(b"".join(out), status=200, content_type=f"multipart/mixed; boundary={boundary}")

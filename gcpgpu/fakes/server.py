@@ -43,7 +43,7 @@ from .lro import Operations
 from .lustre.backend import LustreBackend
 from .monitoring.backend import MonitoringBackend
 from .partial import partial_response
-from .routes import REST_APIS
+from .routes import REST_APIS, batch
 from .schema import check_served
 from .secretmanager.backend import SecretManagerBackend
 from .secretmanager.grants import Grants, sandbox_refusal
@@ -66,6 +66,14 @@ GRPC_SERVICES: list[str] = [
 ]
 # Factories added at run time (tests); same contract as GRPC_SERVICES' factories.
 GRPC_SERVICE_FACTORIES: list[Callable[[Emulator], Any]] = []
+
+
+class PortUnavailable(OSError):
+    """A port it cannot listen on (taken, privileged): `server` ("REST" or "gRPC") names the flag that chose it."""
+
+    def __init__(self, server: str, port: int, errno_: int, why: str) -> None:
+        super().__init__(errno_, why)
+        self.server, self.port = server, port
 
 
 def _load(target: str) -> Any:
@@ -111,16 +119,14 @@ class Emulator:
         self.requests = RequestLog()
         self.activity = Activity(self.clock)  # what runs where: the job agent writes it, Monitoring reads it
         self.events = VmEvents()  # Compute announces metadata changes and lost VMs; the job agent acts on them
-        # One folder for Cloud Storage's buckets and jobs' outputs and node disks; it outlives a
-        # restart when the state does.
+        # One folder for Cloud Storage's buckets and jobs' outputs and node disks; it outlives a restart when the state does.
         disk = Storage(self.state_file.with_name(self.state_file.name + ".storage") if self.state_file else None)
         self.storage = StorageBackend(disk, self.clock)
         self.compute = ComputeBackend(self.world, self.faults, self.clock, self.ids, self.events)
         self.cloudbuild = CloudBuildBackend(self.faults, self.clock, self.ids, self.storage)
         self.artifactregistry = ArtifactRegistryBackend(self.cloudbuild)  # what the builds pushed
         self.secretmanager = SecretManagerBackend(self.clock)
-        # Local processes for Vertex and cluster jobs; their metrics reporters write to this emulator.
-        # Users' own commands run only when the owner said so (code that arrives over HTTP), on both targets.
+        # Local processes for Vertex and cluster jobs (their reporters write here); users' own commands only when allowed.
         self.grants = Grants()  # what a user's sandboxed command may read of Secret Manager: its own --secrets
         self.user_commands = UserCommands(run_user_commands, lambda: disk.root / "gcs", self.serving_address,
                                           self.grants.mint)
@@ -326,39 +332,8 @@ class Emulator:
         return response
 
     def _batch(self, request: Request) -> Response:
-        """Google's HTTP batch (multipart/mixed of application/http parts), as gcloud sends for many VMs."""
-        from email.parser import BytesParser
-        from email.policy import HTTP
-
-        from werkzeug.test import EnvironBuilder
-
-        header = f"Content-Type: {request.headers.get('Content-Type', '')}\r\n\r\n".encode()
-        message = BytesParser(policy=HTTP).parsebytes(header + request.get_data())
-        boundary = "batch_gcpgpu_emulator"
-        out: list[bytes] = []
-        for part in message.iter_parts():
-            raw = part.get_payload(decode=True) or b""
-            head, _, body = raw.replace(b"\r\n", b"\n").partition(b"\n\n")
-            lines = head.decode().split("\n")
-            method, target = lines[0].split(" ")[:2]
-            headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
-            path, _, query = target.partition("?")
-            if "://" in path:
-                path = "/" + path.split("://", 1)[1].split("/", 1)[1]
-            # The outer request's host, so links in the answers lead back here; the raw target, so an
-            # escaped '/' in an object name stays escaped.
-            env = EnvironBuilder(path=path, method=method, query_string=query, data=body.strip() or None,
-                                 headers=headers, base_url=request.host_url,
-                                 environ_overrides={"RAW_URI": target}).get_environ()
-            sub = self._api(Request(env))
-            content_id = part.get("Content-ID", "").strip("<>")
-            out.append(
-                f"--{boundary}\r\nContent-Type: application/http\r\nContent-ID: <response-{content_id}>\r\n\r\n"
-                f"HTTP/1.1 {sub.status}\r\nContent-Type: application/json\r\n\r\n".encode()
-                + sub.get_data() + b"\r\n"
-            )
-        out.append(f"--{boundary}--\r\n".encode())
-        return Response(b"".join(out), status=200, content_type=f"multipart/mixed; boundary={boundary}")
+        """Google's HTTP batch (routes.batch): each part answered as one request."""
+        return batch(request, self._api)
 
     def _control(self, request: Request) -> Response:
         what = request.path[len("/_emulator/"):].strip("/")
@@ -403,29 +378,55 @@ class Emulator:
         return _json(200, {"now": self.clock.now(), "rate": self.clock.rate, "published": self.clock.published})
 
     # -- servers -------------------------------------------------------------------------
-    def start(self, port: int = 0) -> Emulator:
-        """Serve on 127.0.0.1 in background threads; port 0 picks a free one. Every request passes the
-        gate first (gate.py: loopback Host, own Origin, JSON bodies, a size cap)."""
+    def start(self, port: int = 0, grpc_port: int = 0) -> Emulator:
+        """Serve REST on 127.0.0.1:`port` and gRPC on 127.0.0.1:`grpc_port` in background threads; 0 picks a
+        free one. Every request passes the gate first (gate.py: loopback Host, own Origin, JSON bodies, a size
+        cap). A port it cannot listen on raises PortUnavailable, with nothing left listening."""
         from .http_server import HttpServer
 
-        self._http = HttpServer(guarded(self.wsgi, lambda: self.port), HOST, port)
+        try:
+            self._http = HttpServer(guarded(self.wsgi, lambda: self.port), HOST, port)
+        except OSError as e:
+            raise PortUnavailable("REST", port, e.errno or 0, e.strerror or str(e)) from e
         self.port = self._http.port
         if GRPC_SERVICES or GRPC_SERVICE_FACTORIES:
-            self._start_grpc()
+            try:
+                self._start_grpc(grpc_port)
+            except PortUnavailable:
+                self._http.stop()
+                self._http, self.port = None, None
+                raise
         self.fault_clock.start()
         self.iap.start(HOST)
         return self
 
     def _start_grpc(self, port: int = 0) -> None:
+        import errno
+        import socket
         from concurrent import futures
 
         import grpc
 
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="emulator-grpc"))
+        if port:  # tried first with a plain socket: its error says why, where grpc's core logs a paragraph
+            with socket.socket() as probe:
+                try:
+                    probe.bind((HOST, port))
+                except OSError as e:
+                    raise PortUnavailable("gRPC", port, e.errno or 0, e.strerror or str(e)) from e
+        # No SO_REUSEPORT (grpc's default): a second emulator on the same --grpc-port would answer half the calls.
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="emulator-grpc"),
+                             options=[("grpc.so_reuseport", 0)])
+        try:
+            bound = server.add_insecure_port(f"{HOST}:{port}")
+        except RuntimeError:  # grpcio >= 1.56 raises where older ones returned 0
+            bound = 0
+        if not bound:
+            server.stop(None)
+            raise PortUnavailable("gRPC", port, errno.EADDRINUSE, "Address already in use")
         factories = [_load(t) for t in GRPC_SERVICES] + list(GRPC_SERVICE_FACTORIES)
-        self._grpc.add_generic_rpc_handlers([factory(self) for factory in factories])
-        self.grpc_port = self._grpc.add_insecure_port(f"{HOST}:{port}")
-        self._grpc.start()
+        server.add_generic_rpc_handlers([factory(self) for factory in factories])
+        server.start()
+        self._grpc, self.grpc_port = server, bound
 
     def stop(self) -> None:
         self.fault_clock.stop()
@@ -474,6 +475,7 @@ def serve_forever(
     faults: Faults | None = None,
     announce: Callable[[Emulator], None] | None = None,
     run_user_commands: bool = False,
+    grpc_port: int = 0,
 ) -> None:
     """Server mode: run until SIGINT/SIGTERM, then save state (if a state file was given) and exit."""
     emu = Emulator(faults=faults, state_file=state_file, run_user_commands=run_user_commands)
@@ -483,13 +485,16 @@ def serve_forever(
         stop.set()
 
     old = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = False
     try:
-        emu.start(port)
+        emu.start(port, grpc_port)  # a port it cannot have: nothing served, nothing saved
+        started = True
         if announce:
             announce(emu)
         while not stop.wait(0.5):
             pass
     finally:
-        emu.stop()
+        if started:
+            emu.stop()
         for s, h in old.items():
             signal.signal(s, h)

@@ -69,7 +69,13 @@ def message_of(exc: BaseException) -> str:
 
 
 def classify(exc: BaseException, *, from_operation: bool = False) -> Failure:
-    """Classify a Google API error. A bare 503 from a finished operation counts as no capacity."""
+    """Classify a Google API error. A bare 503 from a finished operation counts as no capacity. Retries that
+    ran out (api_core's RetryError, whose own text is only 'Timeout of 90.0s exceeded') are told by their last
+    error, and stay permanent: nothing retries them again."""
+    cause = getattr(exc, "cause", None)
+    if type(exc).__name__ == "RetryError" and isinstance(cause, BaseException) and is_google_error(cause):
+        inner = classify(cause, from_operation=from_operation)
+        return Failure("permanent", inner.reasons, f"{inner.message} (still failing after retries)", inner.code)
     reasons = tuple(reasons_of(exc))
     code = getattr(exc, "code", None)
     code = code if isinstance(code, int) else None

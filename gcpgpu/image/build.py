@@ -314,7 +314,8 @@ class LogReader:
 
             why = describe_google_error(e) if is_google_error(e) else f"{type(e).__name__}: {e}"
             self.disabled = why
-            self.echo(f"(cannot read the build log: {why}; it is at {build.get('logUrl', 'the Cloud Build console')})")
+            where = "" if self.clients.is_emulated else f"; it is at {build.get('logUrl', 'the Cloud Build console')}"
+            self.echo(f"(cannot read the build log: {why}{where})")
             return
         for line in text.splitlines():
             self.echo(line)

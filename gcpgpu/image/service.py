@@ -134,9 +134,15 @@ def build_image(settings: Any, req: BuildRequest, say: Callable[[str], None]) ->
     say(f"Uploading the context to gs://{bucket}/{obj}" + (" (held by the emulator)" if clients.is_emulated else ""))
     images.upload_source(clients, bucket, obj, context.data, create_bucket=staging is None)
 
+    # The build's logUrl is a Cloud Console page: on the emulator it leads nowhere, so say where it ran instead
+    # (its log follows here line by line either way).
+    def log_at(b: dict) -> str:
+        return f"on the emulator at {clients.emulator}, no console page" if clients.is_emulated \
+            else f"log: {b.get('logUrl', '-')}"
+
     def on_status(b: dict) -> None:
         if b["status"] == "QUEUED":
-            say(f"Build {b['id']} queued in {region}; log: {b.get('logUrl', '-')}")
+            say(f"Build {b['id']} queued in {region}; {log_at(b)}")
         else:
             say(f"Build {b['id']}: {b['status']}")
 
@@ -145,11 +151,11 @@ def build_image(settings: Any, req: BuildRequest, say: Callable[[str], None]) ->
     if final["status"] != "SUCCESS":
         detail = final.get("statusDetail") or (final.get("failureInfo") or {}).get("detail") or ""
         raise CloudError(f"Cloud Build {final['id']} ended {final['status']}" + (f": {detail}" if detail else "")
-                         + f" (log: {final.get('logUrl', '-')})")
+                         + f" ({log_at(final)})")
     built = (final.get("results", {}).get("images") or [{}])[-1]
     _remember(settings, region, flavor, pushed, user)
     return Built({"image": pushed, **({"base": image} if user_image else {}), "digest": built.get("digest"),
-                  "flavor": flavor, "built": "cloud-build", "build_id": final["id"], "log_url": final.get("logUrl"),
+                  "flavor": flavor, "built": "cloud-build", "build_id": final["id"], "log_url": None if clients.is_emulated else final.get("logUrl"),
                   "emulated": clients.is_emulated})
 
 

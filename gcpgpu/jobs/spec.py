@@ -484,6 +484,7 @@ def job_env(job: ValidJob, machine: catalog.MachineType | None, platform: str) -
         rendered = nccl.render_env(machine, platform, user_nccl, source="--env")
         env.update({k: v for k, v in rendered.env.items() if k not in rendered.prepend})
         env["GCPGPU_MACHINE_TYPE"] = machine.name
+        env["GCPGPU_NCCL_USER"] = ",".join(sorted(user_nccl))  # the image's entrypoint sets the others afresh
     if job.spec.profile:
         env["GCPGPU_PROFILE"] = "1"
     out = job.spec.output_dir

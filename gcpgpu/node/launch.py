@@ -17,7 +17,10 @@ Inputs, strongest first (every one an environment variable, so a job spec can se
   rendezvous     NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE (torchrun's names);
                  then Vertex AI's CLUSTER_SPEC; then the VM's metadata attributes gcpgpu-nnodes,
                  gcpgpu-node-rank, gcpgpu-master-addr, gcpgpu-master-port; then one node
-  NCCL_* already set in the environment win over the profile.
+  NCCL_* already set in the environment win over the profile. GCPGPU_NCCL_USER (job submit sets it)
+                 names those that are the user's: the other NCCL_* came from gcpgpu's profile at submit and
+                 are set again from this one (unset where it has none: GCPGPU_NCCL_FLAVOR=none drops TCPX's),
+                 so the note lists only the user's as "yours kept"; without it every NCCL_* is the user's.
 Test seams: GCPGPU_METADATA_URL (the metadata server's base URL), GCPGPU_SYSROOT (a folder
 standing in for / when looking for plugins, devices and NICs). GCPGPU_SKIP_NCCL_CHECK=1 turns
 refusals into warnings.
@@ -276,11 +279,12 @@ class Plan:
     workdir: str | None = None  # where the job's --workdir was unpacked: the setup's and command's directory
     nics: list[str] | None = None  # gcpgpu.node.nics's arguments (--pid is the entrypoint's)
     numa: list[str] | None = None  # torchrun's NUMA binding arguments
+    unset: tuple[str, ...] = ()  # gcpgpu's own NCCL_* from submit that this node's profile does not set
 
     def shell(self) -> str:
         from gcpgpu.nccl import export_lines
 
-        lines = export_lines(self.exports, self.prepend)
+        lines = [f"unset {name}" for name in self.unset] + export_lines(self.exports, self.prepend)
         if self.reporter:
             lines.append(f"gcpgpu_reporter_args=({' '.join(shlex.quote(a) for a in self.reporter)})")
         if self.nics:
@@ -320,6 +324,7 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
 
     exports: dict[str, str] = {"GCPGPU_PLATFORM": platform}
     prepend: frozenset[str] = frozenset()
+    unset: tuple[str, ...] = ()
     if name:
         exports["GCPGPU_MACHINE_TYPE"] = name
     if machine is not None:
@@ -333,7 +338,7 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
                 f"this image was built with FLAVOR={image_flavor} but {machine.name} needs {flavor}: rebuild "
                 f"with 'gcpgpu container build --flavor {flavor}'"
             )
-        user_nccl = {k: v for k, v in environ.items() if k.startswith("NCCL_")}
+        user_nccl, injected = user_settings(environ)
         try:
             result = nccl.render_env(machine, platform, user_nccl, flavor=flavor, source="environment variable")
         except UsageProblem as e:
@@ -356,8 +361,11 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
         exports["GCPGPU_NCCL_FLAVOR"] = flavor
         exports.update(result.env)
         prepend = result.prepend
-        kept = f", yours kept: {', '.join(result.overridden)}" if result.overridden else ""
-        notes.append(f"{machine.name} ({name_source}): NCCL profile {flavor} on {platform} ({platform_why}){kept}")
+        unset = tuple(sorted(injected - set(result.env)))
+        mine = sorted(name for name in result.env if name not in user_nccl)
+        said = f"; set {len(mine)}: {', '.join(mine)}" if mine else ""
+        kept = f"; yours kept: {', '.join(sorted(result.overridden))}" if result.overridden else ""
+        notes.append(f"{machine.name} ({name_source}): NCCL profile {flavor} on {platform} ({platform_why}){said}{kept}")
     elif name:
         notes.append(f"{name} ({name_source}) on {platform}")
 
@@ -386,7 +394,18 @@ def plan(environ: Mapping[str, str], metadata: Metadata | None = None, root: str
         notes.append(f"NIC counters: gcpgpu.node.nics {' '.join(nics)}, every second")
     numa, numa_note = numa_binding(environ, machine)
     notes += [numa_note] if numa_note else []
-    return Plan(exports, prepend, notes, warnings, reporter, nics=nics, numa=numa)
+    return Plan(exports, prepend, notes, warnings, reporter, nics=nics, numa=numa, unset=unset)
+
+
+def user_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], set[str]]:
+    """(the user's NCCL_* settings, the NCCL_* names gcpgpu's profile set at submit): GCPGPU_NCCL_USER names
+    the user's; without it, every NCCL_* in the environment is (a `docker run -e`, an older job)."""
+    nccl = {k: v for k, v in environ.items() if k.startswith("NCCL_")}
+    listed = environ.get("GCPGPU_NCCL_USER")
+    if listed is None:
+        return nccl, set()
+    names = {n.strip() for n in listed.split(",") if n.strip()}
+    return {k: v for k, v in nccl.items() if k in names}, set(nccl) - names
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,6 +47,10 @@ def _size(n: float) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / 2**20:.1f} MiB"
 
 
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
 def fits(planned: int, budget: int) -> bool:
     return planned * (1 + AUTO_MARGIN) <= budget * (1 - RESERVED_FRACTION)
 
@@ -66,11 +70,11 @@ def choose(cfg: TrainConfig, world_size: int, vocab_size: int, device_memory: in
     if micro != "auto" and not auto_batch:  # --micro-batch N: no planning, only the arithmetic
         unit = dp * micro
         if cfg.batch_size % unit:
-            raise ConfigError(f"--micro-batch: {micro} x {dp} ranks does not divide --batch-size "
+            raise ConfigError(f"--micro-batch: {micro} x {_ranks(dp)} does not divide --batch-size "
                               f"{cfg.batch_size}; use a batch that is a multiple of {unit}")
         accum = cfg.batch_size // unit
         return BatchChoice(cfg.batch_size, accum, micro, None, budget,
-                           f"batch {cfg.batch_size} = {dp} ranks x micro-batch {micro} x {accum} accum")
+                           f"batch {cfg.batch_size} = {_ranks(dp)} x micro-batch {micro} x {accum} accum")
     opt = "--batch-size auto" if auto_batch else "--micro-batch auto"
     if budget is None:
         raise ConfigError(f"{opt}: needs the device's memory; this run has no GPU, so give --memory-budget "
@@ -80,7 +84,7 @@ def choose(cfg: TrainConfig, world_size: int, vocab_size: int, device_memory: in
         accum = cfg.grad_accum
     else:
         if cfg.batch_size % dp:
-            raise ConfigError(f"--batch-size: {cfg.batch_size} does not split over {dp} ranks; "
+            raise ConfigError(f"--batch-size: {cfg.batch_size} does not split over {_ranks(dp)}; "
                               f"use a multiple of {dp}")
         per_rank = cfg.batch_size // dp
         candidates = [m for m in range(1, per_rank + 1) if per_rank % m == 0]
@@ -101,7 +105,7 @@ def choose(cfg: TrainConfig, world_size: int, vocab_size: int, device_memory: in
     else:
         batch, accum = cfg.batch_size, cfg.batch_size // (dp * best)
     line = (f"{opt}: micro-batch {best} per rank (the memory plan: {_size(best_bytes)}, +{AUTO_MARGIN:.0%} "
-            f"margin, of {_size(budget)} x {1 - RESERVED_FRACTION:.2f} usable) x {dp} ranks x "
+            f"margin, of {_size(budget)} x {1 - RESERVED_FRACTION:.2f} usable) x {_ranks(dp)} x "
             f"{accum} accum = batch {batch}")
     return BatchChoice(batch, accum, best, best_bytes, budget, line)
 

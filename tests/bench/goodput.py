@@ -82,6 +82,7 @@ def main_() -> None:
                      "us-central1-a", "--spot", "--yes")
             if up.exit_code != 0:
                 sys.exit(up.output)
+            emu.storage.insert_bucket("bench-proj", {"name": "bkt"})  # a job mounts only a bucket that exists
             got = {mode: one_job(emu, args, mode) for mode in ("sync", "async")}
         finally:
             emu.stop()

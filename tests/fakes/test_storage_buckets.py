@@ -106,3 +106,16 @@ def test_buckets_and_objects_outlive_a_restart_with_a_state_file(tmp_path):
         blob = storage.bucket("kept-bucket").get_blob("k.txt")
         assert blob.download_as_bytes() == b"kept" and blob.generation == generation
         assert [b.name for b in storage.list_buckets()] == ["kept-bucket"]
+
+
+def test_make_bucket_from_a_shell_makes_it_once_and_keeps_it_after(gcp, storage, capsys):
+    """`python -m gcpgpu.fakes.storage make-bucket B` (the README's blocks make their --output-dir bucket so)."""
+    from gcpgpu.fakes.storage.__main__ import main as make
+
+    assert make(["--emulator", gcp.address, "make-bucket", "gs://shell-made", "--location", "us-central1"]) == 0
+    assert storage.get_bucket("shell-made").location == "US-CENTRAL1"
+    assert make(["--emulator", gcp.address, "make-bucket", "shell-made"]) == 0  # pasted twice: kept, said
+    assert make(["--emulator", gcp.address, "make-bucket", "Not_A_Bucket"]) == 1
+    err = capsys.readouterr().err
+    assert "made gs://shell-made" in err and "gs://shell-made exists already" in err
+    assert "make-bucket gs://Not_A_Bucket: " in err

@@ -33,6 +33,7 @@ def test_batch_size_auto_takes_the_largest_micro_batch_the_plan_fits_with_the_ma
     line = autobatch.apply(c, 1, VOCAB, budget)
     assert (c.batch_size, c.grad_accum, c.micro_batch) == (12, 1, None)
     assert "micro-batch 12 per rank" in line and "+10% margin" in line and "batch 12" in line
+    assert "1 ranks" not in line and " x 1 rank x " in line  # issue 51's wording: one rank, not "1 ranks"
     # One byte less and 12 no longer fits: 11.
     c = cfg(batch_size="auto")
     autobatch.apply(c, 1, VOCAB, budget - 2)

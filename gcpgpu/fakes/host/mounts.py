@@ -1,4 +1,5 @@
-"""A job's --mount of a bucket that does not exist fails, in the words the job would fail with on Google.
+"""A job's --mount (or cluster --output-dir) of a bucket that does not exist fails, in the words the job would
+fail with on Google.
 
 Nothing on Google refuses such a job when it is created: the bucket is missing when the job starts.
 - A cluster node's job agent (templates/job_agent.sh.j2) mounts each --mount bucket with Cloud Storage
@@ -11,7 +12,7 @@ Nothing on Google refuses such a job when it is created: the bucket is missing w
   TARGET: the bucket is not mounted at /gcs/B". The emulator fails the job at once with that line.
 
 A bucket exists here when the emulator's Cloud Storage has it (made through the API, or by a job that
-wrote under /gcs/BUCKET); the job's own output folders never create a --mount's bucket.
+wrote under /gcs/BUCKET); the job's own output folders never create a bucket it mounts.
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ def bucket_exists(storage: Storage, bucket: str) -> bool:
 
 
 def cluster_failure(job: dict, storage: Storage) -> str | None:
-    """The job agent's FAILED message for a cluster job whose --mount names a missing bucket; None when all exist."""
-    for mount in job.get("user_mounts") or []:
-        bucket = mount.get("bucket") if isinstance(mount, dict) else None
+    """The job agent's FAILED message for a cluster job that mounts a missing bucket; None when all exist.
+
+    The agent mounts, in this order, each of the record's `gcs_buckets` (the --output-dir's bucket, the
+    staging bucket of a --workdir, each writable --mount's) and then each read-only --mount's bucket, all
+    with Cloud Storage FUSE: an --output-dir in a missing bucket fails as a --mount of it does."""
+    fuse = [(bucket, False) for bucket in job.get("gcs_buckets") or []]
+    fuse += [(m.get("bucket"), bool(m.get("ro"))) for m in job.get("user_mounts") or [] if isinstance(m, dict)]
+    for bucket, ro in fuse:
         if isinstance(bucket, str) and not bucket_exists(storage, bucket):
-            how = " read-only" if mount.get("ro") else ""
+            how = " read-only" if ro else ""
             return f"mounting gs://{bucket}{how} with Cloud Storage FUSE failed: {GCSFUSE_NO_BUCKET}"
     return None
 

@@ -11,6 +11,7 @@ backend.py    buckets and objects: insert, get, list, patch, delete, copy, compo
 uploads.py    resumable upload sessions (POST to start, PUT chunks with Content-Range, 308 until done).
 resources.py  the JSON resources (storage#bucket, storage#object) with links back to this emulator.
 rest.py       the wire: /storage/v1/..., /upload/storage/v1/..., /download/storage/v1/...
+__main__.py   `python -m gcpgpu.fakes.storage make-bucket B`: a bucket from a shell, without gcloud.
 
 google-cloud-storage, `gcloud storage` (api_endpoint_overrides/storage) and gcpgpu see the same buckets;
 cluster jobs' --output-dir and mounts, and Cloud Build's sources, are objects here.
