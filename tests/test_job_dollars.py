@@ -71,3 +71,22 @@ def test_job_status_shows_dollars_per_million_tokens_and_each_lost_part_in_dolla
     report = json.loads(cli("cost", "report", "--by", "job", fmt="json").stdout)
     (mine,) = [r for r in report["rows"] if r["job"] == job]
     assert mine["lost_usd"] == got["goodput_lost_usd"] and mine["cost_usd"] == got["cost_usd"]
+
+
+def test_a_job_is_priced_in_its_nodes_region(gcp):
+    """A job's COST SO FAR is its node-hours at its nodes' price in their own region (it took us-central1's)."""
+    gcp.jobs.agent.simulated_run_s = 10 * HOUR
+    assert cli("--region", "us-east5", "cluster", "up", "e", "--machine-type", "a3-megagpu-8g", "--nodes", "1",
+               "--zone", "us-east5-a", "--no-placement", "--yes").exit_code == 0
+    submitted = cli("job", "submit", "--cluster", "e", "--image", "busybox")
+    assert submitted.exit_code == 0, submitted.output
+    job = submitted.stdout.splitlines()[0]
+    wait_for(lambda: shown(job)["state"] == "RUNNING", timeout=60, what="the job running")
+    gcp.clock.advance(HOUR)
+    gcp.clock.freeze()
+    got = shown(job)
+    price = {region: json.loads(cli("catalog", "show", "a3-megagpu-8g", "--region", region, fmt="json").stdout)
+             ["price_per_hour"] for region in ("us-east5", "us-central1")}
+    assert price["us-east5"] != price["us-central1"]  # the snapshot's two regions differ for this machine
+    # node_hours is shown to 1/1000 h: that much of an hour's price, and a cent of rounding
+    assert got["cost_usd"] == pytest.approx(got["node_hours"] * price["us-east5"], abs=0.0005 * price["us-east5"] + 0.01)
