@@ -32,6 +32,7 @@ class Said(Reporter):
 
 def _submit(gcp, cluster: str, run_s: float = 3600.0):
     gcp.jobs.agent.simulated_run_s = run_s
+    gcp.storage.insert_bucket(PROJECT, {"name": "bkt"})  # a job mounts only a bucket that exists, as on Google
     job = validate(JobSpec(target="cluster", cluster=cluster, image="busybox",
                            output_dir="gs://bkt/run"), project=PROJECT, region="us-central1", zone=None)
     jid = backend.submit(clients(gcp), PROJECT, job).jid

@@ -166,7 +166,7 @@ def test_job_cost_counts_recreated_and_lost_nodes():
     from gcpgpu.cluster import cost
     from gcpgpu.jobs.cluster import spent
 
-    node = SimpleNamespace(machine_type="a2-highgpu-1g", provisioning="SPOT", status="RUNNING", last_stop=None)
+    node = SimpleNamespace(machine_type="a2-highgpu-1g", provisioning="SPOT", region="us-central1", status="RUNNING", last_stop=None)
     nodes = [SimpleNamespace(**vars(node), name="c-0", last_start="2026-11-25T00:00:00Z", created=None),
              SimpleNamespace(**vars(node), name="c-1", last_start="2026-11-25T01:10:00Z", created=None)]
     state = {"cluster": "c", "created": "2026-11-25T00:00:00Z", "ended": None, "machine_type": "a2-highgpu-1g",

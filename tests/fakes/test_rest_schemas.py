@@ -36,6 +36,8 @@ UNCHECKED = {
     "gcpgpu.fakes.compute.rest:ComputeRest.for_beta": "Compute beta: the v1 handler behind it checks v1's schema",
     "gcpgpu.fakes.artifactregistry.rest:ArtifactRegistryRest.for_emulator": "served for GET only: no body",
     "gcpgpu.fakes.compute.guest_attributes:GuestAttributesRest.for_emulator": "GET only: no body",
+    "gcpgpu.fakes.billing:rest_for_emulator": "the Billing Catalog is read-only: GET only, no body (its answers "
+                                              "are checked against cloudbilling.v1 instead: test_pricing.py)",
     "gcpgpu.fakes.compute.rest_reservations:ReservationsRest.for_emulator": "checks v1's schema itself "
                                                                           "(test_compute_schema.py)",
 }
