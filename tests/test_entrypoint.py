@@ -165,14 +165,14 @@ class Run:
 
 
 # The NIC sampler (GCPGPU_NICS_CMD): records its argv, and that it was stopped.
-NICS_STUB = """import json, os, signal, sys, time
+NICS_STUB = """import json, os, signal, sys
 def record(name):
     with open(os.environ["STUB_LOG"], "a") as f:
         f.write(json.dumps({"name": name, "argv": sys.argv[1:]}) + "\\n")
 signal.signal(signal.SIGTERM, lambda *_: (record("nics-stopped"), sys.exit(0)))
 record("nics")
 open(os.environ["STUB_LOG"] + ".nics-ready", "w").close()
-time.sleep(30)
+signal.pause()  # until the entrypoint stops it (SIGTERM, recorded above)
 """
 
 

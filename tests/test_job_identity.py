@@ -193,6 +193,16 @@ def test_the_startup_script_writes_the_server_as_it_is_and_fences_job_containers
     assert "gcpgpu-job-service-account" not in plain and "GCPGPU_JOBMETA" not in plain["startup-script"]
 
 
+@pytest.fixture
+def md():
+    """A node's metadata server (tests/test_node_scripts.py's), recording the job agent's guest attributes."""
+    from tests.test_node_scripts import Metadata
+
+    server = Metadata()
+    yield server
+    server.server.shutdown()
+
+
 def _agent_run(tmp_path: Path, metadata, fenced: bool | None):
     from tests.test_node_scripts import agent_script, docker_calls, stubs
 
@@ -209,14 +219,8 @@ def _agent_run(tmp_path: Path, metadata, fenced: bool | None):
     return done, runs
 
 
-def test_the_job_agent_puts_the_container_behind_the_fence_and_points_it_at_the_job_s_server(tmp_path):
-    from tests.test_node_scripts import Metadata
-
-    md = Metadata()
-    try:
-        done, runs = _agent_run(tmp_path, md, fenced=True)
-    finally:
-        md.server.shutdown()
+def test_the_job_agent_puts_the_container_behind_the_fence_and_points_it_at_the_job_s_server(tmp_path, md):
+    done, runs = _agent_run(tmp_path, md, fenced=True)
     assert done.returncode == 0, done.stderr
     (job,) = runs
     assert job[job.index("--cgroup-parent") + 1] == jobmeta.SLICE
@@ -226,28 +230,16 @@ def test_the_job_agent_puts_the_container_behind_the_fence_and_points_it_at_the_
         ["-C", "OUTPUT", "-d", "169.254.169.254/32", "-m", "cgroup", "--path", jobmeta.SLICE, "-j", "REJECT"]
 
 
-def test_a_job_does_not_start_where_the_fence_is_not_in_force(tmp_path):
-    from tests.test_node_scripts import Metadata
-
-    md = Metadata()
-    try:
-        done, runs = _agent_run(tmp_path, md, fenced=False)
-    finally:
-        md.server.shutdown()
+def test_a_job_does_not_start_where_the_fence_is_not_in_force(tmp_path, md):
+    done, runs = _agent_run(tmp_path, md, fenced=False)
     assert done.returncode == 1 and runs == []
     assert md.guest["gcpgpu/state"] == "FAILED"
     assert md.guest["gcpgpu/message"] == \
         f"jobs here run as {JOB}, but this node does not fence the metadata server off from them"
 
 
-def test_a_cluster_without_a_job_account_runs_jobs_as_before(tmp_path):
-    from tests.test_node_scripts import Metadata
-
-    md = Metadata()
-    try:
-        done, runs = _agent_run(tmp_path, md, fenced=None)
-    finally:
-        md.server.shutdown()
+def test_a_cluster_without_a_job_account_runs_jobs_as_before(tmp_path, md):
+    done, runs = _agent_run(tmp_path, md, fenced=None)
     assert done.returncode == 0 and "--cgroup-parent" not in runs[0] and not any("GCE_METADATA" in a for a in runs[0])
 
 
